@@ -1,0 +1,47 @@
+# fabric — two commands do everything on a fresh Debian machine:
+#   make run    start a private redis-server, the host, the demo workload
+#   make test   gofmt + go vet + go test -race against real servers
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+GOFLAGS_TEST ?= -race -count=1 -timeout 20m
+
+.PHONY: all deps build plugins test run vet fmt-check clean bench
+
+all: build
+
+# deps installs what the build and the tests need: a server binary
+# (valkey-server preferred, redis-server from Debian otherwise) and the Go
+# modules.
+deps:
+	@if ! command -v valkey-server >/dev/null 2>&1 && ! command -v redis-server >/dev/null 2>&1; then \
+		echo "installing redis-server (apt-get)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; \
+	fi
+	@$(GO) mod download
+
+build: deps
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/fabric ./cmd/fabric
+
+# plugins builds every plugins/** and testdata/plugins/** main package into
+# a .wasm beside the host (see scripts/build-plugins.sh).
+plugins: deps
+	@bash scripts/build-plugins.sh
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+test: deps plugins fmt-check vet
+	$(GO) test $(GOFLAGS_TEST) ./...
+
+run: build plugins
+	$(BIN)/fabric run
+
+clean:
+	rm -rf $(BIN)

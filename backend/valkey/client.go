@@ -1,0 +1,214 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/lua"
+	"github.com/fabric-host/fabric/model"
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// URL is a valkey-go URL: "unix:///path/sock", "redis://host:port/db",
+	// "valkey://...". Required.
+	URL string
+	// DB selects a logical database (0 by default). Ignored when URL names
+	// one.
+	DB int
+	// Partitions is the deployment's partition config (default 256/32/32).
+	Partitions model.PartitionConfig
+	// Logger receives client logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Client is fabric's Valkey client: valkey-go underneath, the flowfabric
+// library loaded on demand, and one typed method per ff_* function.
+// It is safe for concurrent use.
+type Client struct {
+	c     vk.Client
+	parts model.PartitionConfig
+	log   *slog.Logger
+
+	reloadMu sync.Mutex
+}
+
+// Dial connects to the server named by cfg.URL. It does not load the
+// library; call EnsureLibrary (or Bootstrap) once at start.
+func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("valkey: ClientConfig.URL is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Partitions == (model.PartitionConfig{}) {
+		cfg.Partitions = model.DefaultPartitionConfig()
+	}
+	if err := cfg.Partitions.Validate(); err != nil {
+		return nil, err
+	}
+	opt, err := vk.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("valkey: parse url %q: %w", cfg.URL, err)
+	}
+	if opt.SelectDB == 0 {
+		opt.SelectDB = cfg.DB
+	}
+	// Client-side caching needs RESP3 tracking, which fabric does not use.
+	opt.DisableCache = true
+	c, err := vk.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("valkey: connect %s: %w", cfg.URL, err)
+	}
+	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger}
+	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("valkey: ping %s: %w", cfg.URL, err)
+	}
+	return cl, nil
+}
+
+// Raw returns the underlying valkey-go client for reads that have no ff_*
+// function (index walks, HGETs).
+func (c *Client) Raw() vk.Client { return c.c }
+
+// Partitions returns the partition config the client routes with.
+func (c *Client) Partitions() model.PartitionConfig { return c.parts }
+
+// Close closes the connections.
+func (c *Client) Close() { c.c.Close() }
+
+// isFunctionMissing reports the server errors that mean "the library is
+// not loaded" (after FUNCTION FLUSH or a server restart).
+func isFunctionMissing(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := strings.ToLower(err.Error())
+	return strings.Contains(s, "function not found") ||
+		strings.Contains(s, "function not loaded") ||
+		strings.Contains(s, "no matching function")
+}
+
+func (c *Client) fcallCmd(fn string, keys, args []string) vk.Completed {
+	return c.c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
+
+// FCallRaw runs FCALL fn and returns the raw reply, reloading the library
+// once and retrying when the server says the function does not exist.
+func (c *Client) FCallRaw(ctx context.Context, fn string, keys, args []string) (vk.ValkeyMessage, error) {
+	res := c.c.Do(ctx, c.fcallCmd(fn, keys, args))
+	if err := res.Error(); isFunctionMissing(err) {
+		if lerr := c.reload(ctx, err); lerr != nil {
+			return vk.ValkeyMessage{}, lerr
+		}
+		res = c.c.Do(ctx, c.fcallCmd(fn, keys, args))
+	}
+	msg, err := res.ToMessage()
+	if err != nil {
+		return msg, fmt.Errorf("valkey: FCALL %s: %w", fn, err)
+	}
+	return msg, nil
+}
+
+// FCall runs FCALL fn and decodes the library's result convention: a
+// *Reply on {1, ...}, a *LuaError on {0, code, ...}.
+func (c *Client) FCall(ctx context.Context, fn string, keys, args []string) (*Reply, error) {
+	msg, err := c.FCallRaw(ctx, fn, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	return parseReply(fn, msg)
+}
+
+// Call is one FCALL in a pipelined batch.
+type Call struct {
+	Function string
+	Keys     []string
+	Args     []string
+}
+
+// Result is the outcome of one Call in a batch.
+type Result struct {
+	Reply *Reply
+	Err   error
+}
+
+// FCallBatch pipelines calls in one round trip (valkey-go DoMulti) and
+// decodes each reply. If any call found the library missing, the library is
+// reloaded and only those calls are retried.
+func (c *Client) FCallBatch(ctx context.Context, calls []Call) []Result {
+	out := make([]Result, len(calls))
+	if len(calls) == 0 {
+		return out
+	}
+	cmds := make(vk.Commands, len(calls))
+	for i, call := range calls {
+		cmds[i] = c.fcallCmd(call.Function, call.Keys, call.Args)
+	}
+	res := c.c.DoMulti(ctx, cmds...)
+	var retry []int
+	for i, r := range res {
+		if err := r.Error(); isFunctionMissing(err) {
+			retry = append(retry, i)
+			continue
+		}
+		out[i] = decodeResult(calls[i].Function, r)
+	}
+	if len(retry) > 0 {
+		if err := c.reload(ctx, res[retry[0]].Error()); err != nil {
+			for _, i := range retry {
+				out[i] = Result{Err: err}
+			}
+			return out
+		}
+		again := make(vk.Commands, len(retry))
+		for j, i := range retry {
+			again[j] = c.fcallCmd(calls[i].Function, calls[i].Keys, calls[i].Args)
+		}
+		for j, r := range c.c.DoMulti(ctx, again...) {
+			out[retry[j]] = decodeResult(calls[retry[j]].Function, r)
+		}
+	}
+	return out
+}
+
+func decodeResult(fn string, r vk.ValkeyResult) Result {
+	msg, err := r.ToMessage()
+	if err != nil {
+		return Result{Err: fmt.Errorf("valkey: FCALL %s: %w", fn, err)}
+	}
+	rep, err := parseReply(fn, msg)
+	return Result{Reply: rep, Err: err}
+}
+
+// reload loads the library after a call found it missing. Concurrent
+// callers that hit the same condition share one load.
+func (c *Client) reload(ctx context.Context, cause error) error {
+	c.reloadMu.Lock()
+	defer c.reloadMu.Unlock()
+	c.log.Warn("flowfabric library missing on server; reloading", "error", cause)
+	if _, err := c.EnsureLibrary(ctx); err != nil {
+		return fmt.Errorf("valkey: reload library after %q: %w", cause, err)
+	}
+	return nil
+}
+
+// ServerTime returns the server's clock in milliseconds (TIME).
+func (c *Client) ServerTime(ctx context.Context) (int64, error) {
+	arr, err := c.c.Do(ctx, c.c.B().Time().Build()).AsIntSlice()
+	if err != nil || len(arr) != 2 {
+		return 0, fmt.Errorf("valkey: TIME: %w", err)
+	}
+	return arr[0]*1000 + arr[1]/1000, nil
+}
+
+// libraryVersion is what EnsureLibrary expects ff_version to return.
+var libraryVersion = lua.Version

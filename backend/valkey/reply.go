@@ -1,0 +1,135 @@
+package valkey
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	vk "github.com/valkey-io/valkey-go"
+)
+
+// Reply is a successful ff_* reply: {1, Status, Fields...}. Status is "OK"
+// or one of the alternative success statuses (ALREADY_SATISFIED, DUPLICATE,
+// ALREADY_APPLIED, HARD_BREACH, SOFT_BREACH).
+type Reply struct {
+	Status string
+	Fields []string
+}
+
+// Field returns field i, or "" when the reply is shorter.
+func (r *Reply) Field(i int) string {
+	if r == nil || i < 0 || i >= len(r.Fields) {
+		return ""
+	}
+	return r.Fields[i]
+}
+
+// Int returns field i parsed as an integer.
+func (r *Reply) Int(i int) (int64, error) {
+	s := r.Field(i)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		// Some Lua numbers arrive as floats ("1.7e+12" never, "12.0" rarely).
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil {
+			return 0, fmt.Errorf("valkey: reply field %d %q is not a number: %w", i, s, err)
+		}
+		return int64(f), nil
+	}
+	return n, nil
+}
+
+// ErrorCode is a logical error code returned by the flowfabric library in
+// {0, code, details...}. A *LuaError matches its code with errors.Is, so
+// callers write errors.Is(err, valkey.CodeStaleLease).
+type ErrorCode string
+
+// Error returns the code.
+func (c ErrorCode) Error() string { return string(c) }
+
+// LuaError is a logical error reply from an ff_* function.
+type LuaError struct {
+	// Function is the ff_* function that replied.
+	Function string
+	// Code is the error code, e.g. "stale_lease".
+	Code ErrorCode
+	// Details are the reply's remaining elements.
+	Details []string
+}
+
+// Error renders "ff_x: code (details)".
+func (e *LuaError) Error() string {
+	if len(e.Details) == 0 {
+		return e.Function + ": " + string(e.Code)
+	}
+	return e.Function + ": " + string(e.Code) + " (" + strings.Join(e.Details, ", ") + ")"
+}
+
+// Unwrap returns the code, so errors.Is(err, CodeX) works.
+func (e *LuaError) Unwrap() error { return e.Code }
+
+// Detail returns detail i or "".
+func (e *LuaError) Detail(i int) string {
+	if i < 0 || i >= len(e.Details) {
+		return ""
+	}
+	return e.Details[i]
+}
+
+// CodeOf returns the ErrorCode of a *LuaError anywhere in err's chain, or "".
+func CodeOf(err error) ErrorCode {
+	var le *LuaError
+	if errors.As(err, &le) {
+		return le.Code
+	}
+	return ""
+}
+
+// ErrMalformedReply is returned when a reply does not have the library's
+// {code, status, fields...} shape.
+var ErrMalformedReply = errors.New("valkey: malformed ff_* reply")
+
+// parseReply decodes the library's result convention.
+func parseReply(fn string, msg vk.ValkeyMessage) (*Reply, error) {
+	arr, err := msg.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("%w from %s: %v", ErrMalformedReply, fn, err)
+	}
+	if len(arr) < 2 {
+		return nil, fmt.Errorf("%w from %s: %d elements", ErrMalformedReply, fn, len(arr))
+	}
+	code, err := arr[0].AsInt64()
+	if err != nil {
+		return nil, fmt.Errorf("%w from %s: element 0 is not an integer", ErrMalformedReply, fn)
+	}
+	status, err := arr[1].ToString()
+	if err != nil {
+		return nil, fmt.Errorf("%w from %s: element 1 is not a string", ErrMalformedReply, fn)
+	}
+	fields := make([]string, 0, len(arr)-2)
+	for _, m := range arr[2:] {
+		fields = append(fields, messageString(m))
+	}
+	if code != 1 {
+		return nil, &LuaError{Function: fn, Code: ErrorCode(status), Details: fields}
+	}
+	return &Reply{Status: status, Fields: fields}, nil
+}
+
+// messageString renders any scalar reply element as text.
+func messageString(m vk.ValkeyMessage) string {
+	if s, err := m.ToString(); err == nil {
+		return s
+	}
+	if n, err := m.AsInt64(); err == nil {
+		return strconv.FormatInt(n, 10)
+	}
+	if f, err := m.AsFloat64(); err == nil {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	if m.IsNil() {
+		return ""
+	}
+	return fmt.Sprint(m)
+}
