@@ -78,3 +78,20 @@ func TestCLI(t *testing.T) {
 		}
 	})
 }
+
+func TestRunDemoOnPrivateServer(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCmd(t, "run", "--demo", "12", "--demo-timeout", "30s")
+	if code != 0 {
+		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"flowfabric library 34 loaded",
+		"12 created (3 delayed), 12 claimed, 12 completed",
+		"executions by state: completed=12",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run output lacks %q:\n%s", want, out)
+		}
+	}
+}
