@@ -9,11 +9,11 @@ import (
 
 // Defaults of the signal family, sent explicitly for zero values.
 const (
-	DefaultSignalDedupTTLMs        = 86400000
-	DefaultSignalMaxLen            = 1000
-	DefaultMaxSignalsPerExecution  = 10000
-	DefaultSignalPayloadEncoding   = "json"
-	DefaultSignalTargetScope       = "waitpoint"
+	DefaultSignalDedupTTLMs       = 86400000
+	DefaultSignalMaxLen           = 1000
+	DefaultMaxSignalsPerExecution = 10000
+	DefaultSignalPayloadEncoding  = "json"
+	DefaultSignalTargetScope      = "waitpoint"
 )
 
 // SignalParams are the inputs of ff_deliver_signal and
