@@ -29,10 +29,9 @@ const (
 type AppendFrameParams struct {
 	ExecutionID  model.ExecutionID
 	AttemptIndex int
-	LeaseID      string
-	LeaseEpoch   uint64
-	AttemptID    string
-	FrameType    string
+	// Fence is the held lease; the attempt id is recorded, not checked.
+	Fence     LeaseFence
+	FrameType string
 	// TS is the frame timestamp in ms; 0 lets the server stamp now.
 	TS      int64
 	Payload string
@@ -83,9 +82,9 @@ func (p *AppendFrameParams) Call() Call {
 		Function: "ff_append_frame",
 		Keys: []string{k.Core(), k.Stream(p.AttemptIndex), k.StreamMeta(p.AttemptIndex),
 			k.StreamSummary(p.AttemptIndex)},
-		Args: []string{string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.LeaseID,
-			suspEpoch(p.LeaseEpoch), p.FrameType, suspOpt(p.TS), p.Payload, enc, p.CorrelationID,
-			src, suspInt(p.RetentionMaxLen), p.AttemptID, suspInt(maxBytes), p.Mode, p.PatchKind,
+		Args: []string{string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.Fence.LeaseID,
+			p.Fence.epoch(), p.FrameType, suspOpt(p.TS), p.Payload, enc, p.CorrelationID,
+			src, suspInt(p.RetentionMaxLen), p.Fence.AttemptID, suspInt(maxBytes), p.Mode, p.PatchKind,
 			suspInt(p.TTLMs), suspInt(p.MaxLenFloor), suspInt(p.MaxLenCeiling),
 			strconv.FormatFloat(p.EMAAlpha, 'f', -1, 64)},
 	}

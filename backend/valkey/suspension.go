@@ -34,14 +34,6 @@ func suspOpt(v int64) string {
 	return suspInt(v)
 }
 
-// suspEpoch renders a lease epoch; 0 means "no fence" and is sent as "".
-func suspEpoch(v uint64) string {
-	if v == 0 {
-		return ""
-	}
-	return strconv.FormatUint(v, 10)
-}
-
 // suspWrap names the operation on transport errors; a *LuaError already
 // names its function and keeps its code through %w.
 func suspWrap(op string, err error) error {
@@ -96,10 +88,9 @@ type WaitpointGrant struct {
 type SuspendParams struct {
 	ExecutionID  model.ExecutionID
 	AttemptIndex int
-	// The lease fence; all three are required (fence_required otherwise).
-	AttemptID  string
-	LeaseID    string
-	LeaseEpoch uint64
+	// Fence is the held lease; all three parts are required
+	// (fence_required otherwise).
+	Fence LeaseFence
 
 	SuspensionID string
 	WaitpointID  string
@@ -182,8 +173,8 @@ func (p *SuspendParams) Call(nowMs int64) Call {
 		pk.WaitpointCondition(p.WaitpointID), pk.AttemptTimeout(), pk.WaitpointHMACSecrets(), dedup,
 	}
 	args := []string{
-		string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.AttemptID, p.LeaseID,
-		suspEpoch(p.LeaseEpoch), p.SuspensionID, p.WaitpointID, p.WaitpointKey,
+		string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.Fence.AttemptID, p.Fence.LeaseID,
+		p.Fence.epoch(), p.SuspensionID, p.WaitpointID, p.WaitpointKey,
 		p.ReasonCode, p.RequestedBy, suspOpt(p.TimeoutAt), p.ResumeConditionJSON,
 		p.ResumePolicyJSON, p.ContinuationMetadataPointer, pending, behavior,
 		suspInt(DefaultLeaseHistoryMaxLen), p.IdempotencyKey, ttl, strconv.Itoa(len(p.Extra)),
