@@ -75,6 +75,9 @@ redis.register_function('ff_append_frame', function(keys, args)
     if not v then return e end
     n[s[1]] = v
   end
+  if n.retention_maxlen < 0 or n.retention_maxlen ~= math.floor(n.retention_maxlen) then
+    return err('invalid_input', 'retention_maxlen must be a non-negative integer')
+  end
   if n.maxlen_floor <= 0 then n.maxlen_floor = 64 end
   if n.maxlen_ceiling <= 0 then n.maxlen_ceiling = 16384 end
   if n.ema_alpha <= 0 or n.ema_alpha > 1 then n.ema_alpha = 0.2 end

@@ -242,6 +242,9 @@ func TestAppendFrame(t *testing.T) {
 			{"NonNumericRetention", valkey.CodeInvalidInput, func(f *suspFix, eid model.ExecutionID, c *valkey.Call) {
 				c.Args[10] = "lots"
 			}},
+			{"NegativeRetention", valkey.CodeInvalidInput, func(f *suspFix, eid model.ExecutionID, c *valkey.Call) {
+				c.Args[10] = "-1"
+			}},
 			{"NonNumericMaxBytes", valkey.CodeInvalidInput, func(f *suspFix, eid model.ExecutionID, c *valkey.Call) {
 				c.Args[12] = "big"
 			}},
