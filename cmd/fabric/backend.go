@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	vk "github.com/valkey-io/valkey-go"
 )
 
 // backendFlags are the flags every command that talks to Valkey shares.
@@ -73,3 +74,5 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 	return conn, nil
 }
 
+// valkeyCompleted is a built valkey-go command.
+type valkeyCompleted = vk.Completed

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// runCmd runs the CLI in-process and returns exit code, stdout, stderr.
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runCLI(context.Background(), &cliEnv{stdout: &out, stderr: &errb}, args)
+	return code, out.String(), errb.String()
+}
+
+func TestCLI(t *testing.T) {
+	t.Parallel()
+
+	t.Run("HelpListsCommands", func(t *testing.T) {
+		code, out, _ := runCmd(t, "help")
+		if code != 0 || !strings.Contains(out, "lua print") || !strings.Contains(out, "version") {
+			t.Fatalf("help: code %d\n%s", code, out)
+		}
+	})
+
+	t.Run("LuaPrintStartsWithShebang", func(t *testing.T) {
+		code, out, _ := runCmd(t, "lua", "print")
+		first, _, _ := strings.Cut(out, "\n")
+		if code != 0 || first != "#!lua name=flowfabric" {
+			t.Fatalf("lua print: code %d, first line %q", code, first)
+		}
+	})
+
+	t.Run("UnknownFlagExits2WithUsage", func(t *testing.T) {
+		code, _, errOut := runCmd(t, "lua", "load", "--no-such-flag")
+		if code != 2 || !strings.Contains(errOut, "Usage: fabric lua load") {
+			t.Fatalf("code %d, stderr %q", code, errOut)
+		}
+	})
+
+	t.Run("UnknownCommandExits2", func(t *testing.T) {
+		code, _, errOut := runCmd(t, "frobnicate")
+		if code != 2 || !strings.Contains(errOut, "unknown command") {
+			t.Fatalf("code %d, stderr %q", code, errOut)
+		}
+	})
+
+	t.Run("HelpOnEveryCommand", func(t *testing.T) {
+		for name := range commands {
+			args := append(strings.Fields(name), "--help")
+			code, out, _ := runCmd(t, args...)
+			if code != 0 || !strings.Contains(out, "Usage: fabric "+name) {
+				t.Errorf("%s --help: code %d, out %q", name, code, out)
+			}
+		}
+	})
+
+	t.Run("StrayArgumentsAreUsageErrors", func(t *testing.T) {
+		code, _, errOut := runCmd(t, "version", "extra")
+		if code != 2 || !strings.Contains(errOut, "unexpected arguments") {
+			t.Fatalf("code %d, stderr %q", code, errOut)
+		}
+	})
+
+	t.Run("BadLogLevel", func(t *testing.T) {
+		code, _, errOut := runCmd(t, "lua", "load", "--log-level", "loud")
+		if code != 2 || !strings.Contains(errOut, "--log-level") {
+			t.Fatalf("code %d, stderr %q", code, errOut)
+		}
+	})
+
+	t.Run("DeadBackendIsAClearError", func(t *testing.T) {
+		code, _, errOut := runCmd(t, "lua", "load", "--valkey-url", "unix:///nonexistent/fabric.sock")
+		if code != 1 || !strings.Contains(errOut, "nonexistent") {
+			t.Fatalf("code %d, stderr %q", code, errOut)
+		}
+	})
+}
+
+func TestRunDemoOnPrivateServer(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCmd(t, "run", "--demo", "12", "--demo-timeout", "30s")
+	if code != 0 {
+		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"flowfabric library 34 loaded",
+		"12 created (3 delayed), 12 claimed, 12 completed",
+		"executions by state: completed=12",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run output lacks %q:\n%s", want, out)
+		}
+	}
+}
