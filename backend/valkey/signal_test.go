@@ -75,13 +75,13 @@ func TestSignalLifecycle(t *testing.T) {
 		k, pk := model.KeysFor(eid), model.KeysOn(eid.Partition())
 		core := f.hgetall(k.Core())
 		now := core["last_transition_at"]
-		wantFields(t, "core", core, map[string]string{"lifecycle_phase": "runnable", "public_state": "waiting",
+		suspWantFields(t, "core", core, map[string]string{"lifecycle_phase": "runnable", "public_state": "waiting",
 			"eligibility_state": "eligible_now", "blocking_reason": "waiting_for_worker",
 			"attempt_state": "attempt_interrupted", "current_waitpoint_id": "", "current_suspension_id": ""})
 		if _, ok := f.zscore(pk.LaneEligible("default"), string(eid)); !ok {
 			t.Error("not eligible after resume")
 		}
-		wantFields(t, "signal", f.hgetall(pk.Signal(sig.SignalID)), map[string]string{
+		suspWantFields(t, "signal", f.hgetall(pk.Signal(sig.SignalID)), map[string]string{
 			"signal_id": sig.SignalID, "target_execution_id": string(eid), "target_waitpoint_id": sp.WaitpointID,
 			"target_scope": "waitpoint", "signal_name": "approve", "signal_category": "external",
 			"source_type": "webhook", "source_identity": "src-1", "correlation_id": "corr",
@@ -101,19 +101,19 @@ func TestSignalLifecycle(t *testing.T) {
 		if len(st) != 1 {
 			t.Fatalf("waitpoint stream %v", st)
 		}
-		wantFields(t, "wp stream", st[0], map[string]string{"signal_id": sig.SignalID, "signal_name": "approve",
+		suspWantFields(t, "wp stream", st[0], map[string]string{"signal_id": sig.SignalID, "signal_name": "approve",
 			"signal_category": "external", "source_type": "webhook", "source_identity": "src-1",
 			"matched": "0", "accepted_at": now})
 		if s, ok := f.zscore(k.Signals(), sig.SignalID); !ok || strconv.FormatFloat(s, 'f', -1, 64) != now {
 			t.Errorf("exec signals %v %v", s, ok)
 		}
-		wantFields(t, "condition", f.hgetall(pk.WaitpointCondition(sp.WaitpointID)), map[string]string{
+		suspWantFields(t, "condition", f.hgetall(pk.WaitpointCondition(sp.WaitpointID)), map[string]string{
 			"matcher:0:satisfied": "1", "matcher:0:signal_id": sig.SignalID, "satisfied_count": "1",
 			"closed": "1", "closed_at": now, "closed_reason": "satisfied"})
-		wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(sp.WaitpointID)), map[string]string{
+		suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(sp.WaitpointID)), map[string]string{
 			"state": "closed", "satisfied_at": now, "closed_at": now, "close_reason": "resumed",
 			"signal_count": "1", "matched_signal_count": "1", "last_signal_at": now})
-		wantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{
+		suspWantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{
 			"satisfied_at": now, "closed_at": now, "close_reason": "resumed", "last_signal_at": now})
 		if _, ok := f.zscore(pk.SuspensionTimeout(), string(eid)); ok {
 			t.Error("still in suspension_timeout")
@@ -122,14 +122,14 @@ func TestSignalLifecycle(t *testing.T) {
 		if len(del) != 1 {
 			t.Fatalf("delivery stream %v", del)
 		}
-		wantFields(t, "delivery", del[0], map[string]string{"signal_id": sig.SignalID, "execution_id": string(eid),
+		suspWantFields(t, "delivery", del[0], map[string]string{"signal_id": sig.SignalID, "execution_id": string(eid),
 			"waitpoint_id": sp.WaitpointID, "source_identity": "src-1", "effect": "resume_condition_satisfied",
 			"delivered_at_ms": now})
 
 		// A fresh claim is refused: the interrupted attempt must be resumed.
 		f.grant(eid)
 		_, err := f.c.ClaimExecution(f.ctx, f.claimParams(eid))
-		wantCode(t, err, valkey.CodeUseClaimResumedExecution)
+		suspWantCode(t, err, valkey.CodeUseClaimResumedExecution)
 		cr, err := f.c.ClaimResumedExecution(f.ctx, &valkey.ClaimResumedParams{ExecutionID: eid, WorkerID: "w1",
 			WorkerInstanceID: "wi1", Lane: "default", LeaseID: "L2", LeaseTTLMs: 30_000, RemainingAttemptTimeoutMs: 10_000})
 		if err != nil || cr.LeaseID != "L2" || cr.LeaseEpoch != 2 || cr.AttemptID != cl.AttemptID || cr.AttemptIndex != 0 {
@@ -137,16 +137,16 @@ func TestSignalLifecycle(t *testing.T) {
 		}
 		core = f.hgetall(k.Core())
 		acq, _ := strconv.ParseInt(core["lease_acquired_at"], 10, 64)
-		wantFields(t, "core", core, map[string]string{"lifecycle_phase": "active", "ownership_state": "leased",
+		suspWantFields(t, "core", core, map[string]string{"lifecycle_phase": "active", "ownership_state": "leased",
 			"attempt_state": "running_attempt", "public_state": "active", "current_lease_id": "L2",
 			"current_lease_epoch": "2", "current_worker_id": "w1", "current_worker_instance_id": "wi1",
 			"current_lane": "default", "current_attempt_id": cl.AttemptID, "total_attempt_count": "1",
 			"lease_expires_at":       strconv.FormatInt(cr.ExpiresAt, 10),
 			"lease_renewal_deadline": strconv.FormatInt(acq+20_000, 10)})
-		wantFields(t, "attempt", f.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "started",
+		suspWantFields(t, "attempt", f.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "started",
 			"lease_id": "L2", "lease_epoch": "2", "suspended_at": "", "suspension_id": "",
 			"resumed_at": core["lease_acquired_at"]})
-		wantFields(t, "lease", f.hgetall(k.LeaseCurrent()), map[string]string{"lease_id": "L2", "lease_epoch": "2",
+		suspWantFields(t, "lease", f.hgetall(k.LeaseCurrent()), map[string]string{"lease_id": "L2", "lease_epoch": "2",
 			"attempt_id": cl.AttemptID, "execution_id": string(eid), "worker_id": "w1"})
 		if f.exists(k.ClaimGrant()) {
 			t.Error("grant not consumed")
@@ -164,14 +164,14 @@ func TestSignalLifecycle(t *testing.T) {
 			t.Error("not in worker leases")
 		}
 		h := f.history(eid)
-		wantFields(t, "acquired", h[len(h)-1], map[string]string{"event": "acquired", "reason": "claim_resumed",
+		suspWantFields(t, "acquired", h[len(h)-1], map[string]string{"event": "acquired", "reason": "claim_resumed",
 			"lease_id": "L2", "lease_epoch": "2", "attempt_index": "0", "attempt_id": cl.AttemptID})
 
 		if err := f.c.CompleteExecution(f.ctx, &valkey.CompleteExecutionParams{ExecutionID: eid,
 			Fence: valkey.LeaseFence{LeaseID: "L2", LeaseEpoch: 2, AttemptID: cl.AttemptID}, Result: "done"}); err != nil {
 			t.Fatalf("complete: %v", err)
 		}
-		wantFields(t, "core", f.hgetall(k.Core()), map[string]string{"lifecycle_phase": "terminal",
+		suspWantFields(t, "core", f.hgetall(k.Core()), map[string]string{"lifecycle_phase": "terminal",
 			"terminal_outcome": "success", "public_state": "completed"})
 	})
 
@@ -185,7 +185,7 @@ func TestSignalLifecycle(t *testing.T) {
 		mutate(f, eid, sig)
 		before := f.snapshot(eid, sp.WaitpointID)
 		_, err := f.c.DeliverSignal(f.ctx, sig)
-		wantCode(t, err, code)
+		suspWantCode(t, err, code)
 		if !sameJSON(before, f.snapshot(eid, sp.WaitpointID)) {
 			t.Errorf("state changed:\n%v\n%v", before, f.snapshot(eid, sp.WaitpointID))
 		}
@@ -270,8 +270,8 @@ func TestSignalLifecycle(t *testing.T) {
 		}
 		f.hset(model.KeysOn(eid.Partition()).WaitpointHMACSecrets(), "expires_at:k1", "1")
 		_, err := f.c.DeliverSignal(f.ctx, signalFor(eid, res.Waitpoint, "b"))
-		wantCode(t, err, valkey.CodeTokenExpired)
-		wantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "suspended"})
+		suspWantCode(t, err, valkey.CodeTokenExpired)
+		suspWantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "suspended"})
 	})
 
 	t.Run("DuplicateIdempotencyKey", func(t *testing.T) {
@@ -316,16 +316,16 @@ func TestDeliverSignal(t *testing.T) {
 		if out := f.deliver(signalFor(eid, res.Waitpoint, "b")); out.Effect != "appended_to_waitpoint" {
 			t.Errorf("first of all: %+v", out)
 		}
-		wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(sp.WaitpointID)), map[string]string{
+		suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(sp.WaitpointID)), map[string]string{
 			"signal_count": "2", "matched_signal_count": "1", "state": "active"})
-		wantFields(t, "condition", f.hgetall(pk.WaitpointCondition(sp.WaitpointID)), map[string]string{
+		suspWantFields(t, "condition", f.hgetall(pk.WaitpointCondition(sp.WaitpointID)), map[string]string{
 			"matcher:1:satisfied": "1", "matcher:0:satisfied": "0", "satisfied_count": "1", "closed": "0"})
 		p := signalFor(eid, res.Waitpoint, "a")
 		p.ResumeDelayMs = 2500
 		if out := f.deliver(p); out.Effect != "resume_condition_satisfied" {
 			t.Errorf("last of all: %+v", out)
 		}
-		wantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"public_state": "delayed",
+		suspWantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"public_state": "delayed",
 			"blocking_reason": "waiting_for_resume_delay", "blocking_detail": "resume delay 2500ms after signal a"})
 		if _, ok := f.zscore(pk.LaneDelayed("default"), string(eid)); !ok {
 			t.Error("not delayed-indexed")
@@ -398,7 +398,7 @@ func TestDeliverSignal(t *testing.T) {
 				call := p.DeliverCall()
 				tc.setup(f, eid, sp.WaitpointID, &call)
 				_, err := f.fcall(call)
-				wantCode(t, err, tc.code)
+				suspWantCode(t, err, tc.code)
 				if f.exists(model.KeysOn(eid.Partition()).Signal(p.SignalID)) {
 					t.Error("signal recorded on error")
 				}
@@ -423,7 +423,7 @@ func TestDeliverSignal(t *testing.T) {
 		p := signalFor(eid, res.Waitpoint, "b")
 		p.MaxSignalsPerExecution = 2
 		_, err := f.c.DeliverSignal(f.ctx, p)
-		wantCode(t, err, valkey.CodeSignalLimitExceeded)
+		suspWantCode(t, err, valkey.CodeSignalLimitExceeded)
 	})
 }
 
@@ -449,7 +449,7 @@ func TestCompositeConditions(t *testing.T) {
 		}})
 		res := f.suspend(sp)
 		k, pk := model.KeysFor(eid), model.KeysOn(eid.Partition())
-		wantFields(t, "condition", f.hgetall(pk.WaitpointCondition(sp.WaitpointID)), map[string]string{
+		suspWantFields(t, "condition", f.hgetall(pk.WaitpointCondition(sp.WaitpointID)), map[string]string{
 			"condition_type": "composite", "composite": "1", "match_mode": "composite", "total_matchers": "0"})
 		if mm := f.hgetall(k.SuspensionMemberMap()); len(mm) != 2 || mm["wp:"+sp.WaitpointKey+":members[1]"] != "members[1]" {
 			t.Errorf("member map %v", mm)
@@ -471,7 +471,7 @@ func TestCompositeConditions(t *testing.T) {
 		if m := f.smembers(k.SuspensionSatisfiedSet()); len(m) != 1 || m[0] != "leaf:members[0]" {
 			t.Errorf("satisfied set %v", m)
 		}
-		wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(sp.WaitpointID)), map[string]string{
+		suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(sp.WaitpointID)), map[string]string{
 			"signal_count": "3", "matched_signal_count": "2"})
 		sigB := signalFor(eid, res.Waitpoint, "b")
 		if out := f.deliver(sigB); out.Effect != "resume_condition_satisfied" {
@@ -491,8 +491,8 @@ func TestCompositeConditions(t *testing.T) {
 				t.Errorf("%s not cleaned up", key)
 			}
 		}
-		wantFields(t, "core", f.hgetall(k.Core()), map[string]string{"lifecycle_phase": "runnable"})
-		wantFields(t, "condition", f.hgetall(pk.WaitpointCondition(sp.WaitpointID)), map[string]string{
+		suspWantFields(t, "core", f.hgetall(k.Core()), map[string]string{"lifecycle_phase": "runnable"})
+		suspWantFields(t, "condition", f.hgetall(pk.WaitpointCondition(sp.WaitpointID)), map[string]string{
 			"closed": "1", "closed_reason": "satisfied"})
 	})
 
@@ -545,7 +545,7 @@ func TestCompositeConditions(t *testing.T) {
 		if out := f.deliver(signalFor(eid, res.Waitpoint, "any")); out.Effect != "resume_condition_satisfied" {
 			t.Fatalf("primary: %+v", out)
 		}
-		wantFields(t, "extra", f.hgetall(pk.Waitpoint(x.WaitpointID)), map[string]string{"state": "closed", "close_reason": "resumed"})
+		suspWantFields(t, "extra", f.hgetall(pk.Waitpoint(x.WaitpointID)), map[string]string{"state": "closed", "close_reason": "resumed"})
 		if out, err := f.c.DeliverSignal(f.ctx, signalFor(eid, x, "late")); err == nil {
 			t.Errorf("late signal on closed extra accepted: %+v", out)
 		}
@@ -562,7 +562,7 @@ func TestCompositeConditions(t *testing.T) {
 		if out := f.deliver(signalFor(eid, res.Waitpoint, "a")); out.Effect != "signal_ignored_not_in_condition" {
 			t.Fatalf("%+v", out)
 		}
-		wantFields(t, "waitpoint", f.hgetall(model.KeysOn(eid.Partition()).Waitpoint(sp.WaitpointID)), map[string]string{
+		suspWantFields(t, "waitpoint", f.hgetall(model.KeysOn(eid.Partition()).Waitpoint(sp.WaitpointID)), map[string]string{
 			"signal_count": "1", "matched_signal_count": "0"})
 	})
 }
@@ -589,11 +589,11 @@ func TestBufferedSignals(t *testing.T) {
 		if out.Effect != "buffered_for_pending_waitpoint" {
 			t.Fatalf("%+v", out)
 		}
-		wantFields(t, "signal", f.hgetall(pk.Signal(out.SignalID)), map[string]string{
+		suspWantFields(t, "signal", f.hgetall(pk.Signal(out.SignalID)), map[string]string{
 			"observed_effect": "buffered_for_pending_waitpoint", "target_waitpoint_id": g.WaitpointID})
 		// Delivering to a pending waitpoint is refused.
 		_, err := f.c.DeliverSignal(f.ctx, signalFor(eid, *g, "approve"))
-		wantCode(t, err, valkey.CodeWaitpointPendingUseBuffer)
+		suspWantCode(t, err, valkey.CodeWaitpointPendingUseBuffer)
 
 		p := f.suspendParams(eid, cl)
 		p.WaitpointID, p.WaitpointKey, p.UsePendingWaitpoint, p.IdempotencyKey = g.WaitpointID, "", true, "s1"
@@ -601,14 +601,14 @@ func TestBufferedSignals(t *testing.T) {
 		if !res.AlreadySatisfied || res.Waitpoint != *g || res.SuspensionID != p.SuspensionID {
 			t.Fatalf("%+v", res)
 		}
-		wantFields(t, "core", f.hgetall(k.Core()), map[string]string{"lifecycle_phase": "active",
+		suspWantFields(t, "core", f.hgetall(k.Core()), map[string]string{"lifecycle_phase": "active",
 			"ownership_state": "leased", "current_lease_id": cl.LeaseID})
 		if !f.exists(k.LeaseCurrent()) || f.exists(k.SuspensionCurrent()) {
 			t.Error("lease released or suspension written")
 		}
-		wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(g.WaitpointID)), map[string]string{
+		suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(g.WaitpointID)), map[string]string{
 			"state": "closed", "close_reason": "resumed", "suspension_id": p.SuspensionID})
-		wantFields(t, "condition", f.hgetall(pk.WaitpointCondition(g.WaitpointID)), map[string]string{
+		suspWantFields(t, "condition", f.hgetall(pk.WaitpointCondition(g.WaitpointID)), map[string]string{
 			"satisfied_count": "1", "matcher:0:satisfied": "1", "matcher:0:signal_id": out.SignalID})
 		if o := f.hgetall(k.SuspendDedup("s1"))["outcome"]; o != "ALREADY_SATISFIED\t"+p.SuspensionID+"\t"+g.WaitpointID+"\tpending-key\t"+g.Token+"\t0" {
 			t.Errorf("dedup outcome %q", o)
@@ -631,7 +631,7 @@ func TestBufferedSignals(t *testing.T) {
 		if res := f.suspend(p); res.AlreadySatisfied {
 			t.Fatal("satisfied with one of two")
 		}
-		wantFields(t, "condition", f.hgetall(model.KeysOn(eid.Partition()).WaitpointCondition(g.WaitpointID)),
+		suspWantFields(t, "condition", f.hgetall(model.KeysOn(eid.Partition()).WaitpointCondition(g.WaitpointID)),
 			map[string]string{"satisfied_count": "1", "matcher:0:satisfied": "1", "matcher:1:satisfied": "0"})
 		if out := f.deliver(signalFor(eid, *g, "b")); out.Effect != "resume_condition_satisfied" {
 			t.Fatalf("%+v", out)
@@ -683,7 +683,7 @@ func TestBufferedSignals(t *testing.T) {
 					}
 					return
 				}
-				wantCode(t, err, tc.code)
+				suspWantCode(t, err, tc.code)
 				if f.exists(model.KeysOn(eid.Partition()).Signal(p.SignalID)) {
 					t.Error("signal recorded on error")
 				}
@@ -756,7 +756,7 @@ func TestClaimResumedExecution(t *testing.T) {
 				Lane: "default", LeaseID: "L", LeaseTTLMs: 1000}).Call()
 			tc.setup(f, eid, &call)
 			_, err := f.fcall(call)
-			wantCode(t, err, tc.code)
+			suspWantCode(t, err, tc.code)
 			if f.exists(model.KeysFor(eid).LeaseCurrent()) {
 				t.Error("lease written on error")
 			}

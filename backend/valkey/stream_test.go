@@ -39,7 +39,7 @@ func TestAppendFrame(t *testing.T) {
 	t.Run("Durable", func(t *testing.T) {
 		t.Parallel()
 		f := setupSusp(t)
-		eid, cl := f.claimed(nil)
+		eid, cl := f.claimed()
 		p := frameParams(eid, cl, "hello")
 		p.CorrelationID = "c1"
 		res := f.appendFrame(p)
@@ -48,7 +48,7 @@ func TestAppendFrame(t *testing.T) {
 		}
 		k := model.KeysFor(eid)
 		meta := f.hgetall(k.StreamMeta(0))
-		wantFields(t, "meta", meta, map[string]string{"stream_id": string(eid) + ":0", "execution_id": string(eid),
+		suspWantFields(t, "meta", meta, map[string]string{"stream_id": string(eid) + ":0", "execution_id": string(eid),
 			"attempt_id": cl.AttemptID, "attempt_index": "0", "closed_at": "", "closed_reason": "",
 			"durability_mode": "durable_full", "retention_maxlen": "10000", "last_sequence": res.EntryID,
 			"frame_count": "1", "total_bytes": "5", "has_durable_frame": "1", "last_frame_at": meta["created_at"]})
@@ -56,7 +56,7 @@ func TestAppendFrame(t *testing.T) {
 		if len(entries) != 1 || len(entries[0]) != 7 {
 			t.Fatalf("entries %v", entries)
 		}
-		wantFields(t, "frame", entries[0], map[string]string{"frame_type": "token", "ts": meta["created_at"],
+		suspWantFields(t, "frame", entries[0], map[string]string{"frame_type": "token", "ts": meta["created_at"],
 			"payload": "hello", "encoding": "utf8", "source": "worker", "mode": "durable", "correlation_id": "c1"})
 		p.TS, p.CorrelationID = 42, ""
 		res = f.appendFrame(p)
@@ -66,13 +66,13 @@ func TestAppendFrame(t *testing.T) {
 		if e := f.xrange(k.Stream(0)); e[1]["ts"] != "42" || len(e[1]) != 6 {
 			t.Errorf("second frame %v", e[1])
 		}
-		wantFields(t, "meta", f.hgetall(k.StreamMeta(0)), map[string]string{"total_bytes": "10", "frame_count": "2"})
+		suspWantFields(t, "meta", f.hgetall(k.StreamMeta(0)), map[string]string{"total_bytes": "10", "frame_count": "2"})
 	})
 
 	t.Run("RetentionTrimsExactly", func(t *testing.T) {
 		t.Parallel()
 		f := setupSusp(t)
-		eid, cl := f.claimed(nil)
+		eid, cl := f.claimed()
 		p := frameParams(eid, cl, "x")
 		p.RetentionMaxLen = 2
 		for i := 0; i < 4; i++ {
@@ -82,19 +82,19 @@ func TestAppendFrame(t *testing.T) {
 		if n := f.xlen(k.Stream(0)); n != 2 {
 			t.Errorf("xlen %d", n)
 		}
-		wantFields(t, "meta", f.hgetall(k.StreamMeta(0)), map[string]string{"frame_count": "4"})
+		suspWantFields(t, "meta", f.hgetall(k.StreamMeta(0)), map[string]string{"frame_count": "4"})
 	})
 
 	t.Run("PayloadLimit", func(t *testing.T) {
 		t.Parallel()
 		f := setupSusp(t)
-		eid, cl := f.claimed(nil)
+		eid, cl := f.claimed()
 		_, err := f.c.AppendFrame(f.ctx, frameParams(eid, cl, strings.Repeat("x", valkey.DefaultMaxFramePayloadBytes+1)))
-		wantCode(t, err, valkey.CodeRetentionLimitExceeded)
+		suspWantCode(t, err, valkey.CodeRetentionLimitExceeded)
 		p := frameParams(eid, cl, "12345")
 		p.MaxPayloadBytes = 4
 		_, err = f.c.AppendFrame(f.ctx, p)
-		wantCode(t, err, valkey.CodeRetentionLimitExceeded)
+		suspWantCode(t, err, valkey.CodeRetentionLimitExceeded)
 		if f.exists(model.KeysFor(eid).StreamMeta(0)) {
 			t.Error("meta created by a refused frame")
 		}
@@ -105,7 +105,7 @@ func TestAppendFrame(t *testing.T) {
 	t.Run("Summary", func(t *testing.T) {
 		t.Parallel()
 		f := setupSusp(t)
-		eid, cl := f.claimed(nil)
+		eid, cl := f.claimed()
 		k := model.KeysFor(eid)
 		p := frameParams(eid, cl, `{"a":1,"b":{"c":"x","d":[1,2]},"e":"gone"}`)
 		p.Mode, p.PatchKind = valkey.StreamModeSummary, valkey.PatchKindJSONMerge
@@ -129,13 +129,13 @@ func TestAppendFrame(t *testing.T) {
 			t.Errorf("document %s", s.Document)
 		}
 		e := f.xrange(k.Stream(0))
-		wantFields(t, "summary frame", e[1], map[string]string{"mode": "summary", "summary_version": "2"})
+		suspWantFields(t, "summary frame", e[1], map[string]string{"mode": "summary", "summary_version": "2"})
 	})
 
 	t.Run("SummaryErrors", func(t *testing.T) {
 		t.Parallel()
 		f := setupSusp(t)
-		eid, cl := f.claimed(nil)
+		eid, cl := f.claimed()
 		k := model.KeysFor(eid)
 		deep := strings.Repeat(`{"a":`, 18) + "1" + strings.Repeat("}", 18)
 		cases := []struct {
@@ -157,7 +157,7 @@ func TestAppendFrame(t *testing.T) {
 				tc.tamper(&call)
 			}
 			_, err := f.fcall(call)
-			if le := wantCode(t, err, valkey.CodeInvalidInput); le.Detail(0) != tc.detail {
+			if le := suspWantCode(t, err, valkey.CodeInvalidInput); le.Detail(0) != tc.detail {
 				t.Errorf("%s: detail %v", tc.name, le.Details)
 			}
 		}
@@ -168,25 +168,25 @@ func TestAppendFrame(t *testing.T) {
 		p := frameParams(eid, cl, `{"a":1}`)
 		p.Mode = valkey.StreamModeSummary
 		_, err := f.c.AppendFrame(f.ctx, p)
-		wantCode(t, err, valkey.CodeCorruption)
+		suspWantCode(t, err, valkey.CodeCorruption)
 	})
 
 	t.Run("BestEffortThenDurable", func(t *testing.T) {
 		t.Parallel()
 		f := setupSusp(t)
-		eid, cl := f.claimed(nil)
+		eid, cl := f.claimed()
 		k := model.KeysFor(eid)
 		p := frameParams(eid, cl, "live")
 		p.Mode, p.TTLMs = valkey.StreamModeBestEffort, 30_000
 		f.appendFrame(p)
 		meta := f.hgetall(k.StreamMeta(0))
 		// First append seeds the rate so that K is the floor (64).
-		wantFields(t, "meta", meta, map[string]string{"has_durable_frame": "0", "maxlen_applied_last": "64",
+		suspWantFields(t, "meta", meta, map[string]string{"has_durable_frame": "0", "maxlen_applied_last": "64",
 			"ema_rate_hz": "1.0666666666667", "last_append_ts_ms": meta["created_at"]})
 		if ttl := f.pttl(k.Stream(0)); ttl <= 59_000 || ttl > 60_000 {
 			t.Errorf("stream ttl %d", ttl)
 		}
-		wantFields(t, "frame", f.xrange(k.Stream(0))[0], map[string]string{"mode": "best_effort", "ttl_ms": "30000"})
+		suspWantFields(t, "frame", f.xrange(k.Stream(0))[0], map[string]string{"mode": "best_effort", "ttl_ms": "30000"})
 		f.appendFrame(frameParams(eid, cl, "durable"))
 		if ttl := f.pttl(k.Stream(0)); ttl != -1 {
 			t.Errorf("durable frame did not persist the stream: ttl %d", ttl)
@@ -256,11 +256,11 @@ func TestAppendFrame(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				f := setupSusp(t)
-				eid, cl := f.claimed(nil)
+				eid, cl := f.claimed()
 				call := frameParams(eid, cl, "p").Call()
 				tc.setup(f, eid, &call)
 				_, err := f.fcall(call)
-				wantCode(t, err, tc.code)
+				suspWantCode(t, err, tc.code)
 				if f.exists(model.KeysFor(eid).Stream(0)) {
 					t.Error("frame written on error")
 				}
@@ -272,7 +272,7 @@ func TestAppendFrame(t *testing.T) {
 func TestReadAttemptStream(t *testing.T) {
 	t.Parallel()
 	f := setupSusp(t)
-	eid, cl := f.claimed(nil)
+	eid, cl := f.claimed()
 	var ids []string
 	for i := 0; i < 3; i++ {
 		ids = append(ids, f.appendFrame(frameParams(eid, cl, "f"+strconv.Itoa(i))).EntryID)
@@ -298,12 +298,12 @@ func TestReadAttemptStream(t *testing.T) {
 		call := valkey.ReadAttemptStreamCall(eid, 0, "", "", 1, "")
 		call.Args[2] = tc.count
 		_, err := f.fcall(call)
-		if le := wantCode(t, err, valkey.CodeInvalidInput); le.Detail(0) != tc.detail {
+		if le := suspWantCode(t, err, valkey.CodeInvalidInput); le.Detail(0) != tc.detail {
 			t.Errorf("count %s: %v", tc.count, le.Details)
 		}
 	}
 	_, err = f.c.ReadAttemptStream(f.ctx, eid, 0, "bogus-id", "+", 10, "")
-	wantCode(t, err, valkey.CodeInvalidInput)
+	suspWantCode(t, err, valkey.CodeInvalidInput)
 }
 
 func TestReadSummaryAbsent(t *testing.T) {

@@ -1,29 +1,165 @@
 package valkey_test
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/model"
 )
 
 // testSecret is the keystore secret the suspension tests install as k1.
 const testSecret = "00112233445566778899aabbccddeeff"
 
-// suspFix extends the execution fixture with suspension helpers.
+// suspFix is the fixture of the suspension, signal and stream tests. It is
+// self-contained so it does not depend on other families' test helpers.
 type suspFix struct {
-	*execBundle
+	t   *testing.T
+	c   *valkey.Client
+	ctx context.Context
 }
 
 func setupSusp(t *testing.T) *suspFix {
 	t.Helper()
-	return &suspFix{execBundle: setupExec(t)}
+	return &suspFix{t: t, c: valkeytest.Client(t), ctx: valkeytest.Context(t, 30*time.Second)}
+}
+
+// eid mints a solo execution id on lane default.
+func (f *suspFix) eid() model.ExecutionID {
+	return model.DefaultPartitionConfig().NewSoloExecutionID("default")
+}
+
+func (f *suspFix) now() int64 {
+	f.t.Helper()
+	n, err := f.c.ServerTime(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+func (f *suspFix) fcall(call valkey.Call) (*valkey.Reply, error) {
+	return f.c.FCall(f.ctx, call.Function, call.Keys, call.Args)
+}
+
+func (f *suspFix) hgetall(key string) map[string]string {
+	f.t.Helper()
+	m, err := f.c.Raw().Do(f.ctx, f.c.Raw().B().Hgetall().Key(key).Build()).AsStrMap()
+	if err != nil {
+		f.t.Fatalf("HGETALL %s: %v", key, err)
+	}
+	return m
+}
+
+func (f *suspFix) get(key string) (string, bool) {
+	s, err := f.c.Raw().Do(f.ctx, f.c.Raw().B().Get().Key(key).Build()).ToString()
+	return s, err == nil
+}
+
+func (f *suspFix) exists(key string) bool {
+	f.t.Helper()
+	n, err := f.c.Raw().Do(f.ctx, f.c.Raw().B().Exists().Key(key).Build()).AsInt64()
+	if err != nil {
+		f.t.Fatalf("EXISTS %s: %v", key, err)
+	}
+	return n == 1
+}
+
+func (f *suspFix) zscore(key, member string) (float64, bool) {
+	s, err := f.c.Raw().Do(f.ctx, f.c.Raw().B().Zscore().Key(key).Member(member).Build()).AsFloat64()
+	return s, err == nil
+}
+
+func (f *suspFix) sismember(key, member string) bool {
+	f.t.Helper()
+	ok, err := f.c.Raw().Do(f.ctx, f.c.Raw().B().Sismember().Key(key).Member(member).Build()).AsBool()
+	if err != nil {
+		f.t.Fatalf("SISMEMBER %s: %v", key, err)
+	}
+	return ok
+}
+
+func (f *suspFix) pttl(key string) int64 {
+	f.t.Helper()
+	n, err := f.c.Raw().Do(f.ctx, f.c.Raw().B().Pttl().Key(key).Build()).AsInt64()
+	if err != nil {
+		f.t.Fatalf("PTTL %s: %v", key, err)
+	}
+	return n
+}
+
+func (f *suspFix) hset(key string, kv ...string) {
+	f.t.Helper()
+	cmd := f.c.Raw().B().Hset().Key(key).FieldValue()
+	for i := 0; i+1 < len(kv); i += 2 {
+		cmd = cmd.FieldValue(kv[i], kv[i+1])
+	}
+	if err := f.c.Raw().Do(f.ctx, cmd.Build()).Error(); err != nil {
+		f.t.Fatalf("HSET %s: %v", key, err)
+	}
+}
+
+// history is eid's lease history, oldest first.
+func (f *suspFix) history(eid model.ExecutionID) []map[string]string {
+	return f.xrange(model.KeysFor(eid).LeaseHistory())
+}
+
+// grant issues a claim grant for worker w1/wi1 on lane default.
+func (f *suspFix) grant(eid model.ExecutionID) {
+	f.t.Helper()
+	if err := f.c.IssueClaimGrant(f.ctx, &valkey.IssueClaimGrantParams{ExecutionID: eid, WorkerID: "w1",
+		WorkerInstanceID: "wi1", Lane: "default", GrantTTLMs: 5000}); err != nil {
+		f.t.Fatalf("IssueClaimGrant: %v", err)
+	}
+}
+
+func (f *suspFix) claimParams(eid model.ExecutionID) *valkey.ClaimExecutionParams {
+	return &valkey.ClaimExecutionParams{ExecutionID: eid, WorkerID: "w1", WorkerInstanceID: "wi1",
+		LaneID: "default", LeaseTTLMs: 30_000}
+}
+
+// claimed creates an execution on lane default and claims it.
+func (f *suspFix) claimed() (model.ExecutionID, *valkey.ClaimResult) {
+	f.t.Helper()
+	eid := f.eid()
+	if _, err := f.c.CreateExecution(f.ctx, &valkey.CreateExecutionParams{ExecutionID: eid, Namespace: "ns",
+		LaneID: "default", ExecutionKind: "kind"}); err != nil {
+		f.t.Fatalf("CreateExecution: %v", err)
+	}
+	f.grant(eid)
+	res, err := f.c.ClaimExecution(f.ctx, f.claimParams(eid))
+	if err != nil {
+		f.t.Fatalf("ClaimExecution: %v", err)
+	}
+	return eid, res
+}
+
+// suspWantCode fails unless err is a *LuaError with code.
+func suspWantCode(t *testing.T, err error, code valkey.ErrorCode) *valkey.LuaError {
+	t.Helper()
+	var le *valkey.LuaError
+	if !errors.As(err, &le) || le.Code != code {
+		t.Fatalf("error = %v; want code %s", err, code)
+	}
+	return le
+}
+
+func suspWantFields(t *testing.T, what string, got map[string]string, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s[%s] = %q (present %v); want %q", what, k, g, ok, v)
+		}
+	}
 }
 
 // keystore installs kid k1 = testSecret on eid's partition.
@@ -61,7 +197,7 @@ func signalCond(mode string, min int, names ...string) string {
 // active creates and claims an execution and installs the keystore.
 func (f *suspFix) active() (model.ExecutionID, *valkey.ClaimResult) {
 	f.t.Helper()
-	eid, cl := f.claimed(nil)
+	eid, cl := f.claimed()
 	f.keystore(eid)
 	return eid, cl
 }
@@ -140,7 +276,7 @@ func TestHMACTokenVectors(t *testing.T) {
 	// A short key, a key longer than the 64-byte block (reduced by SHA1),
 	// and one exactly 64 bytes.
 	for i, secret := range []string{testSecret, strings.Repeat("ab", 100), strings.Repeat("0f", 64)} {
-		eid, cl := f.claimed(nil)
+		eid, cl := f.claimed()
 		key := f.keystore(eid)
 		f.hset(key, "secret:k1", secret)
 		wp := model.NewUUID().String()
@@ -180,17 +316,17 @@ func TestSuspendExecution(t *testing.T) {
 		if created < before {
 			t.Fatalf("created_at %d before %d", created, before)
 		}
-		wantFields(t, "waitpoint", wp, map[string]string{
+		suspWantFields(t, "waitpoint", wp, map[string]string{
 			"waitpoint_id": p.WaitpointID, "execution_id": string(eid), "attempt_index": "0",
 			"suspension_id": p.SuspensionID, "waitpoint_key": p.WaitpointKey, "waitpoint_token": res.Waitpoint.Token,
 			"state": "active", "activated_at": wp["created_at"], "expires_at": "", "signal_count": "0",
 			"matched_signal_count": "0", "last_signal_at": ""})
-		wantFields(t, "condition", f.hgetall(pk.WaitpointCondition(p.WaitpointID)), map[string]string{
+		suspWantFields(t, "condition", f.hgetall(pk.WaitpointCondition(p.WaitpointID)), map[string]string{
 			"condition_type": "signal_set", "match_mode": "any", "minimum_signal_count": "1",
 			"total_matchers": "1", "satisfied_count": "0", "closed": "0", "updated_at": wp["created_at"],
 			"matcher:0:name": "approve", "matcher:0:satisfied": "0", "matcher:0:signal_id": ""})
 		core := f.hgetall(k.Core())
-		wantFields(t, "core", core, map[string]string{
+		suspWantFields(t, "core", core, map[string]string{
 			"lifecycle_phase": "suspended", "ownership_state": "unowned", "eligibility_state": "not_applicable",
 			"blocking_reason": "waiting_for_signal", "terminal_outcome": "none",
 			"blocking_detail": "suspended: waitpoint " + p.WaitpointID + " awaiting waiting_for_signal",
@@ -198,7 +334,7 @@ func TestSuspendExecution(t *testing.T) {
 			"current_worker_id": "", "current_worker_instance_id": "", "lease_expires_at": "",
 			"current_suspension_id": p.SuspensionID, "current_waitpoint_id": p.WaitpointID,
 			"current_lease_epoch": "1", "last_transition_at": wp["created_at"]})
-		wantFields(t, "attempt", f.hgetall(k.Attempt(0)), map[string]string{
+		suspWantFields(t, "attempt", f.hgetall(k.Attempt(0)), map[string]string{
 			"attempt_state": "suspended", "suspended_at": wp["created_at"], "suspension_id": p.SuspensionID})
 		if f.exists(k.LeaseCurrent()) {
 			t.Error("lease_current survived")
@@ -221,7 +357,7 @@ func TestSuspendExecution(t *testing.T) {
 		if m := f.smembers(k.Waitpoints()); len(m) != 1 || m[0] != p.WaitpointID {
 			t.Errorf("waitpoints %v", m)
 		}
-		wantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{
+		suspWantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{
 			"suspension_id": p.SuspensionID, "execution_id": string(eid), "attempt_index": "0",
 			"waitpoint_id": p.WaitpointID, "waitpoint_key": p.WaitpointKey, "additional_waitpoints_json": "[]",
 			"reason_code": "waiting_for_signal", "requested_by": "worker", "created_at": wp["created_at"],
@@ -230,7 +366,7 @@ func TestSuspendExecution(t *testing.T) {
 			"buffered_signal_summary_json": `{"total_count":0,"matched_count":0,"signal_names":[]}`,
 			"last_signal_at":               "", "satisfied_at": "", "closed_at": "", "close_reason": ""})
 		h := f.history(eid)
-		wantFields(t, "released", h[len(h)-1], map[string]string{"event": "released", "reason": "suspend",
+		suspWantFields(t, "released", h[len(h)-1], map[string]string{"event": "released", "reason": "suspend",
 			"lease_id": cl.LeaseID, "lease_epoch": "1", "attempt_index": "0", "attempt_id": cl.AttemptID})
 	})
 
@@ -249,8 +385,8 @@ func TestSuspendExecution(t *testing.T) {
 		if s, _ := f.zscore(pk.SuspensionTimeout(), string(eid)); int64(s) != p.TimeoutAt {
 			t.Errorf("timeout score %v", s)
 		}
-		wantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"blocking_reason": "paused_by_operator"})
-		wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(p.WaitpointID)), map[string]string{
+		suspWantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"blocking_reason": "paused_by_operator"})
+		suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(p.WaitpointID)), map[string]string{
 			"expires_at": strconv.FormatInt(p.TimeoutAt, 10)})
 	})
 
@@ -296,9 +432,9 @@ func TestSuspendExecution(t *testing.T) {
 			if g.Token != goToken("k1", testSecret, g.WaitpointID, g.WaitpointKey, wp["created_at"]) {
 				t.Errorf("extra token %s", g.Token)
 			}
-			wantFields(t, "extra waitpoint", wp, map[string]string{"state": "active", "suspension_id": p.SuspensionID,
+			suspWantFields(t, "extra waitpoint", wp, map[string]string{"state": "active", "suspension_id": p.SuspensionID,
 				"waitpoint_token": g.Token, "execution_id": string(eid)})
-			wantFields(t, "extra condition", f.hgetall(pk.WaitpointCondition(g.WaitpointID)),
+			suspWantFields(t, "extra condition", f.hgetall(pk.WaitpointCondition(g.WaitpointID)),
 				map[string]string{"matcher:0:name": "approve", "closed": "0"})
 		}
 		if m := f.smembers(k.Waitpoints()); len(m) != 3 {
@@ -400,7 +536,7 @@ func TestSuspendExecution(t *testing.T) {
 				call := f.suspendParams(eid, cl).Call(0)
 				tc.setup(f, eid, &call)
 				_, err := f.fcall(call)
-				wantCode(t, err, tc.code)
+				suspWantCode(t, err, tc.code)
 				if tc.code != valkey.CodeExecutionNotFound && tc.code != valkey.CodeLeaseExpired &&
 					tc.code != valkey.CodeExecutionNotActive {
 					if ph := f.hgetall(model.KeysFor(eid).Core())["lifecycle_phase"]; ph != "active" {
@@ -417,8 +553,8 @@ func TestSuspendExecution(t *testing.T) {
 		eid, cl := f.active()
 		f.hset(model.KeysFor(eid).Core(), "lease_expires_at", "1")
 		_, err := f.c.SuspendExecution(f.ctx, f.suspendParams(eid, cl))
-		wantCode(t, err, valkey.CodeLeaseExpired)
-		wantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{
+		suspWantCode(t, err, valkey.CodeLeaseExpired)
+		suspWantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{
 			"ownership_state": "lease_expired_reclaimable", "lifecycle_phase": "active"})
 	})
 }
@@ -450,12 +586,12 @@ func TestSuspendOnPendingWaitpoint(t *testing.T) {
 			t.Fatalf("reply %+v, pending %+v", res, g)
 		}
 		pk := model.KeysOn(eid.Partition())
-		wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(g.WaitpointID)), map[string]string{
+		suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(g.WaitpointID)), map[string]string{
 			"state": "active", "suspension_id": p.SuspensionID, "expires_at": "", "waitpoint_key": "pending-key"})
 		if _, ok := f.zscore(pk.PendingWaitpointExpiry(), g.WaitpointID); ok {
 			t.Error("still in pending expiry index")
 		}
-		wantFields(t, "suspension", f.hgetall(model.KeysFor(eid).SuspensionCurrent()),
+		suspWantFields(t, "suspension", f.hgetall(model.KeysFor(eid).SuspensionCurrent()),
 			map[string]string{"waitpoint_key": "pending-key"})
 	})
 
@@ -483,8 +619,8 @@ func TestSuspendOnPendingWaitpoint(t *testing.T) {
 				p := f.suspendParams(eid, cl)
 				p.WaitpointID, p.WaitpointKey, p.UsePendingWaitpoint = g.WaitpointID, "", true
 				_, err := f.c.SuspendExecution(f.ctx, p)
-				wantCode(t, err, tc.code)
-				wantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "active"})
+				suspWantCode(t, err, tc.code)
+				suspWantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "active"})
 			})
 		}
 	})
@@ -498,11 +634,11 @@ func TestSuspendOnPendingWaitpoint(t *testing.T) {
 		p.WaitpointID, p.WaitpointKey, p.UsePendingWaitpoint = g.WaitpointID, "", true
 		p.Extra = []valkey.WaitpointBinding{{WaitpointID: "x", WaitpointKey: "y"}}
 		_, err := f.c.SuspendExecution(f.ctx, p)
-		wantCode(t, err, valkey.CodeUsePendingWithExtrasUnsupported)
+		suspWantCode(t, err, valkey.CodeUsePendingWithExtrasUnsupported)
 		// The pending waitpoint was activated before the refusal (no rollback).
-		wantFields(t, "waitpoint", f.hgetall(model.KeysOn(eid.Partition()).Waitpoint(g.WaitpointID)),
+		suspWantFields(t, "waitpoint", f.hgetall(model.KeysOn(eid.Partition()).Waitpoint(g.WaitpointID)),
 			map[string]string{"state": "active"})
-		wantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "active"})
+		suspWantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "active"})
 	})
 }
 
@@ -525,7 +661,7 @@ func TestCreatePendingWaitpoint(t *testing.T) {
 		if g.Token != goToken("k1", testSecret, wpID, "pk", wp["created_at"]) {
 			t.Errorf("token %s", g.Token)
 		}
-		wantFields(t, "waitpoint", wp, map[string]string{"waitpoint_id": wpID, "execution_id": string(eid),
+		suspWantFields(t, "waitpoint", wp, map[string]string{"waitpoint_id": wpID, "execution_id": string(eid),
 			"attempt_index": "0", "suspension_id": "", "waitpoint_key": "pk", "waitpoint_token": g.Token,
 			"state": "pending", "activated_at": "", "satisfied_at": "", "closed_at": "", "close_reason": "",
 			"expires_at": strconv.FormatInt(exp, 10), "signal_count": "0", "matched_signal_count": "0",
@@ -582,7 +718,7 @@ func TestCreatePendingWaitpoint(t *testing.T) {
 					WaitpointID: model.NewUUID().String(), WaitpointKey: "k", ExpiresAt: f.now() + 1000}).Call()
 				tc.setup(f, eid, &call)
 				_, err := f.fcall(call)
-				wantCode(t, err, tc.code)
+				suspWantCode(t, err, tc.code)
 				if tc.code != valkey.CodeWaitpointAlreadyExists && len(call.Keys) > 1 && f.exists(call.Keys[1]) {
 					t.Error("waitpoint written on error")
 				}
@@ -604,7 +740,7 @@ func TestResumeExecution(t *testing.T) {
 		}
 		k, pk := model.KeysFor(eid), model.KeysOn(eid.Partition())
 		core := f.hgetall(k.Core())
-		wantFields(t, "core", core, map[string]string{"lifecycle_phase": "runnable", "ownership_state": "unowned",
+		suspWantFields(t, "core", core, map[string]string{"lifecycle_phase": "runnable", "ownership_state": "unowned",
 			"eligibility_state": "eligible_now", "blocking_reason": "waiting_for_worker", "blocking_detail": "",
 			"attempt_state": "attempt_interrupted", "public_state": "waiting", "current_suspension_id": "",
 			"current_waitpoint_id": ""})
@@ -615,14 +751,14 @@ func TestResumeExecution(t *testing.T) {
 		if _, ok := f.zscore(pk.LaneSuspended("default"), string(eid)); ok {
 			t.Error("still suspended-indexed")
 		}
-		wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(p.WaitpointID)), map[string]string{
+		suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(p.WaitpointID)), map[string]string{
 			"state": "closed", "close_reason": "resumed", "closed_at": core["last_transition_at"],
 			"satisfied_at": core["last_transition_at"]})
-		wantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{
+		suspWantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{
 			"close_reason": "resumed", "closed_at": core["last_transition_at"]})
 		// A second resume finds nothing open.
 		_, err = f.c.ResumeExecution(f.ctx, &valkey.ResumeParams{ExecutionID: eid})
-		wantCode(t, err, valkey.CodeExecutionNotSuspended)
+		suspWantCode(t, err, valkey.CodeExecutionNotSuspended)
 	})
 
 	t.Run("Delayed", func(t *testing.T) {
@@ -634,7 +770,7 @@ func TestResumeExecution(t *testing.T) {
 		if err != nil || st != "delayed" {
 			t.Fatalf("%q %v", st, err)
 		}
-		wantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{
+		suspWantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{
 			"eligibility_state": "not_eligible_until_time", "blocking_reason": "waiting_for_resume_delay",
 			"blocking_detail": "resume delay 5000ms", "public_state": "delayed"})
 		if s, ok := f.zscore(model.KeysOn(eid.Partition()).LaneDelayed("default"), string(eid)); !ok || int64(s) < before+5000 {
@@ -653,8 +789,8 @@ func TestResumeExecution(t *testing.T) {
 			t.Fatal(err)
 		}
 		pk := model.KeysOn(eid.Partition())
-		wantFields(t, "extra", f.hgetall(pk.Waitpoint("x-1")), map[string]string{"state": "closed", "close_reason": "resumed"})
-		wantFields(t, "extra condition", f.hgetall(pk.WaitpointCondition("x-1")), map[string]string{"closed": "1", "closed_reason": "resumed"})
+		suspWantFields(t, "extra", f.hgetall(pk.Waitpoint("x-1")), map[string]string{"state": "closed", "close_reason": "resumed"})
+		suspWantFields(t, "extra condition", f.hgetall(pk.WaitpointCondition("x-1")), map[string]string{"closed": "1", "closed_reason": "resumed"})
 	})
 
 	t.Run("Errors", func(t *testing.T) {
@@ -662,18 +798,18 @@ func TestResumeExecution(t *testing.T) {
 		f := setupSusp(t)
 		eid, cl := f.active()
 		_, err := f.c.ResumeExecution(f.ctx, &valkey.ResumeParams{ExecutionID: eid})
-		wantCode(t, err, valkey.CodeExecutionNotSuspended)
+		suspWantCode(t, err, valkey.CodeExecutionNotSuspended)
 		_, err = f.c.ResumeExecution(f.ctx, &valkey.ResumeParams{ExecutionID: f.eid()})
-		wantCode(t, err, valkey.CodeExecutionNotFound)
+		suspWantCode(t, err, valkey.CodeExecutionNotFound)
 		f.suspend(f.suspendParams(eid, cl))
 		call := (&valkey.ResumeParams{ExecutionID: eid, Lane: "default", WaitpointID: "w"}).Call()
 		call.Args[2] = "soon"
 		_, err = f.fcall(call)
-		wantCode(t, err, valkey.CodeInvalidInput)
+		suspWantCode(t, err, valkey.CodeInvalidInput)
 		f.hset(model.KeysFor(eid).SuspensionCurrent(), "closed_at", "5")
 		_, err = f.fcall((&valkey.ResumeParams{ExecutionID: eid, Lane: "default", WaitpointID: "w"}).Call())
-		wantCode(t, err, valkey.CodeExecutionNotSuspended)
-		wantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "suspended"})
+		suspWantCode(t, err, valkey.CodeExecutionNotSuspended)
+		suspWantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "suspended"})
 	})
 }
 
@@ -706,17 +842,17 @@ func TestExpireSuspension(t *testing.T) {
 			}
 			reason := "timed_out_" + tc.behavior
 			core := f.hgetall(k.Core())
-			wantFields(t, "core", core, map[string]string{"lifecycle_phase": "terminal", "terminal_outcome": tc.outcome,
+			suspWantFields(t, "core", core, map[string]string{"lifecycle_phase": "terminal", "terminal_outcome": tc.outcome,
 				"public_state": tc.outcome, "attempt_state": "attempt_terminal",
 				"failure_reason": "suspension_timeout:" + tc.behavior, "current_suspension_id": "",
 				"completed_at": core["last_transition_at"]})
-			wantFields(t, "attempt", f.hgetall(k.Attempt(0)), map[string]string{"attempt_state": tc.attempt,
+			suspWantFields(t, "attempt", f.hgetall(k.Attempt(0)), map[string]string{"attempt_state": tc.attempt,
 				"suspended_at": "", "suspension_id": "", "failure_reason": "suspension_timeout:" + tc.behavior})
-			wantFields(t, "stream meta", f.hgetall(k.StreamMeta(0)), map[string]string{"closed_reason": "suspension_timeout"})
-			wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(p.WaitpointID)), map[string]string{"state": "closed", "close_reason": reason})
-			wantFields(t, "condition", f.hgetall(pk.WaitpointCondition(p.WaitpointID)), map[string]string{"closed": "1", "closed_reason": reason})
-			wantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{"close_reason": reason})
-			wantFields(t, "extra", f.hgetall(pk.Waitpoint("x-"+tc.behavior)), map[string]string{"state": "closed", "close_reason": reason})
+			suspWantFields(t, "stream meta", f.hgetall(k.StreamMeta(0)), map[string]string{"closed_reason": "suspension_timeout"})
+			suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(p.WaitpointID)), map[string]string{"state": "closed", "close_reason": reason})
+			suspWantFields(t, "condition", f.hgetall(pk.WaitpointCondition(p.WaitpointID)), map[string]string{"closed": "1", "closed_reason": reason})
+			suspWantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{"close_reason": reason})
+			suspWantFields(t, "extra", f.hgetall(pk.Waitpoint("x-"+tc.behavior)), map[string]string{"state": "closed", "close_reason": reason})
 			if _, ok := f.zscore(pk.LaneTerminal("default"), string(eid)); !ok {
 				t.Error("not terminal-indexed")
 			}
@@ -737,9 +873,9 @@ func TestExpireSuspension(t *testing.T) {
 			t.Fatalf("%+v %v", res, err)
 		}
 		pk := model.KeysOn(eid.Partition())
-		wantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "runnable",
+		suspWantFields(t, "core", f.hgetall(model.KeysFor(eid).Core()), map[string]string{"lifecycle_phase": "runnable",
 			"public_state": "waiting", "eligibility_state": "eligible_now"})
-		wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(p.WaitpointID)), map[string]string{"close_reason": "timed_out_auto_resume"})
+		suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(p.WaitpointID)), map[string]string{"close_reason": "timed_out_auto_resume"})
 		if _, ok := f.zscore(pk.LaneEligible("default"), string(eid)); !ok {
 			t.Error("not eligible")
 		}
@@ -754,10 +890,10 @@ func TestExpireSuspension(t *testing.T) {
 			t.Fatalf("%+v %v", res, err)
 		}
 		k, pk := model.KeysFor(eid), model.KeysOn(eid.Partition())
-		wantFields(t, "core", f.hgetall(k.Core()), map[string]string{"lifecycle_phase": "suspended",
+		suspWantFields(t, "core", f.hgetall(k.Core()), map[string]string{"lifecycle_phase": "suspended",
 			"blocking_reason": "paused_by_operator",
 			"blocking_detail": "suspension escalated: timeout at " + strconv.FormatInt(p.TimeoutAt, 10)})
-		wantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{
+		suspWantFields(t, "suspension", f.hgetall(k.SuspensionCurrent()), map[string]string{
 			"reason_code": "waiting_for_operator_review", "timeout_at": "", "timeout_behavior": "", "closed_at": ""})
 		if _, ok := f.zscore(pk.SuspensionTimeout(), string(eid)); ok {
 			t.Error("still in suspension_timeout")
@@ -817,7 +953,7 @@ func TestCloseWaitpoint(t *testing.T) {
 	if err != nil || already {
 		t.Fatalf("%v %v", already, err)
 	}
-	wantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(g.WaitpointID)), map[string]string{
+	suspWantFields(t, "waitpoint", f.hgetall(pk.Waitpoint(g.WaitpointID)), map[string]string{
 		"state": "closed", "close_reason": "never_committed"})
 	if _, ok := f.zscore(pk.PendingWaitpointExpiry(), g.WaitpointID); ok {
 		t.Error("still in pending expiry")
@@ -826,10 +962,10 @@ func TestCloseWaitpoint(t *testing.T) {
 		t.Errorf("second close %v %v", already, err)
 	}
 	_, err = f.c.CloseWaitpoint(f.ctx, eid, "nope", "")
-	wantCode(t, err, valkey.CodeWaitpointNotFound)
+	suspWantCode(t, err, valkey.CodeWaitpointNotFound)
 	f.hset(pk.Waitpoint("odd"), "state", "weird")
 	_, err = f.c.CloseWaitpoint(f.ctx, eid, "odd", "")
-	wantCode(t, err, valkey.CodeWaitpointNotOpen)
+	suspWantCode(t, err, valkey.CodeWaitpointNotOpen)
 }
 
 func TestWaitpointHMACKeystore(t *testing.T) {
@@ -851,7 +987,7 @@ func TestWaitpointHMACKeystore(t *testing.T) {
 			t.Fatalf("replay %+v %v", r, err)
 		}
 		_, err = f.c.RotateWaitpointHMACSecret(f.ctx, part, "k1", "bb", 0)
-		if le := wantCode(t, err, valkey.CodeRotationConflict); le.Detail(0) != "k1" {
+		if le := suspWantCode(t, err, valkey.CodeRotationConflict); le.Detail(0) != "k1" {
 			t.Errorf("detail %v", le.Details)
 		}
 		before := f.now()
@@ -930,10 +1066,10 @@ func TestWaitpointHMACKeystore(t *testing.T) {
 		}
 		for _, tc := range cases {
 			_, err := f.c.FCall(f.ctx, "ff_rotate_waitpoint_hmac_secret", []string{key}, []string{tc.kid, tc.secret, tc.grace})
-			wantCode(t, err, tc.code)
+			suspWantCode(t, err, tc.code)
 		}
 		_, err := f.c.FCall(f.ctx, "ff_rotate_waitpoint_hmac_secret", []string{key}, nil)
-		wantCode(t, err, valkey.CodeInvalidKid)
+		suspWantCode(t, err, valkey.CodeInvalidKid)
 		if f.exists(key) {
 			t.Error("keystore written by a refused rotation")
 		}
