@@ -26,7 +26,6 @@ const (
 	CodeUsePendingWithExtrasUnsupported ErrorCode = "use_pending_with_extras_unsupported"
 	CodeInvalidKid                      ErrorCode = "invalid_kid"
 	CodeInvalidSecretHex                ErrorCode = "invalid_secret_hex"
-	CodeInvalidGraceMs                  ErrorCode = "invalid_grace_ms"
 	CodeRotationConflict                ErrorCode = "rotation_conflict"
 	CodeStreamClosed                    ErrorCode = "stream_closed"
 	CodeStaleOwnerCannotAppend          ErrorCode = "stale_owner_cannot_append"
