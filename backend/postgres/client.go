@@ -23,6 +23,9 @@ type ClientConfig struct {
 	// Now is the clock every operation reads "now" from (default
 	// time.Now). Tests and replay inject their own.
 	Now func() time.Time
+	// Partitions is the deployment's partition config (default 256/32/32);
+	// ClaimForWorker reads a lane's solo partition from it.
+	Partitions model.PartitionConfig
 	// Logger receives client logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -30,8 +33,9 @@ type ClientConfig struct {
 // Client is fabric's Postgres backend client: a pgx pool and one typed
 // method per operation. It is safe for concurrent use.
 type Client struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	parts model.PartitionConfig
+	now   func() time.Time
 	log  *slog.Logger
 }
 
@@ -55,7 +59,10 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	c := &Client{pool: pool, now: cfg.Now, log: cfg.Logger}
+	c := &Client{pool: pool, parts: cfg.Partitions, now: cfg.Now, log: cfg.Logger}
+	if c.parts == (model.PartitionConfig{}) {
+		c.parts = model.DefaultPartitionConfig()
+	}
 	if c.now == nil {
 		c.now = time.Now
 	}

@@ -298,7 +298,8 @@ type ClaimForWorkerParams struct {
 }
 
 // ClaimForWorker claims the best eligible execution of a lane: highest
-// priority, then oldest, skipping rows other claimers hold
+// priority, then oldest (first on the lane's solo partition, then on all
+// partitions, unless Partitions is given), skipping rows other claimers hold
 // (SELECT … FOR UPDATE SKIP LOCKED), among those whose required
 // capabilities the worker offers. Nothing to claim yields
 // CodeNoEligibleExecution.
@@ -317,10 +318,31 @@ func (c *Client) ClaimForWorker(ctx context.Context, p *ClaimForWorkerParams) (*
 	if caps == nil {
 		caps = []string{}
 	}
-	var parts []int16
-	for _, pt := range p.Partitions {
-		parts = append(parts, int16(pt))
+	// Solo executions of a lane all live on the lane's partition, so it is
+	// tried first (a pruned, indexed query); then every partition, which
+	// also finds flow members of the lane.
+	passes := [][]int16{{int16(c.parts.SoloPartition(p.LaneID).Index)}, nil}
+	if len(p.Partitions) > 0 {
+		var only []int16
+		for _, pt := range p.Partitions {
+			only = append(only, int16(pt))
+		}
+		passes = [][]int16{only}
 	}
+	var res *ClaimResult
+	var err error
+	for _, parts := range passes {
+		if res, err = c.claimPass(ctx, p, parts, caps); !errors.Is(err, CodeNoEligibleExecution) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim for worker (lane %s): %w", p.LaneID, err)
+	}
+	return res, nil
+}
+
+func (c *Client) claimPass(ctx context.Context, p *ClaimForWorkerParams, parts []int16, caps []string) (*ClaimResult, error) {
 	var res *ClaimResult
 	err := c.inTx(ctx, func(tx pgx.Tx) error {
 		var k execKey
@@ -348,10 +370,7 @@ SELECT partition_key, execution_id, attempt_index, attempt_state
 		res, err = c.grantLease(ctx, tx, k, idx, attemptState, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs)
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("claim for worker (lane %s): %w", p.LaneID, err)
-	}
-	return res, nil
+	return res, err
 }
 
 // grantLease writes the attempt and lease of a claim on a locked,
@@ -377,7 +396,7 @@ UPDATE ff_exec_core
        public_state = 'running', attempt_state = 'running_attempt', blocking_reason = NULL,
        started_at_ms = COALESCE(started_at_ms, $3),
        raw_fields = raw_fields || jsonb_build_object(
-           'last_mutation_at', $3::text,
+           'last_mutation_at', $3::bigint::text,
            'current_worker_instance_id', $4::text,
            'total_attempt_count', (COALESCE((raw_fields->>'total_attempt_count')::bigint, 0) + 1)::text)
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, instance); err != nil {
@@ -478,7 +497,7 @@ func (c *Client) CompleteExecution(ctx context.Context, p *CompleteExecutionPara
 UPDATE ff_exec_core
    SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
        public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $3, result = $4,
-       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::text, 'terminal_outcome', 'success')
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text, 'terminal_outcome', 'success')
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, p.Result); err != nil {
 			return err
 		}
@@ -622,9 +641,9 @@ UPDATE ff_exec_core
    SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'not_eligible_until_time',
        public_state = 'delayed', attempt_state = 'pending_retry_attempt', attempt_index = attempt_index + 1,
        blocking_reason = 'waiting_for_retry_backoff', deadline_at_ms = $3,
-       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $4::text, 'last_failure_message', $5::text,
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $4::bigint::text, 'last_failure_message', $5::text,
            'failure_reason', $5::text, 'failure_category', $6::text, 'retry_count', ($7::int + 1)::text,
-           'delay_until', $3::text)
+           'delay_until', $3::bigint::text)
  WHERE partition_key = $1 AND execution_id = $2`,
 				k.part, [16]byte(k.uuid), res.DelayUntil, now, p.FailureReason, p.FailureCategory, idx); err != nil {
 				return err
@@ -639,7 +658,7 @@ UPDATE ff_exec_core
 UPDATE ff_exec_core
    SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
        public_state = 'failed', attempt_state = 'attempt_terminal', terminal_at_ms = $3,
-       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::text, 'last_failure_message', $4::text,
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text, 'last_failure_message', $4::text,
            'failure_reason', $4::text, 'failure_category', $5::text, 'terminal_outcome', 'failed')
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, p.FailureReason, p.FailureCategory); err != nil {
 			return err
@@ -727,7 +746,7 @@ func (c *Client) DelayExecution(ctx context.Context, p *DelayExecutionParams) er
 UPDATE ff_exec_core
    SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'not_eligible_until_time',
        public_state = 'delayed', attempt_state = 'attempt_interrupted', deadline_at_ms = $3,
-       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $4::text, 'delay_until', $3::text)
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $4::bigint::text, 'delay_until', $3::bigint::text)
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), p.DelayUntil, now); err != nil {
 			return err
 		}

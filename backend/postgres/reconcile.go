@@ -199,7 +199,7 @@ func (c *Client) expireAttempt(ctx context.Context, k execKey, now int64) (bool,
 UPDATE ff_exec_core
    SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'eligible_now',
        public_state = 'waiting', attempt_state = 'pending_retry_attempt', attempt_index = attempt_index + 1,
-       raw_fields = raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout', 'last_mutation_at', $3::text)
+       raw_fields = raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout', 'last_mutation_at', $3::bigint::text)
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now); err != nil {
 				return err
 			}
@@ -208,7 +208,7 @@ UPDATE ff_exec_core
 UPDATE ff_exec_core
    SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
        public_state = 'expired', attempt_state = 'attempt_terminal', terminal_at_ms = $3,
-       raw_fields = raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout', 'last_mutation_at', $3::text,
+       raw_fields = raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout', 'last_mutation_at', $3::bigint::text,
            'terminal_outcome', 'expired')
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now); err != nil {
 				return err
@@ -295,7 +295,7 @@ func (c *Client) promoteOne(ctx context.Context, k execKey, now int64) (PromoteS
 		_, err = tx.Exec(ctx, `
 UPDATE ff_exec_core
    SET eligibility_state = 'eligible_now', public_state = 'waiting', deadline_at_ms = NULL, blocking_reason = NULL,
-       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::text)
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text)
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now)
 		st = PromotePromoted
 		return err
@@ -372,7 +372,7 @@ SELECT partition_key, execution_id FROM ff_exec_core
 			tag, err := tx.Exec(ctx, `
 UPDATE ff_exec_core
    SET lifecycle_phase = 'runnable',
-       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::text)
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text)
  WHERE partition_key = $1 AND execution_id = $2 AND lifecycle_phase = 'submitted'`, k.part, [16]byte(k.uuid), now)
 			acted = err == nil && tag.RowsAffected() == 1
 			return err
