@@ -36,7 +36,7 @@ type Client struct {
 	pool  *pgxpool.Pool
 	parts model.PartitionConfig
 	now   func() time.Time
-	log  *slog.Logger
+	log   *slog.Logger
 }
 
 // Connect opens a pool on cfg.URL and checks it with a ping.

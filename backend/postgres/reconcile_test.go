@@ -100,7 +100,10 @@ func TestReconcileAttemptTimeouts(t *testing.T) {
 			var wg sync.WaitGroup
 			var cerr error
 			wg.Add(2)
-			go func() { defer wg.Done(); c.ExpireAttemptTimeout(ctx, &postgres.ExpireAttemptTimeoutParams{ExecutionID: id, NowMs: r.ExpiresAt + 1}) }()
+			go func() {
+				defer wg.Done()
+				c.ExpireAttemptTimeout(ctx, &postgres.ExpireAttemptTimeoutParams{ExecutionID: id, NowMs: r.ExpiresAt + 1})
+			}()
 			go func() {
 				defer wg.Done()
 				cerr = c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: id, Fence: r.Fence()})

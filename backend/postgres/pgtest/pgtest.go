@@ -40,11 +40,11 @@ import (
 const TemplateDB = "fabric_template"
 
 var (
-	mu        sync.Mutex
-	shared    *postgres.Server
-	startErr  error
-	createMu  sync.Mutex // CREATE DATABASE from one template, one at a time
-	nextDB    atomic.Int64
+	mu       sync.Mutex
+	shared   *postgres.Server
+	startErr error
+	createMu sync.Mutex // CREATE DATABASE from one template, one at a time
+	nextDB   atomic.Int64
 )
 
 // Run runs the tests, stops the shared cluster and checks that it left no
