@@ -62,7 +62,7 @@ type Capabilities struct {
 
 func (c *Capabilities) validate(bad func(string, ...any) error) error {
 	for _, f := range c.FCall {
-		if !functionRE.MatchString(f) {
+		if !validFunction(f) {
 			return bad("capabilities.fcall %q: want an ff_* or fabric_* function name", f)
 		}
 	}
@@ -72,7 +72,7 @@ func (c *Capabilities) validate(bad func(string, ...any) error) error {
 		}
 	}
 	for _, s := range c.SQL {
-		if !sqlNameRE.MatchString(s) {
+		if !validSQLName(s) {
 			return bad("capabilities.sql %q: want a statement name", s)
 		}
 	}

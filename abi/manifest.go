@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"sort"
 
 	"github.com/fabric-host/fabric/model"
@@ -99,11 +98,34 @@ func (m *Manifest) ApplyDefaults() {
 // ErrInvalidManifest is matched by every manifest validation failure.
 var ErrInvalidManifest = errors.New("abi: invalid manifest")
 
-var (
-	nameRE     = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
-	functionRE = regexp.MustCompile(`^(ff|fabric)_[a-z0-9_]{1,64}$`)
-	sqlNameRE  = regexp.MustCompile(`^[a-z][a-z0-9_.]{0,127}$`)
-)
+// identifier reports whether s is a lowercase letter followed by at most
+// max-1 of [a-z0-9_] or extra. Hand-written rather than regexp so that
+// plugins, which link this package, do not carry the regexp engine.
+func identifier(s string, max int, extra byte) bool {
+	if len(s) == 0 || len(s) > max || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' && (extra == 0 || c != extra) {
+			return false
+		}
+	}
+	return true
+}
+
+func validName(s string) bool { return identifier(s, 64, 0) }
+
+func validFunction(s string) bool {
+	for _, p := range []string{"ff_", "fabric_"} {
+		if len(s) > len(p) && s[:len(p)] == p {
+			return identifier(s, len(p)+64, 0)
+		}
+	}
+	return false
+}
+
+func validSQLName(s string) bool { return identifier(s, 128, '.') }
 
 // Validate checks a manifest after ApplyDefaults, including ABI
 // compatibility with this package's Version. Every error matches
@@ -115,7 +137,7 @@ func (m *Manifest) Validate() error {
 	if err := CheckCompatible(Version, m.ABI); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidManifest, err)
 	}
-	if !nameRE.MatchString(m.Name) {
+	if !validName(m.Name) {
 		return bad("name %q: want lowercase letters, digits and '_', starting with a letter, at most 64 bytes", m.Name)
 	}
 	if _, err := ParseSemver(m.Version); err != nil {
