@@ -76,7 +76,7 @@ type VersionMismatchError struct {
 
 // Error renders the mismatch.
 func (e *VersionMismatchError) Error() string {
-	return fmt.Sprintf("abi: plugin speaks ABI %s, host speaks %s: %s", e.Plugin, e.Host, e.Reason)
+	return fmt.Sprintf("abi: version mismatch: plugin speaks ABI %s, host speaks %s: %s", e.Plugin, e.Host, e.Reason)
 }
 
 // Unwrap returns ErrVersionMismatch.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -396,9 +397,9 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 			}
 			return nil, fmt.Errorf("host: %s cancelled: %w", export, context.Cause(ctx))
 		}
-		msg := err.Error()
-		if tail := inst.stderr.String(); tail != "" {
-			msg += "; guest stderr: " + tail
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		if line := guestFatal(inst.stderr.String()); line != "" {
+			msg += "; guest: " + line
 		}
 		return nil, fmt.Errorf("%w: %s: %s", ErrTrap, export, msg)
 	}
@@ -411,8 +412,28 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 	return out, nil
 }
 
-// tailBuffer keeps the last max bytes written (guest stderr, for
-// reporting a panic's message). Safe for concurrent use.
+// guestFatal picks the line of a Go guest's stderr that says why it died
+// ("panic: ...", "fatal error: ..."), else its first line.
+func guestFatal(stderr string) string {
+	first := ""
+	for _, line := range strings.Split(stderr, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if first == "" {
+			first = line
+		}
+		if strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:") {
+			return line
+		}
+	}
+	return first
+}
+
+// tailBuffer keeps the first max bytes written to guest stdout/stderr
+// since the last Reset: a Go guest prints why it died first, then
+// goroutine dumps. Safe for concurrent use.
 type tailBuffer struct {
 	mu  sync.Mutex
 	max int
@@ -422,9 +443,8 @@ type tailBuffer struct {
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
+	if room := t.max - len(t.b); room > 0 {
+		t.b = append(t.b, p[:min(room, len(p))]...)
 	}
 	return len(p), nil
 }
