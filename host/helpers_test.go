@@ -3,7 +3,6 @@ package host_test
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
@@ -92,6 +92,8 @@ type testBundle struct {
 	dir  string
 	logs *logBuffer
 	sig  *host.TestSignals
+	// client is the host's backend (store: true only).
+	client *valkey.Client
 }
 
 type setupOpts struct {
@@ -122,9 +124,10 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 		QuarantineBase: 300 * time.Millisecond,
 		TestSignals:    sig,
 	}
+	var client *valkey.Client
 	if o.store {
-		c := valkeytest.Client(t)
-		cfg.Backend = c
+		client = valkeytest.Client(t)
+		cfg.Backend = client
 	} else {
 		cfg.Now = func(context.Context) (int64, error) { return 1_000_000, nil }
 	}
@@ -132,7 +135,7 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 	if err != nil {
 		t.Fatalf("host.New: %v", err)
 	}
-	b := &testBundle{host: h, dir: dir, logs: logs, sig: sig}
+	b := &testBundle{host: h, dir: dir, logs: logs, sig: sig, client: client}
 	if !o.noStart {
 		b.start(t)
 	}
@@ -158,4 +161,11 @@ func (b *testBundle) callsOf(name string) int64 {
 	return st.Calls
 }
 
-var _ = io.Discard
+// backend returns the valkey client the bundle's host uses.
+func (b *testBundle) backend(t *testing.T) *valkey.Client {
+	t.Helper()
+	if b.client == nil {
+		t.Fatal("setup without store: true has no backend")
+	}
+	return b.client
+}
