@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -18,18 +19,51 @@ import (
 )
 
 // cacheDir is the one compilation cache of this test binary: every test
-// shares compiled fixtures, so each .wasm compiles once per run.
+// shares compiled fixtures, so each .wasm compiles at most once per run.
+// It persists across runs (keyed by wazero's version, and by module
+// content inside), because under -race wazero's compiler is instrumented
+// and a cold compile of a Go module takes seconds. FABRIC_TEST_WAZERO_CACHE
+// overrides the location; "off" uses a fresh directory per run.
 var cacheDir string
 
 func TestMain(m *testing.M) {
+	dir, cleanup := testCacheDir()
+	cacheDir = dir
+	code := valkeytest.Run(m)
+	cleanup()
+	os.Exit(code)
+}
+
+func testCacheDir() (string, func()) {
+	env := os.Getenv("FABRIC_TEST_WAZERO_CACHE")
+	if env != "" && env != "off" {
+		return env, func() {}
+	}
+	if env == "" {
+		if base, err := os.UserCacheDir(); err == nil {
+			dir := filepath.Join(base, "fabric", "wazero-test-"+wazeroVersion())
+			if os.MkdirAll(dir, 0o755) == nil {
+				return dir, func() {}
+			}
+		}
+	}
 	dir, err := os.MkdirTemp("", "fabric-host-cache-")
 	if err != nil {
 		panic(err)
 	}
-	cacheDir = dir
-	code := valkeytest.Run(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
+	return dir, func() { os.RemoveAll(dir) }
+}
+
+// wazeroVersion is the wazero module version this binary links.
+func wazeroVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/tetratelabs/wazero" {
+				return d.Version
+			}
+		}
+	}
+	return "unknown"
 }
 
 // fixture returns the path of a built test plugin; a missing one fails the

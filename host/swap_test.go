@@ -24,11 +24,10 @@ func prewarm(t *testing.T, names ...string) {
 	}
 }
 
+// TestHotSwap is not parallel: it asserts a 1 s swap latency, so it runs
+// before the parallel tests start compiling on the 2 shared cores.
 func TestHotSwap(t *testing.T) {
-	t.Parallel()
-
 	t.Run("NoCycleSkippedOrRunTwice", func(t *testing.T) {
-		t.Parallel()
 		prewarm(t, "swap_v1", "swap_v2")
 		b := setup(t, setupOpts{fixtures: []string{"healthy"}})
 		target := filepath.Join(b.dir, "swapper.wasm")
@@ -71,7 +70,6 @@ func TestHotSwap(t *testing.T) {
 	})
 
 	t.Run("HalfWrittenFileNeverReplacesWorkingPlugin", func(t *testing.T) {
-		t.Parallel()
 		prewarm(t, "swap_v2")
 		b := setup(t, setupOpts{fixtures: []string{"healthy"}})
 		target := filepath.Join(b.dir, "healthy.wasm")

@@ -38,7 +38,10 @@ func readModuleShape(b []byte) (moduleShape, error) {
 	for r.off < len(b) {
 		id := r.byte()
 		size := r.u32()
-		if r.err != nil || r.off+int(size) > len(b) {
+		if r.err != nil {
+			return s, fmt.Errorf("%w: bad section header at byte %d", ErrTruncated, r.off)
+		}
+		if r.off+int(size) > len(b) {
 			return s, fmt.Errorf("%w: section %d at byte %d needs %d bytes, %d left", ErrTruncated, id, r.off, size, len(b)-r.off)
 		}
 		body := &wasmReader{b: b[r.off : r.off+int(size)]}

@@ -72,4 +72,3 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 	conn.Client = cl
 	return conn, nil
 }
-
