@@ -1,0 +1,155 @@
+package valkey
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/fabric-host/fabric/model"
+)
+
+// RenewLeaseParams are the inputs of ff_renew_lease. The whole fence
+// (attempt index, attempt id, lease id, lease epoch) is required.
+type RenewLeaseParams struct {
+	ExecutionID  model.ExecutionID
+	AttemptIndex int
+	AttemptID    string
+	LeaseID      string
+	LeaseEpoch   uint64
+	LeaseTTLMs   int64
+	// HistoryGraceMs is added to the new expiry for lease_current's
+	// PEXPIREAT; workers pass 5000.
+	HistoryGraceMs int64
+}
+
+// RenewLease extends the caller's lease to now+ttl (renewal deadline
+// now+floor(ttl*2/3)), refreshes the lease_expiry score and sets
+// lease_current's PEXPIREAT to expires+grace. An expired lease is marked
+// expired and lease_expired is returned.
+//
+//	KEYS[1] exec_core  KEYS[2] lease_current  KEYS[3] lease_history
+//	KEYS[4] lease_expiry
+//	ARGV[1] execution_id  ARGV[2] attempt_index  ARGV[3] attempt_id
+//	ARGV[4] lease_id  ARGV[5] lease_epoch  ARGV[6] lease_ttl_ms
+//	ARGV[7] lease_history_grace_ms
+//
+// Reply: ok("<new_expires_at>").
+func (c *Client) RenewLease(ctx context.Context, p *RenewLeaseParams) (int64, error) {
+	const fn = "ff_renew_lease"
+	k := model.KeysFor(p.ExecutionID)
+	keys := []string{k.Core(), k.LeaseCurrent(), k.LeaseHistory(), model.KeysOn(k.Partition()).LeaseExpiry()}
+	args := []string{
+		string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.AttemptID, p.LeaseID,
+		strconv.FormatUint(p.LeaseEpoch, 10), schedMS(p.LeaseTTLMs), schedMS(p.HistoryGraceMs),
+	}
+	rep, err := c.FCall(ctx, fn, keys, args)
+	if err != nil {
+		return 0, schedWrap(fn, err)
+	}
+	exp, err := rep.Int(0)
+	if err != nil {
+		return 0, schedWrap(fn, err)
+	}
+	return exp, nil
+}
+
+// LeaseCheckResult is the reply of ff_mark_lease_expired_if_due and the
+// idempotent replies of ff_revoke_lease.
+type LeaseCheckResult struct {
+	// Status is "OK" or "ALREADY_SATISFIED".
+	Status string
+	// Reason is the sub-status: marked_expired, execution_not_found,
+	// not_active, already_expired, already_revoked, unowned,
+	// not_yet_expired (mark) or revoked, already_revoked, already_expired
+	// (revoke).
+	Reason string
+}
+
+// MarkLeaseExpiredIfDueParams are the inputs of ff_mark_lease_expired_if_due.
+type MarkLeaseExpiredIfDueParams struct {
+	// ExecutionID is the lease_expiry member; it need not parse.
+	ExecutionID model.ExecutionID
+	// Partition is the scanned partition; nil = the id's own.
+	Partition *model.Partition
+}
+
+// MarkLeaseExpiredIfDue is the lease-expiry scanner's re-check: a lease
+// that is really past its expiry is marked expired (the execution stays in
+// lease_expiry for reclaim); stale index members are removed.
+//
+//	KEYS[1] exec_core  KEYS[2] lease_current (unused)  KEYS[3] lease_expiry
+//	KEYS[4] lease_history
+//	ARGV[1] execution_id
+//
+// Reply: ok("marked_expired") or {1, "ALREADY_SATISFIED", reason}.
+func (c *Client) MarkLeaseExpiredIfDue(ctx context.Context, p *MarkLeaseExpiredIfDueParams) (*LeaseCheckResult, error) {
+	const fn = "ff_mark_lease_expired_if_due"
+	part := p.ExecutionID.Partition()
+	if p.Partition != nil {
+		part = *p.Partition
+	}
+	core := schedCoreKeyOn(part, p.ExecutionID)
+	base := core[:len(core)-len("core")]
+	keys := []string{core, base + "lease:current", model.KeysOn(part).LeaseExpiry(), base + "lease:history"}
+	rep, err := c.FCall(ctx, fn, keys, []string{string(p.ExecutionID)})
+	if err != nil {
+		return nil, schedWrap(fn, err)
+	}
+	return &LeaseCheckResult{Status: rep.Status, Reason: rep.Field(0)}, nil
+}
+
+// RevokeLeaseParams are the inputs of ff_revoke_lease.
+type RevokeLeaseParams struct {
+	ExecutionID model.ExecutionID
+	// ExpectedLeaseID, when set, must equal the current lease id.
+	ExpectedLeaseID string
+	// Reason is stored as lease_revoke_reason; empty sends "operator"
+	// (the library's own default when the slot is absent).
+	Reason string
+}
+
+// RevokeLeaseResult is the reply of ff_revoke_lease.
+type RevokeLeaseResult struct {
+	LeaseCheckResult
+	// LeaseID and LeaseEpoch identify the revoked lease (Status "OK").
+	LeaseID    string
+	LeaseEpoch string
+}
+
+// RevokeLease revokes the current lease (operator action; not terminal):
+// ownership lease_revoked, attempt interrupted, lease_current deleted,
+// removed from lease_expiry and the holder's worker set, a revoked event
+// logged. It pre-reads current_worker_instance_id to build KEYS[5].
+//
+//	KEYS[1] exec_core  KEYS[2] lease_current  KEYS[3] lease_history
+//	KEYS[4] lease_expiry  KEYS[5] worker_leases(holder wiid)
+//	ARGV[1] execution_id  ARGV[2] expected_lease_id ("" = any)
+//	ARGV[3] revoke_reason
+//
+// Reply: ok("revoked", lease_id, epoch) or {1, "ALREADY_SATISFIED",
+// "already_revoked"|"already_expired"}.
+func (c *Client) RevokeLease(ctx context.Context, p *RevokeLeaseParams) (*RevokeLeaseResult, error) {
+	const fn = "ff_revoke_lease"
+	k := model.KeysFor(p.ExecutionID)
+	idx := model.KeysOn(k.Partition())
+	wiid, err := c.schedHGet(ctx, k.Core(), "current_worker_instance_id")
+	if err != nil {
+		return nil, schedWrap(fn, err)
+	}
+	keys := []string{k.Core(), k.LeaseCurrent(), k.LeaseHistory(), idx.LeaseExpiry(), idx.WorkerLeases(wiid)}
+	reason := p.Reason
+	if reason == "" {
+		reason = "operator"
+	}
+	rep, err := c.FCall(ctx, fn, keys, []string{string(p.ExecutionID), p.ExpectedLeaseID, reason})
+	if err != nil {
+		return nil, schedWrap(fn, err)
+	}
+	if rep.Status != "OK" && rep.Status != "ALREADY_SATISFIED" {
+		return nil, schedWrap(fn, fmt.Errorf("%w: status %q", ErrMalformedReply, rep.Status))
+	}
+	return &RevokeLeaseResult{
+		LeaseCheckResult: LeaseCheckResult{Status: rep.Status, Reason: rep.Field(0)},
+		LeaseID:          rep.Field(1), LeaseEpoch: rep.Field(2),
+	}, nil
+}
