@@ -3,19 +3,21 @@ package host_test
 import (
 	"context"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	valkeygo "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
-	"github.com/fabric-host/fabric/lua"
 	"github.com/fabric-host/fabric/model"
 )
 
 // TestDelayedPromoterOnValkey loads the real delayed_promoter .wasm and
-// lets it act on a real redis-server database.
+// lets it act on a real redis-server database: executions created delayed
+// by ff_create_execution are promoted by the plugin once due, and not
+// before.
 func TestDelayedPromoterOnValkey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{store: true, noStart: true, plugins: map[string]host.PluginConfig{
@@ -23,61 +25,71 @@ func TestDelayedPromoterOnValkey(t *testing.T) {
 	}})
 	copyFile(t, fixture(t, "delayed_promoter"), filepath.Join(b.dir, "delayed_promoter.wasm"))
 
-	// Seed one due delayed execution on partition 2 with exactly the fields
-	// ff_promote_delayed reads, through the host's own database.
-	st := b.backend(t)
+	c := b.backend(t)
 	ctx := context.Background()
-	part := model.Partition{Family: model.FamilyFlow, Index: 2}
-	id := model.NewExecutionID(part, model.NewUUID())
-	keys := model.KeysOn(part)
-	now, err := st.ServerTime(ctx)
+	now, err := c.ServerTime(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := st.Raw()
-	core := model.KeysFor(id).Core()
-	if err := raw.Do(ctx, raw.B().Hset().Key(core).FieldValue().
-		FieldValue("lifecycle_phase", "runnable").
-		FieldValue("eligibility_state", "not_eligible_until_time").
-		FieldValue("delay_until", strconv.FormatInt(now-1000, 10)).
-		FieldValue("priority", "0").
-		FieldValue("created_at", strconv.FormatInt(now-5000, 10)).
-		FieldValue("lane_id", "default").Build()).Error(); err != nil {
-		t.Fatal(err)
+	create := func(part uint16, delayUntil int64) model.ExecutionID {
+		id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: part}, model.NewUUID())
+		if _, err := c.CreateExecution(ctx, &valkey.CreateExecutionParams{
+			ExecutionID: id, Namespace: "ns", LaneID: "default", ExecutionKind: "test", DelayUntil: delayUntil,
+		}); err != nil {
+			t.Fatalf("ff_create_execution: %v", err)
+		}
+		return id
 	}
-	if err := raw.Do(ctx, raw.B().Zadd().Key(keys.LaneDelayed("default")).ScoreMember().ScoreMember(float64(now-1000), string(id)).Build()).Error(); err != nil {
-		t.Fatal(err)
+	// Both become due while the host runs; they must still be delayed
+	// when it starts. (A DelayUntil already in the past is not a delay:
+	// ff_create_execution then makes the execution eligible at once.)
+	soon := create(2, now+800)       // due 800 ms from now
+	due := create(1, now+600)        // due 600 ms from now
+	later := create(3, now+3600_000) // due in an hour
+	for _, id := range []model.ExecutionID{soon, due, later} {
+		core, err := c.ExecutionCore(ctx, id)
+		if err != nil || core["eligibility_state"] != "not_eligible_until_time" {
+			t.Fatalf("%s was not created delayed (creating took too long?): %v %v", id, core, err)
+		}
 	}
 	b.start(t)
 
-	if strings.Contains(lua.Source(), "ff_promote_delayed") {
-		valkeytest.Eventually(t, 10*time.Second, "the execution is promoted to eligible", func() bool {
-			score, err := raw.Do(ctx, raw.B().Zscore().Key(keys.LaneEligible("default")).Member(string(id)).Build()).AsFloat64()
-			_ = score
-			return err == nil
+	for _, id := range []model.ExecutionID{due, soon} {
+		valkeytest.Eventually(t, 10*time.Second, string(id)+" promoted", func() bool {
+			core, err := c.ExecutionCore(ctx, id)
+			return err == nil && core["eligibility_state"] == "eligible_now" && !in(t, c, model.KeysOn(id.Partition()).LaneDelayed("default"), id)
 		})
-		n, _ := raw.Do(ctx, raw.B().Zcard().Key(keys.LaneDelayed("default")).Build()).AsInt64()
-		if n != 0 {
-			t.Fatalf("delayed index still holds %d ids", n)
+		keys := model.KeysOn(id.Partition())
+		if in(t, c, keys.LaneDelayed("default"), id) || !in(t, c, keys.LaneEligible("default"), id) {
+			t.Fatalf("%s: in delayed %v, in eligible %v", id, in(t, c, keys.LaneDelayed("default"), id), in(t, c, keys.LaneEligible("default"), id))
 		}
-		state, _ := raw.Do(ctx, raw.B().Hget().Key(core).Field("eligibility_state").Build()).ToString()
-		if state != "eligible_now" {
-			t.Fatalf("eligibility_state = %q, want eligible_now", state)
-		}
-		return
 	}
-	// ff_promote_delayed is not in this branch's library yet (branch
-	// lua-sched): the plugin must still find the due id in the real index
-	// and drive the FCALL, which the server refuses; after 3 failures the
-	// host's failure tracker skips the id.
-	t.Log("ff_promote_delayed is not loaded yet: asserting the scan reached the server, not the promotion")
-	valkeytest.Eventually(t, 20*time.Second, "due id scanned, FCALL attempted, then skipped by the failure tracker", func() bool {
-		st, _ := b.host.Plugin("delayed_promoter")
-		return st.Totals.Scanned >= 4 && st.Totals.Errors >= 3 && st.Totals.Skipped >= 1
-	})
-	if !b.logs.Contains("persistent FCALL failure") {
-		t.Fatal("the failure tracker's backoff was not logged")
+	promotedAt, err := c.ServerTime(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if promotedAt < now+800 {
+		t.Fatalf("the delayed execution was promoted before its delay_until")
+	}
+	core, err := c.ExecutionCore(ctx, later)
+	if err != nil || core["eligibility_state"] != "not_eligible_until_time" || !in(t, c, model.KeysOn(later.Partition()).LaneDelayed("default"), later) {
+		t.Fatalf("not-yet-due execution was touched: %v %v", core, err)
+	}
+	st, _ := b.host.Plugin("delayed_promoter")
+	if st.Totals.Acted < 2 || st.Faults != 0 || st.Denied != 0 {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
+// in reports whether id is a member of the sorted set key.
+func in(t *testing.T, c *valkey.Client, key string, id model.ExecutionID) bool {
+	t.Helper()
+	raw := c.Raw()
+	_, err := raw.Do(context.Background(), raw.B().Zscore().Key(key).Member(string(id)).Build()).AsFloat64()
+	if err != nil && !valkeygo.IsValkeyNil(err) {
+		t.Fatalf("ZSCORE %s: %v", key, err)
+	}
+	return err == nil
 }
 
 // TestCapabilities: a call outside the grant is refused, counted, and the
