@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -20,9 +19,10 @@ import (
 
 // cacheDir is the one compilation cache of this test binary: every test
 // shares compiled fixtures, so each .wasm compiles at most once per run.
-// It persists across runs (keyed by wazero's version, and by module
-// content inside), because under -race wazero's compiler is instrumented
-// and a cold compile of a Go module takes seconds. FABRIC_TEST_WAZERO_CACHE
+// It is the CLI's cache (~/.cache/fabric/wazero), which `make plugins`
+// prewarms with a non-race build: under -race wazero's compiler is itself
+// instrumented and a cold compile of a Go module takes seconds. Entries are
+// keyed by wazero version and module content. FABRIC_TEST_WAZERO_CACHE
 // overrides the location; "off" uses a fresh directory per run.
 var cacheDir string
 
@@ -41,7 +41,7 @@ func testCacheDir() (string, func()) {
 	}
 	if env == "" {
 		if base, err := os.UserCacheDir(); err == nil {
-			dir := filepath.Join(base, "fabric", "wazero-test-"+wazeroVersion())
+			dir := filepath.Join(base, "fabric", "wazero")
 			if os.MkdirAll(dir, 0o755) == nil {
 				return dir, func() {}
 			}
@@ -52,18 +52,6 @@ func testCacheDir() (string, func()) {
 		panic(err)
 	}
 	return dir, func() { os.RemoveAll(dir) }
-}
-
-// wazeroVersion is the wazero module version this binary links.
-func wazeroVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == "github.com/tetratelabs/wazero" {
-				return d.Version
-			}
-		}
-	}
-	return "unknown"
 }
 
 // fixture returns the path of a built test plugin; a missing one fails the

@@ -1,12 +1,17 @@
 package host_test
 
 import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/model"
 )
 
 func TestHost(t *testing.T) {
@@ -171,4 +176,65 @@ func requireCadence(t *testing.T, b *testBundle, name string, n int) {
 			}
 		}
 	}
+}
+
+func TestHostLifecycle(t *testing.T) {
+	t.Parallel()
+
+	t.Run("StopKillsCallInFlight", func(t *testing.T) {
+		t.Parallel()
+		// looper never returns; with a 30 s timeout only Stop can end its call.
+		b := setup(t, setupOpts{fixtures: []string{"loop"}, plugins: map[string]host.PluginConfig{"looper": {Timeout: 30 * time.Second}}})
+		valkeytest.Eventually(t, 10*time.Second, "looper is running", func() bool {
+			st, ok := b.host.Plugin("looper")
+			return ok && st.State == host.StateRunning
+		})
+		start := time.Now()
+		b.host.Stop()
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("Stop took %s with a call in flight", d)
+		}
+		b.host.Stop() // a second Stop is a no-op
+	})
+
+	t.Run("StartStopStress", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{noStart: true})
+		for range 20 {
+			if err := b.host.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			b.host.Stop()
+		}
+		var never host.Host
+		never.Stop() // never started
+	})
+
+	t.Run("StatusFileForPluginsList", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		status := filepath.Join(dir, "status.json")
+		b := setup(t, setupOpts{fixtures: []string{"healthy", "notwasm"}, noStart: true})
+		h, err := host.New(host.Config{PluginDir: b.dir, CacheDir: cacheDir, StatusFile: status, Logger: valkeytest.Logger(),
+			Now: func(context.Context) (int64, error) { return 1, nil }, Partitions: model.PartitionConfig{Flow: 2, Budget: 1, Quota: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		<-h.Started()
+		valkeytest.Eventually(t, 10*time.Second, "status file lists healthy with runs and the invalid file", func() bool {
+			raw, err := os.ReadFile(status)
+			if err != nil {
+				return false
+			}
+			var snap host.Snapshot
+			if json.Unmarshal(raw, &snap) != nil || len(snap.Plugins) != 1 || len(snap.Files) != 2 {
+				return false
+			}
+			return snap.Plugins[0].Name == "healthy" && snap.Plugins[0].Calls > 0
+		})
+	})
 }

@@ -68,8 +68,8 @@ type Host struct {
 var _ pdk.Host = (*Host)(nil)
 
 // New returns a fake host enforcing m's capabilities (after defaults).
+// tb receives fatal errors; nil (in Example functions) panics instead.
 func New(tb testing.TB, m abi.Manifest) *Host {
-	tb.Helper()
 	if m.ABI == "" {
 		m.ABI = abi.Version
 	}
@@ -135,22 +135,29 @@ func (h *Host) SAdd(key string, members ...string) {
 // would, and returns the decoded result. The partition's count is the
 // family default.
 func (h *Host) Scan(p pdk.Plugin, part model.Partition, cycle uint64) abi.ScanResult {
-	h.tb.Helper()
 	h.tag = part.Tag()
 	req := abi.ScanRequest{Cycle: cycle, Partition: part, Partitions: model.DefaultFlowPartitions, BatchSize: h.manifest.BatchSize, DeadlineMs: h.manifest.TimeoutMs}
 	in, err := req.MarshalBinary()
 	if err != nil {
-		h.tb.Fatalf("pdktest: encode scan request: %v", err)
+		h.fatalf("pdktest: encode scan request: %v", err)
 	}
 	out, err := p.HandleScan(h, in)
 	if err != nil {
-		h.tb.Fatalf("pdktest: scan: %v", err)
+		h.fatalf("pdktest: scan: %v", err)
 	}
 	var res abi.ScanResult
 	if err := res.UnmarshalBinary(out); err != nil {
-		h.tb.Fatalf("pdktest: decode scan result: %v", err)
+		h.fatalf("pdktest: decode scan result: %v", err)
 	}
 	return res
+}
+
+func (h *Host) fatalf(format string, args ...any) {
+	if h.tb == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	h.tb.Helper()
+	h.tb.Fatalf(format, args...)
 }
 
 func (h *Host) deny(err error) error {
