@@ -48,10 +48,10 @@ if [ -f "$good" ]; then
 fi
 echo "plugins: $built built"
 # Prewarm the compilation cache the CLI and the tests share
-# (~/.cache/fabric/wazero) with a non-race build, so `go test -race` loads
-# compiled modules instead of compiling under the race detector.
+# (~/.cache/fabric/wazero) with a non-race test binary, so `go test -race`
+# loads compiled modules instead of compiling under the race detector.
+# FABRIC_PREWARM=0 skips it.
 if [ "$built" -gt 0 ] && [ "${FABRIC_PREWARM:-1}" = 1 ]; then
-  $GO run ./cmd/fabric plugins list --dir testdata/plugins >/dev/null
-  $GO run ./cmd/fabric plugins list --dir "$out" >/dev/null
+  $GO test -count=1 -run '^TestFixturesValidate$' ./host/ >/dev/null
   echo "plugins: compilation cache prewarmed"
 fi
