@@ -75,8 +75,13 @@ func TestDelayedPromoterOnValkey(t *testing.T) {
 	if err != nil || core["eligibility_state"] != "not_eligible_until_time" || !in(t, c, model.KeysOn(later.Partition()).LaneDelayed("default"), later) {
 		t.Fatalf("not-yet-due execution was touched: %v %v", core, err)
 	}
-	st, _ := b.host.Plugin("delayed_promoter")
-	if st.Totals.Acted < 2 || st.Faults != 0 || st.Denied != 0 {
+	// The promotions land in Valkey before their calls return and are
+	// counted, so wait for the counts.
+	valkeytest.Eventually(t, 5*time.Second, "two promotions counted", func() bool {
+		st, _ := b.host.Plugin("delayed_promoter")
+		return st.Totals.Acted >= 2
+	})
+	if st, _ := b.host.Plugin("delayed_promoter"); st.Faults != 0 || st.Denied != 0 {
 		t.Fatalf("status = %+v", st)
 	}
 }
