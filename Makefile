@@ -50,5 +50,11 @@ test: deps plugins fmt-check vet
 run: build plugins
 	$(BIN)/fabric run
 
+# bench runs the host benchmarks (reported, not asserted): per-call
+# overhead of an empty scan, host-function round trip, cold vs cached
+# compile, instance memory, and the delayed promoter native vs wasm.
+bench: deps plugins
+	$(GO) test -run '^$$' -bench . -benchtime 1s -count 1 ./host/ ./plugins/...
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) testdata/plugins/*.wasm
