@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 )
@@ -89,6 +90,30 @@ func TestRunDemoOnPrivateServer(t *testing.T) {
 		"flowfabric library 34 loaded",
 		"12 created (3 delayed), 12 claimed, 12 completed",
 		"executions by state: completed=12",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestRunWithPluginHost runs `fabric run` with the built plugin set
+// (make plugins): delayed executions are promoted by the delayed_promoter
+// wasm plugin, not by the demo.
+func TestRunWithPluginHost(t *testing.T) {
+	t.Parallel()
+	dir := "../../bin/plugins"
+	if _, err := os.Stat(dir + "/delayed_promoter.wasm"); err != nil {
+		t.Fatalf("plugin set not built (run `make plugins`): %v", err)
+	}
+	code, out, errOut := runCmd(t, "run", "--demo", "10", "--demo-timeout", "60s", "--plugins", dir)
+	if code != 0 {
+		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"delayed_promoter",
+		"10 created (2 delayed), 10 claimed, 10 completed, 0 promoted inline",
+		"acted 2, errors 0",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("run output lacks %q:\n%s", want, out)

@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -23,6 +25,9 @@ func init() {
 			demoN := fs.Int("demo", 60, "executions the demo workload creates (0: no demo)")
 			lanes := fs.String("demo-lanes", "demo-a,demo-b,demo-c", "comma-separated lanes the demo spreads executions over")
 			timeout := fs.Duration("demo-timeout", 60*time.Second, "upper bound on the demo run")
+			pluginDir := fs.String("plugins", filepath.Join("bin", "plugins"), "plugin directory the host loads and watches (\"\": run without plugins)")
+			cacheDir := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory (\"\": in memory)")
+			statusFile := fs.String("status-file", "", "write the host's plugin status here for `fabric plugins list --status`")
 			secret := fs.String("waitpoint-hmac-secret", os.Getenv("FF_WAITPOINT_HMAC_SECRET"),
 				"hex secret for waitpoint tokens, installed where none is (default $FF_WAITPOINT_HMAC_SECRET; a random one for a private server)")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
@@ -52,12 +57,24 @@ func init() {
 					return err
 				}
 				fmt.Fprintf(env.stdout, "flowfabric library %s loaded; partitions %+v\n", libraryVersion(ctx, conn.Client), conn.Client.Partitions())
+				h, err := startHost(ctx, env, conn, *pluginDir, *cacheDir, *statusFile, laneList)
+				if err != nil {
+					return err
+				}
+				if h != nil {
+					defer func() {
+						printPlugins(env, h)
+						h.Stop()
+						h.Close(context.WithoutCancel(ctx))
+					}()
+				}
 				if *demoN == 0 {
 					return nil
 				}
+				_, promoter := hostPlugin(h, "delayed_promoter")
 				sum, err := runDemo(ctx, conn.Client, demoConfig{
 					Executions: *demoN, DelayedEvery: 5, Delay: 500 * time.Millisecond,
-					Lanes: laneList, PromoteInline: true, Timeout: *timeout,
+					Lanes: laneList, PromoteInline: !promoter, Timeout: *timeout,
 				}, env.stdout, conn.Logger)
 				if err != nil {
 					return err
@@ -72,6 +89,74 @@ func init() {
 			}
 		},
 	})
+}
+
+// startHost starts the plugin host on dir and waits for its first load.
+// An empty dir, or the default dir when it does not exist, runs without a
+// host (nil).
+func startHost(ctx context.Context, env *cliEnv, conn *backendConn, dir, cacheDir, statusFile string, lanes []string) (*host.Host, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(dir); err != nil {
+		if dir == filepath.Join("bin", "plugins") && os.IsNotExist(err) {
+			fmt.Fprintf(env.stdout, "no plugin directory %s (run `make plugins`); running without plugins\n", dir)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("--plugins: %w", err)
+	}
+	if cacheDir != "" {
+		if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+			return nil, fmt.Errorf("--cache-dir: %w", err)
+		}
+	}
+	// Lane-scanning plugins scan the deployment's lanes.
+	laneCfg := map[string]string{"lanes": strings.Join(lanes, ",")}
+	plugins := map[string]host.PluginConfig{}
+	for _, name := range laneScanningPlugins {
+		plugins[name] = host.PluginConfig{Config: laneCfg}
+	}
+	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir, Backend: conn.Client,
+		Logger: conn.Logger, StatusFile: statusFile, Plugins: plugins})
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Start(ctx); err != nil {
+		h.Close(ctx)
+		return nil, err
+	}
+	select {
+	case <-h.Started():
+	case <-ctx.Done():
+		h.Stop()
+		h.Close(context.WithoutCancel(ctx))
+		return nil, ctx.Err()
+	}
+	fmt.Fprintf(env.stdout, "host: %d plugins from %s\n", len(h.Plugins()), dir)
+	for _, p := range h.Plugins() {
+		fmt.Fprintf(env.stdout, "  %-22s %-8s %-10s %s\n", p.Name, p.Version, p.State, p.Reason)
+	}
+	return h, nil
+}
+
+// laneScanningPlugins take a "lanes" config entry, set to the lanes the
+// deployment runs.
+var laneScanningPlugins = []string{"delayed_promoter", "unblock", "dependency_reconciler", "retention_trimmer"}
+
+// hostPlugin reports whether h serves the named plugin.
+func hostPlugin(h *host.Host, name string) (host.PluginStatus, bool) {
+	if h == nil {
+		return host.PluginStatus{}, false
+	}
+	return h.Plugin(name)
+}
+
+// printPlugins prints what each plugin did during the run.
+func printPlugins(env *cliEnv, h *host.Host) {
+	for _, p := range h.Plugins() {
+		fmt.Fprintf(env.stdout, "plugin %s %s: %d sweeps, %d calls, %d faults, scanned %d, acted %d, errors %d\n",
+			p.Name, p.Version, p.Cycles, p.Calls, p.Faults, p.Totals.Scanned, p.Totals.Acted, p.Totals.Errors)
+	}
 }
 
 func libraryVersion(ctx context.Context, c *valkey.Client) string {
