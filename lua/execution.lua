@@ -488,3 +488,656 @@ redis.register_function('ff_complete_execution', function(keys, args)
   publish_completion(eid, core.flow_id, 'success')
   return ok('completed')
 end)
+
+-- Closes a hash-backed record when it exists (HSET of the given pairs).
+function xh.close_if_exists(key, ...)
+  if key and key ~= '' and redis.call('EXISTS', key) == 1 then
+    redis.call('HSET', key, ...)
+  end
+end
+
+-- ff_cancel_execution
+-- KEYS: core, attempt hash, stream_meta, lease_current, lease_history,
+--       lease_expiry, worker_leases(holder), suspension_current, waitpoint,
+--       waitpoint condition, suspension_timeout, lane terminal,
+--       attempt_timeout, execution_deadline, lane eligible, lane delayed,
+--       lane blocked:{dependencies,budget,quota,route,operator}
+-- ARGV: eid, reason, source, lease_id, lease_epoch
+redis.register_function('ff_cancel_execution', function(keys, args)
+  local eid = args[1] or ''
+  local reason = args[2] or ''
+  local source = args[3] or ''
+  local lease_id = args[4] or ''
+  local lease_epoch = args[5] or ''
+  local now = now_ms()
+
+  local core = hash_table(keys[1])
+  if next(core) == nil then return err('execution_not_found') end
+  if core.lifecycle_phase == 'terminal' then
+    return err('execution_not_active', core.terminal_outcome or '',
+      core.current_lease_epoch or '', 'terminal', core.current_attempt_id or '')
+  end
+
+  local tag = keyfmt.tag(keys[1])
+  local lane = core.lane_id or 'default'
+  local phase = core.lifecycle_phase
+  local now_s = tostring(now)
+  local has_attempt = is_set(core.current_attempt_index)
+
+  if phase == 'active' then
+    if source ~= 'operator_override' then
+      if core.ownership_state == 'lease_revoked' then return err('lease_revoked') end
+      if is_set(lease_id) and (core.current_lease_id ~= lease_id
+          or core.current_lease_epoch ~= lease_epoch) then
+        return err('stale_lease')
+      end
+    end
+  end
+
+  if phase == 'active' or phase == 'suspended' then
+    if has_attempt then
+      redis.call('HSET', keys[2], 'attempt_state', 'ended_cancelled', 'ended_at', now_s,
+        'failure_reason', 'cancelled: ' .. reason)
+    end
+    xh.close_if_exists(keys[3], 'closed_at', now_s, 'closed_reason', 'attempt_cancelled')
+  end
+
+  if phase == 'active' then
+    redis.call('DEL', keys[4])
+    history_add(keys[5],
+      'event', 'released',
+      'lease_id', core.current_lease_id or '',
+      'lease_epoch', core.current_lease_epoch or '',
+      'attempt_index', core.current_attempt_index or '',
+      'reason', 'cancelled',
+      'ts', now_s)
+  elseif phase == 'suspended' then
+    local extra = redis.call('HGET', keys[8], 'additional_waitpoints_json')
+    xh.close_if_exists(keys[8], 'closed_at', now_s, 'close_reason', 'cancelled')
+    xh.close_if_exists(keys[9], 'state', 'closed', 'closed_at', now_s, 'close_reason', 'cancelled')
+    xh.close_if_exists(keys[10], 'closed', '1', 'closed_at', now_s, 'closed_reason', 'cancelled')
+    redis.call('DEL', keys[8] .. ':satisfied_set', keys[8] .. ':satisfied_set:signals',
+      keys[8] .. ':member_map')
+    if is_set(extra) then
+      local decoded, list = pcall(cjson.decode, extra)
+      if decoded and type(list) == 'table' then
+        for _, wp in ipairs(list) do
+          if type(wp) == 'table' and type(wp.waitpoint_id) == 'string' and wp.waitpoint_id ~= '' then
+            local wp_key = 'ff:wp:' .. tag .. ':' .. wp.waitpoint_id
+            xh.close_if_exists(wp_key, 'state', 'closed', 'closed_at', now_s, 'close_reason', 'cancelled')
+            xh.close_if_exists(wp_key .. ':condition', 'closed', '1', 'closed_at', now_s,
+              'closed_reason', 'cancelled')
+          end
+        end
+      end
+    end
+  end
+
+  redis.call('HSET', keys[1],
+    'lifecycle_phase', 'terminal',
+    'ownership_state', 'unowned',
+    'eligibility_state', 'not_applicable',
+    'blocking_reason', 'none',
+    'blocking_detail', '',
+    'terminal_outcome', 'cancelled',
+    'attempt_state', has_attempt and 'attempt_terminal' or (core.attempt_state or 'none'),
+    'public_state', 'cancelled',
+    'cancellation_reason', reason,
+    'cancelled_by', source ~= '' and source or eid,
+    'completed_at', now_s,
+    'current_lease_id', '',
+    'current_worker_id', '',
+    'current_worker_instance_id', '',
+    'lease_expires_at', '',
+    'lease_last_renewed_at', '',
+    'lease_renewal_deadline', '',
+    'current_suspension_id', '',
+    'current_waitpoint_id', '',
+    'last_transition_at', now_s,
+    'last_mutation_at', now_s)
+
+  zrem_indexes(eid, {
+    keys[15], keys[16], keyfmt.lane(tag, lane, 'active'), keyfmt.lane(tag, lane, 'suspended'),
+    keys[17], keys[18], keys[19], keys[20], keys[21],
+    keys[6], keys[11], keys[13], keys[14],
+  }, keys[7], keys[12])
+  redis.call('ZADD', keys[12], now, eid)
+
+  if source ~= 'flow_cascade' then
+    publish_completion(eid, core.flow_id, 'cancelled')
+  end
+  return ok('cancelled', phase)
+end)
+
+-- Shared body of ff_delay_execution and ff_move_to_waiting_children: reads
+-- the core, resolves the fence and validates the lease. Returns core and
+-- fence, or nil plus the error reply.
+function xh.leased_core(keys, lease_id, lease_epoch, attempt_id, source, now, history_key)
+  local core = hash_table(keys[1])
+  if next(core) == nil then return nil, err('execution_not_found') end
+  local fence, ferr = xh.fence_or_override(core, lease_id, lease_epoch, attempt_id, source)
+  if not fence then return nil, ferr end
+  local lerr = check_lease(core, fence, now, keys[1], history_key)
+  if lerr then return nil, lerr end
+  return core, fence
+end
+
+-- Fields cleared on exec_core when a worker hands its lease back without
+-- ending the execution (delay, wait for children, fail).
+xh.RELEASE_CLEAR = {
+  'current_lease_id', '', 'current_worker_id', '', 'current_worker_instance_id', '',
+  'lease_expires_at', '', 'lease_last_renewed_at', '', 'lease_renewal_deadline', '',
+}
+
+-- ff_delay_execution
+-- KEYS: core, attempt hash, lease_current, lease_history, lease_expiry,
+--       worker_leases, lane active, lane delayed, attempt_timeout
+-- ARGV: eid, lease_id, lease_epoch, attempt_id, delay_until, [source]
+redis.register_function('ff_delay_execution', function(keys, args)
+  local until_n, nerr = num_arg(args[5], 'delay_until')
+  if not until_n then return nerr end
+  local eid = args[1] or ''
+  local delay_until = args[5]
+  local now = now_ms()
+
+  local core, fence = xh.leased_core(keys, args[2], args[3], args[4], args[6] or '', now, keys[4])
+  if not core then return fence end
+
+  local now_s = tostring(now)
+  hset_pairs(keys[1], {
+    'lifecycle_phase', 'runnable',
+    'ownership_state', 'unowned',
+    'eligibility_state', 'not_eligible_until_time',
+    'blocking_reason', 'waiting_for_delay',
+    'blocking_detail', 'delayed until ' .. delay_until,
+    'terminal_outcome', 'none',
+    'attempt_state', 'attempt_interrupted',
+    'public_state', 'delayed',
+    'delay_until', delay_until,
+  }, xh.RELEASE_CLEAR, {
+    'last_transition_at', now_s,
+    'last_mutation_at', now_s,
+  })
+  redis.call('HSET', keys[2], 'attempt_state', 'suspended', 'suspended_at', now_s,
+    'suspension_id', 'worker_delay')
+
+  redis.call('DEL', keys[3])
+  redis.call('ZREM', keys[5], eid)
+  redis.call('SREM', keys[6], eid)
+  redis.call('ZREM', keys[7], eid)
+  redis.call('ZREM', keys[9], eid)
+  redis.call('ZADD', keys[8], until_n, eid)
+  history_add(keys[4],
+    'event', 'released',
+    'lease_id', fence.lease_id,
+    'lease_epoch', fence.lease_epoch,
+    'attempt_index', core.current_attempt_index or '',
+    'attempt_id', fence.attempt_id,
+    'reason', 'worker_delay',
+    'ts', now_s)
+  return ok(delay_until)
+end)
+
+-- ff_move_to_waiting_children
+-- KEYS: core, attempt hash, lease_current, lease_history, lease_expiry,
+--       worker_leases, lane active, lane blocked:dependencies,
+--       attempt_timeout
+-- ARGV: eid, lease_id, lease_epoch, attempt_id, [source]
+redis.register_function('ff_move_to_waiting_children', function(keys, args)
+  local eid = args[1] or ''
+  local now = now_ms()
+
+  local core, fence = xh.leased_core(keys, args[2], args[3], args[4], args[5] or '', now, keys[4])
+  if not core then return fence end
+
+  local now_s = tostring(now)
+  hset_pairs(keys[1], {
+    'lifecycle_phase', 'runnable',
+    'ownership_state', 'unowned',
+    'eligibility_state', 'blocked_by_dependencies',
+    'blocking_reason', 'waiting_for_children',
+    'blocking_detail', 'waiting for child executions to complete',
+    'terminal_outcome', 'none',
+    'attempt_state', 'attempt_interrupted',
+    'public_state', 'waiting_children',
+  }, xh.RELEASE_CLEAR, {
+    'last_transition_at', now_s,
+    'last_mutation_at', now_s,
+  })
+  redis.call('HSET', keys[2], 'attempt_state', 'suspended', 'suspended_at', now_s,
+    'suspension_id', 'waiting_children')
+
+  redis.call('DEL', keys[3])
+  redis.call('ZREM', keys[5], eid)
+  redis.call('SREM', keys[6], eid)
+  redis.call('ZREM', keys[7], eid)
+  redis.call('ZREM', keys[9], eid)
+  history_add(keys[4],
+    'event', 'released',
+    'lease_id', fence.lease_id,
+    'lease_epoch', fence.lease_epoch,
+    'attempt_index', core.current_attempt_index or '',
+    'attempt_id', fence.attempt_id,
+    'reason', 'waiting_children',
+    'ts', now_s)
+  redis.call('ZADD', keys[8], tonumber(core.created_at) or 0, eid)
+  return ok()
+end)
+
+-- Retry decision of ff_fail_execution. Returns (true, backoff_ms) when a
+-- retry is due, else false. max_retries defaults to 0; backoff is
+-- exponential min(initial*mult^retry_count, max), fixed delay_ms, or 1000,
+-- rounded to whole milliseconds.
+function xh.retry_backoff(policy_json, retry_count)
+  if not is_set(policy_json) then return false end
+  local decoded, policy = pcall(cjson.decode, policy_json)
+  if not decoded or type(policy) ~= 'table' then return false end
+  local max_retries = tonumber(policy.max_retries) or 0
+  if not (retry_count < max_retries) then return false end
+  local bt = policy.backoff
+  if type(bt) ~= 'table' then bt = {} end
+  local backoff = 1000
+  if bt.type == 'exponential' then
+    local initial = tonumber(bt.initial_delay_ms) or 1000
+    local max_delay = tonumber(bt.max_delay_ms) or 60000
+    local mult = tonumber(bt.multiplier) or 2
+    backoff = math.min(initial * (mult ^ retry_count), max_delay)
+  elseif bt.type == 'fixed' then
+    backoff = tonumber(bt.delay_ms) or 1000
+  end
+  return true, math.floor(backoff + 0.5)
+end
+
+-- ff_fail_execution
+-- KEYS: core, attempt hash, lease_expiry, worker_leases, lane terminal,
+--       lane delayed, lease_current, lease_history, lane active,
+--       stream_meta, attempt_timeout, execution_deadline
+-- ARGV: eid, lease_id, lease_epoch, attempt_id, failure_reason,
+--       failure_category, retry_policy_json, [source]
+redis.register_function('ff_fail_execution', function(keys, args)
+  local eid = args[1] or ''
+  local reason = args[5] or ''
+  local category = args[6] or ''
+  local now = now_ms()
+
+  local core, fence = xh.leased_core(keys, args[2], args[3], args[4], args[8] or '', now, keys[8])
+  if not core then return fence end
+
+  local now_s = tostring(now)
+  redis.call('HSET', keys[2], 'attempt_state', 'ended_failure', 'ended_at', now_s,
+    'failure_reason', reason, 'failure_category', category)
+  xh.close_if_exists(keys[10], 'closed_at', now_s, 'closed_reason', 'attempt_failure')
+
+  local retry_count = tonumber(core.retry_count) or 0
+  local retry, backoff = xh.retry_backoff(args[7], retry_count)
+
+  if retry then
+    local delay_until = now + backoff
+    local until_s = tostring(delay_until)
+    hset_pairs(keys[1], {
+      'lifecycle_phase', 'runnable',
+      'ownership_state', 'unowned',
+      'eligibility_state', 'not_eligible_until_time',
+      'blocking_reason', 'waiting_for_retry_backoff',
+      'blocking_detail', 'retry backoff until ' .. until_s .. ' (attempt '
+        .. (core.current_attempt_index or '0') .. ' failed: ' .. reason .. ')',
+      'terminal_outcome', 'none',
+      'attempt_state', 'pending_retry_attempt',
+      'public_state', 'delayed',
+      'pending_retry_reason', reason,
+      'pending_previous_attempt_index', core.current_attempt_index or '0',
+      'retry_count', tostring(retry_count + 1),
+      'current_attempt_id', '',
+    }, xh.RELEASE_CLEAR, {
+      'delay_until', until_s,
+      'failure_reason', reason,
+      'last_transition_at', now_s,
+      'last_mutation_at', now_s,
+    })
+    redis.call('DEL', keys[7])
+    redis.call('ZREM', keys[3], eid)
+    redis.call('SREM', keys[4], eid)
+    redis.call('ZREM', keys[9], eid)
+    redis.call('ZREM', keys[11], eid)
+    redis.call('ZADD', keys[6], delay_until, eid)
+    history_add(keys[8],
+      'event', 'released',
+      'lease_id', fence.lease_id,
+      'lease_epoch', fence.lease_epoch,
+      'attempt_index', core.current_attempt_index or '',
+      'reason', 'failed_retry_scheduled',
+      'ts', now_s)
+    return ok('retry_scheduled', until_s)
+  end
+
+  hset_pairs(keys[1], {
+    'lifecycle_phase', 'terminal',
+    'ownership_state', 'unowned',
+    'eligibility_state', 'not_applicable',
+    'blocking_reason', 'none',
+    'blocking_detail', '',
+    'terminal_outcome', 'failed',
+    'attempt_state', 'attempt_terminal',
+    'public_state', 'failed',
+    'failure_reason', reason,
+    'completed_at', now_s,
+  }, xh.RELEASE_CLEAR, {
+    'last_transition_at', now_s,
+    'last_mutation_at', now_s,
+  })
+  redis.call('DEL', keys[7])
+  redis.call('ZREM', keys[3], eid)
+  redis.call('SREM', keys[4], eid)
+  redis.call('ZREM', keys[9], eid)
+  redis.call('ZREM', keys[11], eid)
+  redis.call('ZREM', keys[12], eid)
+  redis.call('ZADD', keys[5], now, eid)
+  history_add(keys[8],
+    'event', 'released',
+    'lease_id', fence.lease_id,
+    'lease_epoch', fence.lease_epoch,
+    'attempt_index', core.current_attempt_index or '',
+    'reason', 'failed_terminal',
+    'ts', now_s)
+  publish_completion(eid, core.flow_id, 'failed')
+  return ok('terminal_failed')
+end)
+
+-- ff_reclaim_execution
+-- KEYS: core, claim_grant, old attempt hash, old stream_meta, new attempt
+--       hash, new attempt usage, attempts, lease_current, lease_history,
+--       lease_expiry, worker_leases(new worker), lane active,
+--       attempt_timeout, execution_deadline
+-- ARGV: eid, worker_id, worker_instance_id, lane, lease_id, lease_ttl_ms,
+--       attempt_id, attempt_policy_json (unused), [default_max_reclaim_count]
+redis.register_function('ff_reclaim_execution', function(keys, args)
+  local ttl, terr = num_arg(args[6], 'lease_ttl_ms')
+  if not ttl then return terr end
+  local max_reclaim = 100
+  if args[9] ~= nil then
+    local m, merr = num_arg(args[9], 'default_max_reclaim_count')
+    if not m then return merr end
+    max_reclaim = m
+  end
+
+  local eid = args[1] or ''
+  local worker_id = args[2] or ''
+  local wiid = args[3] or ''
+  local lease_id = args[5] or ''
+  local attempt_id = args[7] or ''
+  local now = now_ms()
+
+  local core = hash_table(keys[1])
+  if next(core) == nil then return err('execution_not_found') end
+  if core.lifecycle_phase ~= 'active' then return err('execution_not_reclaimable') end
+  if core.ownership_state ~= 'lease_expired_reclaimable'
+      and core.ownership_state ~= 'lease_revoked' then
+    return err('execution_not_reclaimable')
+  end
+
+  local policy_raw = redis.call('GET', keyfmt.policy_of_core(keys[1]))
+  if policy_raw then
+    local decoded, policy = pcall(cjson.decode, policy_raw)
+    if decoded and type(policy) == 'table' and tonumber(policy.max_reclaim_count) then
+      max_reclaim = tonumber(policy.max_reclaim_count)
+    end
+  end
+
+  local tag = keyfmt.tag(keys[1])
+  local reclaims = tonumber(core.lease_reclaim_count) or 0
+  local old_wiid = core.current_worker_instance_id or ''
+  local now_s = tostring(now)
+
+  if reclaims >= max_reclaim then
+    redis.call('HSET', keys[1],
+      'lifecycle_phase', 'terminal',
+      'ownership_state', 'unowned',
+      'eligibility_state', 'not_applicable',
+      'blocking_reason', 'none',
+      'blocking_detail', '',
+      'terminal_outcome', 'failed',
+      'attempt_state', 'attempt_terminal',
+      'public_state', 'failed',
+      'failure_reason', 'max_reclaims_exceeded',
+      'completed_at', now_s,
+      'current_lease_id', '',
+      'current_worker_id', '',
+      'current_worker_instance_id', '',
+      'last_transition_at', now_s,
+      'last_mutation_at', now_s)
+    redis.call('DEL', keys[8])
+    redis.call('ZREM', keys[10], eid)
+    redis.call('SREM', keys[11], eid)
+    if old_wiid ~= '' then
+      redis.call('SREM', keyfmt.worker_leases(tag, old_wiid), eid)
+    end
+    redis.call('ZREM', keys[12], eid)
+    redis.call('ZREM', keys[13], eid)
+    redis.call('ZREM', keys[14], eid)
+    local lane = core.lane_id or core.current_lane or 'default'
+    redis.call('ZADD', keyfmt.lane(tag, lane, 'terminal'), now, eid)
+    return err('max_retries_exhausted', tostring(max_reclaim))
+  end
+
+  local grant = hash_table(keys[2])
+  if next(grant) == nil or grant.worker_id ~= worker_id then
+    return err('invalid_claim_grant')
+  end
+  redis.call('DEL', keys[2])
+
+  local cause = 'lease_' .. (core.ownership_state or 'expired')
+  local old_idx = core.current_attempt_index or '0'
+  redis.call('HSET', keys[3], 'attempt_state', 'interrupted_reclaimed', 'ended_at', now_s,
+    'failure_reason', cause)
+  xh.close_if_exists(keys[4], 'closed_at', now_s, 'closed_reason', 'reclaimed')
+
+  local epoch = (tonumber(core.current_lease_epoch) or 0) + 1
+  local idx = tonumber(core.total_attempt_count) or 0
+  local expires = now + ttl
+  local renew_deadline = now + math.floor(ttl * 2 / 3)
+  local epoch_s, idx_s = tostring(epoch), tostring(idx)
+
+  redis.call('HSET', keyfmt.attempt(tag, eid, idx),
+    'attempt_id', attempt_id,
+    'execution_id', eid,
+    'attempt_index', idx_s,
+    'attempt_type', 'reclaim',
+    'attempt_state', 'started',
+    'created_at', now_s,
+    'started_at', now_s,
+    'lease_id', lease_id,
+    'lease_epoch', epoch_s,
+    'worker_id', worker_id,
+    'worker_instance_id', wiid,
+    'reclaim_reason', cause,
+    'previous_attempt_index', old_idx)
+  redis.call('ZADD', keys[7], now, idx_s)
+  redis.call('HSET', keyfmt.attempt(tag, eid, idx, 'usage'), 'last_usage_report_seq', '0')
+
+  redis.call('DEL', keys[8])
+  redis.call('HSET', keys[8],
+    'lease_id', lease_id,
+    'lease_epoch', epoch_s,
+    'execution_id', eid,
+    'attempt_id', attempt_id,
+    'worker_id', worker_id,
+    'worker_instance_id', wiid,
+    'acquired_at', now_s,
+    'expires_at', tostring(expires),
+    'last_renewed_at', now_s,
+    'renewal_deadline', tostring(renew_deadline))
+
+  redis.call('HSET', keys[1],
+    'lifecycle_phase', 'active',
+    'ownership_state', 'leased',
+    'eligibility_state', 'not_applicable',
+    'blocking_reason', 'none',
+    'blocking_detail', '',
+    'terminal_outcome', 'none',
+    'attempt_state', 'running_attempt',
+    'public_state', 'active',
+    'current_attempt_index', idx_s,
+    'total_attempt_count', tostring(idx + 1),
+    'current_attempt_id', attempt_id,
+    'current_lease_id', lease_id,
+    'current_lease_epoch', epoch_s,
+    'current_worker_id', worker_id,
+    'current_worker_instance_id', wiid,
+    'current_lane', args[4] or '',
+    'lease_acquired_at', now_s,
+    'lease_expires_at', tostring(expires),
+    'lease_last_renewed_at', now_s,
+    'lease_renewal_deadline', tostring(renew_deadline),
+    'lease_expired_at', '',
+    'lease_revoked_at', '',
+    'lease_revoke_reason', '',
+    'lease_reclaim_count', tostring(reclaims + 1),
+    'last_transition_at', now_s,
+    'last_mutation_at', now_s)
+
+  redis.call('ZADD', keys[10], expires, eid)
+  if old_wiid ~= '' and old_wiid ~= wiid then
+    redis.call('SREM', keyfmt.worker_leases(tag, old_wiid), eid)
+  end
+  redis.call('SADD', keys[11], eid)
+  redis.call('ZADD', keys[12], expires, eid)
+  history_add(keys[9],
+    'event', 'reclaimed',
+    'old_lease_epoch', core.current_lease_epoch or '',
+    'new_lease_id', lease_id,
+    'new_lease_epoch', epoch_s,
+    'new_attempt_id', attempt_id,
+    'new_attempt_index', idx_s,
+    'worker_id', worker_id,
+    'ts', now_s)
+
+  return ok(lease_id, epoch_s, tostring(expires), attempt_id, idx_s, 'reclaim')
+end)
+
+-- ff_expire_execution
+-- KEYS: core, attempt hash, stream_meta, lease_current, lease_history,
+--       lease_expiry, worker_leases, lane active, lane terminal,
+--       attempt_timeout, execution_deadline, lane suspended,
+--       suspension_timeout, suspension_current
+-- ARGV: eid, expire_reason (attempt_timeout | execution_deadline)
+redis.register_function('ff_expire_execution', function(keys, args)
+  local eid = args[1] or ''
+  local reason = args[2] or 'attempt_timeout'
+  local now = now_ms()
+
+  local core = hash_table(keys[1])
+  if next(core) == nil then
+    redis.call('ZREM', keys[10], eid)
+    redis.call('ZREM', keys[11], eid)
+    return ok('not_found_cleaned')
+  end
+  if core.lifecycle_phase == 'terminal' then
+    redis.call('ZREM', keys[10], eid)
+    redis.call('ZREM', keys[11], eid)
+    return ok('already_terminal')
+  end
+
+  local tag = keyfmt.tag(keys[1])
+  local phase = core.lifecycle_phase
+  local now_s = tostring(now)
+  local has_attempt = is_set(core.current_attempt_index)
+
+  if phase == 'active' then
+    if has_attempt then
+      redis.call('HSET', keys[2], 'attempt_state', 'ended_failure', 'ended_at', now_s,
+        'failure_reason', reason)
+    end
+    xh.close_if_exists(keys[3], 'closed_at', now_s, 'closed_reason', 'expired')
+    redis.call('DEL', keys[4])
+    redis.call('ZREM', keys[6], eid)
+    redis.call('SREM', keys[7], eid)
+    local wiid = core.current_worker_instance_id or ''
+    if wiid ~= '' then
+      redis.call('SREM', keyfmt.worker_leases(tag, wiid), eid)
+    end
+    redis.call('ZREM', keys[8], eid)
+    history_add(keys[5],
+      'event', 'released',
+      'lease_id', core.current_lease_id or '',
+      'lease_epoch', core.current_lease_epoch or '',
+      'attempt_index', core.current_attempt_index or '',
+      'reason', 'expired:' .. reason,
+      'ts', now_s)
+  elseif phase == 'suspended' then
+    if has_attempt then
+      redis.call('HSET', keys[2], 'attempt_state', 'ended_failure', 'ended_at', now_s,
+        'failure_reason', reason)
+    end
+    xh.close_if_exists(keys[14], 'closed_at', now_s, 'close_reason', 'expired:' .. reason)
+    xh.close_if_exists(keys[3], 'closed_at', now_s, 'closed_reason', 'expired')
+    redis.call('ZREM', keys[12], eid)
+    redis.call('ZREM', keys[13], eid)
+  elseif phase == 'runnable' then
+    local idx = lane_index_keys(tag, core.lane_id or core.current_lane or 'default')
+    local by_state = {
+      eligible_now = idx.eligible,
+      not_eligible_until_time = idx.delayed,
+      blocked_by_dependencies = idx.blocked_dependencies,
+      blocked_by_budget = idx.blocked_budget,
+      blocked_by_quota = idx.blocked_quota,
+      blocked_by_route = idx.blocked_route,
+      blocked_by_operator = idx.blocked_operator,
+    }
+    local one = by_state[core.eligibility_state or '']
+    if one then
+      redis.call('ZREM', one, eid)
+    else
+      for _, k in ipairs({idx.eligible, idx.delayed, idx.blocked_dependencies, idx.blocked_budget,
+          idx.blocked_quota, idx.blocked_route, idx.blocked_operator}) do
+        redis.call('ZREM', k, eid)
+      end
+    end
+  end
+
+  redis.call('HSET', keys[1],
+    'lifecycle_phase', 'terminal',
+    'ownership_state', 'unowned',
+    'eligibility_state', 'not_applicable',
+    'blocking_reason', 'none',
+    'blocking_detail', '',
+    'terminal_outcome', 'expired',
+    'attempt_state', has_attempt and 'attempt_terminal' or (core.attempt_state or 'none'),
+    'public_state', 'expired',
+    'failure_reason', reason,
+    'completed_at', now_s,
+    'current_lease_id', '',
+    'current_worker_id', '',
+    'current_worker_instance_id', '',
+    'lease_expires_at', '',
+    'current_suspension_id', '',
+    'current_waitpoint_id', '',
+    'last_transition_at', now_s,
+    'last_mutation_at', now_s)
+  redis.call('ZREM', keys[10], eid)
+  redis.call('ZREM', keys[11], eid)
+  redis.call('ZADD', keys[9], now, eid)
+
+  publish_completion(eid, core.flow_id, 'expired')
+  return ok('expired', phase)
+end)
+
+-- ff_set_execution_tags
+-- KEYS: core, tags
+-- ARGV: k1, v1, k2, v2, ... (keys must look like <caller>.<field>)
+redis.register_function('ff_set_execution_tags', function(keys, args)
+  local n = #args
+  if n == 0 or n % 2 ~= 0 then
+    return err('invalid_input', 'tags must be non-empty even-length key/value pairs')
+  end
+  if redis.call('EXISTS', keys[1]) == 0 then
+    return err('execution_not_found')
+  end
+  for i = 1, n, 2 do
+    if not string.find(args[i], '^[a-z][a-z0-9_]*%.[^.]') then
+      return err('invalid_tag_key', args[i])
+    end
+  end
+  redis.call('HSET', keys[2], unpack(args))
+  redis.call('HSET', keys[1], 'last_mutation_at', tostring(now_ms()))
+  return ok(tostring(n / 2))
+end)

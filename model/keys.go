@@ -353,3 +353,8 @@ func WorkerCapsKey(ns, instance string) string { return "ff:worker:" + ns + ":" 
 
 // WorkersIndexKey is the set of worker instance ids of a namespace.
 func WorkersIndexKey(ns string) string { return "ff:idx:" + ns + ":workers" }
+
+// KeysForOn returns the key builder of execution id under partition p's
+// hash tag instead of its own. FlowFabric's dependency router builds the
+// upstream's result key on the child's tag (flow members share one slot).
+func KeysForOn(p Partition, id ExecutionID) ExecKeys { return ExecKeys{tag: p.Tag(), id: id} }

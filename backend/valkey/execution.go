@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
+
+	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/model"
 )
@@ -356,4 +359,396 @@ func (c *Client) CompleteExecution(ctx context.Context, p *CompleteExecutionPara
 		return fmt.Errorf("complete execution %s: %w", p.ExecutionID, err)
 	}
 	return nil
+}
+
+// CancelExecutionParams are the inputs of ff_cancel_execution.
+type CancelExecutionParams struct {
+	ExecutionID model.ExecutionID
+	Reason      string
+	// Source is "worker" (with LeaseID/LeaseEpoch), SourceOperatorOverride,
+	// "flow_cascade" (suppresses the completion publish) or "".
+	Source     string
+	LeaseID    string
+	LeaseEpoch uint64
+}
+
+func (p *CancelExecutionParams) call(r execRefs) Call {
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	i := r.attemptIdx()
+	wp := r.waitpointID
+	if wp == "" {
+		// FlowFabric passes a fresh random waitpoint id; Lua guards with EXISTS.
+		wp = model.NewUUID().String()
+	}
+	epoch := ""
+	if p.LeaseEpoch > 0 {
+		epoch = strconv.FormatUint(p.LeaseEpoch, 10)
+	}
+	return Call{
+		Function: "ff_cancel_execution",
+		Keys: []string{k.Core(), k.Attempt(i), k.StreamMeta(i), k.LeaseCurrent(), k.LeaseHistory(),
+			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), k.SuspensionCurrent(), pk.Waitpoint(wp),
+			pk.WaitpointCondition(wp), pk.SuspensionTimeout(), pk.LaneTerminal(r.lane), pk.AttemptTimeout(),
+			pk.ExecutionDeadline(), pk.LaneEligible(r.lane), pk.LaneDelayed(r.lane),
+			pk.LaneBlockedDependencies(r.lane), pk.LaneBlockedBudget(r.lane), pk.LaneBlockedQuota(r.lane),
+			pk.LaneBlockedRoute(r.lane), pk.LaneBlockedOperator(r.lane)},
+		Args: []string{string(p.ExecutionID), p.Reason, p.Source, p.LeaseID, epoch},
+	}
+}
+
+// CancelExecution cancels an execution from any non-terminal phase
+// (ff_cancel_execution) and returns the phase it was cancelled from. It
+// pre-reads lane_id, current_attempt_index, current_waitpoint_id and
+// current_worker_instance_id to build its KEYS.
+//
+//	KEYS[1] exec_core  KEYS[2] attempt hash(idx)  KEYS[3] stream_meta(idx)  KEYS[4] lease_current
+//	KEYS[5] lease_history  KEYS[6] lease_expiry  KEYS[7] worker_leases(holder)
+//	KEYS[8] suspension_current  KEYS[9] waitpoint  KEYS[10] waitpoint condition
+//	KEYS[11] suspension_timeout  KEYS[12] lane terminal  KEYS[13] attempt_timeout
+//	KEYS[14] execution_deadline  KEYS[15] lane eligible  KEYS[16] lane delayed
+//	KEYS[17..21] lane blocked:dependencies, budget, quota, route, operator
+//	ARGV[1] execution_id  ARGV[2] reason  ARGV[3] source  ARGV[4] lease_id  ARGV[5] lease_epoch
+func (c *Client) CancelExecution(ctx context.Context, p *CancelExecutionParams) (string, error) {
+	r, err := c.preread(ctx, p.ExecutionID)
+	if err != nil {
+		return "", err
+	}
+	call := p.call(r)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return "", fmt.Errorf("cancel execution %s: %w", p.ExecutionID, err)
+	}
+	return rep.Field(1), nil
+}
+
+// DelayExecutionParams are the inputs of ff_delay_execution.
+type DelayExecutionParams struct {
+	ExecutionID model.ExecutionID
+	Fence       LeaseFence
+	// DelayUntil is the server-ms time the execution becomes eligible again.
+	DelayUntil int64
+	Source     string
+}
+
+func (p *DelayExecutionParams) call(r execRefs) Call {
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	return Call{
+		Function: "ff_delay_execution",
+		Keys: []string{k.Core(), k.Attempt(r.attemptIdx()), k.LeaseCurrent(), k.LeaseHistory(),
+			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), pk.LaneActive(r.lane),
+			pk.LaneDelayed(r.lane), pk.AttemptTimeout()},
+		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, p.Fence.epoch(), p.Fence.AttemptID,
+			strconv.FormatInt(p.DelayUntil, 10), p.Source},
+	}
+}
+
+// DelayExecution parks the caller's active execution until DelayUntil
+// (ff_delay_execution); the same attempt continues after the delay.
+//
+//	KEYS[1] exec_core  KEYS[2] attempt hash(idx)  KEYS[3] lease_current  KEYS[4] lease_history
+//	KEYS[5] lease_expiry  KEYS[6] worker_leases  KEYS[7] lane active  KEYS[8] lane delayed
+//	KEYS[9] attempt_timeout
+//	ARGV[1] execution_id  ARGV[2] lease_id  ARGV[3] lease_epoch  ARGV[4] attempt_id
+//	ARGV[5] delay_until  ARGV[6] source
+func (c *Client) DelayExecution(ctx context.Context, p *DelayExecutionParams) error {
+	r, err := c.preread(ctx, p.ExecutionID)
+	if err != nil {
+		return err
+	}
+	call := p.call(r)
+	if _, err := c.FCall(ctx, call.Function, call.Keys, call.Args); err != nil {
+		return fmt.Errorf("delay execution %s: %w", p.ExecutionID, err)
+	}
+	return nil
+}
+
+// MoveToWaitingChildrenParams are the inputs of ff_move_to_waiting_children.
+type MoveToWaitingChildrenParams struct {
+	ExecutionID model.ExecutionID
+	Fence       LeaseFence
+	Source      string
+}
+
+func (p *MoveToWaitingChildrenParams) call(r execRefs) Call {
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	return Call{
+		Function: "ff_move_to_waiting_children",
+		Keys: []string{k.Core(), k.Attempt(r.attemptIdx()), k.LeaseCurrent(), k.LeaseHistory(),
+			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), pk.LaneActive(r.lane),
+			pk.LaneBlockedDependencies(r.lane), pk.AttemptTimeout()},
+		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, p.Fence.epoch(), p.Fence.AttemptID, p.Source},
+	}
+}
+
+// MoveToWaitingChildren releases the caller's lease and blocks the
+// execution on its dependencies (ff_move_to_waiting_children).
+//
+//	KEYS[1] exec_core  KEYS[2] attempt hash(idx)  KEYS[3] lease_current  KEYS[4] lease_history
+//	KEYS[5] lease_expiry  KEYS[6] worker_leases  KEYS[7] lane active
+//	KEYS[8] lane blocked:dependencies  KEYS[9] attempt_timeout
+//	ARGV[1] execution_id  ARGV[2] lease_id  ARGV[3] lease_epoch  ARGV[4] attempt_id  ARGV[5] source
+func (c *Client) MoveToWaitingChildren(ctx context.Context, p *MoveToWaitingChildrenParams) error {
+	r, err := c.preread(ctx, p.ExecutionID)
+	if err != nil {
+		return err
+	}
+	call := p.call(r)
+	if _, err := c.FCall(ctx, call.Function, call.Keys, call.Args); err != nil {
+		return fmt.Errorf("move to waiting children %s: %w", p.ExecutionID, err)
+	}
+	return nil
+}
+
+// FailExecutionParams are the inputs of ff_fail_execution.
+type FailExecutionParams struct {
+	ExecutionID     model.ExecutionID
+	Fence           LeaseFence
+	FailureReason   string
+	FailureCategory string
+	// RetryPolicyJSON is the retry_policy object; when empty, FailExecution
+	// reads it from the stored ExecutionPolicy (none → terminal failure).
+	RetryPolicyJSON string
+	Source          string
+}
+
+func (p *FailExecutionParams) call(r execRefs, retryPolicy string) Call {
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	i := r.attemptIdx()
+	return Call{
+		Function: "ff_fail_execution",
+		Keys: []string{k.Core(), k.Attempt(i), pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID),
+			pk.LaneTerminal(r.lane), pk.LaneDelayed(r.lane), k.LeaseCurrent(), k.LeaseHistory(),
+			pk.LaneActive(r.lane), k.StreamMeta(i), pk.AttemptTimeout(), pk.ExecutionDeadline()},
+		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, p.Fence.epoch(), p.Fence.AttemptID,
+			p.FailureReason, p.FailureCategory, retryPolicy, p.Source},
+	}
+}
+
+// FailResult is the outcome of FailExecution.
+type FailResult struct {
+	// RetryScheduled reports a retry; DelayUntil is when it becomes eligible.
+	RetryScheduled bool
+	DelayUntil     int64
+}
+
+// FailExecution fails the active attempt (ff_fail_execution): with retries
+// left the execution is delayed by the policy's backoff and the next claim
+// creates a retry attempt; otherwise it fails terminally and a flow member's
+// failure is published.
+//
+//	KEYS[1] exec_core  KEYS[2] attempt hash(idx)  KEYS[3] lease_expiry  KEYS[4] worker_leases
+//	KEYS[5] lane terminal  KEYS[6] lane delayed  KEYS[7] lease_current  KEYS[8] lease_history
+//	KEYS[9] lane active  KEYS[10] stream_meta(idx)  KEYS[11] attempt_timeout
+//	KEYS[12] execution_deadline
+//	ARGV[1] execution_id  ARGV[2] lease_id  ARGV[3] lease_epoch  ARGV[4] attempt_id
+//	ARGV[5] failure_reason  ARGV[6] failure_category  ARGV[7] retry_policy_json|""  ARGV[8] source
+func (c *Client) FailExecution(ctx context.Context, p *FailExecutionParams) (*FailResult, error) {
+	r, err := c.preread(ctx, p.ExecutionID)
+	if err != nil {
+		return nil, err
+	}
+	retry := p.RetryPolicyJSON
+	if retry == "" {
+		if retry, err = c.storedRetryPolicy(ctx, p.ExecutionID); err != nil {
+			return nil, err
+		}
+	}
+	call := p.call(r, retry)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return nil, fmt.Errorf("fail execution %s: %w", p.ExecutionID, err)
+	}
+	if rep.Field(0) != "retry_scheduled" {
+		return &FailResult{}, nil
+	}
+	until, err := rep.Int(1)
+	if err != nil {
+		return nil, fmt.Errorf("fail execution %s: %w", p.ExecutionID, err)
+	}
+	return &FailResult{RetryScheduled: true, DelayUntil: until}, nil
+}
+
+// storedRetryPolicy returns the retry_policy object of the stored policy as
+// JSON, or "" when there is none.
+func (c *Client) storedRetryPolicy(ctx context.Context, eid model.ExecutionID) (string, error) {
+	raw, err := c.c.Do(ctx, c.c.B().Get().Key(model.KeysFor(eid).Policy()).Build()).ToString()
+	if err != nil {
+		if vk.IsValkeyNil(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("read policy %s: %w", eid, err)
+	}
+	var doc map[string]json.RawMessage
+	if json.Unmarshal([]byte(raw), &doc) != nil {
+		return "", nil
+	}
+	rp := doc["retry_policy"]
+	if len(rp) == 0 || string(rp) == "null" {
+		return "", nil
+	}
+	return string(rp), nil
+}
+
+// ReclaimExecutionParams are the inputs of ff_reclaim_execution. A reclaim
+// grant for WorkerID must exist (ff_issue_reclaim_grant).
+type ReclaimExecutionParams struct {
+	ExecutionID      model.ExecutionID
+	WorkerID         string
+	WorkerInstanceID string
+	LaneID           string
+	// LeaseID and AttemptID are minted when empty.
+	LeaseID           string
+	AttemptID         string
+	LeaseTTLMs        int64
+	AttemptPolicyJSON string
+	// MaxReclaimCount caps reclaims when the stored policy sets none; 0
+	// sends 1000 as FlowFabric does.
+	MaxReclaimCount int
+}
+
+func (p *ReclaimExecutionParams) call(r execRefs) Call {
+	if p.LeaseID == "" {
+		p.LeaseID = model.NewUUID().String()
+	}
+	if p.AttemptID == "" {
+		p.AttemptID = model.NewUUID().String()
+	}
+	maxRec := p.MaxReclaimCount
+	if maxRec == 0 {
+		maxRec = 1000
+	}
+	policy := p.AttemptPolicyJSON
+	if policy == "" {
+		policy = "{}"
+	}
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	old := r.attemptIdx()
+	return Call{
+		Function: "ff_reclaim_execution",
+		Keys: []string{k.Core(), k.ClaimGrant(), k.Attempt(old), k.StreamMeta(old), k.Attempt(old + 1),
+			k.AttemptUsage(old + 1), k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(), pk.LeaseExpiry(),
+			pk.WorkerLeases(p.WorkerInstanceID), pk.LaneActive(p.LaneID), pk.AttemptTimeout(),
+			pk.ExecutionDeadline()},
+		Args: []string{string(p.ExecutionID), p.WorkerID, p.WorkerInstanceID, p.LaneID, p.LeaseID,
+			strconv.FormatInt(p.LeaseTTLMs, 10), p.AttemptID, policy, strconv.Itoa(maxRec)},
+	}
+}
+
+// ReclaimExecution takes over an expired or revoked lease with a new
+// "reclaim" attempt (ff_reclaim_execution). Past the reclaim cap the
+// execution fails terminally and the error is max_retries_exhausted with
+// the enforced cap as detail.
+//
+//	KEYS[1] exec_core  KEYS[2] claim_grant  KEYS[3] old attempt hash  KEYS[4] old stream_meta
+//	KEYS[5] new attempt hash  KEYS[6] new attempt usage  KEYS[7] attempts  KEYS[8] lease_current
+//	KEYS[9] lease_history  KEYS[10] lease_expiry  KEYS[11] worker_leases(new worker)
+//	KEYS[12] lane active  KEYS[13] attempt_timeout  KEYS[14] execution_deadline
+//	ARGV[1] execution_id  ARGV[2] worker_id  ARGV[3] worker_instance_id  ARGV[4] lane
+//	ARGV[5] lease_id  ARGV[6] lease_ttl_ms  ARGV[7] attempt_id  ARGV[8] attempt_policy_json
+//	ARGV[9] default_max_reclaim_count
+func (c *Client) ReclaimExecution(ctx context.Context, p *ReclaimExecutionParams) (*ClaimResult, error) {
+	r, err := c.preread(ctx, p.ExecutionID)
+	if err != nil {
+		return nil, err
+	}
+	call := p.call(r)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return nil, fmt.Errorf("reclaim execution %s: %w", p.ExecutionID, err)
+	}
+	res, err := parseClaim(rep)
+	if err != nil {
+		return nil, fmt.Errorf("reclaim execution %s: %w", p.ExecutionID, err)
+	}
+	return res, nil
+}
+
+// Expire reasons of ff_expire_execution.
+const (
+	ExpireAttemptTimeout    = "attempt_timeout"
+	ExpireExecutionDeadline = "execution_deadline"
+)
+
+// ExpireExecutionParams are the inputs of ff_expire_execution.
+type ExpireExecutionParams struct {
+	ExecutionID model.ExecutionID
+	// Reason is ExpireAttemptTimeout or ExpireExecutionDeadline.
+	Reason string
+}
+
+func (p *ExpireExecutionParams) call(r execRefs) Call {
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	i := r.attemptIdx()
+	return Call{
+		Function: "ff_expire_execution",
+		Keys: []string{k.Core(), k.Attempt(i), k.StreamMeta(i), k.LeaseCurrent(), k.LeaseHistory(),
+			pk.LeaseExpiry(), pk.WorkerLeases(""), pk.LaneActive(r.lane), pk.LaneTerminal(r.lane),
+			pk.AttemptTimeout(), pk.ExecutionDeadline(), pk.LaneSuspended(r.lane), pk.SuspensionTimeout(),
+			k.SuspensionCurrent()},
+		Args: []string{string(p.ExecutionID), p.Reason},
+	}
+}
+
+// ExpireResult is the outcome of ExpireExecution.
+type ExpireResult struct {
+	// Status is "expired", "already_terminal" or "not_found_cleaned".
+	Status string
+	// FromPhase is the phase an expired execution left.
+	FromPhase string
+}
+
+// ExpireExecution expires an execution on a timeout (ff_expire_execution),
+// as the attempt-timeout and execution-deadline scanners do; it passes the
+// unknown-owner worker set and pre-reads lane_id and current_attempt_index.
+//
+//	KEYS[1] exec_core  KEYS[2] attempt hash(idx)  KEYS[3] stream_meta(idx)  KEYS[4] lease_current
+//	KEYS[5] lease_history  KEYS[6] lease_expiry  KEYS[7] worker_leases("")  KEYS[8] lane active
+//	KEYS[9] lane terminal  KEYS[10] attempt_timeout  KEYS[11] execution_deadline
+//	KEYS[12] lane suspended  KEYS[13] suspension_timeout  KEYS[14] suspension_current
+//	ARGV[1] execution_id  ARGV[2] expire_reason
+func (c *Client) ExpireExecution(ctx context.Context, p *ExpireExecutionParams) (*ExpireResult, error) {
+	r, err := c.preread(ctx, p.ExecutionID)
+	if err != nil {
+		return nil, err
+	}
+	call := p.call(r)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return nil, fmt.Errorf("expire execution %s: %w", p.ExecutionID, err)
+	}
+	return &ExpireResult{Status: rep.Field(0), FromPhase: rep.Field(1)}, nil
+}
+
+// SetExecutionTags writes caller tags (keys "<caller>.<field>") into the
+// execution's tags hash (ff_set_execution_tags) and returns the number of
+// pairs written. A bad key fails the whole call with invalid_tag_key.
+//
+//	KEYS[1] exec_core  KEYS[2] tags
+//	ARGV[2i-1] key_i  ARGV[2i] value_i (sorted by key here)
+func (c *Client) SetExecutionTags(ctx context.Context, eid model.ExecutionID, tags map[string]string) (int, error) {
+	names := make([]string, 0, len(tags))
+	for k := range tags {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	args := make([]string, 0, 2*len(names))
+	for _, k := range names {
+		args = append(args, k, tags[k])
+	}
+	k := model.KeysFor(eid)
+	rep, err := c.FCall(ctx, "ff_set_execution_tags", []string{k.Core(), k.Tags()}, args)
+	if err != nil {
+		return 0, fmt.Errorf("set execution tags %s: %w", eid, err)
+	}
+	n, err := rep.Int(0)
+	if err != nil {
+		return 0, fmt.Errorf("set execution tags %s: %w", eid, err)
+	}
+	return int(n), nil
 }

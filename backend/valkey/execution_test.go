@@ -140,7 +140,7 @@ func (b *execBundle) fcall(call valkey.Call) (*valkey.Reply, error) {
 }
 
 // wantCode fails unless err is a *LuaError with code.
-func wantCode(t *testing.T, err error, code valkey.ErrorCode) *valkey.LuaError {
+func execWantCode(t *testing.T, err error, code valkey.ErrorCode) *valkey.LuaError {
 	t.Helper()
 	var le *valkey.LuaError
 	if !errors.As(err, &le) || le.Code != code {
@@ -149,7 +149,7 @@ func wantCode(t *testing.T, err error, code valkey.ErrorCode) *valkey.LuaError {
 	return le
 }
 
-func wantFields(t *testing.T, what string, got map[string]string, want map[string]string) {
+func execWantFields(t *testing.T, what string, got map[string]string, want map[string]string) {
 	t.Helper()
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
@@ -221,7 +221,7 @@ func TestCreateExecution(t *testing.T) {
 			call := p.Call()
 			tc.mutate(&call)
 			_, err := b.fcall(call)
-			le := wantCode(t, err, tc.code)
+			le := execWantCode(t, err, tc.code)
 			if le.Detail(0) != tc.detail {
 				t.Errorf("%s: detail = %q; want %q", tc.name, le.Detail(0), tc.detail)
 			}
@@ -238,7 +238,7 @@ func TestCreateExecution(t *testing.T) {
 		until := b.now() + 60_000
 		eid := b.create(&valkey.CreateExecutionParams{DelayUntil: until, ExecutionDeadlineAt: until + 5})
 		core := b.hgetall(model.KeysFor(eid).Core())
-		wantFields(t, "core", core, map[string]string{
+		execWantFields(t, "core", core, map[string]string{
 			"lifecycle_phase": "runnable", "eligibility_state": "not_eligible_until_time",
 			"blocking_reason": "waiting_for_delay", "blocking_detail": "delayed until " + strconv.FormatInt(until, 10),
 			"public_state": "delayed", "delay_until": strconv.FormatInt(until, 10),
@@ -266,7 +266,7 @@ func TestCreateExecution(t *testing.T) {
 			t.Fatalf("CreateExecution = %+v, %v", res, err)
 		}
 		core := b.hgetall(model.KeysFor(eid).Core())
-		wantFields(t, "core", core, map[string]string{"eligibility_state": "eligible_now", "delay_until": ""})
+		execWantFields(t, "core", core, map[string]string{"eligibility_state": "eligible_now", "delay_until": ""})
 		// The caller chose the delayed zset as KEYS[5]; Lua scores it as eligible.
 		if s, ok := b.zscore(b.pk(eid).LaneDelayed("default"), string(eid)); !ok || strconv.FormatInt(int64(s), 10) != core["created_at"] {
 			t.Errorf("delayed-slot score = %v %v; want created_at %s", s, ok, core["created_at"])
@@ -325,7 +325,7 @@ func TestCreateExecution(t *testing.T) {
 		k := model.KeysFor(eid)
 		core := b.hgetall(k.Core())
 		created := core["created_at"]
-		wantFields(t, "core", core, map[string]string{
+		execWantFields(t, "core", core, map[string]string{
 			"execution_id": string(eid), "namespace": "tenant", "lane_id": "fast", "execution_kind": "email",
 			"partition_id": strconv.Itoa(int(eid.Partition().Index)), "priority": "9000",
 			"creator_identity": "me", "lifecycle_phase": "runnable", "ownership_state": "unowned",
@@ -352,7 +352,7 @@ func TestCreateExecution(t *testing.T) {
 		if v, _ := b.get(k.Policy()); v != policy {
 			t.Errorf("policy = %q", v)
 		}
-		wantFields(t, "tags", b.hgetall(k.Tags()), map[string]string{"app.owner": "bob", "n": "1"})
+		execWantFields(t, "tags", b.hgetall(k.Tags()), map[string]string{"app.owner": "bob", "n": "1"})
 		pk := b.pk(eid)
 		createdN, _ := strconv.ParseInt(created, 10, 64)
 		if s, ok := b.zscore(pk.LaneEligible("fast"), string(eid)); !ok || int64(s) != createdN-9000*1_000_000_000_000 {
@@ -544,7 +544,7 @@ func TestClaimExecution(t *testing.T) {
 		now := core["lease_acquired_at"]
 		exp := strconv.FormatInt(res.ExpiresAt, 10)
 		nowN, _ := strconv.ParseInt(now, 10, 64)
-		wantFields(t, "core", core, map[string]string{
+		execWantFields(t, "core", core, map[string]string{
 			"lifecycle_phase": "active", "ownership_state": "leased", "eligibility_state": "not_applicable",
 			"blocking_reason": "none", "blocking_detail": "", "terminal_outcome": "none",
 			"attempt_state": "running_attempt", "public_state": "active", "current_attempt_index": "0",
@@ -554,15 +554,15 @@ func TestClaimExecution(t *testing.T) {
 			"lease_renewal_deadline": strconv.FormatInt(nowN+10_000, 10), "started_at": now,
 			"last_transition_at": now, "last_mutation_at": now,
 		})
-		wantFields(t, "attempt", b.hgetall(k.Attempt(0)), map[string]string{
+		execWantFields(t, "attempt", b.hgetall(k.Attempt(0)), map[string]string{
 			"attempt_id": "A1", "execution_id": string(eid), "attempt_index": "0", "attempt_type": "initial",
 			"attempt_state": "started", "created_at": now, "started_at": now, "lease_id": "L1",
 			"lease_epoch": "1", "worker_id": "w1", "worker_instance_id": "wi1",
 		})
-		wantFields(t, "usage", b.hgetall(k.AttemptUsage(0)), map[string]string{"last_usage_report_seq": "0"})
-		wantFields(t, "attempt policy", b.hgetall(k.AttemptPolicy(0)), map[string]string{"timeout_ms": "5", "nested": `{"x":1}`})
+		execWantFields(t, "usage", b.hgetall(k.AttemptUsage(0)), map[string]string{"last_usage_report_seq": "0"})
+		execWantFields(t, "attempt policy", b.hgetall(k.AttemptPolicy(0)), map[string]string{"timeout_ms": "5", "nested": `{"x":1}`})
 		lease := b.hgetall(k.LeaseCurrent())
-		wantFields(t, "lease", lease, map[string]string{
+		execWantFields(t, "lease", lease, map[string]string{
 			"lease_id": "L1", "lease_epoch": "1", "execution_id": string(eid), "attempt_id": "A1",
 			"worker_id": "w1", "worker_instance_id": "wi1", "acquired_at": now, "expires_at": exp,
 			"last_renewed_at": now, "renewal_deadline": strconv.FormatInt(nowN+10_000, 10),
@@ -599,7 +599,7 @@ func TestClaimExecution(t *testing.T) {
 		if len(h) != 1 {
 			t.Fatalf("history = %v", h)
 		}
-		wantFields(t, "acquired", h[0], map[string]string{"event": "acquired", "lease_id": "L1", "lease_epoch": "1",
+		execWantFields(t, "acquired", h[0], map[string]string{"event": "acquired", "lease_id": "L1", "lease_epoch": "1",
 			"attempt_id": "A1", "attempt_index": "0", "worker_id": "w1", "ts": now})
 	})
 
@@ -660,7 +660,7 @@ func TestClaimExecution(t *testing.T) {
 			b.grant(eid)
 			p := tc.setup(eid)
 			_, err := b.c.ClaimExecution(b.ctx, p)
-			wantCode(t, err, tc.code)
+			execWantCode(t, err, tc.code)
 			if got := b.exists(model.KeysFor(eid).ClaimGrant()); got != tc.grantKept {
 				t.Errorf("%s: grant exists = %v; want %v", tc.name, got, tc.grantKept)
 			}
@@ -692,7 +692,7 @@ func TestClaimExecution(t *testing.T) {
 			call := b.claimParams(eid).Call()
 			call.Args[tc.idx] = tc.val
 			_, err := b.fcall(call)
-			if le := wantCode(t, err, tc.code); le.Detail(0) != tc.detail {
+			if le := execWantCode(t, err, tc.code); le.Detail(0) != tc.detail {
 				t.Errorf("ARGV[%d]=%q detail = %q; want %q", tc.idx+1, tc.val, le.Detail(0), tc.detail)
 			}
 		}
@@ -701,7 +701,7 @@ func TestClaimExecution(t *testing.T) {
 		}
 		// The missing-ARGV form is invalid_input too, not a script error.
 		_, err := b.fcall(valkey.Call{Function: "ff_claim_execution", Keys: b.claimParams(eid).Call().Keys, Args: []string{string(eid)}})
-		wantCode(t, err, valkey.CodeInvalidInput)
+		execWantCode(t, err, valkey.CodeInvalidInput)
 	})
 }
 
@@ -721,7 +721,7 @@ func TestCompleteExecution(t *testing.T) {
 		}
 		core := b.hgetall(k.Core())
 		done := core["completed_at"]
-		wantFields(t, "core", core, map[string]string{
+		execWantFields(t, "core", core, map[string]string{
 			"lifecycle_phase": "terminal", "ownership_state": "unowned", "eligibility_state": "not_applicable",
 			"blocking_reason": "none", "blocking_detail": "", "terminal_outcome": "success",
 			"attempt_state": "attempt_terminal", "public_state": "completed", "current_lease_id": "",
@@ -733,8 +733,8 @@ func TestCompleteExecution(t *testing.T) {
 			"current_attempt_id": cl.AttemptID, "current_attempt_index": "0", "current_lease_epoch": "1",
 			"lease_acquired_at": core["started_at"],
 		})
-		wantFields(t, "attempt", b.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "ended_success", "ended_at": done})
-		wantFields(t, "stream meta", b.hgetall(k.StreamMeta(0)), map[string]string{"closed_at": done, "closed_reason": "attempt_success"})
+		execWantFields(t, "attempt", b.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "ended_success", "ended_at": done})
+		execWantFields(t, "stream meta", b.hgetall(k.StreamMeta(0)), map[string]string{"closed_at": done, "closed_reason": "attempt_success"})
 		if v, _ := b.get(k.Result()); v != "out" {
 			t.Errorf("result = %q", v)
 		}
@@ -753,7 +753,7 @@ func TestCompleteExecution(t *testing.T) {
 			t.Errorf("terminal score = %v %v", s, ok)
 		}
 		h := b.history(eid)
-		wantFields(t, "released", h[len(h)-1], map[string]string{"event": "released", "lease_id": cl.LeaseID,
+		execWantFields(t, "released", h[len(h)-1], map[string]string{"event": "released", "lease_id": cl.LeaseID,
 			"lease_epoch": "1", "attempt_index": "0", "reason": "completed", "ts": done})
 		if _, ok := h[len(h)-1]["attempt_id"]; ok {
 			t.Error("completed release carries attempt_id")
@@ -762,7 +762,7 @@ func TestCompleteExecution(t *testing.T) {
 		// A replay of the same call reports execution_not_active with the
 		// four details the SDK uses to recognise its own completion.
 		err := b.c.CompleteExecution(b.ctx, &valkey.CompleteExecutionParams{ExecutionID: eid, Fence: cl.Fence()})
-		le := wantCode(t, err, valkey.CodeExecutionNotActive)
+		le := execWantCode(t, err, valkey.CodeExecutionNotActive)
 		if want := []string{"success", "1", "terminal", cl.AttemptID}; strconv.Quote(strings.Join(le.Details, "|")) != strconv.Quote(strings.Join(want, "|")) {
 			t.Errorf("details = %v; want %v", le.Details, want)
 		}
@@ -797,7 +797,7 @@ func TestCompleteExecution(t *testing.T) {
 		b := setupExec(t)
 		eid, _ := b.claimed(nil)
 		err := b.c.CompleteExecution(b.ctx, &valkey.CompleteExecutionParams{ExecutionID: eid})
-		wantCode(t, err, valkey.CodeFenceRequired)
+		execWantCode(t, err, valkey.CodeFenceRequired)
 		if err := b.c.CompleteExecution(b.ctx, &valkey.CompleteExecutionParams{ExecutionID: eid, Source: valkey.SourceOperatorOverride}); err != nil {
 			t.Fatal(err)
 		}
@@ -821,28 +821,28 @@ func TestCompleteExecution(t *testing.T) {
 func testLeaseFenceErrors(t *testing.T, b *execBundle, call func(model.ExecutionID, valkey.LeaseFence, string) error) {
 	t.Helper()
 	// Missing execution.
-	wantCode(t, call(b.eid(), valkey.LeaseFence{LeaseID: "l", LeaseEpoch: 1, AttemptID: "a"}, ""), valkey.CodeExecutionNotFound)
+	execWantCode(t, call(b.eid(), valkey.LeaseFence{LeaseID: "l", LeaseEpoch: 1, AttemptID: "a"}, ""), valkey.CodeExecutionNotFound)
 
 	eid, cl := b.claimed(nil)
 	core0 := b.hgetall(model.KeysFor(eid).Core())
 	// Partial triples.
 	for _, f := range []valkey.LeaseFence{{LeaseID: cl.LeaseID}, {LeaseEpoch: 1}, {LeaseID: cl.LeaseID, LeaseEpoch: 1}, {AttemptID: cl.AttemptID}} {
-		wantCode(t, call(eid, f, ""), valkey.CodePartialFenceTriple)
-		wantCode(t, call(eid, f, valkey.SourceOperatorOverride), valkey.CodePartialFenceTriple)
+		execWantCode(t, call(eid, f, ""), valkey.CodePartialFenceTriple)
+		execWantCode(t, call(eid, f, valkey.SourceOperatorOverride), valkey.CodePartialFenceTriple)
 	}
 	// Empty fence without override.
-	wantCode(t, call(eid, valkey.LeaseFence{}, ""), valkey.CodeFenceRequired)
-	wantCode(t, call(eid, valkey.LeaseFence{}, "worker"), valkey.CodeFenceRequired)
+	execWantCode(t, call(eid, valkey.LeaseFence{}, ""), valkey.CodeFenceRequired)
+	execWantCode(t, call(eid, valkey.LeaseFence{}, "worker"), valkey.CodeFenceRequired)
 	// Stale epoch, lease id, attempt id.
 	stale := cl.Fence()
 	stale.LeaseEpoch = 2
-	wantCode(t, call(eid, stale, ""), valkey.CodeStaleLease)
+	execWantCode(t, call(eid, stale, ""), valkey.CodeStaleLease)
 	stale = cl.Fence()
 	stale.LeaseID = "other"
-	wantCode(t, call(eid, stale, ""), valkey.CodeStaleLease)
+	execWantCode(t, call(eid, stale, ""), valkey.CodeStaleLease)
 	stale = cl.Fence()
 	stale.AttemptID = "other"
-	wantCode(t, call(eid, stale, ""), valkey.CodeStaleLease)
+	execWantCode(t, call(eid, stale, ""), valkey.CodeStaleLease)
 	// None of the rejections wrote anything.
 	if core := b.hgetall(model.KeysFor(eid).Core()); core["last_mutation_at"] != core0["last_mutation_at"] || core["lifecycle_phase"] != "active" {
 		t.Errorf("rejected calls mutated the core: %v", core)
@@ -851,23 +851,23 @@ func testLeaseFenceErrors(t *testing.T, b *execBundle, call func(model.Execution
 	// Revoked lease.
 	rev, clr := b.claimed(nil)
 	b.hset(model.KeysFor(rev).Core(), "ownership_state", "lease_revoked")
-	wantCode(t, call(rev, clr.Fence(), ""), valkey.CodeLeaseRevoked)
-	wantCode(t, call(rev, valkey.LeaseFence{}, valkey.SourceOperatorOverride), valkey.CodeLeaseRevoked)
+	execWantCode(t, call(rev, clr.Fence(), ""), valkey.CodeLeaseRevoked)
+	execWantCode(t, call(rev, valkey.LeaseFence{}, valkey.SourceOperatorOverride), valkey.CodeLeaseRevoked)
 
 	// Expired lease: marked expired as a side effect.
 	exp, cle := b.claimed(nil)
 	k := model.KeysFor(exp)
 	b.hset(k.Core(), "lease_expires_at", strconv.FormatInt(b.now()-1, 10))
 	b.hset(k.StreamMeta(0), "stream_id", "s")
-	wantCode(t, call(exp, cle.Fence(), ""), valkey.CodeLeaseExpired)
+	execWantCode(t, call(exp, cle.Fence(), ""), valkey.CodeLeaseExpired)
 	core := b.hgetall(k.Core())
-	wantFields(t, "expired core", core, map[string]string{
+	execWantFields(t, "expired core", core, map[string]string{
 		"lifecycle_phase": "active", "ownership_state": "lease_expired_reclaimable",
 		"blocking_reason": "waiting_for_worker", "blocking_detail": "lease expired, awaiting reclaim",
 		"attempt_state": "attempt_interrupted", "public_state": "active",
 		"lease_expired_at": core["last_mutation_at"],
 	})
-	wantFields(t, "expired stream meta", b.hgetall(k.StreamMeta(0)), map[string]string{"closed_reason": "lease_expired"})
+	execWantFields(t, "expired stream meta", b.hgetall(k.StreamMeta(0)), map[string]string{"closed_reason": "lease_expired"})
 	h := b.history(exp)
 	if h[len(h)-1]["event"] != "expired" {
 		t.Errorf("last history event = %v", h[len(h)-1])
@@ -875,8 +875,827 @@ func testLeaseFenceErrors(t *testing.T, b *execBundle, call func(model.Execution
 
 	// Not active: a runnable execution.
 	idle := b.create(nil)
-	le := wantCode(t, call(idle, valkey.LeaseFence{LeaseID: "l", LeaseEpoch: 1, AttemptID: "a"}, ""), valkey.CodeExecutionNotActive)
+	le := execWantCode(t, call(idle, valkey.LeaseFence{LeaseID: "l", LeaseEpoch: 1, AttemptID: "a"}, ""), valkey.CodeExecutionNotActive)
 	if len(le.Details) != 4 || le.Details[0] != "none" || le.Details[1] != "0" || le.Details[2] != "runnable" || le.Details[3] != "" {
 		t.Errorf("not-active details = %q", le.Details)
+	}
+}
+
+func (b *execBundle) zadd(key string, score float64, member string) {
+	b.t.Helper()
+	if err := b.c.Raw().Do(b.ctx, b.c.Raw().B().Zadd().Key(key).ScoreMember().ScoreMember(score, member).Build()).Error(); err != nil {
+		b.t.Fatalf("ZADD %s: %v", key, err)
+	}
+}
+
+func (b *execBundle) sadd(key, member string) {
+	b.t.Helper()
+	if err := b.c.Raw().Do(b.ctx, b.c.Raw().B().Sadd().Key(key).Member(member).Build()).Error(); err != nil {
+		b.t.Fatalf("SADD %s: %v", key, err)
+	}
+}
+
+func execAtoi64(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+func TestFailExecution(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RetryBackoff", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		cases := []struct {
+			name       string
+			policy     string
+			retryCount string
+			backoff    int64
+		}{
+			{"ExponentialFirst", `{"max_retries":3,"backoff":{"type":"exponential","initial_delay_ms":100,"multiplier":3,"max_delay_ms":250}}`, "0", 100},
+			{"ExponentialCapped", `{"max_retries":3,"backoff":{"type":"exponential","initial_delay_ms":100,"multiplier":3,"max_delay_ms":250}}`, "1", 250},
+			{"ExponentialDefaults", `{"max_retries":5,"backoff":{"type":"exponential"}}`, "2", 4000},
+			{"Fixed", `{"max_retries":1,"backoff":{"type":"fixed","delay_ms":2500}}`, "0", 2500},
+			{"FixedDefault", `{"max_retries":1,"backoff":{"type":"fixed"}}`, "0", 1000},
+			{"DefaultBackoff", `{"max_retries":2}`, "1", 1000},
+			{"UnknownType", `{"max_retries":2,"backoff":{"type":"linear","delay_ms":5}}`, "0", 1000},
+			{"FractionalRoundsUp", `{"max_retries":5,"backoff":{"type":"exponential","initial_delay_ms":10,"multiplier":1.25}}`, "1", 13},
+			{"FractionalRoundsDown", `{"max_retries":5,"backoff":{"type":"fixed","delay_ms":7.2}}`, "0", 7},
+		}
+		for _, tc := range cases {
+			eid, cl := b.claimed(nil)
+			k, pk := model.KeysFor(eid), b.pk(eid)
+			b.hset(k.Core(), "retry_count", tc.retryCount, "flow_id", "f-retry")
+			b.hset(k.StreamMeta(0), "stream_id", "s")
+			res, err := b.c.FailExecution(b.ctx, &valkey.FailExecutionParams{ExecutionID: eid, Fence: cl.Fence(),
+				FailureReason: "boom", FailureCategory: "transient", RetryPolicyJSON: tc.policy})
+			if err != nil || !res.RetryScheduled {
+				t.Fatalf("%s: FailExecution = %+v, %v", tc.name, res, err)
+			}
+			core := b.hgetall(k.Core())
+			now := core["last_mutation_at"]
+			if res.DelayUntil != execAtoi64(now)+tc.backoff {
+				t.Errorf("%s: delay_until = %d; want now %s + %d", tc.name, res.DelayUntil, now, tc.backoff)
+			}
+			until := strconv.FormatInt(res.DelayUntil, 10)
+			execWantFields(t, tc.name+" core", core, map[string]string{
+				"lifecycle_phase": "runnable", "ownership_state": "unowned", "eligibility_state": "not_eligible_until_time",
+				"blocking_reason": "waiting_for_retry_backoff", "terminal_outcome": "none",
+				"blocking_detail": "retry backoff until " + until + " (attempt 0 failed: boom)",
+				"attempt_state":   "pending_retry_attempt", "public_state": "delayed", "pending_retry_reason": "boom",
+				"pending_previous_attempt_index": "0", "retry_count": strconv.Itoa(int(execAtoi64(tc.retryCount)) + 1),
+				"current_attempt_id": "", "current_lease_id": "", "current_worker_id": "", "current_worker_instance_id": "",
+				"lease_expires_at": "", "lease_last_renewed_at": "", "lease_renewal_deadline": "", "delay_until": until,
+				"failure_reason": "boom", "last_transition_at": now, "current_lease_epoch": "1", "completed_at": "",
+			})
+			execWantFields(t, tc.name+" attempt", b.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "ended_failure",
+				"ended_at": now, "failure_reason": "boom", "failure_category": "transient"})
+			execWantFields(t, tc.name+" stream", b.hgetall(k.StreamMeta(0)), map[string]string{"closed_reason": "attempt_failure", "closed_at": now})
+			if s, ok := b.zscore(pk.LaneDelayed("default"), string(eid)); !ok || int64(s) != res.DelayUntil {
+				t.Errorf("%s: delayed score = %v %v", tc.name, s, ok)
+			}
+			if _, ok := b.zscore(pk.LeaseExpiry(), string(eid)); ok || b.exists(k.LeaseCurrent()) || b.sismember(pk.WorkerLeases("wi1"), string(eid)) {
+				t.Errorf("%s: lease not released", tc.name)
+			}
+			if _, ok := b.zscore(pk.LaneTerminal("default"), string(eid)); ok {
+				t.Errorf("%s: retry added to terminal", tc.name)
+			}
+			h := b.history(eid)
+			execWantFields(t, tc.name+" released", h[len(h)-1], map[string]string{"event": "released", "reason": "failed_retry_scheduled",
+				"lease_id": cl.LeaseID, "lease_epoch": "1", "attempt_index": "0", "ts": now})
+		}
+	})
+
+	t.Run("RetryThenClaimCreatesRetryAttemptAndNoPublish", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		msgs := b.subscribe(model.ChannelDAGCompletions)
+		// The wrapper reads retry_policy from the stored policy.
+		eid, cl := b.claimed(&valkey.CreateExecutionParams{PolicyJSON: `{"retry_policy":{"max_retries":1,"backoff":{"type":"fixed","delay_ms":700}}}`})
+		k, pk := model.KeysFor(eid), b.pk(eid)
+		b.hset(k.Core(), "flow_id", "f1")
+		res, err := b.c.FailExecution(b.ctx, &valkey.FailExecutionParams{ExecutionID: eid, Fence: cl.Fence(), FailureReason: "net"})
+		if err != nil || !res.RetryScheduled || res.DelayUntil != execAtoi64(b.hgetall(k.Core())["last_mutation_at"])+700 {
+			t.Fatalf("FailExecution = %+v, %v", res, err)
+		}
+		b.noCompletion(msgs, eid, b.eid())
+		// Promote by hand (ff_promote_delayed belongs to scheduling).
+		b.hset(k.Core(), "eligibility_state", "eligible_now")
+		b.zadd(pk.LaneEligible("default"), 1, string(eid))
+		cl2 := b.claim(eid)
+		if cl2.AttemptIndex != 1 || cl2.LeaseEpoch != 2 || cl2.AttemptType != "retry" {
+			t.Fatalf("retry claim = %+v", cl2)
+		}
+		execWantFields(t, "retry attempt", b.hgetall(k.Attempt(1)), map[string]string{"attempt_type": "retry",
+			"retry_reason": "net", "previous_attempt_index": "0", "attempt_index": "1"})
+		core := b.hgetall(k.Core())
+		execWantFields(t, "core", core, map[string]string{"pending_retry_reason": "", "pending_previous_attempt_index": "",
+			"total_attempt_count": "2", "current_attempt_index": "1", "retry_count": "1"})
+		// The second failure exhausts max_retries=1: terminal, published.
+		out, err := b.c.FailExecution(b.ctx, &valkey.FailExecutionParams{ExecutionID: eid, Fence: cl2.Fence(), FailureReason: "net2"})
+		if err != nil || out.RetryScheduled {
+			t.Fatalf("second fail = %+v, %v", out, err)
+		}
+		if got := b.awaitCompletion(msgs, eid); got["outcome"] != "failed" || got["flow_id"] != "f1" {
+			t.Errorf("completion = %v", got)
+		}
+	})
+
+	t.Run("Terminal", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		cases := []struct{ name, policy, retryCount string }{
+			{"NoPolicy", "", "0"},
+			{"MaxRetriesDefaultsToZero", `{"backoff":{"type":"fixed","delay_ms":5}}`, "0"},
+			{"Exhausted", `{"max_retries":2}`, "2"},
+			{"MalformedPolicyIgnored", `{"max_retries":`, "0"},
+			{"NonNumericMaxRetries", `{"max_retries":"lots"}`, "0"},
+		}
+		for _, tc := range cases {
+			eid, cl := b.claimed(&valkey.CreateExecutionParams{ExecutionDeadlineAt: 1 << 50})
+			k, pk := model.KeysFor(eid), b.pk(eid)
+			b.hset(k.Core(), "retry_count", tc.retryCount)
+			res, err := b.c.FailExecution(b.ctx, &valkey.FailExecutionParams{ExecutionID: eid, Fence: cl.Fence(),
+				FailureReason: "bad", FailureCategory: "permanent", RetryPolicyJSON: tc.policy})
+			if err != nil || res.RetryScheduled {
+				t.Fatalf("%s: FailExecution = %+v, %v", tc.name, res, err)
+			}
+			core := b.hgetall(k.Core())
+			now := core["last_mutation_at"]
+			execWantFields(t, tc.name, core, map[string]string{"lifecycle_phase": "terminal", "ownership_state": "unowned",
+				"eligibility_state": "not_applicable", "blocking_reason": "none", "blocking_detail": "",
+				"terminal_outcome": "failed", "attempt_state": "attempt_terminal", "public_state": "failed",
+				"failure_reason": "bad", "completed_at": now, "current_lease_id": "", "current_attempt_id": cl.AttemptID,
+				"retry_count": tc.retryCount, "lease_expires_at": "", "current_worker_instance_id": ""})
+			if s, ok := b.zscore(pk.LaneTerminal("default"), string(eid)); !ok || strconv.FormatInt(int64(s), 10) != now {
+				t.Errorf("%s: terminal score %v %v", tc.name, s, ok)
+			}
+			for _, key := range []string{pk.ExecutionDeadline(), pk.LeaseExpiry(), pk.LaneActive("default"), pk.LaneDelayed("default")} {
+				if _, ok := b.zscore(key, string(eid)); ok {
+					t.Errorf("%s: still in %s", tc.name, key)
+				}
+			}
+			h := b.history(eid)
+			if h[len(h)-1]["reason"] != "failed_terminal" {
+				t.Errorf("%s: last event %v", tc.name, h[len(h)-1])
+			}
+		}
+	})
+
+	t.Run("FenceErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		testLeaseFenceErrors(t, b, func(eid model.ExecutionID, f valkey.LeaseFence, source string) error {
+			_, err := b.c.FailExecution(b.ctx, &valkey.FailExecutionParams{ExecutionID: eid, Fence: f, Source: source, FailureReason: "x"})
+			return err
+		})
+		eid, _ := b.claimed(nil)
+		if res, err := b.c.FailExecution(b.ctx, &valkey.FailExecutionParams{ExecutionID: eid, Source: valkey.SourceOperatorOverride}); err != nil || res.RetryScheduled {
+			t.Fatalf("override fail = %+v, %v", res, err)
+		}
+	})
+}
+
+func TestDelayExecution(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Success", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		eid, cl := b.claimed(nil)
+		k, pk := model.KeysFor(eid), b.pk(eid)
+		b.zadd(pk.AttemptTimeout(), 1, string(eid))
+		until := b.now() + 50_000
+		if err := b.c.DelayExecution(b.ctx, &valkey.DelayExecutionParams{ExecutionID: eid, Fence: cl.Fence(), DelayUntil: until}); err != nil {
+			t.Fatal(err)
+		}
+		us := strconv.FormatInt(until, 10)
+		core := b.hgetall(k.Core())
+		now := core["last_mutation_at"]
+		execWantFields(t, "core", core, map[string]string{"lifecycle_phase": "runnable", "ownership_state": "unowned",
+			"eligibility_state": "not_eligible_until_time", "blocking_reason": "waiting_for_delay",
+			"blocking_detail": "delayed until " + us, "terminal_outcome": "none", "attempt_state": "attempt_interrupted",
+			"public_state": "delayed", "delay_until": us, "current_lease_id": "", "current_worker_id": "",
+			"current_worker_instance_id": "", "lease_expires_at": "", "lease_last_renewed_at": "",
+			"lease_renewal_deadline": "", "last_transition_at": now, "current_attempt_id": cl.AttemptID})
+		execWantFields(t, "attempt", b.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "suspended",
+			"suspended_at": now, "suspension_id": "worker_delay"})
+		if s, ok := b.zscore(pk.LaneDelayed("default"), string(eid)); !ok || int64(s) != until {
+			t.Errorf("delayed score %v %v", s, ok)
+		}
+		for _, key := range []string{pk.LeaseExpiry(), pk.LaneActive("default"), pk.AttemptTimeout()} {
+			if _, ok := b.zscore(key, string(eid)); ok {
+				t.Errorf("still in %s", key)
+			}
+		}
+		if b.exists(k.LeaseCurrent()) || b.sismember(pk.WorkerLeases("wi1"), string(eid)) {
+			t.Error("lease not released")
+		}
+		h := b.history(eid)
+		execWantFields(t, "released", h[len(h)-1], map[string]string{"event": "released", "reason": "worker_delay",
+			"lease_id": cl.LeaseID, "lease_epoch": "1", "attempt_index": "0", "attempt_id": cl.AttemptID, "ts": now})
+	})
+
+	t.Run("OperatorOverride", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		eid, cl := b.claimed(nil)
+		if err := b.c.DelayExecution(b.ctx, &valkey.DelayExecutionParams{ExecutionID: eid, DelayUntil: 5, Source: valkey.SourceOperatorOverride}); err != nil {
+			t.Fatal(err)
+		}
+		h := b.history(eid)
+		// The server's own triple is recorded.
+		execWantFields(t, "released", h[len(h)-1], map[string]string{"lease_id": cl.LeaseID, "attempt_id": cl.AttemptID})
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		eid, cl := b.claimed(nil)
+		for _, v := range []string{"", "later"} {
+			keys := append([]string{model.KeysFor(eid).Core()}, make([]string, 8)...)
+			_, err := b.fcall(valkey.Call{Function: "ff_delay_execution", Keys: keys,
+				Args: []string{string(eid), cl.LeaseID, "1", cl.AttemptID, v}})
+			if le := execWantCode(t, err, valkey.CodeInvalidInput); le.Detail(0) != "delay_until must be a number, got: "+v {
+				t.Errorf("detail = %q", le.Detail(0))
+			}
+		}
+		if core := b.hgetall(model.KeysFor(eid).Core()); core["lifecycle_phase"] != "active" {
+			t.Error("bad input changed the execution")
+		}
+	})
+
+	t.Run("FenceErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		testLeaseFenceErrors(t, b, func(eid model.ExecutionID, f valkey.LeaseFence, source string) error {
+			return b.c.DelayExecution(b.ctx, &valkey.DelayExecutionParams{ExecutionID: eid, Fence: f, Source: source, DelayUntil: 1})
+		})
+	})
+}
+
+func TestMoveToWaitingChildren(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Success", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		eid, cl := b.claimed(nil)
+		k, pk := model.KeysFor(eid), b.pk(eid)
+		if err := b.c.MoveToWaitingChildren(b.ctx, &valkey.MoveToWaitingChildrenParams{ExecutionID: eid, Fence: cl.Fence()}); err != nil {
+			t.Fatal(err)
+		}
+		core := b.hgetall(k.Core())
+		now := core["last_mutation_at"]
+		execWantFields(t, "core", core, map[string]string{"lifecycle_phase": "runnable", "ownership_state": "unowned",
+			"eligibility_state": "blocked_by_dependencies", "blocking_reason": "waiting_for_children",
+			"blocking_detail": "waiting for child executions to complete", "attempt_state": "attempt_interrupted",
+			"public_state": "waiting_children", "current_lease_id": "", "lease_expires_at": "", "last_transition_at": now})
+		execWantFields(t, "attempt", b.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "suspended",
+			"suspended_at": now, "suspension_id": "waiting_children"})
+		if s, ok := b.zscore(pk.LaneBlockedDependencies("default"), string(eid)); !ok || strconv.FormatInt(int64(s), 10) != core["created_at"] {
+			t.Errorf("blocked score %v %v; want created_at %s", s, ok, core["created_at"])
+		}
+		if _, ok := b.zscore(pk.LaneActive("default"), string(eid)); ok || b.exists(k.LeaseCurrent()) {
+			t.Error("lease not released")
+		}
+		h := b.history(eid)
+		execWantFields(t, "released", h[len(h)-1], map[string]string{"event": "released", "reason": "waiting_children",
+			"attempt_id": cl.AttemptID, "lease_epoch": "1"})
+	})
+
+	t.Run("FenceErrors", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		testLeaseFenceErrors(t, b, func(eid model.ExecutionID, f valkey.LeaseFence, source string) error {
+			return b.c.MoveToWaitingChildren(b.ctx, &valkey.MoveToWaitingChildrenParams{ExecutionID: eid, Fence: f, Source: source})
+		})
+	})
+}
+
+func TestCancelExecution(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Runnable", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		eid := b.create(&valkey.CreateExecutionParams{ExecutionDeadlineAt: 1 << 50})
+		pk := b.pk(eid)
+		from, err := b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: eid, Reason: "nope"})
+		if err != nil || from != "runnable" {
+			t.Fatalf("cancel = %q, %v", from, err)
+		}
+		core := b.hgetall(model.KeysFor(eid).Core())
+		now := core["completed_at"]
+		execWantFields(t, "core", core, map[string]string{"lifecycle_phase": "terminal", "ownership_state": "unowned",
+			"eligibility_state": "not_applicable", "blocking_reason": "none", "blocking_detail": "",
+			"terminal_outcome": "cancelled", "attempt_state": "pending_first_attempt", "public_state": "cancelled",
+			"cancellation_reason": "nope", "cancelled_by": string(eid), "last_transition_at": now,
+			"current_suspension_id": "", "current_waitpoint_id": ""})
+		if _, ok := b.zscore(pk.LaneEligible("default"), string(eid)); ok {
+			t.Error("still eligible")
+		}
+		if _, ok := b.zscore(pk.ExecutionDeadline(), string(eid)); ok {
+			t.Error("still in execution_deadline")
+		}
+		if s, ok := b.zscore(pk.LaneTerminal("default"), string(eid)); !ok || strconv.FormatInt(int64(s), 10) != now {
+			t.Errorf("terminal score %v %v", s, ok)
+		}
+		// Cancelling again: execution_not_active with phase "terminal".
+		_, err = b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: eid, Reason: "again"})
+		le := execWantCode(t, err, valkey.CodeExecutionNotActive)
+		if strings.Join(le.Details, "|") != "cancelled|0|terminal|" {
+			t.Errorf("details = %q", le.Details)
+		}
+		_, err = b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: b.eid()})
+		execWantCode(t, err, valkey.CodeExecutionNotFound)
+	})
+
+	t.Run("ActiveWorker", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		msgs := b.subscribe(model.ChannelDAGCompletions)
+		eid, cl := b.claimed(nil)
+		k, pk := model.KeysFor(eid), b.pk(eid)
+		b.hset(k.Core(), "flow_id", "fc")
+		b.hset(k.StreamMeta(0), "stream_id", "s")
+		_, err := b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: eid, Source: "worker", LeaseID: "other", LeaseEpoch: 1})
+		execWantCode(t, err, valkey.CodeStaleLease)
+		_, err = b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: eid, Source: "worker", LeaseID: cl.LeaseID, LeaseEpoch: 7})
+		execWantCode(t, err, valkey.CodeStaleLease)
+		from, err := b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: eid, Reason: "stop", Source: "worker",
+			LeaseID: cl.LeaseID, LeaseEpoch: cl.LeaseEpoch})
+		if err != nil || from != "active" {
+			t.Fatalf("cancel = %q, %v", from, err)
+		}
+		core := b.hgetall(k.Core())
+		now := core["completed_at"]
+		execWantFields(t, "core", core, map[string]string{"terminal_outcome": "cancelled", "attempt_state": "attempt_terminal",
+			"cancelled_by": "worker", "current_lease_id": "", "current_worker_instance_id": "", "lease_expires_at": ""})
+		execWantFields(t, "attempt", b.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "ended_cancelled",
+			"ended_at": now, "failure_reason": "cancelled: stop"})
+		execWantFields(t, "stream", b.hgetall(k.StreamMeta(0)), map[string]string{"closed_reason": "attempt_cancelled"})
+		if b.exists(k.LeaseCurrent()) || b.sismember(pk.WorkerLeases("wi1"), string(eid)) {
+			t.Error("lease not released")
+		}
+		for _, key := range []string{pk.LeaseExpiry(), pk.LaneActive("default")} {
+			if _, ok := b.zscore(key, string(eid)); ok {
+				t.Errorf("still in %s", key)
+			}
+		}
+		h := b.history(eid)
+		execWantFields(t, "released", h[len(h)-1], map[string]string{"event": "released", "reason": "cancelled",
+			"lease_id": cl.LeaseID, "lease_epoch": "1", "attempt_index": "0"})
+		if got := b.awaitCompletion(msgs, eid); got["outcome"] != "cancelled" || got["flow_id"] != "fc" {
+			t.Errorf("completion %v", got)
+		}
+	})
+
+	t.Run("RevokedAndOverride", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		msgs := b.subscribe(model.ChannelDAGCompletions)
+		eid, _ := b.claimed(nil)
+		b.hset(model.KeysFor(eid).Core(), "ownership_state", "lease_revoked", "flow_id", "fx")
+		_, err := b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: eid, Source: "worker"})
+		execWantCode(t, err, valkey.CodeLeaseRevoked)
+		if _, err := b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: eid, Source: valkey.SourceOperatorOverride, LeaseID: "ignored", LeaseEpoch: 9}); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.awaitCompletion(msgs, eid); got["outcome"] != "cancelled" {
+			t.Errorf("completion %v", got)
+		}
+		// flow_cascade cancels do not publish.
+		casc := b.create(nil)
+		b.hset(model.KeysFor(casc).Core(), "flow_id", "fx")
+		if _, err := b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: casc, Source: "flow_cascade"}); err != nil {
+			t.Fatal(err)
+		}
+		b.noCompletion(msgs, casc, b.eid())
+	})
+
+	t.Run("Suspended", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		eid, _ := b.claimed(nil)
+		k, pk := model.KeysFor(eid), b.pk(eid)
+		// Seed a suspension (ff_suspend_execution belongs to another family).
+		b.hset(k.Core(), "lifecycle_phase", "suspended", "ownership_state", "unowned", "current_waitpoint_id", "wp1",
+			"current_suspension_id", "s1", "attempt_state", "attempt_interrupted")
+		b.hset(k.SuspensionCurrent(), "suspension_id", "s1", "additional_waitpoints_json", `[{"waitpoint_id":"wp2","waitpoint_key":"k2"}]`)
+		b.hset(pk.Waitpoint("wp1"), "state", "active")
+		b.hset(pk.WaitpointCondition("wp1"), "closed", "0")
+		b.hset(pk.Waitpoint("wp2"), "state", "active")
+		b.sadd(k.SuspensionSatisfiedSet(), "leaf:x")
+		b.sadd(k.SuspensionSatisfiedSet()+":signals", "sig")
+		b.hset(k.SuspensionMemberMap(), "a", "b")
+		b.zadd(pk.LaneSuspended("default"), 9999999999999, string(eid))
+		b.zadd(pk.SuspensionTimeout(), 5, string(eid))
+		from, err := b.c.CancelExecution(b.ctx, &valkey.CancelExecutionParams{ExecutionID: eid, Reason: "r"})
+		if err != nil || from != "suspended" {
+			t.Fatalf("cancel = %q, %v", from, err)
+		}
+		now := b.hgetall(k.Core())["completed_at"]
+		execWantFields(t, "suspension", b.hgetall(k.SuspensionCurrent()), map[string]string{"closed_at": now, "close_reason": "cancelled"})
+		execWantFields(t, "waitpoint", b.hgetall(pk.Waitpoint("wp1")), map[string]string{"state": "closed", "closed_at": now, "close_reason": "cancelled"})
+		execWantFields(t, "condition", b.hgetall(pk.WaitpointCondition("wp1")), map[string]string{"closed": "1", "closed_at": now, "closed_reason": "cancelled"})
+		execWantFields(t, "extra waitpoint", b.hgetall(pk.Waitpoint("wp2")), map[string]string{"state": "closed", "close_reason": "cancelled"})
+		if b.exists(pk.WaitpointCondition("wp2")) {
+			t.Error("condition created for an extra waitpoint")
+		}
+		for _, key := range []string{k.SuspensionSatisfiedSet(), k.SuspensionSatisfiedSet() + ":signals", k.SuspensionMemberMap()} {
+			if b.exists(key) {
+				t.Errorf("%s not deleted", key)
+			}
+		}
+		for _, key := range []string{pk.LaneSuspended("default"), pk.SuspensionTimeout()} {
+			if _, ok := b.zscore(key, string(eid)); ok {
+				t.Errorf("still in %s", key)
+			}
+		}
+		execWantFields(t, "attempt", b.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "ended_cancelled"})
+	})
+}
+
+// reclaimable claims an execution for wi1 and marks its lease expired.
+func (b *execBundle) reclaimable(p *valkey.CreateExecutionParams) (model.ExecutionID, *valkey.ClaimResult) {
+	b.t.Helper()
+	eid, cl := b.claimed(p)
+	b.hset(model.KeysFor(eid).Core(), "ownership_state", "lease_expired_reclaimable", "lease_expired_at", "1")
+	return eid, cl
+}
+
+func (b *execBundle) reclaimParams(eid model.ExecutionID) *valkey.ReclaimExecutionParams {
+	return &valkey.ReclaimExecutionParams{ExecutionID: eid, WorkerID: "w2", WorkerInstanceID: "wi2",
+		LaneID: "default", LeaseTTLMs: 9000}
+}
+
+func TestReclaimExecution(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Success", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		eid, cl := b.reclaimable(nil)
+		k, pk := model.KeysFor(eid), b.pk(eid)
+		b.hset(k.StreamMeta(0), "stream_id", "s")
+		// Reclaim grants are not checked for expiry.
+		b.hset(k.ClaimGrant(), "worker_id", "w2", "grant_expires_at", "1")
+		p := b.reclaimParams(eid)
+		p.LeaseID, p.AttemptID = "L2", "A2"
+		res, err := b.c.ReclaimExecution(b.ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.LeaseID != "L2" || res.LeaseEpoch != 2 || res.AttemptID != "A2" || res.AttemptIndex != 1 || res.AttemptType != "reclaim" {
+			t.Fatalf("reclaim = %+v", res)
+		}
+		core := b.hgetall(k.Core())
+		now := core["lease_acquired_at"]
+		exp := strconv.FormatInt(res.ExpiresAt, 10)
+		if res.ExpiresAt != execAtoi64(now)+9000 {
+			t.Errorf("expires_at %d; want now+9000", res.ExpiresAt)
+		}
+		execWantFields(t, "core", core, map[string]string{"lifecycle_phase": "active", "ownership_state": "leased",
+			"eligibility_state": "not_applicable", "blocking_reason": "none", "attempt_state": "running_attempt",
+			"public_state": "active", "current_attempt_index": "1", "total_attempt_count": "2",
+			"current_attempt_id": "A2", "current_lease_id": "L2", "current_lease_epoch": "2",
+			"current_worker_id": "w2", "current_worker_instance_id": "wi2", "lease_expires_at": exp,
+			"lease_renewal_deadline": strconv.FormatInt(execAtoi64(now)+6000, 10), "lease_expired_at": "",
+			"lease_revoked_at": "", "lease_reclaim_count": "1", "last_transition_at": now})
+		execWantFields(t, "old attempt", b.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "interrupted_reclaimed",
+			"ended_at": now, "failure_reason": "lease_lease_expired_reclaimable"})
+		execWantFields(t, "old stream", b.hgetall(k.StreamMeta(0)), map[string]string{"closed_reason": "reclaimed", "closed_at": now})
+		execWantFields(t, "new attempt", b.hgetall(k.Attempt(1)), map[string]string{"attempt_id": "A2", "attempt_index": "1",
+			"attempt_type": "reclaim", "attempt_state": "started", "lease_id": "L2", "lease_epoch": "2",
+			"worker_id": "w2", "worker_instance_id": "wi2", "reclaim_reason": "lease_lease_expired_reclaimable",
+			"previous_attempt_index": "0"})
+		execWantFields(t, "usage", b.hgetall(k.AttemptUsage(1)), map[string]string{"last_usage_report_seq": "0"})
+		execWantFields(t, "lease", b.hgetall(k.LeaseCurrent()), map[string]string{"lease_id": "L2", "lease_epoch": "2",
+			"worker_instance_id": "wi2", "expires_at": exp})
+		if b.exists(k.ClaimGrant()) {
+			t.Error("grant not consumed")
+		}
+		if b.sismember(pk.WorkerLeases("wi1"), string(eid)) || !b.sismember(pk.WorkerLeases("wi2"), string(eid)) {
+			t.Error("worker lease sets not moved")
+		}
+		for _, key := range []string{pk.LeaseExpiry(), pk.LaneActive("default")} {
+			if s, ok := b.zscore(key, string(eid)); !ok || int64(s) != res.ExpiresAt {
+				t.Errorf("%s score %v %v", key, s, ok)
+			}
+		}
+		if _, ok := b.zscore(k.Attempts(), "1"); !ok {
+			t.Error("attempt 1 not indexed")
+		}
+		h := b.history(eid)
+		execWantFields(t, "reclaimed", h[len(h)-1], map[string]string{"event": "reclaimed", "old_lease_epoch": "1",
+			"new_lease_id": "L2", "new_lease_epoch": "2", "new_attempt_id": "A2", "new_attempt_index": "1",
+			"worker_id": "w2", "ts": now})
+		if cl.LeaseEpoch != 1 {
+			t.Errorf("first claim epoch %d", cl.LeaseEpoch)
+		}
+	})
+
+	t.Run("Errors", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		_, err := b.c.ReclaimExecution(b.ctx, b.reclaimParams(b.eid()))
+		execWantCode(t, err, valkey.CodeExecutionNotFound)
+		// Leased (not expired/revoked) and runnable executions are not reclaimable.
+		leased, _ := b.claimed(nil)
+		_, err = b.c.ReclaimExecution(b.ctx, b.reclaimParams(leased))
+		execWantCode(t, err, valkey.CodeExecutionNotReclaimable)
+		_, err = b.c.ReclaimExecution(b.ctx, b.reclaimParams(b.create(nil)))
+		execWantCode(t, err, valkey.CodeExecutionNotReclaimable)
+		// Grant missing, then for another worker.
+		eid, _ := b.reclaimable(nil)
+		_, err = b.c.ReclaimExecution(b.ctx, b.reclaimParams(eid))
+		execWantCode(t, err, valkey.CodeInvalidClaimGrant)
+		b.hset(model.KeysFor(eid).ClaimGrant(), "worker_id", "w9")
+		_, err = b.c.ReclaimExecution(b.ctx, b.reclaimParams(eid))
+		execWantCode(t, err, valkey.CodeInvalidClaimGrant)
+		if !b.exists(model.KeysFor(eid).ClaimGrant()) {
+			t.Error("mismatched grant consumed")
+		}
+		// Revoked leases are reclaimable too.
+		rev, _ := b.claimed(nil)
+		b.hset(model.KeysFor(rev).Core(), "ownership_state", "lease_revoked")
+		b.hset(model.KeysFor(rev).ClaimGrant(), "worker_id", "w2")
+		if _, err := b.c.ReclaimExecution(b.ctx, b.reclaimParams(rev)); err != nil {
+			t.Fatal(err)
+		}
+		if a := b.hgetall(model.KeysFor(rev).Attempt(1)); a["reclaim_reason"] != "lease_lease_revoked" {
+			t.Errorf("reclaim_reason = %q", a["reclaim_reason"])
+		}
+	})
+
+	t.Run("Cap", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		msgs := b.subscribe(model.ChannelDAGCompletions)
+		cases := []struct {
+			name   string
+			policy string
+			count  string
+			argv9  string // "" = omit ARGV[9]
+			detail string
+		}{
+			{"PolicyCap", `{"max_reclaim_count":3}`, "3", "1000", "3"},
+			{"ArgvCap", "", "2", "2", "2"},
+			{"PolicyWithoutCapUsesArgv", `{"x":1}`, "5", "5", "5"},
+			{"DefaultCapIs100", "", "100", "", "100"},
+		}
+		for _, tc := range cases {
+			eid, _ := b.reclaimable(&valkey.CreateExecutionParams{PolicyJSON: tc.policy, ExecutionDeadlineAt: 1 << 50})
+			k, pk := model.KeysFor(eid), b.pk(eid)
+			b.hset(k.Core(), "lease_reclaim_count", tc.count, "flow_id", "fcap")
+			b.hset(k.ClaimGrant(), "worker_id", "w2")
+			b.zadd(pk.AttemptTimeout(), 1, string(eid))
+			fc := execReclaimCall(b.reclaimParams(eid))
+			if tc.argv9 == "" {
+				fc.Args = fc.Args[:8]
+			} else {
+				fc.Args[8] = tc.argv9
+			}
+			_, err := b.fcall(fc)
+			if le := execWantCode(t, err, valkey.CodeMaxRetriesExhausted); le.Detail(0) != tc.detail {
+				t.Errorf("%s: detail %q; want %q", tc.name, le.Detail(0), tc.detail)
+			}
+			core := b.hgetall(k.Core())
+			now := core["completed_at"]
+			execWantFields(t, tc.name, core, map[string]string{"lifecycle_phase": "terminal", "ownership_state": "unowned",
+				"terminal_outcome": "failed", "attempt_state": "attempt_terminal", "public_state": "failed",
+				"failure_reason": "max_reclaims_exceeded", "current_lease_id": "", "current_worker_id": "",
+				"current_worker_instance_id": "", "last_transition_at": now, "lease_reclaim_count": tc.count})
+			if b.exists(k.LeaseCurrent()) || b.sismember(pk.WorkerLeases("wi1"), string(eid)) {
+				t.Errorf("%s: lease not cleaned", tc.name)
+			}
+			for _, key := range []string{pk.LeaseExpiry(), pk.LaneActive("default"), pk.AttemptTimeout(), pk.ExecutionDeadline()} {
+				if _, ok := b.zscore(key, string(eid)); ok {
+					t.Errorf("%s: still in %s", tc.name, key)
+				}
+			}
+			if s, ok := b.zscore(pk.LaneTerminal("default"), string(eid)); !ok || strconv.FormatInt(int64(s), 10) != now {
+				t.Errorf("%s: terminal %v %v", tc.name, s, ok)
+			}
+			if !b.exists(k.ClaimGrant()) {
+				t.Errorf("%s: grant consumed on the cap path", tc.name)
+			}
+			b.noCompletion(msgs, eid, b.eid())
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		eid, _ := b.reclaimable(nil)
+		for _, tc := range []struct {
+			idx    int
+			val    string
+			detail string
+		}{
+			{5, "ttl", "lease_ttl_ms must be a number, got: ttl"},
+			{8, "many", "default_max_reclaim_count must be a number, got: many"},
+			{8, "", "default_max_reclaim_count must be a number, got: "},
+		} {
+			c := execReclaimCall(b.reclaimParams(eid))
+			c.Args[tc.idx] = tc.val
+			_, err := b.fcall(c)
+			if le := execWantCode(t, err, valkey.CodeInvalidInput); le.Detail(0) != tc.detail {
+				t.Errorf("detail %q; want %q", le.Detail(0), tc.detail)
+			}
+		}
+	})
+}
+
+// reclaimCall builds ff_reclaim_execution's KEYS/ARGV as the wrapper does for
+// an execution whose current attempt is 0.
+func execReclaimCall(p *valkey.ReclaimExecutionParams) valkey.Call {
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	return valkey.Call{
+		Function: "ff_reclaim_execution",
+		Keys: []string{k.Core(), k.ClaimGrant(), k.Attempt(0), k.StreamMeta(0), k.Attempt(1), k.AttemptUsage(1),
+			k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(), pk.LeaseExpiry(), pk.WorkerLeases(p.WorkerInstanceID),
+			pk.LaneActive(p.LaneID), pk.AttemptTimeout(), pk.ExecutionDeadline()},
+		Args: []string{string(p.ExecutionID), p.WorkerID, p.WorkerInstanceID, p.LaneID, "L", "9000", "A", "{}", "1000"},
+	}
+}
+
+func TestExpireExecution(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NotFoundAndTerminalCleanIndexes", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		gone := b.eid()
+		pk := b.pk(gone)
+		b.zadd(pk.AttemptTimeout(), 1, string(gone))
+		b.zadd(pk.ExecutionDeadline(), 1, string(gone))
+		res, err := b.c.ExpireExecution(b.ctx, &valkey.ExpireExecutionParams{ExecutionID: gone, Reason: valkey.ExpireAttemptTimeout})
+		if err != nil || res.Status != "not_found_cleaned" {
+			t.Fatalf("expire = %+v, %v", res, err)
+		}
+		if _, ok := b.zscore(pk.AttemptTimeout(), string(gone)); ok {
+			t.Error("attempt_timeout not cleaned")
+		}
+		done, cl := b.claimed(nil)
+		if err := b.c.CompleteExecution(b.ctx, &valkey.CompleteExecutionParams{ExecutionID: done, Fence: cl.Fence()}); err != nil {
+			t.Fatal(err)
+		}
+		b.zadd(pk.ExecutionDeadline(), 1, string(done))
+		res, err = b.c.ExpireExecution(b.ctx, &valkey.ExpireExecutionParams{ExecutionID: done, Reason: valkey.ExpireExecutionDeadline})
+		if err != nil || res.Status != "already_terminal" || res.FromPhase != "" {
+			t.Fatalf("expire terminal = %+v, %v", res, err)
+		}
+		if _, ok := b.zscore(b.pk(done).ExecutionDeadline(), string(done)); ok {
+			t.Error("deadline not cleaned")
+		}
+		if core := b.hgetall(model.KeysFor(done).Core()); core["terminal_outcome"] != "success" {
+			t.Error("terminal execution changed")
+		}
+	})
+
+	t.Run("Active", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		msgs := b.subscribe(model.ChannelDAGCompletions)
+		eid, cl := b.claimed(nil)
+		k, pk := model.KeysFor(eid), b.pk(eid)
+		b.hset(k.Core(), "flow_id", "fe")
+		b.hset(k.StreamMeta(0), "stream_id", "s")
+		b.zadd(pk.AttemptTimeout(), 1, string(eid))
+		res, err := b.c.ExpireExecution(b.ctx, &valkey.ExpireExecutionParams{ExecutionID: eid, Reason: valkey.ExpireAttemptTimeout})
+		if err != nil || res.Status != "expired" || res.FromPhase != "active" {
+			t.Fatalf("expire = %+v, %v", res, err)
+		}
+		core := b.hgetall(k.Core())
+		now := core["completed_at"]
+		execWantFields(t, "core", core, map[string]string{"lifecycle_phase": "terminal", "ownership_state": "unowned",
+			"terminal_outcome": "expired", "attempt_state": "attempt_terminal", "public_state": "expired",
+			"failure_reason": "attempt_timeout", "current_lease_id": "", "current_worker_instance_id": "",
+			"lease_expires_at": "", "last_transition_at": now, "current_attempt_id": cl.AttemptID,
+			// expire does not clear these.
+			"lease_renewal_deadline": core["lease_renewal_deadline"]})
+		if core["lease_renewal_deadline"] == "" {
+			t.Error("lease_renewal_deadline cleared")
+		}
+		execWantFields(t, "attempt", b.hgetall(k.Attempt(0)), map[string]string{"attempt_state": "ended_failure", "failure_reason": "attempt_timeout"})
+		execWantFields(t, "stream", b.hgetall(k.StreamMeta(0)), map[string]string{"closed_reason": "expired"})
+		if b.exists(k.LeaseCurrent()) || b.sismember(pk.WorkerLeases("wi1"), string(eid)) {
+			t.Error("lease not released from the holder's set")
+		}
+		for _, key := range []string{pk.LeaseExpiry(), pk.LaneActive("default"), pk.AttemptTimeout()} {
+			if _, ok := b.zscore(key, string(eid)); ok {
+				t.Errorf("still in %s", key)
+			}
+		}
+		if s, ok := b.zscore(pk.LaneTerminal("default"), string(eid)); !ok || strconv.FormatInt(int64(s), 10) != now {
+			t.Errorf("terminal %v %v", s, ok)
+		}
+		h := b.history(eid)
+		execWantFields(t, "released", h[len(h)-1], map[string]string{"event": "released", "reason": "expired:attempt_timeout",
+			"lease_id": cl.LeaseID, "lease_epoch": "1", "attempt_index": "0"})
+		if got := b.awaitCompletion(msgs, eid); got["outcome"] != "expired" {
+			t.Errorf("completion %v", got)
+		}
+	})
+
+	t.Run("Suspended", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		eid, _ := b.claimed(nil)
+		k, pk := model.KeysFor(eid), b.pk(eid)
+		b.hset(k.Core(), "lifecycle_phase", "suspended", "current_waitpoint_id", "wp", "current_suspension_id", "s")
+		b.hset(k.SuspensionCurrent(), "suspension_id", "s")
+		b.hset(pk.Waitpoint("wp"), "state", "active")
+		b.zadd(pk.LaneSuspended("default"), 9999999999999, string(eid))
+		b.zadd(pk.SuspensionTimeout(), 1, string(eid))
+		res, err := b.c.ExpireExecution(b.ctx, &valkey.ExpireExecutionParams{ExecutionID: eid, Reason: valkey.ExpireExecutionDeadline})
+		if err != nil || res.FromPhase != "suspended" {
+			t.Fatalf("expire = %+v, %v", res, err)
+		}
+		now := b.hgetall(k.Core())["completed_at"]
+		execWantFields(t, "suspension", b.hgetall(k.SuspensionCurrent()), map[string]string{"closed_at": now, "close_reason": "expired:execution_deadline"})
+		execWantFields(t, "core", b.hgetall(k.Core()), map[string]string{"current_waitpoint_id": "", "current_suspension_id": "", "failure_reason": "execution_deadline"})
+		if wp := b.hgetall(pk.Waitpoint("wp")); wp["state"] != "active" {
+			t.Error("expire closed the waitpoint")
+		}
+		for _, key := range []string{pk.LaneSuspended("default"), pk.SuspensionTimeout()} {
+			if _, ok := b.zscore(key, string(eid)); ok {
+				t.Errorf("still in %s", key)
+			}
+		}
+	})
+
+	t.Run("Runnable", func(t *testing.T) {
+		t.Parallel()
+		b := setupExec(t)
+		// Delayed: removed from delayed only; attempt_state preserved.
+		eid := b.create(&valkey.CreateExecutionParams{DelayUntil: b.now() + 100_000})
+		pk := b.pk(eid)
+		b.zadd(pk.LaneEligible("default"), 1, string(eid)) // stale entry in another index stays
+		res, err := b.c.ExpireExecution(b.ctx, &valkey.ExpireExecutionParams{ExecutionID: eid, Reason: valkey.ExpireExecutionDeadline})
+		if err != nil || res.FromPhase != "runnable" {
+			t.Fatalf("expire = %+v, %v", res, err)
+		}
+		if _, ok := b.zscore(pk.LaneDelayed("default"), string(eid)); ok {
+			t.Error("still delayed")
+		}
+		if _, ok := b.zscore(pk.LaneEligible("default"), string(eid)); !ok {
+			t.Error("eligible entry removed for a delayed execution")
+		}
+		execWantFields(t, "core", b.hgetall(model.KeysFor(eid).Core()), map[string]string{"attempt_state": "pending_first_attempt",
+			"terminal_outcome": "expired"})
+		// Unknown eligibility: every runnable index is cleaned.
+		other := b.create(nil)
+		b.hset(model.KeysFor(other).Core(), "eligibility_state", "blocked_by_lane_state")
+		idx := []string{pk.LaneEligible("default"), pk.LaneDelayed("default"), pk.LaneBlockedDependencies("default"),
+			pk.LaneBlockedBudget("default"), pk.LaneBlockedQuota("default"), pk.LaneBlockedRoute("default"), pk.LaneBlockedOperator("default")}
+		for _, key := range idx {
+			b.zadd(key, 1, string(other))
+		}
+		if _, err := b.c.ExpireExecution(b.ctx, &valkey.ExpireExecutionParams{ExecutionID: other, Reason: valkey.ExpireExecutionDeadline}); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range idx {
+			if _, ok := b.zscore(key, string(other)); ok {
+				t.Errorf("still in %s", key)
+			}
+		}
+	})
+}
+
+func TestSetExecutionTags(t *testing.T) {
+	t.Parallel()
+	b := setupExec(t)
+	eid := b.create(nil)
+	k := model.KeysFor(eid)
+	b.hset(k.Core(), "last_mutation_at", "1")
+	n, err := b.c.SetExecutionTags(b.ctx, eid, map[string]string{"app.owner": "ann", "cairn.run.id": "7", "a_1.x": ""})
+	if err != nil || n != 3 {
+		t.Fatalf("SetExecutionTags = %d, %v", n, err)
+	}
+	execWantFields(t, "tags", b.hgetall(k.Tags()), map[string]string{"app.owner": "ann", "cairn.run.id": "7", "a_1.x": ""})
+	if core := b.hgetall(k.Core()); core["last_mutation_at"] == "1" {
+		t.Error("last_mutation_at not bumped")
+	}
+
+	for _, bad := range []string{"Owner.x", "app.", "app..x", "1a.b", "nodot", "app-x.y", ".x"} {
+		_, err := b.c.SetExecutionTags(b.ctx, eid, map[string]string{"zz.ok": "1", bad: "v"})
+		if le := execWantCode(t, err, valkey.CodeInvalidTagKey); le.Detail(0) != bad {
+			t.Errorf("detail %q; want %q", le.Detail(0), bad)
+		}
+	}
+	if _, ok := b.hgetall(k.Tags())["zz.ok"]; ok {
+		t.Error("a rejected call wrote its valid pairs")
+	}
+	_, err = b.c.SetExecutionTags(b.ctx, b.eid(), map[string]string{"app.x": "1"})
+	execWantCode(t, err, valkey.CodeExecutionNotFound)
+	for _, args := range [][]string{{}, {"app.x"}, {"app.x", "1", "app.y"}} {
+		_, err := b.fcall(valkey.Call{Function: "ff_set_execution_tags", Keys: []string{k.Core(), k.Tags()}, Args: args})
+		if le := execWantCode(t, err, valkey.CodeInvalidInput); le.Detail(0) != "tags must be non-empty even-length key/value pairs" {
+			t.Errorf("detail %q", le.Detail(0))
+		}
 	}
 }

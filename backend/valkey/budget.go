@@ -1,0 +1,279 @@
+package valkey
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/fabric-host/fabric/model"
+)
+
+// Budget statuses returned by ReportUsage and RecordSpend.
+const (
+	BudgetOK             = "OK"
+	BudgetHardBreach     = "HARD_BREACH"
+	BudgetSoftBreach     = "SOFT_BREACH"
+	BudgetAlreadyApplied = "ALREADY_APPLIED"
+)
+
+func famItoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// BudgetDimension is one limited dimension of a budget. A limit <= 0 means
+// no limit.
+type BudgetDimension struct {
+	Name string
+	Hard int64
+	Soft int64
+}
+
+// CreateBudgetParams are the inputs of CreateBudget.
+type CreateBudgetParams struct {
+	BudgetID        model.UUID
+	ScopeType       string
+	ScopeID         string
+	EnforcementMode string
+	OnHardLimit     string
+	OnSoftLimit     string
+	// ResetIntervalMs > 0 schedules periodic resets.
+	ResetIntervalMs int64
+	// NowMs is the caller's clock, stored as created_at.
+	NowMs      int64
+	Dimensions []BudgetDimension
+}
+
+// CreateBudgetResult is CreateBudget's reply.
+type CreateBudgetResult struct {
+	BudgetID string
+	// AlreadyExisted is true for the ALREADY_SATISFIED reply.
+	AlreadyExisted bool
+}
+
+func (c *Client) budgetKeys(id model.UUID) model.BudgetKeys {
+	return model.BudgetKeysFor(c.parts.BudgetPartition(id), id)
+}
+
+// CreateBudget calls ff_create_budget.
+//
+//	KEYS[1] def  KEYS[2] limits  KEYS[3] usage  KEYS[4] ff:idx:{b:M}:budget_resets
+//	KEYS[5] ff:idx:{b:M}:budget_policies
+//	ARGV[1] budget_id  ARGV[2] scope_type  ARGV[3] scope_id  ARGV[4] enforcement_mode
+//	ARGV[5] on_hard_limit  ARGV[6] on_soft_limit  ARGV[7] reset_interval_ms  ARGV[8] now_ms
+//	ARGV[9] D, then D names, D hard limits, D soft limits
+func (c *Client) CreateBudget(ctx context.Context, p *CreateBudgetParams) (*CreateBudgetResult, error) {
+	k := c.budgetKeys(p.BudgetID)
+	keys := []string{k.Definition(), k.Limits(), k.Usage(), k.Resets(), k.Policies()}
+	args := []string{p.BudgetID.String(), p.ScopeType, p.ScopeID, p.EnforcementMode,
+		p.OnHardLimit, p.OnSoftLimit, famItoa(p.ResetIntervalMs), famItoa(p.NowMs), strconv.Itoa(len(p.Dimensions))}
+	for _, d := range p.Dimensions {
+		args = append(args, d.Name)
+	}
+	for _, d := range p.Dimensions {
+		args = append(args, famItoa(d.Hard))
+	}
+	for _, d := range p.Dimensions {
+		args = append(args, famItoa(d.Soft))
+	}
+	rep, err := c.FCall(ctx, "ff_create_budget", keys, args)
+	if err != nil {
+		return nil, fmt.Errorf("create budget %s: %w", p.BudgetID, err)
+	}
+	return &CreateBudgetResult{BudgetID: rep.Field(0), AlreadyExisted: rep.Status == "ALREADY_SATISFIED"}, nil
+}
+
+// UsageDelta is one dimension's increment.
+type UsageDelta struct {
+	Dimension string
+	Delta     int64
+}
+
+// ReportUsageParams are the inputs of ReportUsage and RecordSpend.
+type ReportUsageParams struct {
+	BudgetID model.UUID
+	Deltas   []UsageDelta
+	NowMs    int64
+	// DedupID, when set, makes the report idempotent for 24 h
+	// (key ff:usagededup:{b:M}:<DedupID>).
+	DedupID string
+	// ExecutionID attributes the spend to an execution (RecordSpend only).
+	ExecutionID model.ExecutionID
+}
+
+// UsageResult is the reply of ReportUsage and RecordSpend.
+type UsageResult struct {
+	// Status is BudgetOK, BudgetHardBreach, BudgetSoftBreach or
+	// BudgetAlreadyApplied.
+	Status string
+	// Dimension, Current and Limit describe a breach: for a hard breach
+	// Current is the usage before the rejected report; for a soft breach
+	// it is the usage after the increment.
+	Dimension string
+	Current   string
+	Limit     string
+}
+
+func usageResult(rep *Reply) *UsageResult {
+	return &UsageResult{Status: rep.Status, Dimension: rep.Field(0), Current: rep.Field(1), Limit: rep.Field(2)}
+}
+
+// ReportUsage calls ff_report_usage_and_check. Hard limits are checked for
+// every dimension before any increment.
+//
+//	KEYS[1] usage  KEYS[2] limits  KEYS[3] def
+//	ARGV[1] D, ARGV[2..D+1] names, ARGV[D+2..2D+1] deltas, ARGV[2D+2] now_ms,
+//	ARGV[2D+3] dedup key (full key or "")
+func (c *Client) ReportUsage(ctx context.Context, p *ReportUsageParams) (*UsageResult, error) {
+	k := c.budgetKeys(p.BudgetID)
+	args := []string{strconv.Itoa(len(p.Deltas))}
+	for _, d := range p.Deltas {
+		args = append(args, d.Dimension)
+	}
+	for _, d := range p.Deltas {
+		args = append(args, famItoa(d.Delta))
+	}
+	dedup := ""
+	if p.DedupID != "" {
+		dedup = k.UsageDedup(p.DedupID)
+	}
+	args = append(args, famItoa(p.NowMs), dedup)
+	rep, err := c.FCall(ctx, "ff_report_usage_and_check", []string{k.Usage(), k.Limits(), k.Definition()}, args)
+	if err != nil {
+		return nil, fmt.Errorf("report usage on budget %s: %w", p.BudgetID, err)
+	}
+	return usageResult(rep), nil
+}
+
+// RecordSpend calls ff_record_spend: ReportUsage plus a per-execution ledger
+// that ReleaseBudget can reverse.
+//
+//	KEYS[1] usage  KEYS[2] limits  KEYS[3] def  KEYS[4] by_exec:<eid>  KEYS[5] by_exec:index
+//	ARGV[1] P, then P (dim, delta) pairs, then now_ms, dedup key, execution_id
+func (c *Client) RecordSpend(ctx context.Context, p *ReportUsageParams) (*UsageResult, error) {
+	k := c.budgetKeys(p.BudgetID)
+	keys := []string{k.Usage(), k.Limits(), k.Definition(), k.ByExec(p.ExecutionID), k.ByExecIndex()}
+	args := []string{strconv.Itoa(len(p.Deltas))}
+	for _, d := range p.Deltas {
+		args = append(args, d.Dimension, famItoa(d.Delta))
+	}
+	dedup := ""
+	if p.DedupID != "" {
+		dedup = k.UsageDedup(p.DedupID)
+	}
+	args = append(args, famItoa(p.NowMs), dedup, string(p.ExecutionID))
+	rep, err := c.FCall(ctx, "ff_record_spend", keys, args)
+	if err != nil {
+		return nil, fmt.Errorf("record spend on budget %s: %w", p.BudgetID, err)
+	}
+	return usageResult(rep), nil
+}
+
+// ReleaseBudget calls ff_release_budget: it subtracts the execution's
+// recorded spend from the usage counters (clamped at 0). It returns
+// "released" or "noop".
+//
+//	KEYS[1] usage  KEYS[2] by_exec:<eid>  KEYS[3] by_exec:index
+//	ARGV[1] budget_id  ARGV[2] execution_id
+func (c *Client) ReleaseBudget(ctx context.Context, budget model.UUID, eid model.ExecutionID) (string, error) {
+	k := c.budgetKeys(budget)
+	rep, err := c.FCall(ctx, "ff_release_budget",
+		[]string{k.Usage(), k.ByExec(eid), k.ByExecIndex()}, []string{budget.String(), string(eid)})
+	if err != nil {
+		return "", fmt.Errorf("release budget %s for %s: %w", budget, eid, err)
+	}
+	return rep.Field(0), nil
+}
+
+// ResetBudget calls ff_reset_budget and returns next_reset_at (0 when the
+// budget has no reset interval).
+//
+//	KEYS[1] def  KEYS[2] usage  KEYS[3] ff:idx:{b:M}:budget_resets
+//	ARGV[1] budget_id  ARGV[2] now_ms
+func (c *Client) ResetBudget(ctx context.Context, budget model.UUID, nowMs int64) (int64, error) {
+	k := c.budgetKeys(budget)
+	rep, err := c.FCall(ctx, "ff_reset_budget",
+		[]string{k.Definition(), k.Usage(), k.Resets()}, []string{budget.String(), famItoa(nowMs)})
+	if err != nil {
+		return 0, fmt.Errorf("reset budget %s: %w", budget, err)
+	}
+	return rep.Int(0)
+}
+
+// BlockedIndexFor returns the blocked ZSET an admission block with reason
+// lands in (and the unblock scanner reads): budget, quota, route
+// (waiting_for_capable_worker) or operator (paused_by_operator,
+// paused_by_policy and anything else).
+func BlockedIndexFor(pk model.PartitionKeys, lane, reason string) string {
+	switch reason {
+	case "waiting_for_budget":
+		return pk.LaneBlockedBudget(lane)
+	case "waiting_for_quota":
+		return pk.LaneBlockedQuota(lane)
+	case "waiting_for_capable_worker":
+		return pk.LaneBlockedRoute(lane)
+	}
+	return pk.LaneBlockedOperator(lane)
+}
+
+// famCoreFields pre-reads exec_core's lane_id (and optional extra fields).
+func (c *Client) famCoreFields(ctx context.Context, eid model.ExecutionID, fields ...string) ([]string, error) {
+	vals, err := c.c.Do(ctx, c.c.B().Hmget().Key(model.KeysFor(eid).Core()).Field(fields...).Build()).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("read %s core: %w", eid, err)
+	}
+	out := make([]string, len(fields))
+	for i := range fields {
+		if i < len(vals) {
+			out[i], _ = vals[i].ToString()
+		}
+	}
+	return out, nil
+}
+
+func famLane(lane string) string {
+	if lane == "" {
+		return "default"
+	}
+	return lane
+}
+
+// UnblockExecution calls ff_unblock_execution. It pre-reads lane_id and
+// blocking_reason; the source blocked ZSET follows ExpectedReason, or the
+// stored blocking_reason when ExpectedReason is "".
+//
+//	KEYS[1] exec_core  KEYS[2] source blocked ZSET  KEYS[3] lane eligible
+//	ARGV[1] execution_id  ARGV[2] now_ms  ARGV[3] expected blocking_reason ("" = any)
+func (c *Client) UnblockExecution(ctx context.Context, eid model.ExecutionID, nowMs int64, expectedReason string) error {
+	f, err := c.famCoreFields(ctx, eid, "lane_id", "blocking_reason")
+	if err != nil {
+		return err
+	}
+	lane, reason := famLane(f[0]), f[1]
+	if expectedReason != "" {
+		reason = expectedReason
+	}
+	pk := model.KeysOn(eid.Partition())
+	keys := []string{model.KeysFor(eid).Core(), BlockedIndexFor(pk, lane, reason), pk.LaneEligible(lane)}
+	if _, err := c.FCall(ctx, "ff_unblock_execution", keys, []string{string(eid), famItoa(nowMs), expectedReason}); err != nil {
+		return fmt.Errorf("unblock %s: %w", eid, err)
+	}
+	return nil
+}
+
+// BlockExecutionForAdmission calls ff_block_execution_for_admission. It
+// pre-reads lane_id; the target ZSET follows BlockedIndexFor(reason).
+//
+//	KEYS[1] exec_core  KEYS[2] lane eligible  KEYS[3] target blocked ZSET
+//	ARGV[1] execution_id  ARGV[2] blocking_reason  ARGV[3] blocking_detail  ARGV[4] now_ms
+func (c *Client) BlockExecutionForAdmission(ctx context.Context, eid model.ExecutionID, reason, detail string, nowMs int64) error {
+	f, err := c.famCoreFields(ctx, eid, "lane_id")
+	if err != nil {
+		return err
+	}
+	lane := famLane(f[0])
+	pk := model.KeysOn(eid.Partition())
+	keys := []string{model.KeysFor(eid).Core(), pk.LaneEligible(lane), BlockedIndexFor(pk, lane, reason)}
+	if _, err := c.FCall(ctx, "ff_block_execution_for_admission", keys,
+		[]string{string(eid), reason, detail, famItoa(nowMs)}); err != nil {
+		return fmt.Errorf("block %s for admission: %w", eid, err)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package valkey
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fabric-host/fabric/model"
+)
+
+// Admission statuses of CheckAdmission.
+const (
+	AdmissionAdmitted            = "ADMITTED"
+	AdmissionAlreadyAdmitted     = "ALREADY_ADMITTED"
+	AdmissionRateExceeded        = "RATE_EXCEEDED"
+	AdmissionConcurrencyExceeded = "CONCURRENCY_EXCEEDED"
+)
+
+// QuotaWindowDefault is the window dimension FlowFabric's scheduler admits
+// into (the unblock scanner and the reconciler read "requests_per_window").
+const QuotaWindowDefault = "default"
+
+func (c *Client) quotaKeys(id model.UUID) model.QuotaKeys {
+	return model.QuotaKeysFor(c.parts.QuotaPartition(id), id)
+}
+
+// CreateQuotaPolicyParams are the inputs of CreateQuotaPolicy.
+type CreateQuotaPolicyParams struct {
+	QuotaID              model.UUID
+	WindowSeconds        int64
+	MaxRequestsPerWindow int64
+	MaxConcurrent        int64
+	NowMs                int64
+}
+
+// CreateQuotaPolicy calls ff_create_quota_policy. It reports whether the
+// policy already existed (ALREADY_SATISFIED).
+//
+//	KEYS[1] def  KEYS[2] window:requests_per_window (unused)  KEYS[3] concurrency
+//	KEYS[4] admitted_set (unused)  KEYS[5] ff:idx:{q:K}:quota_policies
+//	ARGV[1] quota_policy_id  ARGV[2] window_seconds  ARGV[3] max_requests_per_window
+//	ARGV[4] max_concurrent  ARGV[5] now_ms
+func (c *Client) CreateQuotaPolicy(ctx context.Context, p *CreateQuotaPolicyParams) (existed bool, err error) {
+	k := c.quotaKeys(p.QuotaID)
+	keys := []string{k.Definition(), k.Window("requests_per_window"), k.Concurrency(), k.AdmittedSet(), k.Policies()}
+	args := []string{p.QuotaID.String(), famItoa(p.WindowSeconds), famItoa(p.MaxRequestsPerWindow),
+		famItoa(p.MaxConcurrent), famItoa(p.NowMs)}
+	rep, err := c.FCall(ctx, "ff_create_quota_policy", keys, args)
+	if err != nil {
+		return false, fmt.Errorf("create quota policy %s: %w", p.QuotaID, err)
+	}
+	return rep.Status == "ALREADY_SATISFIED", nil
+}
+
+// CheckAdmissionParams are the inputs of CheckAdmission.
+type CheckAdmissionParams struct {
+	QuotaID model.UUID
+	// Dimension names the window key; "" means QuotaWindowDefault.
+	Dimension      string
+	NowMs          int64
+	WindowSeconds  int64
+	RateLimit      int64
+	ConcurrencyCap int64
+	ExecutionID    model.ExecutionID
+	JitterMs       int64
+}
+
+// AdmissionResult is CheckAdmission's reply.
+type AdmissionResult struct {
+	// Status is one of the Admission* constants.
+	Status string
+	// RetryAfterMs is set with AdmissionRateExceeded.
+	RetryAfterMs int64
+}
+
+// CheckAdmission calls ff_check_admission_and_record, whose success reply
+// is a bare status array rather than the {1, status} convention.
+//
+//	KEYS[1] window:<dimension>  KEYS[2] concurrency  KEYS[3] def (unused)
+//	KEYS[4] admitted:<eid>  KEYS[5] admitted_set
+//	ARGV[1] now_ms  ARGV[2] window_seconds  ARGV[3] rate_limit  ARGV[4] concurrency_cap
+//	ARGV[5] execution_id  ARGV[6] jitter_ms
+func (c *Client) CheckAdmission(ctx context.Context, p *CheckAdmissionParams) (*AdmissionResult, error) {
+	k := c.quotaKeys(p.QuotaID)
+	dim := p.Dimension
+	if dim == "" {
+		dim = QuotaWindowDefault
+	}
+	keys := []string{k.Window(dim), k.Concurrency(), k.Definition(), k.Admitted(p.ExecutionID), k.AdmittedSet()}
+	args := []string{famItoa(p.NowMs), famItoa(p.WindowSeconds), famItoa(p.RateLimit),
+		famItoa(p.ConcurrencyCap), string(p.ExecutionID), famItoa(p.JitterMs)}
+	const fn = "ff_check_admission_and_record"
+	msg, err := c.FCallRaw(ctx, fn, keys, args)
+	if err != nil {
+		return nil, fmt.Errorf("check admission %s on quota %s: %w", p.ExecutionID, p.QuotaID, err)
+	}
+	arr, err := msg.ToArray()
+	if err != nil || len(arr) == 0 {
+		return nil, fmt.Errorf("check admission: %w from %s", ErrMalformedReply, fn)
+	}
+	if n, ierr := arr[0].AsInt64(); ierr == nil {
+		if n == 1 {
+			return nil, fmt.Errorf("check admission: %w from %s: unexpected {1, ...}", ErrMalformedReply, fn)
+		}
+		_, err := parseReply(fn, msg)
+		return nil, fmt.Errorf("check admission %s on quota %s: %w", p.ExecutionID, p.QuotaID, err)
+	}
+	res := &AdmissionResult{Status: messageString(arr[0])}
+	if res.Status == AdmissionRateExceeded && len(arr) > 1 {
+		rep := &Reply{Fields: []string{messageString(arr[1])}}
+		res.RetryAfterMs, err = rep.Int(0)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// ReleaseAdmission calls ff_release_admission: it drops the admission guard
+// and decrements the concurrency counter (floored at 0).
+//
+//	KEYS[1] admitted:<eid>  KEYS[2] admitted_set  KEYS[3] concurrency
+//	ARGV[1] execution_id
+func (c *Client) ReleaseAdmission(ctx context.Context, quota model.UUID, eid model.ExecutionID) error {
+	k := c.quotaKeys(quota)
+	if _, err := c.FCall(ctx, "ff_release_admission",
+		[]string{k.Admitted(eid), k.AdmittedSet(), k.Concurrency()}, []string{string(eid)}); err != nil {
+		return fmt.Errorf("release admission %s on quota %s: %w", eid, quota, err)
+	}
+	return nil
+}
