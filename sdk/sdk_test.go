@@ -1,0 +1,435 @@
+package sdk_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
+
+// testBundle is a fresh database with a small partition count (so a
+// sweep is one or two rounds) and a client on it.
+type testBundle struct {
+	vc  *valkey.Client
+	c   *sdk.Client
+	ctx context.Context
+}
+
+func setup(t *testing.T, flowPartitions int) *testBundle {
+	t.Helper()
+	vc := valkeytest.Client(t)
+	ctx := valkeytest.Context(t, 30*time.Second)
+	if flowPartitions > 0 {
+		raw := vc.Raw()
+		if err := raw.Do(ctx, raw.B().Hset().Key(model.KeyConfigPartitions).FieldValue().
+			FieldValue("num_flow_partitions", fmt.Sprint(flowPartitions)).
+			FieldValue("num_budget_partitions", "4").FieldValue("num_quota_partitions", "4").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testBundle{vc: vc, c: c, ctx: ctx}
+}
+
+func (b *testBundle) worker(t *testing.T, cfg sdk.WorkerConfig) *sdk.Worker {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = valkeytest.Logger()
+	}
+	w, err := sdk.Connect(b.ctx, b.vc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	return w
+}
+
+func (b *testBundle) create(t *testing.T, spec sdk.ExecutionSpec) model.ExecutionID {
+	t.Helper()
+	id, err := b.c.CreateExecution(b.ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (b *testBundle) result(t *testing.T, id model.ExecutionID) []byte {
+	t.Helper()
+	r, err := b.c.Result(b.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (b *testBundle) claim(t *testing.T, w *sdk.Worker) *sdk.Lease {
+	t.Helper()
+	l, err := w.ClaimNext(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func (b *testBundle) state(t *testing.T, id model.ExecutionID) *sdk.ExecutionState {
+	t.Helper()
+	s, err := b.c.State(b.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// attempts returns the attempt indexes and the attempt_state of each.
+func (b *testBundle) attempts(t *testing.T, id model.ExecutionID) []string {
+	t.Helper()
+	raw := b.vc.Raw()
+	k := model.KeysFor(id)
+	idx, err := raw.Do(b.ctx, raw.B().Zrange().Key(k.Attempts()).Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range idx {
+		var i int
+		fmt.Sscan(s, &i)
+		st, err := raw.Do(b.ctx, raw.B().Hget().Key(k.Attempt(i)).Field("attempt_state").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func TestClient(t *testing.T) {
+	t.Parallel()
+
+	t.Run("BadInputFailsBeforeNetwork", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		// A client whose connection is closed: any network call would
+		// fail with a connection error, not ErrInvalidInput.
+		vc := valkeytest.Dial(t, valkeytest.Server(t).URL(), 0)
+		c, err := sdk.NewClient(b.ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vc.Close()
+		long := make([]byte, 65)
+		for i := range long {
+			long[i] = 'a'
+		}
+		cases := map[string]sdk.ExecutionSpec{
+			"EmptyLane":       {},
+			"LongLane":        {Lane: string(long)},
+			"ControlByteLane": {Lane: "a\tb"},
+			"NonASCIILane":    {Lane: "läne"},
+			"NegativeDelay":   {Lane: "l", Delay: -time.Second},
+			"PriorityHigh":    {Lane: "l", Priority: 9001},
+			"PriorityLow":     {Lane: "l", Priority: -1},
+			"BadID":           {Lane: "l", ID: "not-an-id"},
+			"BareUUID":        {Lane: "l", ID: model.ExecutionID(model.NewUUID().String())},
+			"EmptyTagKey":     {Lane: "l", Tags: map[string]string{"": "v"}},
+			"NegativeRetries": {Lane: "l", Policy: &sdk.Policy{MaxRetries: -1}},
+			"NegativeTimeout": {Lane: "l", Policy: &sdk.Policy{AttemptTimeout: -time.Second}},
+			"CapWithComma":    {Lane: "l", Policy: &sdk.Policy{RequiredCapabilities: []string{"gpu,cuda"}}},
+			"CapEmpty":        {Lane: "l", Policy: &sdk.Policy{RequiredCapabilities: []string{""}}},
+			"CapSpace":        {Lane: "l", Policy: &sdk.Policy{RequiredCapabilities: []string{"g pu"}}},
+			"BadBackoff":      {Lane: "l", Policy: &sdk.Policy{Backoff: sdk.ExponentialBackoff(time.Second, time.Millisecond, 2)}},
+			"BadMultiplier":   {Lane: "l", Policy: &sdk.Policy{Backoff: sdk.ExponentialBackoff(time.Second, time.Minute, 0.5)}},
+		}
+		for name, spec := range cases {
+			_, err := c.CreateExecution(b.ctx, spec)
+			if !errors.Is(err, sdk.ErrInvalidInput) {
+				t.Errorf("%s: err = %v, want ErrInvalidInput", name, err)
+			}
+		}
+		if _, err := c.State(b.ctx, "garbage"); !errors.Is(err, sdk.ErrInvalidInput) {
+			t.Errorf("State(garbage): %v", err)
+		}
+		_, err = sdk.Connect(b.ctx, vc, sdk.WorkerConfig{WorkerID: "w"})
+		if !errors.Is(err, sdk.ErrInvalidInput) {
+			t.Errorf("Connect without lanes: %v", err)
+		}
+		_, err = sdk.Connect(b.ctx, vc, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, Capabilities: []string{"a,b"}})
+		if !errors.Is(err, sdk.ErrInvalidInput) {
+			t.Errorf("Connect with bad caps: %v", err)
+		}
+	})
+
+	t.Run("CreateStoresPolicyAndState", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 16)
+		id, err := b.c.CreateExecution(b.ctx, sdk.ExecutionSpec{Lane: "mail", Kind: "send", Payload: []byte("p"),
+			Priority: 5, Tags: map[string]string{"app.k": "v"},
+			Policy: &sdk.Policy{MaxRetries: 2, Backoff: sdk.FixedBackoff(250 * time.Millisecond),
+				RequiredCapabilities: []string{"gpu", "cuda"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.Partition() != b.c.Partitions().SoloPartition("mail") {
+			t.Fatalf("id %s not on the lane's solo partition", id)
+		}
+		s := b.state(t, id)
+		if s.PublicState != model.PublicWaiting || s.Lane != "mail" || s.Kind != "send" ||
+			s.Fields["required_capabilities"] != "cuda,gpu" || s.Fields["priority"] != "5" {
+			t.Fatalf("state = %+v", s)
+		}
+		raw := b.vc.Raw()
+		pol, err := raw.Do(b.ctx, raw.B().Get().Key(model.KeysFor(id).Policy()).Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `{"priority":5,"retry_policy":{"max_retries":2,"backoff":{"type":"fixed","delay_ms":250},"retryable_categories":[]},"max_reclaim_count":100,"max_replay_count":10,"budget_ids":[],"routing_requirements":{"required_capabilities":["gpu","cuda"]},"max_signals_per_execution":10000}`
+		if pol != want {
+			t.Fatalf("policy\n got %s\nwant %s", pol, want)
+		}
+		d, err := b.c.CreateExecution(b.ctx, sdk.ExecutionSpec{Lane: "mail", Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := b.state(t, d); s.PublicState != model.PublicDelayed {
+			t.Fatalf("delayed state = %s", s.PublicState)
+		}
+		if _, err := b.c.State(b.ctx, b.c.Partitions().NewSoloExecutionID("mail")); !errors.Is(err, sdk.ErrNotFound) {
+			t.Fatalf("missing: %v", err)
+		}
+	})
+
+	t.Run("IdempotencyKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 16)
+		spec := sdk.ExecutionSpec{Lane: "l", IdempotencyKey: "order-1"}
+		a := b.create(t, spec)
+		again := b.create(t, spec)
+		if a != again {
+			t.Fatalf("duplicate create returned %s, want %s", again, a)
+		}
+	})
+}
+
+// TestWorker covers the claim loop end to end.
+func TestWorker(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ExactlyOnceAcrossWorkers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 64)
+		const workers, perLane = 4, 60
+		lanes := []string{"a", "b", "c"}
+		var ids []model.ExecutionID
+		for i := 0; i < perLane; i++ {
+			for _, l := range lanes {
+				ids = append(ids, b.create(t, sdk.ExecutionSpec{Lane: l, Payload: []byte(fmt.Sprint(i))}))
+			}
+		}
+		var mu sync.Mutex
+		runs := map[model.ExecutionID]int{}
+		done := make(chan struct{})
+		ctx, cancel := context.WithCancel(b.ctx)
+		var wg sync.WaitGroup
+		for i := 0; i < workers; i++ {
+			w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: lanes, Concurrency: 3})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := w.Run(ctx, func(ctx context.Context, j *sdk.Job) error {
+					mu.Lock()
+					runs[j.ID]++
+					if len(runs) == len(ids) {
+						select {
+						case <-done:
+						default:
+							close(done)
+						}
+					}
+					mu.Unlock()
+					j.SetResult(append([]byte("r"), j.Payload...))
+					return nil
+				}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		select {
+		case <-done:
+		case <-b.ctx.Done():
+			for _, id := range ids {
+				mu.Lock()
+				n := runs[id]
+				mu.Unlock()
+				if n == 0 {
+					m, _ := b.vc.ExecutionCore(context.Background(), id)
+					t.Logf("never ran: %+v", m)
+					break
+				}
+			}
+			t.Fatal("not all executions ran")
+		}
+		valkeytest.Eventually(t, 10*time.Second, "all completed", func() bool {
+			for _, id := range ids {
+				if b.state(t, id).PublicState != model.PublicCompleted {
+					return false
+				}
+			}
+			return true
+		})
+		cancel()
+		wg.Wait()
+		for _, id := range ids {
+			if runs[id] != 1 {
+				t.Errorf("%s ran %d times", id, runs[id])
+			}
+			if at := b.attempts(t, id); len(at) != 1 || at[0] != "ended_success" {
+				t.Errorf("%s attempts = %v, want one ended_success", id, at)
+			}
+		}
+		r := b.result(t, ids[0])
+		if string(r) != "r0" {
+			t.Errorf("result = %q", r)
+		}
+	})
+
+	t.Run("CapabilityRouting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 16)
+		gpu := &sdk.Policy{RequiredCapabilities: []string{"gpu"}}
+		var gpuIDs, plainIDs []model.ExecutionID
+		for i := 0; i < 5; i++ {
+			gpuIDs = append(gpuIDs, b.create(t, sdk.ExecutionSpec{Lane: "ml", Policy: gpu}))
+			plainIDs = append(plainIDs, b.create(t, sdk.ExecutionSpec{Lane: "ml"}))
+		}
+		cpu := b.worker(t, sdk.WorkerConfig{WorkerID: "cpu", Lanes: []string{"ml"}, Capabilities: []string{"avx"}})
+		var cpuRan sync.Map
+		cpuCtx, stopCPU := context.WithCancel(b.ctx)
+		cpuDone := make(chan error, 1)
+		go func() {
+			cpuDone <- cpu.Run(cpuCtx, func(ctx context.Context, j *sdk.Job) error { cpuRan.Store(j.ID, true); return nil })
+		}()
+		valkeytest.Eventually(t, 10*time.Second, "plain work done, gpu work blocked", func() bool {
+			for _, id := range plainIDs {
+				if b.state(t, id).PublicState != model.PublicCompleted {
+					return false
+				}
+			}
+			for _, id := range gpuIDs {
+				if b.state(t, id).EligibilityState != model.EligibleBlockedByRoute {
+					return false
+				}
+			}
+			return true
+		})
+		// Stop the cpu worker first: it would block the work again.
+		stopCPU()
+		if err := <-cpuDone; err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range gpuIDs {
+			if _, ok := cpuRan.Load(id); ok {
+				t.Fatalf("gpu execution %s ran on a worker without gpu", id)
+			}
+			// Stand in for the unblock scanner.
+			if err := b.vc.UnblockExecution(b.ctx, id, time.Now().UnixMilli(), "waiting_for_capable_worker"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g := b.worker(t, sdk.WorkerConfig{WorkerID: "gpu", Lanes: []string{"ml"}, Capabilities: []string{"gpu"}})
+		ctx, cancel := context.WithCancel(b.ctx)
+		defer cancel()
+		go g.Run(ctx, func(ctx context.Context, j *sdk.Job) error { return nil })
+		valkeytest.Eventually(t, 10*time.Second, "gpu work done by the gpu worker", func() bool {
+			for _, id := range gpuIDs {
+				if b.state(t, id).PublicState != model.PublicCompleted {
+					return false
+				}
+			}
+			return true
+		})
+		for _, id := range gpuIDs {
+			if s := b.state(t, id); s.Fields["current_worker_id"] != "" && s.Fields["current_worker_id"] != "gpu" {
+				t.Fatalf("%s completed by %s", id, s.Fields["current_worker_id"])
+			}
+			if _, ok := cpuRan.Load(id); ok {
+				t.Fatalf("gpu execution %s ran on the cpu worker", id)
+			}
+		}
+	})
+
+	t.Run("LeaseLossCancelsHandler", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		id := b.create(t, sdk.ExecutionSpec{Lane: "l"})
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, LeaseTTL: 300 * time.Millisecond})
+		var l *sdk.Lease
+		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool {
+			l = b.claim(t, w)
+			return l != nil
+		})
+		if l.ID != id || l.AttemptType != "initial" {
+			t.Fatalf("lease = %+v", l)
+		}
+		if _, err := b.vc.RevokeLease(b.ctx, &valkey.RevokeLeaseParams{ExecutionID: id}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Context().Done():
+		case <-b.ctx.Done():
+			t.Fatal("lease context not cancelled after revoke")
+		}
+		if c := context.Cause(l.Context()); !errors.Is(c, sdk.ErrLeaseLost) || !errors.Is(c, valkey.CodeLeaseRevoked) {
+			t.Fatalf("cause = %v", c)
+		}
+		if err := l.Complete(b.ctx, nil); !errors.Is(err, sdk.ErrLeaseLost) {
+			t.Fatalf("complete after loss: %v", err)
+		}
+	})
+
+	t.Run("RenewalKeepsLease", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		id := b.create(t, sdk.ExecutionSpec{Lane: "l"})
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, LeaseTTL: 200 * time.Millisecond})
+		var l *sdk.Lease
+		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool {
+			l = b.claim(t, w)
+			return l != nil
+		})
+		first := l.ExpiresAt()
+		valkeytest.Eventually(t, 5*time.Second, "renewed twice", func() bool {
+			return l.ExpiresAt().Sub(first) >= 250*time.Millisecond
+		})
+		if err := l.Complete(b.ctx, []byte("ok")); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Complete(b.ctx, nil); !errors.Is(err, sdk.ErrLeaseFinished) {
+			t.Fatalf("second complete: %v", err)
+		}
+		if s := b.state(t, id); s.PublicState != model.PublicCompleted || s.LeaseEpoch != 1 {
+			t.Fatalf("state = %s epoch %d", s.PublicState, s.LeaseEpoch)
+		}
+	})
+
+	t.Run("DuplicateInstance", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		b.worker(t, sdk.WorkerConfig{WorkerID: "w", InstanceID: "i-1", Lanes: []string{"l"}})
+		_, err := sdk.Connect(b.ctx, b.vc, sdk.WorkerConfig{WorkerID: "w", InstanceID: "i-1", Lanes: []string{"l"}})
+		if !errors.Is(err, sdk.ErrDuplicateInstance) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
