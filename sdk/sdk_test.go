@@ -433,3 +433,204 @@ func TestWorker(t *testing.T) {
 		}
 	})
 }
+
+// runWorker runs w until the test ends and returns a channel with Run's
+// result.
+func runWorker(t *testing.T, ctx context.Context, w *sdk.Worker, h sdk.Handler) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, h) }()
+	t.Cleanup(cancel)
+	return func() error { cancel(); return <-done }
+}
+
+func TestWorkerOutcomes(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CrashedWorkerIsReclaimed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		id := b.create(t, sdk.ExecutionSpec{Lane: "l", Payload: []byte("x")})
+		actx, kill := context.WithCancel(b.ctx)
+		a, err := sdk.Connect(actx, b.vc, sdk.WorkerConfig{WorkerID: "a", Lanes: []string{"l"},
+			LeaseTTL: 150 * time.Millisecond, Logger: valkeytest.Logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l *sdk.Lease
+		valkeytest.Eventually(t, 5*time.Second, "a claims", func() bool { l = b.claim(t, a); return l != nil })
+		kill() // no cleanup: renewals stop, the lease stays
+		<-l.Context().Done()
+		if err := a.Close(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s := b.state(t, id); s.OwnershipState != model.OwnershipLeased {
+			t.Fatalf("after kill: ownership %s", s.OwnershipState)
+		}
+		// Stand in for the lease-expiry scanner.
+		valkeytest.Eventually(t, 5*time.Second, "lease marked expired", func() bool {
+			r, err := b.vc.MarkLeaseExpiredIfDue(b.ctx, &valkey.MarkLeaseExpiredIfDueParams{ExecutionID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.Reason == "marked_expired"
+		})
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "b", Lanes: []string{"l"}})
+		got := make(chan *sdk.Job, 1)
+		stop := runWorker(t, b.ctx, w, func(ctx context.Context, j *sdk.Job) error { got <- j; return nil })
+		j := <-got
+		if j.ID != id || j.AttemptType != "reclaim" || j.Attempt != 1 || string(j.Payload) != "x" {
+			t.Fatalf("job = %+v", j)
+		}
+		valkeytest.Eventually(t, 5*time.Second, "completed", func() bool {
+			return b.state(t, id).PublicState == model.PublicCompleted
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if at := b.attempts(t, id); len(at) != 2 || at[0] != "interrupted_reclaimed" || at[1] != "ended_success" {
+			t.Fatalf("attempts = %v", at)
+		}
+		if st := w.Stats(); st.Reclaimed != 1 || st.Completed != 1 {
+			t.Fatalf("stats = %+v", st)
+		}
+	})
+
+	t.Run("FailRetriesPerPolicy", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		retry := b.create(t, sdk.ExecutionSpec{Lane: "l", Kind: "flaky", Policy: &sdk.Policy{MaxRetries: 3,
+			Backoff: sdk.ExponentialBackoff(10*time.Millisecond, 40*time.Millisecond, 2)}})
+		perm := b.create(t, sdk.ExecutionSpec{Lane: "l", Kind: "permanent", Policy: &sdk.Policy{MaxRetries: 3}})
+		none := b.create(t, sdk.ExecutionSpec{Lane: "l", Kind: "no-policy"})
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, PromoteDelayed: true})
+		stop := runWorker(t, b.ctx, w, func(ctx context.Context, j *sdk.Job) error {
+			switch {
+			case j.Kind == "flaky" && j.Attempt < 2:
+				return fmt.Errorf("flaky attempt %d", j.Attempt)
+			case j.Kind == "permanent":
+				return sdk.Permanent(errors.New("bad input"))
+			case j.Kind == "no-policy":
+				return errors.New("boom")
+			}
+			return nil
+		})
+		valkeytest.Eventually(t, 10*time.Second, "all terminal", func() bool {
+			return b.state(t, retry).Terminal() && b.state(t, perm).Terminal() && b.state(t, none).Terminal()
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if s := b.state(t, retry); s.PublicState != model.PublicCompleted || s.RetryCount != 2 {
+			t.Fatalf("retry: %s retries %d", s.PublicState, s.RetryCount)
+		}
+		if at := b.attempts(t, retry); fmt.Sprint(at) != "[ended_failure ended_failure ended_success]" {
+			t.Fatalf("retry attempts = %v", at)
+		}
+		for _, id := range []model.ExecutionID{perm, none} {
+			if s := b.state(t, id); s.PublicState != model.PublicFailed || s.RetryCount != 0 || s.AttemptCount != 1 {
+				t.Fatalf("%s: %s retries %d attempts %d", id, s.PublicState, s.RetryCount, s.AttemptCount)
+			}
+		}
+		if s := b.state(t, perm); s.FailureReason != "bad input" {
+			t.Fatalf("failure reason = %q", s.FailureReason)
+		}
+		if st := w.Stats(); st.Retried != 2 || st.Failed != 2 || st.Completed != 1 {
+			t.Fatalf("stats = %+v", st)
+		}
+	})
+
+	t.Run("DelayFromHandler", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		id := b.create(t, sdk.ExecutionSpec{Lane: "l"})
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, PromoteDelayed: true})
+		var calls int
+		stop := runWorker(t, b.ctx, w, func(ctx context.Context, j *sdk.Job) error {
+			calls++
+			if calls == 1 {
+				return sdk.DelayFor(20 * time.Millisecond)
+			}
+			return nil
+		})
+		valkeytest.Eventually(t, 10*time.Second, "completed", func() bool {
+			return b.state(t, id).PublicState == model.PublicCompleted
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		// A delay keeps the attempt: one attempt, two leases.
+		if s := b.state(t, id); s.AttemptCount != 1 || s.LeaseEpoch != 2 || calls != 2 {
+			t.Fatalf("attempts %d epoch %d calls %d", s.AttemptCount, s.LeaseEpoch, calls)
+		}
+	})
+
+	t.Run("GracefulStopHandsBack", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		id := b.create(t, sdk.ExecutionSpec{Lane: "l"})
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, ShutdownTimeout: 50 * time.Millisecond})
+		started := make(chan struct{})
+		var cause error
+		stop := runWorker(t, b.ctx, w, func(ctx context.Context, j *sdk.Job) error {
+			close(started)
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		})
+		<-started
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(cause, sdk.ErrShutdown) {
+			t.Fatalf("handler cause = %v", cause)
+		}
+		s := b.state(t, id)
+		if s.PublicState != model.PublicDelayed || s.OwnershipState != model.OwnershipUnowned || s.RetryCount != 0 {
+			t.Fatalf("after stop: %s %s retries %d", s.PublicState, s.OwnershipState, s.RetryCount)
+		}
+		if st := w.Stats(); st.HandedBack != 1 || st.Failed != 0 {
+			t.Fatalf("stats = %+v", st)
+		}
+	})
+
+	t.Run("CloseHandsBackClaimedLeases", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		id := b.create(t, sdk.ExecutionSpec{Lane: "l"})
+		w, err := sdk.Connect(b.ctx, b.vc, sdk.WorkerConfig{WorkerID: "w", InstanceID: "inst", Lanes: []string{"l"},
+			Logger: valkeytest.Logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l *sdk.Lease
+		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
+		if err := w.Close(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s := b.state(t, id); s.OwnershipState != model.OwnershipUnowned {
+			t.Fatalf("after close: %s", s.OwnershipState)
+		}
+		if _, err := w.ClaimNext(b.ctx); !errors.Is(err, sdk.ErrWorkerClosed) {
+			t.Fatalf("claim after close: %v", err)
+		}
+		// The alive key is gone: the instance id is reusable at once.
+		b.worker(t, sdk.WorkerConfig{WorkerID: "w", InstanceID: "inst", Lanes: []string{"l"}})
+	})
+
+	t.Run("OperatorCancel", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		id := b.create(t, sdk.ExecutionSpec{Lane: "l"})
+		if err := b.c.CancelExecution(b.ctx, id, "not needed"); err != nil {
+			t.Fatal(err)
+		}
+		if s := b.state(t, id); s.PublicState != model.PublicCancelled {
+			t.Fatalf("state = %s", s.PublicState)
+		}
+		if err := b.c.CancelExecution(b.ctx, id, "again"); !errors.Is(err, valkey.CodeExecutionNotActive) {
+			t.Fatalf("second cancel: %v", err)
+		}
+	})
+}

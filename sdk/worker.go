@@ -66,6 +66,11 @@ type WorkerConfig struct {
 	// DisableReclaim stops ClaimNext from taking over expired or revoked
 	// leases (ff_issue_reclaim_grant + ff_reclaim_execution).
 	DisableReclaim bool
+	// PromoteDelayed makes ClaimNext also promote due delayed executions
+	// of its lanes (ff_promote_delayed), for deployments that run
+	// without the delayed-promoter scanner. Off by default: the scanner
+	// owns this.
+	PromoteDelayed bool
 	// Clock is the worker's time source (time.Now when nil).
 	Clock func() time.Time
 	// Logger receives worker logs (slog.Default() when nil).
@@ -282,6 +287,7 @@ type candidate struct {
 	id      model.ExecutionID
 	lane    string
 	reclaim bool
+	promote *model.Partition // due delayed member of this partition
 }
 
 // ClaimNext scans the next window of PartitionScanChunk partitions (one
@@ -307,8 +313,13 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	promoted := false
 	for _, c := range cands {
 		var l *Lease
+		if c.promote != nil {
+			promoted = w.promoteDue(ctx, c, *c.promote) || promoted
+			continue
+		}
 		if c.reclaim {
 			l, err = w.tryReclaim(ctx, c)
 		} else {
@@ -324,6 +335,9 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 			}
 			return l, nil
 		}
+	}
+	if promoted {
+		return nil, nil // read this window again: it has work now
 	}
 	w.sticky.Store(0)
 	w.cursor.CompareAndSwap(cur, cur+chunk)
@@ -341,11 +355,14 @@ func (w *Worker) scan(ctx context.Context, start, chunk uint64) ([]candidate, er
 	if !w.cfg.DisableReclaim {
 		per++
 	}
+	if w.cfg.PromoteDelayed {
+		per += len(lanes)
+	}
 	cmds := make(vk.Commands, 0, int(chunk)*per)
 	type slot struct {
-		part    model.Partition
-		lane    string
-		reclaim bool
+		part             model.Partition
+		lane             string
+		reclaim, delayed bool
 	}
 	slots := make([]slot, 0, cap(cmds))
 	for s := uint64(0); s < chunk; s++ {
@@ -355,13 +372,17 @@ func (w *Worker) scan(ctx context.Context, start, chunk uint64) ([]candidate, er
 			lane := lanes[(rot+i)%len(lanes)]
 			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneEligible(lane)).Min("-inf").Max("+inf").Limit(0, 1).Build())
 			slots = append(slots, slot{part: p, lane: lane})
+			if w.cfg.PromoteDelayed {
+				cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneDelayed(lane)).Min("-inf").Max(now).Limit(0, 1).Build())
+				slots = append(slots, slot{part: p, lane: lane, delayed: true})
+			}
 		}
 		if !w.cfg.DisableReclaim {
 			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LeaseExpiry()).Min("-inf").Max(now).Limit(0, 1).Build())
 			slots = append(slots, slot{part: p, reclaim: true})
 		}
 	}
-	var reclaims, eligible []candidate
+	var promotes, reclaims, eligible []candidate
 	for i, r := range raw.DoMulti(ctx, cmds...) {
 		ids, err := r.AsStrSlice()
 		if err != nil {
@@ -369,6 +390,11 @@ func (w *Worker) scan(ctx context.Context, start, chunk uint64) ([]candidate, er
 		}
 		for _, s := range ids {
 			id, err := model.ParseExecutionID(s)
+			if slots[i].delayed {
+				// The promoter cleans up members that do not parse.
+				promotes = append(promotes, candidate{id: model.ExecutionID(s), lane: slots[i].lane, promote: &slots[i].part})
+				continue
+			}
 			if err != nil || id.Partition() != slots[i].part {
 				w.log.Warn("skipping malformed index member", "member", s, "partition", slots[i].part.Tag())
 				continue
@@ -380,7 +406,7 @@ func (w *Worker) scan(ctx context.Context, start, chunk uint64) ([]candidate, er
 			}
 		}
 	}
-	return append(reclaims, eligible...), nil
+	return append(append(promotes, reclaims...), eligible...), nil
 }
 
 // jobInfo is what a claim pre-reads about a candidate in one round trip.
