@@ -66,14 +66,24 @@ func (c *Client) LibraryVersion(ctx context.Context) (string, error) {
 type BootstrapConfig struct {
 	// Lanes are seeded into ff:idx:lanes (default ["default"]).
 	Lanes []string
+	// WaitpointHMACSecret is the hex secret installed as kid k1 in every
+	// flow partition's waitpoint keystore where none is installed yet
+	// (FlowFabric's FF_WAITPOINT_HMAC_SECRET). Empty skips the step; signal
+	// delivery then fails with hmac_secret_not_initialized.
+	WaitpointHMACSecret string
 }
 
 // Bootstrap runs the deployment init FlowFabric's server runs, in its
-// order: validate-or-create ff:config:partitions, load the library, seed
-// the lanes index.
+// order: validate-or-create ff:config:partitions, install the waitpoint
+// HMAC secret, load the library, seed the lanes index.
 func (c *Client) Bootstrap(ctx context.Context, cfg BootstrapConfig) error {
 	if err := c.EnsurePartitionConfig(ctx); err != nil {
 		return err
+	}
+	if cfg.WaitpointHMACSecret != "" {
+		if err := c.InstallWaitpointHMACSecret(ctx, cfg.WaitpointHMACSecret); err != nil {
+			return err
+		}
 	}
 	if _, err := c.EnsureLibrary(ctx); err != nil {
 		return err

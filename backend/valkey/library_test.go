@@ -71,8 +71,15 @@ func TestLibrary(t *testing.T) {
 		t.Parallel()
 		c := valkeytest.Client(t)
 		ctx := valkeytest.Context(t, 10*time.Second)
-		if err := c.Bootstrap(ctx, valkey.BootstrapConfig{}); err != nil {
+		if err := c.Bootstrap(ctx, valkey.BootstrapConfig{WaitpointHMACSecret: "00ff"}); err != nil {
 			t.Fatal(err)
+		}
+		for _, idx := range []uint16{0, 255} {
+			key := model.KeysOn(model.Partition{Family: model.FamilyFlow, Index: idx}).WaitpointHMACSecrets()
+			sec, err := c.Raw().Do(ctx, c.Raw().B().Hget().Key(key).Field("secret:k1").Build()).ToString()
+			if err != nil || sec != "00ff" {
+				t.Fatalf("keystore %s secret:k1 = %q, %v", key, sec, err)
+			}
 		}
 		got, found, err := c.ReadPartitionConfig(ctx)
 		if err != nil || !found || got != model.DefaultPartitionConfig() {

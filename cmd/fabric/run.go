@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -20,6 +23,8 @@ func init() {
 			demoN := fs.Int("demo", 60, "executions the demo workload creates (0: no demo)")
 			lanes := fs.String("demo-lanes", "demo-a,demo-b,demo-c", "comma-separated lanes the demo spreads executions over")
 			timeout := fs.Duration("demo-timeout", 60*time.Second, "upper bound on the demo run")
+			secret := fs.String("waitpoint-hmac-secret", os.Getenv("FF_WAITPOINT_HMAC_SECRET"),
+				"hex secret for waitpoint tokens, installed where none is (default $FF_WAITPOINT_HMAC_SECRET; a random one for a private server)")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
@@ -37,7 +42,13 @@ func init() {
 				}
 				defer conn.Close()
 				fmt.Fprintf(env.stdout, "fabric %s on %s\n", Version, conn.Where)
-				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: laneList}); err != nil {
+				if _, err := hex.DecodeString(*secret); err != nil {
+					return fmt.Errorf("%w: --waitpoint-hmac-secret must be hex: %v", errUsage, err)
+				}
+				if *secret == "" && conn.Server != nil {
+					*secret = randomHex(32)
+				}
+				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: laneList, WaitpointHMACSecret: *secret}); err != nil {
 					return err
 				}
 				fmt.Fprintf(env.stdout, "flowfabric library %s loaded; partitions %+v\n", libraryVersion(ctx, conn.Client), conn.Client.Partitions())
@@ -69,6 +80,14 @@ func libraryVersion(ctx context.Context, c *valkey.Client) string {
 		return "?"
 	}
 	return v
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
 }
 
 func splitList(s string) []string {

@@ -1,0 +1,557 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/model"
+)
+
+// Defaults FlowFabric's backend sends for the suspension family.
+const (
+	// SuspendDedupMaxTTLMs caps the suspend idempotency window (7 days).
+	SuspendDedupMaxTTLMs = 604800000
+	// DefaultLeaseHistoryMaxLen is the lease_history MAXLEN the backend sends.
+	DefaultLeaseHistoryMaxLen = 1000
+	// DefaultHMACKid is the kid the boot step installs when a partition's
+	// keystore is empty.
+	DefaultHMACKid = "k1"
+)
+
+// suspInt renders an integer ARGV.
+func suspInt(v int64) string { return strconv.FormatInt(v, 10) }
+
+// suspOpt renders an optional integer ARGV: 0 is "" (absent).
+func suspOpt(v int64) string {
+	if v == 0 {
+		return ""
+	}
+	return suspInt(v)
+}
+
+// suspWrap names the operation on transport errors; a *LuaError already
+// names its function and keeps its code through %w.
+func suspWrap(op string, err error) error {
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// suspCoreFields HMGETs fields of eid's exec_core (absent fields are "").
+func (c *Client) suspCoreFields(ctx context.Context, eid model.ExecutionID, fields ...string) ([]string, error) {
+	vals, err := c.c.Do(ctx, c.c.B().Hmget().Key(model.KeysFor(eid).Core()).Field(fields...).Build()).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("pre-read exec_core %s: %w", eid, err)
+	}
+	out := make([]string, len(fields))
+	for i := range fields {
+		if i < len(vals) {
+			out[i], _ = vals[i].ToString()
+		}
+	}
+	return out, nil
+}
+
+func suspLane(lane string) string {
+	if lane == "" {
+		return "default"
+	}
+	return lane
+}
+
+func suspAttemptIndex(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// WaitpointBinding names a waitpoint: its uuid and its external key.
+type WaitpointBinding struct {
+	WaitpointID  string
+	WaitpointKey string
+}
+
+// WaitpointGrant is a bound waitpoint and the HMAC token that authenticates
+// signals delivered to it.
+type WaitpointGrant struct {
+	WaitpointID  string
+	WaitpointKey string
+	Token        string
+}
+
+// SuspendParams are the inputs of ff_suspend_execution.
+type SuspendParams struct {
+	ExecutionID  model.ExecutionID
+	AttemptIndex int
+	// Fence is the held lease; all three parts are required
+	// (fence_required otherwise).
+	Fence LeaseFence
+
+	SuspensionID string
+	WaitpointID  string
+	// WaitpointKey is "" when UsePendingWaitpoint is set (the pending
+	// waitpoint's key is used).
+	WaitpointKey string
+	ReasonCode   string
+	// RequestedBy is worker, operator, policy or system_timeout_policy.
+	RequestedBy string
+	// TimeoutAt is the absolute timeout in server ms; 0 means none.
+	TimeoutAt                   int64
+	ResumeConditionJSON         string
+	ResumePolicyJSON            string
+	ContinuationMetadataPointer string
+	UsePendingWaitpoint         bool
+	// TimeoutBehavior is fail (default), cancel, expire,
+	// auto_resume_with_timeout_signal or escalate.
+	TimeoutBehavior string
+	// IdempotencyKey replays the first outcome for DedupTTLMs; 0 computes
+	// FlowFabric's window min(timeout_at-now+60s, 7d), or 7d without a
+	// timeout.
+	IdempotencyKey string
+	DedupTTLMs     int64
+	// Extra waitpoints bound to the same suspension (fresh suspensions only).
+	Extra []WaitpointBinding
+
+	// Lane and WorkerInstanceID select the lane index and worker lease set;
+	// empty values are pre-read from exec_core.
+	Lane             string
+	WorkerInstanceID string
+}
+
+// Call builds the FCALL of ff_suspend_execution. nowMs is used only for
+// the default dedup TTL.
+//
+//	KEYS[1] exec_core  KEYS[2] attempt_hash(idx)  KEYS[3] lease_current
+//	KEYS[4] lease_history  KEYS[5] lease_expiry  KEYS[6] worker_leases(wiid)
+//	KEYS[7] suspension_current  KEYS[8] waitpoint(wp)  KEYS[9] waitpoint_signals(wp)
+//	KEYS[10] suspension_timeout  KEYS[11] pending_waitpoint_expiry
+//	KEYS[12] lane_active  KEYS[13] lane_suspended  KEYS[14] waitpoints
+//	KEYS[15] waitpoint_condition(wp)  KEYS[16] attempt_timeout  KEYS[17] hmac_secrets
+//	KEYS[18] suspend dedup hash or ff:noop:{fp:N}
+//	KEYS[19..] per extra: waitpoint, waitpoint_signals, waitpoint_condition
+//	ARGV[1] execution_id  ARGV[2] attempt_index  ARGV[3] attempt_id  ARGV[4] lease_id
+//	ARGV[5] lease_epoch  ARGV[6] suspension_id  ARGV[7] waitpoint_id  ARGV[8] waitpoint_key
+//	ARGV[9] reason_code  ARGV[10] requested_by  ARGV[11] timeout_at|""
+//	ARGV[12] resume_condition_json  ARGV[13] resume_policy_json
+//	ARGV[14] continuation_metadata_pointer  ARGV[15] use_pending "1"|""
+//	ARGV[16] timeout_behavior  ARGV[17] lease_history_maxlen  ARGV[18] idempotency_key
+//	ARGV[19] dedup_ttl_ms  ARGV[20] num_extra  ARGV[21..] (waitpoint_id, waitpoint_key)*
+func (p *SuspendParams) Call(nowMs int64) Call {
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	lane := suspLane(p.Lane)
+	dedup, ttl := pk.Noop(), ""
+	if p.IdempotencyKey != "" {
+		dedup = k.SuspendDedup(p.IdempotencyKey)
+		t := p.DedupTTLMs
+		if t <= 0 {
+			t = SuspendDedupMaxTTLMs
+			if p.TimeoutAt > 0 && p.TimeoutAt-nowMs+60000 < t {
+				t = p.TimeoutAt - nowMs + 60000
+			}
+		}
+		ttl = suspInt(t)
+	}
+	pending := ""
+	if p.UsePendingWaitpoint {
+		pending = "1"
+	}
+	behavior := p.TimeoutBehavior
+	if behavior == "" {
+		behavior = "fail"
+	}
+	keys := []string{
+		k.Core(), k.Attempt(p.AttemptIndex), k.LeaseCurrent(), k.LeaseHistory(),
+		pk.LeaseExpiry(), pk.WorkerLeases(p.WorkerInstanceID), k.SuspensionCurrent(),
+		pk.Waitpoint(p.WaitpointID), pk.WaitpointSignals(p.WaitpointID), pk.SuspensionTimeout(),
+		pk.PendingWaitpointExpiry(), pk.LaneActive(lane), pk.LaneSuspended(lane), k.Waitpoints(),
+		pk.WaitpointCondition(p.WaitpointID), pk.AttemptTimeout(), pk.WaitpointHMACSecrets(), dedup,
+	}
+	args := []string{
+		string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.Fence.AttemptID, p.Fence.LeaseID,
+		p.Fence.epoch(), p.SuspensionID, p.WaitpointID, p.WaitpointKey,
+		p.ReasonCode, p.RequestedBy, suspOpt(p.TimeoutAt), p.ResumeConditionJSON,
+		p.ResumePolicyJSON, p.ContinuationMetadataPointer, pending, behavior,
+		suspInt(DefaultLeaseHistoryMaxLen), p.IdempotencyKey, ttl, strconv.Itoa(len(p.Extra)),
+	}
+	for _, x := range p.Extra {
+		keys = append(keys, pk.Waitpoint(x.WaitpointID), pk.WaitpointSignals(x.WaitpointID),
+			pk.WaitpointCondition(x.WaitpointID))
+		args = append(args, x.WaitpointID, x.WaitpointKey)
+	}
+	return Call{Function: "ff_suspend_execution", Keys: keys, Args: args}
+}
+
+// SuspendResult is the reply of ff_suspend_execution.
+type SuspendResult struct {
+	// AlreadySatisfied: buffered signals already satisfied the pending
+	// waitpoint; the lease is kept and the execution is still active.
+	AlreadySatisfied bool
+	SuspensionID     string
+	Waitpoint        WaitpointGrant
+	Extra            []WaitpointGrant
+}
+
+// SuspendExecution releases the lease and parks the execution on its
+// waitpoint(s) (ff_suspend_execution), returning the waitpoint tokens.
+func (c *Client) SuspendExecution(ctx context.Context, p *SuspendParams) (*SuspendResult, error) {
+	q := *p
+	if q.Lane == "" || q.WorkerInstanceID == "" {
+		f, err := c.suspCoreFields(ctx, p.ExecutionID, "lane_id", "current_worker_instance_id")
+		if err != nil {
+			return nil, suspWrap("suspend execution", err)
+		}
+		if q.Lane == "" {
+			q.Lane = f[0]
+		}
+		if q.WorkerInstanceID == "" {
+			q.WorkerInstanceID = f[1]
+		}
+	}
+	var now int64
+	if q.IdempotencyKey != "" && q.DedupTTLMs <= 0 && q.TimeoutAt > 0 {
+		t, err := c.ServerTime(ctx)
+		if err != nil {
+			return nil, suspWrap("suspend execution", err)
+		}
+		now = t
+	}
+	call := q.Call(now)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return nil, suspWrap("suspend execution "+string(p.ExecutionID), err)
+	}
+	return parseSuspendReply(rep), nil
+}
+
+func parseSuspendReply(rep *Reply) *SuspendResult {
+	res := &SuspendResult{
+		AlreadySatisfied: rep.Status == StatusAlreadySatisfied,
+		SuspensionID:     rep.Field(0),
+		Waitpoint:        WaitpointGrant{rep.Field(1), rep.Field(2), rep.Field(3)},
+	}
+	n, _ := strconv.Atoi(rep.Field(4))
+	for i := 0; i < n; i++ {
+		b := 5 + 3*i
+		res.Extra = append(res.Extra, WaitpointGrant{rep.Field(b), rep.Field(b + 1), rep.Field(b + 2)})
+	}
+	return res
+}
+
+// ResumeParams are the inputs of ff_resume_execution.
+type ResumeParams struct {
+	ExecutionID model.ExecutionID
+	// TriggerType is signal, operator or auto_resume (informational).
+	TriggerType string
+	// ResumeDelayMs > 0 parks the execution in the delayed index.
+	ResumeDelayMs int64
+	// Lane and WaitpointID are pre-read from exec_core when empty.
+	Lane        string
+	WaitpointID string
+}
+
+// Call builds the FCALL of ff_resume_execution.
+//
+//	KEYS[1] exec_core  KEYS[2] suspension_current  KEYS[3] waitpoint(current)
+//	KEYS[4] waitpoint_signals  KEYS[5] suspension_timeout  KEYS[6] lane_eligible
+//	KEYS[7] lane_delayed  KEYS[8] lane_suspended
+//	ARGV[1] execution_id  ARGV[2] trigger_type  ARGV[3] resume_delay_ms
+func (p *ResumeParams) Call() Call {
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	lane := suspLane(p.Lane)
+	trigger := p.TriggerType
+	if trigger == "" {
+		trigger = "operator"
+	}
+	return Call{
+		Function: "ff_resume_execution",
+		Keys: []string{k.Core(), k.SuspensionCurrent(), pk.Waitpoint(p.WaitpointID),
+			pk.WaitpointSignals(p.WaitpointID), pk.SuspensionTimeout(), pk.LaneEligible(lane),
+			pk.LaneDelayed(lane), pk.LaneSuspended(lane)},
+		Args: []string{string(p.ExecutionID), trigger, suspInt(p.ResumeDelayMs)},
+	}
+}
+
+// ResumeExecution resumes a suspended execution (ff_resume_execution) and
+// returns its new public state, waiting or delayed.
+func (c *Client) ResumeExecution(ctx context.Context, p *ResumeParams) (string, error) {
+	q := *p
+	if q.Lane == "" || q.WaitpointID == "" {
+		f, err := c.suspCoreFields(ctx, p.ExecutionID, "lane_id", "current_waitpoint_id")
+		if err != nil {
+			return "", suspWrap("resume execution", err)
+		}
+		if q.Lane == "" {
+			q.Lane = f[0]
+		}
+		if q.WaitpointID == "" {
+			q.WaitpointID = f[1]
+		}
+	}
+	call := q.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return "", suspWrap("resume execution "+string(p.ExecutionID), err)
+	}
+	return rep.Field(0), nil
+}
+
+// CreatePendingWaitpointParams are the inputs of ff_create_pending_waitpoint.
+type CreatePendingWaitpointParams struct {
+	ExecutionID  model.ExecutionID
+	AttemptIndex int
+	WaitpointID  string
+	WaitpointKey string
+	// ExpiresAt is the absolute expiry in ms (FlowFabric computes it from
+	// the client clock).
+	ExpiresAt int64
+}
+
+// Call builds the FCALL of ff_create_pending_waitpoint.
+//
+//	KEYS[1] exec_core  KEYS[2] waitpoint(wp)  KEYS[3] pending_waitpoint_expiry
+//	KEYS[4] hmac_secrets
+//	ARGV[1] execution_id  ARGV[2] attempt_index  ARGV[3] waitpoint_id
+//	ARGV[4] waitpoint_key  ARGV[5] expires_at
+func (p *CreatePendingWaitpointParams) Call() Call {
+	k := model.KeysFor(p.ExecutionID)
+	pk := model.KeysOn(k.Partition())
+	return Call{
+		Function: "ff_create_pending_waitpoint",
+		Keys: []string{k.Core(), pk.Waitpoint(p.WaitpointID), pk.PendingWaitpointExpiry(),
+			pk.WaitpointHMACSecrets()},
+		Args: []string{string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.WaitpointID,
+			p.WaitpointKey, suspInt(p.ExpiresAt)},
+	}
+}
+
+// CreatePendingWaitpoint pre-creates an addressable waitpoint while the
+// caller still holds the lease (ff_create_pending_waitpoint).
+func (c *Client) CreatePendingWaitpoint(ctx context.Context, p *CreatePendingWaitpointParams) (*WaitpointGrant, error) {
+	call := p.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return nil, suspWrap("create pending waitpoint "+p.WaitpointID, err)
+	}
+	return &WaitpointGrant{rep.Field(0), rep.Field(1), rep.Field(2)}, nil
+}
+
+// ExpireSuspensionResult is the reply of ff_expire_suspension.
+type ExpireSuspensionResult struct {
+	// Outcome is not_found_cleaned, not_suspended_cleaned,
+	// no_active_suspension_cleaned, not_yet_due, auto_resume, escalate, or
+	// the applied behavior (fail, cancel, expire, ...).
+	Outcome string
+	// PublicState is the new public state when a behavior was applied.
+	PublicState string
+}
+
+// ExpireSuspensionCall builds the FCALL of ff_expire_suspension from the
+// pre-read lane, attempt index and waitpoint id.
+//
+//	KEYS[1] exec_core  KEYS[2] suspension_current  KEYS[3] waitpoint(current)
+//	KEYS[4] waitpoint_condition  KEYS[5] attempt_hash(idx)  KEYS[6] stream_meta(idx)
+//	KEYS[7] suspension_timeout  KEYS[8] lane_suspended  KEYS[9] lane_terminal
+//	KEYS[10] lane_eligible  KEYS[11] lane_delayed  KEYS[12] lease_history
+//	ARGV[1] execution_id
+func ExpireSuspensionCall(eid model.ExecutionID, lane string, attemptIndex int, waitpointID string) Call {
+	k := model.KeysFor(eid)
+	pk := model.KeysOn(k.Partition())
+	lane = suspLane(lane)
+	return Call{
+		Function: "ff_expire_suspension",
+		Keys: []string{k.Core(), k.SuspensionCurrent(), pk.Waitpoint(waitpointID),
+			pk.WaitpointCondition(waitpointID), k.Attempt(attemptIndex), k.StreamMeta(attemptIndex),
+			pk.SuspensionTimeout(), pk.LaneSuspended(lane), pk.LaneTerminal(lane),
+			pk.LaneEligible(lane), pk.LaneDelayed(lane), k.LeaseHistory()},
+		Args: []string{string(eid)},
+	}
+}
+
+// ExpireSuspension applies a due suspension's timeout behavior
+// (ff_expire_suspension), pre-reading lane, attempt index and waitpoint.
+func (c *Client) ExpireSuspension(ctx context.Context, eid model.ExecutionID) (*ExpireSuspensionResult, error) {
+	f, err := c.suspCoreFields(ctx, eid, "lane_id", "current_attempt_index", "current_waitpoint_id")
+	if err != nil {
+		return nil, suspWrap("expire suspension", err)
+	}
+	call := ExpireSuspensionCall(eid, f[0], suspAttemptIndex(f[1]), f[2])
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return nil, suspWrap("expire suspension "+string(eid), err)
+	}
+	return &ExpireSuspensionResult{Outcome: rep.Field(0), PublicState: rep.Field(1)}, nil
+}
+
+// CloseWaitpointCall builds the FCALL of ff_close_waitpoint.
+//
+//	KEYS[1] exec_core  KEYS[2] waitpoint  KEYS[3] pending_waitpoint_expiry
+//	ARGV[1] waitpoint_id  ARGV[2] reason
+func CloseWaitpointCall(eid model.ExecutionID, waitpointID, reason string) Call {
+	k := model.KeysFor(eid)
+	pk := model.KeysOn(k.Partition())
+	if reason == "" {
+		reason = "proactive_close"
+	}
+	return Call{
+		Function: "ff_close_waitpoint",
+		Keys:     []string{k.Core(), pk.Waitpoint(waitpointID), pk.PendingWaitpointExpiry()},
+		Args:     []string{waitpointID, reason},
+	}
+}
+
+// CloseWaitpoint closes a pending or active waitpoint (ff_close_waitpoint).
+// It reports alreadyClosed for a waitpoint that was closed before.
+func (c *Client) CloseWaitpoint(ctx context.Context, eid model.ExecutionID, waitpointID, reason string) (alreadyClosed bool, err error) {
+	call := CloseWaitpointCall(eid, waitpointID, reason)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return false, suspWrap("close waitpoint "+waitpointID, err)
+	}
+	return rep.Field(0) == "already_closed", nil
+}
+
+// RotateHMACResult is the reply of ff_rotate_waitpoint_hmac_secret.
+type RotateHMACResult struct {
+	// Outcome is rotated or noop.
+	Outcome     string
+	PreviousKid string
+	NewKid      string
+	// GCCount is the number of expired kids removed.
+	GCCount int
+}
+
+// RotateWaitpointHMACSecret installs a new signing kid on one partition
+// (ff_rotate_waitpoint_hmac_secret); the previous kid keeps validating for
+// graceMs.
+//
+//	KEYS[1] hmac_secrets  ARGV[1] new_kid  ARGV[2] new_secret_hex  ARGV[3] grace_ms
+func (c *Client) RotateWaitpointHMACSecret(ctx context.Context, p model.Partition, kid, secretHex string, graceMs int64) (*RotateHMACResult, error) {
+	rep, err := c.FCall(ctx, "ff_rotate_waitpoint_hmac_secret",
+		[]string{model.KeysOn(p).WaitpointHMACSecrets()}, []string{kid, secretHex, suspInt(graceMs)})
+	if err != nil {
+		return nil, suspWrap("rotate waitpoint hmac secret on "+p.Tag(), err)
+	}
+	res := &RotateHMACResult{Outcome: rep.Field(0)}
+	if res.Outcome == "noop" {
+		res.NewKid = rep.Field(1)
+		return res, nil
+	}
+	res.PreviousKid, res.NewKid = rep.Field(1), rep.Field(2)
+	res.GCCount, _ = strconv.Atoi(rep.Field(3))
+	return res, nil
+}
+
+// RotateWaitpointHMACSecretAll fans the rotation out to every flow
+// partition (each holds its own keystore copy). Every partition is tried;
+// the errors are joined.
+func (c *Client) RotateWaitpointHMACSecretAll(ctx context.Context, kid, secretHex string, graceMs int64) error {
+	return c.suspEachFlowPartition(ctx, func(p model.Partition) error {
+		_, err := c.RotateWaitpointHMACSecret(ctx, p, kid, secretHex, graceMs)
+		return err
+	})
+}
+
+// HMACKid is a non-current kid still inside its grace window.
+type HMACKid struct {
+	Kid       string
+	ExpiresAt int64
+}
+
+// HMACKids is the reply of ff_list_waitpoint_hmac_kids.
+type HMACKids struct {
+	CurrentKid string
+	Verifying  []HMACKid
+}
+
+// ListWaitpointHMACKids lists a partition's current kid and the older kids
+// that still validate tokens (ff_list_waitpoint_hmac_kids).
+//
+//	KEYS[1] hmac_secrets
+func (c *Client) ListWaitpointHMACKids(ctx context.Context, p model.Partition) (*HMACKids, error) {
+	rep, err := c.FCall(ctx, "ff_list_waitpoint_hmac_kids",
+		[]string{model.KeysOn(p).WaitpointHMACSecrets()}, nil)
+	if err != nil {
+		return nil, suspWrap("list waitpoint hmac kids on "+p.Tag(), err)
+	}
+	res := &HMACKids{CurrentKid: rep.Field(0)}
+	n, _ := strconv.Atoi(rep.Field(1))
+	for i := 0; i < n; i++ {
+		exp, _ := strconv.ParseInt(rep.Field(3+2*i), 10, 64)
+		res.Verifying = append(res.Verifying, HMACKid{Kid: rep.Field(2 + 2*i), ExpiresAt: exp})
+	}
+	return res, nil
+}
+
+// InstallWaitpointHMACSecret is the boot step that seeds every flow
+// partition's keystore: where current_kid is absent it writes
+// current_kid=k1 and secret:k1=secretHex; where current_kid is present but
+// its secret is missing (a torn write) it writes the secret; a stored
+// secret that differs from secretHex is kept (and logged). Partitions are
+// handled 16 at a time.
+func (c *Client) InstallWaitpointHMACSecret(ctx context.Context, secretHex string) error {
+	if secretHex == "" || len(secretHex)%2 != 0 {
+		return errors.New("install waitpoint hmac secret: secret must be non-empty, even-length hex")
+	}
+	for _, r := range secretHex {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
+			return errors.New("install waitpoint hmac secret: secret must be hex")
+		}
+	}
+	return c.suspEachFlowPartition(ctx, func(p model.Partition) error {
+		key := model.KeysOn(p).WaitpointHMACSecrets()
+		kid, err := c.c.Do(ctx, c.c.B().Hget().Key(key).Field("current_kid").Build()).ToString()
+		if err != nil && !vk.IsValkeyNil(err) {
+			return fmt.Errorf("install waitpoint hmac secret on %s: %w", p.Tag(), err)
+		}
+		if kid == "" {
+			err := c.c.Do(ctx, c.c.B().Hset().Key(key).FieldValue().
+				FieldValue("current_kid", DefaultHMACKid).
+				FieldValue("secret:"+DefaultHMACKid, secretHex).Build()).Error()
+			if err != nil {
+				return fmt.Errorf("install waitpoint hmac secret on %s: %w", p.Tag(), err)
+			}
+			return nil
+		}
+		stored, err := c.c.Do(ctx, c.c.B().Hget().Key(key).Field("secret:"+kid).Build()).ToString()
+		switch {
+		case err != nil && vk.IsValkeyNil(err):
+			if err := c.c.Do(ctx, c.c.B().Hset().Key(key).FieldValue().
+				FieldValue("secret:"+kid, secretHex).Build()).Error(); err != nil {
+				return fmt.Errorf("install waitpoint hmac secret on %s: %w", p.Tag(), err)
+			}
+		case err != nil:
+			return fmt.Errorf("install waitpoint hmac secret on %s: %w", p.Tag(), err)
+		case stored != secretHex:
+			c.log.Warn("waitpoint hmac secret differs from the configured one; keeping the stored secret",
+				"partition", p.Tag(), "kid", kid)
+		}
+		return nil
+	})
+}
+
+// suspEachFlowPartition runs fn for every flow partition, 16 at a time,
+// and joins the errors.
+func (c *Client) suspEachFlowPartition(ctx context.Context, fn func(model.Partition) error) error {
+	n := int(c.parts.Flow)
+	sem := make(chan struct{}, 16)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = fn(model.Partition{Family: model.FamilyFlow, Index: uint16(i)})
+		}(i)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
