@@ -634,3 +634,70 @@ func TestWorkerOutcomes(t *testing.T) {
 		}
 	})
 }
+
+func TestSuspendAndSignal(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0) // the backend client's partition count: the keystore fan-out must match
+	if err := b.vc.InstallWaitpointHMACSecret(b.ctx, "00112233445566778899aabbccddeeff"); err != nil {
+		t.Fatal(err)
+	}
+	id := b.create(t, sdk.ExecutionSpec{Lane: "approvals", Payload: []byte("req")})
+	w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"approvals"}})
+	suspended := make(chan *sdk.Suspension, 1)
+	resumed := make(chan *sdk.Job, 1)
+	stop := runWorker(t, b.ctx, w, func(ctx context.Context, j *sdk.Job) error {
+		if _, err := j.AppendFrame(ctx, sdk.Frame{Type: "log", Payload: []byte("attempt " + j.AttemptType)}); err != nil {
+			return err
+		}
+		if j.AttemptType != "resumed" {
+			s, err := j.Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approve"}, Timeout: time.Hour})
+			if err != nil {
+				return err
+			}
+			suspended <- s
+			return nil // ignored: the lease is already released
+		}
+		resumed <- j
+		return nil
+	})
+	s := <-suspended
+	if st := b.state(t, id); st.PublicState != model.PublicSuspended {
+		t.Fatalf("state = %s", st.PublicState)
+	}
+	if _, err := b.c.DeliverSignal(b.ctx, id, sdk.Signal{WaitpointID: s.WaitpointID, Token: "bad:00", Name: "approve"}); err == nil {
+		t.Fatal("bad token accepted")
+	}
+	other, err := b.c.DeliverSignal(b.ctx, id, sdk.Signal{WaitpointID: s.WaitpointID, Token: s.Token, Name: "other"})
+	if err != nil || other.Resumed {
+		t.Fatalf("non-matching signal: %+v %v", other, err)
+	}
+	res, err := b.c.DeliverSignal(b.ctx, id, sdk.Signal{WaitpointID: s.WaitpointID, Token: s.Token, Name: "approve",
+		Payload: []byte(`{"by":"ann"}`)})
+	if err != nil || !res.Resumed {
+		t.Fatalf("approve: %+v %v", res, err)
+	}
+	j := <-resumed
+	if j.ID != id || j.Attempt != 0 || string(j.Payload) != "req" {
+		t.Fatalf("resumed job = %+v", j)
+	}
+	valkeytest.Eventually(t, 5*time.Second, "completed", func() bool {
+		return b.state(t, id).PublicState == model.PublicCompleted
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	frames, closed, err := b.c.ReadAttemptStream(b.ctx, id, 0, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != 2 || frames[0].Fields["payload"] != "attempt initial" || frames[1].Fields["payload"] != "attempt resumed" || !closed {
+		t.Fatalf("frames = %+v closed %v", frames, closed)
+	}
+	rest, _, err := b.c.ReadAttemptStream(b.ctx, id, 0, frames[0].ID, 100)
+	if err != nil || len(rest) != 1 || rest[0].ID != frames[1].ID {
+		t.Fatalf("after %s: %+v %v", frames[0].ID, rest, err)
+	}
+	if st := w.Stats(); st.Suspended != 1 || st.Resumed != 1 || st.Completed != 1 {
+		t.Fatalf("stats = %+v", st)
+	}
+}
