@@ -55,6 +55,9 @@ func (l *Lease) Fail(ctx context.Context, reason, category string, retry bool) (
 		}
 		return nil
 	})
+	if err == nil && !out.RetryScheduled {
+		l.cascade(ctx)
+	}
 	return out, err
 }
 
@@ -71,11 +74,15 @@ func (l *Lease) Delay(ctx context.Context, at time.Time) error {
 // Cancel cancels the execution as its lease holder (ff_cancel_execution,
 // source "worker").
 func (l *Lease) Cancel(ctx context.Context, reason string) error {
-	return l.finishCall(ctx, "cancel", model.OutcomeCancelled, func(ctx context.Context) error {
+	err := l.finishCall(ctx, "cancel", model.OutcomeCancelled, func(ctx context.Context) error {
 		_, err := l.w.vc.CancelExecution(ctx, &valkey.CancelExecutionParams{ExecutionID: l.ID, Reason: reason,
 			Source: "worker", LeaseID: l.fence.LeaseID, LeaseEpoch: l.fence.LeaseEpoch})
 		return err
 	})
+	if err == nil {
+		l.cascade(ctx)
+	}
+	return err
 }
 
 // handBack releases a lease the worker will not finish: the execution is

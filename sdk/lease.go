@@ -43,6 +43,7 @@ type Lease struct {
 	AttemptIndex int
 	AttemptType  string
 
+	flow      string
 	fence     valkey.LeaseFence
 	expiresAt atomic.Int64
 
@@ -57,7 +58,7 @@ type Lease struct {
 
 func (w *Worker) newLease(id model.ExecutionID, lane string, ji *jobInfo, cr *valkey.ClaimResult) *Lease {
 	l := &Lease{w: w, ID: id, Lane: lane, Kind: ji.kind, Namespace: ji.namespace, Payload: []byte(ji.payload),
-		AttemptIndex: cr.AttemptIndex, AttemptType: cr.AttemptType, fence: cr.Fence(), renewDone: make(chan struct{})}
+		flow: ji.flow, AttemptIndex: cr.AttemptIndex, AttemptType: cr.AttemptType, fence: cr.Fence(), renewDone: make(chan struct{})}
 	l.expiresAt.Store(cr.ExpiresAt)
 	switch cr.AttemptType {
 	case "reclaim":
@@ -210,8 +211,28 @@ func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call 
 // Complete ends the attempt successfully (ff_complete_execution) and
 // stores result when non-empty.
 func (l *Lease) Complete(ctx context.Context, result []byte) error {
-	return l.finishCall(ctx, "complete", model.OutcomeSuccess, func(ctx context.Context) error {
+	err := l.finishCall(ctx, "complete", model.OutcomeSuccess, func(ctx context.Context) error {
 		return l.w.vc.CompleteExecution(ctx, &valkey.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.fence,
 			Result: string(result)})
 	})
+	if err == nil {
+		l.cascade(ctx)
+	}
+	return err
+}
+
+// cascade resolves a terminal flow member's outgoing edges when the
+// worker is configured to (WorkerConfig.ResolveDependencies). Best
+// effort: the engine's dependency reconciler is the safety net.
+func (l *Lease) cascade(ctx context.Context) {
+	if !l.w.cfg.ResolveDependencies || l.flow == "" {
+		return
+	}
+	flow, err := model.ParseUUID(l.flow)
+	if err != nil {
+		return
+	}
+	if _, err := l.w.vc.CascadeCompletion(ctx, flow, l.ID, l.w.cfg.Clock().UnixMilli()); err != nil {
+		l.w.log.Warn("resolve dependencies failed", "execution_id", l.ID, "flow_id", l.flow, "error", err)
+	}
 }

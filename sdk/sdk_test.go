@@ -701,3 +701,75 @@ func TestSuspendAndSignal(t *testing.T) {
 		t.Fatalf("stats = %+v", st)
 	}
 }
+
+func TestFlow(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DiamondRunsInOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		f, err := b.c.CreateFlow(b.ctx, "diamond")
+		if err != nil {
+			t.Fatal(err)
+		}
+		add := func(name string, after ...model.ExecutionID) model.ExecutionID {
+			id, err := f.Add(b.ctx, sdk.ExecutionSpec{Lane: "dag", Kind: name}, after...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		a := add("a")
+		l, r := add("l", a), add("r", a)
+		z := add("z", l, r)
+		if s := b.state(t, z); s.EligibilityState != model.EligibleBlockedByDeps || s.FlowID != f.ID.String() {
+			t.Fatalf("z before: %s flow %q", s.EligibilityState, s.FlowID)
+		}
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"dag"}, ResolveDependencies: true, Concurrency: 2})
+		var mu sync.Mutex
+		var order []string
+		stop := runWorker(t, b.ctx, w, func(ctx context.Context, j *sdk.Job) error {
+			mu.Lock()
+			order = append(order, j.Kind)
+			mu.Unlock()
+			return nil
+		})
+		valkeytest.Eventually(t, 10*time.Second, "z completed", func() bool {
+			return b.state(t, z).PublicState == model.PublicCompleted
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if len(order) != 4 || order[0] != "a" || order[3] != "z" {
+			t.Fatalf("order = %v", order)
+		}
+	})
+
+	t.Run("CancelFlowCancelsMembers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		f, err := b.c.CreateFlow(b.ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := f.Add(b.ctx, sdk.ExecutionSpec{Lane: "dag"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.Add(b.ctx, sdk.ExecutionSpec{Lane: "dag"}, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.c.CancelFlow(b.ctx, f.ID, "stop"); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []model.ExecutionID{a, c} {
+			if s := b.state(t, id); s.PublicState != model.PublicCancelled {
+				t.Fatalf("%s: %s", id, s.PublicState)
+			}
+		}
+		if _, err := f.Add(b.ctx, sdk.ExecutionSpec{Lane: "dag", ID: a}); !errors.Is(err, sdk.ErrInvalidInput) {
+			t.Fatalf("add with id: %v", err)
+		}
+	})
+}

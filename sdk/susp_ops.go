@@ -161,7 +161,9 @@ func (l *Lease) AppendFrame(ctx context.Context, f Frame) (string, error) {
 }
 
 // AppendFrame appends an output frame (see Lease.AppendFrame).
-func (j *Job) AppendFrame(ctx context.Context, f Frame) (string, error) { return j.lease.AppendFrame(ctx, f) }
+func (j *Job) AppendFrame(ctx context.Context, f Frame) (string, error) {
+	return j.lease.AppendFrame(ctx, f)
+}
 
 // Signal is a signal delivered to a suspended execution's waitpoint.
 type Signal struct {

@@ -71,6 +71,12 @@ type WorkerConfig struct {
 	// without the delayed-promoter scanner. Off by default: the scanner
 	// owns this.
 	PromoteDelayed bool
+	// ResolveDependencies makes the worker resolve a flow member's
+	// outgoing edges itself after ending it terminally (what the
+	// engine's completion listener does on ff:dag:completions), for
+	// deployments without the engine. Resolution is idempotent, so
+	// running both is safe.
+	ResolveDependencies bool
 	// Clock is the worker's time source (time.Now when nil).
 	Clock func() time.Time
 	// Logger receives worker logs (slog.Default() when nil).
@@ -411,8 +417,8 @@ func (w *Worker) scan(ctx context.Context, start, chunk uint64) ([]candidate, er
 
 // jobInfo is what a claim pre-reads about a candidate in one round trip.
 type jobInfo struct {
-	required, kind, namespace, lane, ownership, phase string
-	payload, policy                                   string
+	required, kind, namespace, lane, ownership, phase, flow string
+	payload, policy                                         string
 }
 
 func (w *Worker) readJob(ctx context.Context, id model.ExecutionID) (*jobInfo, error) {
@@ -420,20 +426,20 @@ func (w *Worker) readJob(ctx context.Context, id model.ExecutionID) (*jobInfo, e
 	k := model.KeysFor(id)
 	res := raw.DoMulti(ctx,
 		raw.B().Hmget().Key(k.Core()).Field("required_capabilities", "execution_kind", "namespace", "lane_id",
-			"ownership_state", "lifecycle_phase").Build(),
+			"ownership_state", "lifecycle_phase", "flow_id").Build(),
 		raw.B().Get().Key(k.Payload()).Build(),
 		raw.B().Get().Key(k.Policy()).Build())
 	vals, err := res[0].ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("sdk: read %s: %w", id, err)
 	}
-	f := make([]string, 6)
+	f := make([]string, 7)
 	for i := range f {
 		if i < len(vals) {
 			f[i], _ = vals[i].ToString()
 		}
 	}
-	ji := &jobInfo{required: f[0], kind: f[1], namespace: f[2], lane: f[3], ownership: f[4], phase: f[5]}
+	ji := &jobInfo{required: f[0], kind: f[1], namespace: f[2], lane: f[3], ownership: f[4], phase: f[5], flow: f[6]}
 	for i, dst := range []*string{&ji.payload, &ji.policy} {
 		s, err := res[1+i].ToString()
 		if err != nil && !vk.IsValkeyNil(err) {
