@@ -25,7 +25,7 @@ type testBundle struct {
 	ctx context.Context
 }
 
-func setup(t *testing.T, flowPartitions int) *testBundle {
+func setup(t testing.TB, flowPartitions int) *testBundle {
 	t.Helper()
 	vc := valkeytest.Client(t)
 	ctx := valkeytest.Context(t, 30*time.Second)
@@ -44,7 +44,7 @@ func setup(t *testing.T, flowPartitions int) *testBundle {
 	return &testBundle{vc: vc, c: c, ctx: ctx}
 }
 
-func (b *testBundle) worker(t *testing.T, cfg sdk.WorkerConfig) *sdk.Worker {
+func (b *testBundle) worker(t testing.TB, cfg sdk.WorkerConfig) *sdk.Worker {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = valkeytest.Logger()
@@ -57,7 +57,7 @@ func (b *testBundle) worker(t *testing.T, cfg sdk.WorkerConfig) *sdk.Worker {
 	return w
 }
 
-func (b *testBundle) create(t *testing.T, spec sdk.ExecutionSpec) model.ExecutionID {
+func (b *testBundle) create(t testing.TB, spec sdk.ExecutionSpec) model.ExecutionID {
 	t.Helper()
 	id, err := b.c.CreateExecution(b.ctx, spec)
 	if err != nil {
