@@ -113,6 +113,22 @@ func (f *Flow) edge(ctx context.Context, parent, child model.ExecutionID) error 
 	if _, _, err := f.c.vc.ApplyDependencyToChild(ctx, ep); err != nil {
 		return fmt.Errorf("sdk: %w", err)
 	}
+	// The parent may have finished before the edge existed: its
+	// completion then resolved nothing. Resolve the edge now, as the
+	// engine's dependency reconciler would later (idempotent).
+	vals, err := raw.Do(ctx, raw.B().Hmget().Key(model.KeysFor(parent).Core()).
+		Field("lifecycle_phase", "terminal_outcome").Build()).ToArray()
+	if err != nil || len(vals) != 2 {
+		return fmt.Errorf("sdk: read parent %s: %w", parent, err)
+	}
+	if phase, _ := vals[0].ToString(); phase != model.PhaseTerminal {
+		return nil
+	}
+	outcome, _ := vals[1].ToString()
+	if _, err := f.c.vc.ResolveDependency(ctx, &valkey.ResolveDependencyParams{Flow: f.ID, EdgeID: ep.EdgeID.String(),
+		Upstream: parent, Downstream: child, UpstreamOutcome: outcome, NowMs: f.c.clock().UnixMilli()}); err != nil {
+		return fmt.Errorf("sdk: %w", err)
+	}
 	return nil
 }
 

@@ -745,6 +745,32 @@ func TestFlow(t *testing.T) {
 		}
 	})
 
+	t.Run("ParentFinishedBeforeEdge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		f, err := b.c.CreateFlow(b.ctx, "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := f.Add(b.ctx, sdk.ExecutionSpec{Lane: "late"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"late"}})
+		var l *sdk.Lease
+		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
+		if err := l.Complete(b.ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.Add(b.ctx, sdk.ExecutionSpec{Lane: "late"}, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := b.state(t, c); s.EligibilityState != model.EligibleNow {
+			t.Fatalf("child of a finished parent: %s (%s)", s.EligibilityState, s.Fields["blocking_detail"])
+		}
+	})
+
 	t.Run("CancelFlowCancelsMembers", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 0)
