@@ -197,12 +197,16 @@ var ErrNotFound = errors.New("sdk: execution not found")
 // ExecutionState is an execution's state: the derived public state and
 // the stored state vector.
 type ExecutionState struct {
-	ID          model.ExecutionID
-	Namespace   string
-	Lane        string
-	Kind        string
+	// ID, Namespace, Lane and Kind identify the execution.
+	ID        model.ExecutionID
+	Namespace string
+	Lane      string
+	Kind      string
+	// PublicState is the derived state users see (waiting, active,
+	// completed, ...).
 	PublicState string
-	// The seven stored dimensions (lifecycle_phase ... public_state).
+	// LifecyclePhase, OwnershipState, EligibilityState, BlockingReason,
+	// TerminalOutcome and AttemptState are the stored state vector.
 	LifecyclePhase   string
 	OwnershipState   string
 	EligibilityState string

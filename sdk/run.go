@@ -68,7 +68,10 @@ func Permanent(err error) error {
 
 // DelayError asks Run to park the execution until At (the same attempt
 // continues then). Build it with DelayFor or DelayUntil.
-type DelayError struct{ At time.Time }
+type DelayError struct {
+	// At is when the execution becomes eligible again.
+	At time.Time
+}
 
 func (e *DelayError) Error() string { return "delay until " + e.At.Format(time.RFC3339Nano) }
 

@@ -73,6 +73,9 @@ func (s *SuspendSpec) behavior() string {
 // Suspension is a suspended execution's waitpoint: deliver signals to it
 // with Client.DeliverSignal, authenticated by Token.
 type Suspension struct {
+	// ExecutionID is the suspended execution; SuspensionID its
+	// suspension record; WaitpointID, WaitpointKey and Token address and
+	// authenticate its waitpoint.
 	ExecutionID  model.ExecutionID
 	SuspensionID string
 	WaitpointID  string
@@ -181,6 +184,8 @@ type Signal struct {
 
 // SignalResult is what a delivery did.
 type SignalResult struct {
+	// SignalID is the accepted signal (or the first one under a repeated
+	// idempotency key).
 	SignalID string
 	// Effect is resume_condition_satisfied, appended_to_waitpoint, ...
 	Effect string
