@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -55,8 +56,8 @@ func BenchmarkCreateClaimComplete(b *testing.B) {
 			pwg.Wait()
 			select {
 			case <-all:
-			case <-time.After(5 * time.Minute):
-				b.Fatalf("only %d of %d executions ran", done.Load(), b.N)
+			case <-time.After(time.Minute):
+				b.Fatalf("only %d of %d executions ran; %s", done.Load(), b.N, stuck(tb, lanes))
 			}
 			el := time.Since(start)
 			b.StopTimer()
@@ -65,4 +66,21 @@ func BenchmarkCreateClaimComplete(b *testing.B) {
 			wg.Wait()
 		})
 	}
+}
+
+// stuck describes the executions left on the lanes' eligible sets.
+func stuck(tb *testBundle, lanes []string) string {
+	raw := tb.vc.Raw()
+	out := ""
+	for _, l := range lanes {
+		p := tb.c.Partitions().SoloPartition(l)
+		ids, _ := raw.Do(tb.ctx, raw.B().Zrange().Key(model.KeysOn(p).LaneEligible(l)).Min("0").Max("-1").Build()).AsStrSlice()
+		out += fmt.Sprintf("%s: %d eligible; ", l, len(ids))
+		if len(ids) > 0 {
+			m, _ := tb.vc.ExecutionCore(tb.ctx, model.ExecutionID(ids[0]))
+			g, _ := raw.Do(tb.ctx, raw.B().Hgetall().Key(model.KeysFor(model.ExecutionID(ids[0])).ClaimGrant()).Build()).AsStrMap()
+			out += fmt.Sprintf("first %v grant %v; ", m, g)
+		}
+	}
+	return out
 }

@@ -423,6 +423,28 @@ func TestWorker(t *testing.T) {
 		}
 	})
 
+	t.Run("ClaimThroughSiblingGrant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		id := b.create(t, sdk.ExecutionSpec{Lane: "l"})
+		// Another instance of the same worker holds the grant: the grant
+		// call fails but the pipelined claim succeeds, and the lease must
+		// not be dropped.
+		if err := b.vc.IssueClaimGrant(b.ctx, &valkey.IssueClaimGrantParams{ExecutionID: id, WorkerID: "w",
+			WorkerInstanceID: "sibling", Lane: "l", GrantTTLMs: 5000}); err != nil {
+			t.Fatal(err)
+		}
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}})
+		var l *sdk.Lease
+		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
+		if l.ID != id {
+			t.Fatalf("claimed %s", l.ID)
+		}
+		if err := l.Complete(b.ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("DuplicateInstance", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 8)

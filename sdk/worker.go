@@ -508,6 +508,17 @@ func (w *Worker) tryClaim(ctx context.Context, c candidate) (*Lease, error) {
 		LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds(), AttemptTimeoutMs: attemptTimeoutMs(ji.policy),
 	}
 	res := w.vc.FCallBatch(ctx, []valkey.Call{grant, claim.Call()})
+	// The claim's own result decides first: a grant refused as
+	// grant_already_exists can still be followed by a successful claim
+	// when the existing grant belongs to this worker id (another
+	// instance of the same worker), and that lease is now ours.
+	if res[1].Err == nil {
+		cr, err := parseClaimReply(res[1].Reply)
+		if err != nil {
+			return nil, err
+		}
+		return w.newLease(c.id, c.lane, ji, cr), nil
+	}
 	if err := res[0].Err; err != nil {
 		if errors.Is(err, valkey.CodeCapabilityMismatch) {
 			var le *valkey.LuaError
@@ -520,20 +531,14 @@ func (w *Worker) tryClaim(ctx context.Context, c candidate) (*Lease, error) {
 		}
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
-	if err := res[1].Err; err != nil {
-		if errors.Is(err, valkey.CodeUseClaimResumedExecution) {
-			return w.claimResumed(ctx, c, ji)
-		}
-		if skippable(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("sdk: %w", err)
+	err = res[1].Err
+	if errors.Is(err, valkey.CodeUseClaimResumedExecution) {
+		return w.claimResumed(ctx, c, ji)
 	}
-	cr, err := parseClaimReply(res[1].Reply)
-	if err != nil {
-		return nil, err
+	if skippable(err) {
+		return nil, nil
 	}
-	return w.newLease(c.id, c.lane, ji, cr), nil
+	return nil, fmt.Errorf("sdk: %w", err)
 }
 
 // grantCall is ff_issue_claim_grant as a pipelinable Call (the typed
