@@ -180,6 +180,16 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 	}
 	w.caps = append([]string(nil), cfg.Capabilities...)
 	w.cursor.Store(fnv1a(cfg.InstanceID) % uint64(parts.Flow))
+	// Check before registering so a duplicate does not overwrite the live
+	// instance's registration; the register reply re-checks atomically.
+	raw := vc.Raw()
+	alive := model.WorkerAliveKey(cfg.Namespace, cfg.InstanceID)
+	if n, err := raw.Do(ctx, raw.B().Exists().Key(alive).Build()).AsInt64(); err != nil {
+		return nil, fmt.Errorf("sdk: check alive key: %w", err)
+	} else if n > 0 {
+		return nil, fmt.Errorf("%w: %s (alive key %s exists; wait %s or pick another id)",
+			ErrDuplicateInstance, cfg.InstanceID, alive, w.registryTTL())
+	}
 	status, err := vc.RegisterWorker(ctx, w.registerParams())
 	if err != nil {
 		return nil, fmt.Errorf("sdk: register worker: %w", err)
