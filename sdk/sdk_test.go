@@ -445,6 +445,26 @@ func TestWorker(t *testing.T) {
 		}
 	})
 
+	t.Run("HeartbeatReregisters", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 8)
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, Capabilities: []string{"gpu"},
+			LeaseTTL: 100 * time.Millisecond})
+		raw := b.vc.Raw()
+		alive := model.WorkerAliveKey(sdk.DefaultNamespace, w.InstanceID())
+		caps, err := raw.Do(b.ctx, raw.B().Hget().Key(model.WorkerCapsKey(sdk.DefaultNamespace, w.InstanceID())).Field("caps_csv").Build()).ToString()
+		if err != nil || caps != "gpu" {
+			t.Fatalf("caps_csv = %q, %v", caps, err)
+		}
+		if err := raw.Do(b.ctx, raw.B().Del().Key(alive).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		valkeytest.Eventually(t, 5*time.Second, "re-registered", func() bool {
+			n, err := raw.Do(b.ctx, raw.B().Exists().Key(alive).Build()).AsInt64()
+			return err == nil && n == 1
+		})
+	})
+
 	t.Run("DuplicateInstance", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 8)
