@@ -11,13 +11,20 @@ GOFLAGS_TEST ?= -race -count=1 -timeout 20m
 all: build
 
 # deps installs what the build and the tests need: a server binary
-# (valkey-server preferred, redis-server from Debian otherwise) and the Go
-# modules.
+# (valkey-server preferred, redis-server from Debian otherwise), Postgres
+# (initdb/postgres for the throwaway clusters of backend/postgres; Debian's
+# postgresql-15) and the Go modules.
 deps:
 	@if ! command -v valkey-server >/dev/null 2>&1 && ! command -v redis-server >/dev/null 2>&1; then \
 		echo "installing redis-server (apt-get)"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; \
+	fi
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then \
+		echo "installing postgresql-15 (apt-get)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql-15 >/dev/null \
+		|| DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
 	fi
 	@$(GO) mod download
 
@@ -43,5 +50,11 @@ test: deps plugins fmt-check vet
 run: build plugins
 	$(BIN)/fabric run
 
+# bench runs the host benchmarks (reported, not asserted): per-call
+# overhead of an empty scan, host-function round trip, cold vs cached
+# compile, instance memory, and the delayed promoter native vs wasm.
+bench: deps plugins
+	$(GO) test -run '^$$' -bench . -benchtime 1s -count 1 ./host/ ./plugins/...
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) testdata/plugins/*.wasm

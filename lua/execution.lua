@@ -203,12 +203,17 @@ redis.register_function('ff_create_execution', function(keys, args)
   if delayed then
     redis.call('ZADD', keys[5], delay_n, eid)
   else
-    redis.call('ZADD', keys[5], 0 - (priority * PRIORITY_FACTOR) + now, eid)
+    -- A caller that set delay_until passes the delayed index in KEYS[5];
+    -- when that time has already passed on the server clock the execution
+    -- is eligible now and must land in the eligible index, or no scanner
+    -- would ever find it (the promoter drops non-delayed members).
+    local sched_key = keys[5]
+    if string.sub(sched_key, -8) == ':delayed' then
+      sched_key = string.sub(sched_key, 1, -8) .. 'eligible'
+    end
+    redis.call('ZADD', sched_key, 0 - (priority * PRIORITY_FACTOR) + now, eid)
   end
   redis.call('SADD', keys[8], eid)
-  -- Global lane registry (untagged; FlowFabric registers a lane on first
-  -- sight here as well as at boot).
-  redis.call('SADD', 'ff:idx:lanes', lane)
   if deadline_n then
     redis.call('ZADD', keys[7], deadline_n, eid)
   end

@@ -29,4 +29,29 @@ for dir in testdata/plugins/*/; do
   ls "$dir"*.go >/dev/null 2>&1 || continue
   build "${dir%/}" "testdata/plugins/$(basename "$dir").wasm"
 done
+# Corrupt fixtures are generated from a good module, never committed:
+#   truncated.wasm  the first half of healthy.wasm (a half-written file)
+#   corrupt.wasm    healthy.wasm with its first section header overwritten
+#   notwasm.wasm    text with a .wasm name
+good=testdata/plugins/healthy.wasm
+if [ -f "$good" ]; then
+  for f in truncated corrupt notwasm; do
+    dst=testdata/plugins/$f.wasm
+    [ -f "$dst" ] && [ "$dst" -nt "$good" ] && continue
+    case $f in
+      truncated) head -c $(( $(stat -c %s "$good") / 2 )) "$good" > "$dst" ;;
+      corrupt) cp "$good" "$dst"; printf '\xff\xff\xff\xff\xff\xff\xff\xff' | dd of="$dst" bs=1 seek=8 conv=notrunc status=none ;;
+      notwasm) echo "this is not a wasm module" > "$dst" ;;
+    esac
+    built=$((built+1))
+  done
+fi
 echo "plugins: $built built"
+# Prewarm the compilation cache the CLI and the tests share
+# (~/.cache/fabric/wazero) with a non-race test binary, so `go test -race`
+# loads compiled modules instead of compiling under the race detector.
+# FABRIC_PREWARM=0 skips it.
+if [ "$built" -gt 0 ] && [ "${FABRIC_PREWARM:-1}" = 1 ]; then
+  $GO test -count=1 -run '^TestFixturesValidate$' ./host/ >/dev/null
+  echo "plugins: compilation cache prewarmed"
+fi

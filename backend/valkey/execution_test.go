@@ -267,9 +267,15 @@ func TestCreateExecution(t *testing.T) {
 		}
 		core := b.hgetall(model.KeysFor(eid).Core())
 		execWantFields(t, "core", core, map[string]string{"eligibility_state": "eligible_now", "delay_until": ""})
-		// The caller chose the delayed zset as KEYS[5]; Lua scores it as eligible.
-		if s, ok := b.zscore(b.pk(eid).LaneDelayed("default"), string(eid)); !ok || strconv.FormatInt(int64(s), 10) != core["created_at"] {
-			t.Errorf("delayed-slot score = %v %v; want created_at %s", s, ok, core["created_at"])
+		// The caller chose the delayed zset as KEYS[5]. Upstream scores the
+		// execution as eligible inside the delayed zset, where the promoter
+		// drops it and no claimer finds it; fabric puts it in the eligible
+		// index of the same lane instead.
+		if _, ok := b.zscore(b.pk(eid).LaneDelayed("default"), string(eid)); ok {
+			t.Error("an eligible execution sits in lane:delayed, where it would be lost")
+		}
+		if s, ok := b.zscore(b.pk(eid).LaneEligible("default"), string(eid)); !ok || strconv.FormatInt(int64(s), 10) != core["created_at"] {
+			t.Errorf("eligible score = %v %v; want created_at %s", s, ok, core["created_at"])
 		}
 	})
 
@@ -361,8 +367,8 @@ func TestCreateExecution(t *testing.T) {
 		if !b.sismember(pk.AllExecutions(), string(eid)) {
 			t.Error("not in all_executions")
 		}
-		if !b.sismember(model.KeyLanesIndex, "fast") {
-			t.Error("lane not registered in ff:idx:lanes")
+		if b.sismember(model.KeyLanesIndex, "fast") {
+			t.Error("create wrote the untagged ff:idx:lanes (cross-slot in cluster mode; lanes are seeded at boot)")
 		}
 		if _, ok := b.zscore(pk.ExecutionDeadline(), string(eid)); ok {
 			t.Error("deadline indexed without a deadline")

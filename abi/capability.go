@@ -1,0 +1,133 @@
+package abi
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+)
+
+// Capability is the kind of grant a host function needs.
+type Capability uint8
+
+// Capability kinds.
+const (
+	// CapNone: always allowed (clock, log, metric).
+	CapNone Capability = iota
+	// CapFCall: the called Functions name must be in Capabilities.FCall.
+	CapFCall
+	// CapRead: every key read must match a glob in Capabilities.Read.
+	CapRead
+	// CapSQL: the statement name must be in Capabilities.SQL (host functions
+	// for Postgres arrive with the Postgres backend).
+	CapSQL
+)
+
+// String names the capability as in the manifest.
+func (c Capability) String() string {
+	switch c {
+	case CapNone:
+		return "none"
+	case CapFCall:
+		return "fcall"
+	case CapRead:
+		return "read"
+	case CapSQL:
+		return "sql"
+	}
+	return fmt.Sprintf("capability_%d", uint8(c))
+}
+
+// Capabilities is the grant a plugin declares in its manifest and the host
+// enforces on every host-function call. Nothing is granted by default.
+//
+// # Notes
+//
+//   - FCall lists Valkey Functions by exact name ("ff_promote_delayed");
+//     only ff_* and fabric_* names are valid.
+//   - Read lists key-family globs (path.Match syntax: '*' matches any run
+//     of characters, colons and braces included), e.g.
+//     "ff:idx:*:lane:*:delayed" or "ff:exec:*:core".
+//   - SQL lists named statements a plugin may run; the statements
+//     themselves are the host's, so a plugin never sends SQL text.
+//   - Unless CrossPartition is set, every key a call names must carry the
+//     hash tag of the partition being scanned: a scanner of {fp:7} cannot
+//     touch {fp:8}.
+type Capabilities struct {
+	FCall          []string `json:"fcall,omitempty"`
+	Read           []string `json:"read,omitempty"`
+	SQL            []string `json:"sql,omitempty"`
+	CrossPartition bool     `json:"cross_partition,omitempty"`
+}
+
+func (c *Capabilities) validate(bad func(string, ...any) error) error {
+	for _, f := range c.FCall {
+		if !validFunction(f) {
+			return bad("capabilities.fcall %q: want an ff_* or fabric_* function name", f)
+		}
+	}
+	for _, p := range c.Read {
+		if err := validReadPattern(p); err != nil {
+			return bad("capabilities.read %q: %v", p, err)
+		}
+	}
+	for _, s := range c.SQL {
+		if !validSQLName(s) {
+			return bad("capabilities.sql %q: want a statement name", s)
+		}
+	}
+	return nil
+}
+
+// AllowFCall returns nil when function fn is granted, else a CodeDenied
+// *Error naming the grant.
+func (c *Capabilities) AllowFCall(fn string) error {
+	if slices.Contains(c.FCall, fn) {
+		return nil
+	}
+	return Errorf(CodeDenied, fmt.Sprintf("fcall %s is not granted (capabilities.fcall: [%s])", fn, strings.Join(c.FCall, " ")))
+}
+
+// AllowRead returns nil when key matches a read glob, else a CodeDenied
+// *Error naming the grant.
+func (c *Capabilities) AllowRead(key string) error {
+	for _, p := range c.Read {
+		if ok, _ := path.Match(p, key); ok {
+			return nil
+		}
+	}
+	return Errorf(CodeDenied, fmt.Sprintf("read of %s is not granted (capabilities.read: [%s])", key, strings.Join(c.Read, " ")))
+}
+
+// AllowSQL returns nil when statement name is granted, else a CodeDenied
+// *Error.
+func (c *Capabilities) AllowSQL(name string) error {
+	if slices.Contains(c.SQL, name) {
+		return nil
+	}
+	return Errorf(CodeDenied, fmt.Sprintf("sql %s is not granted (capabilities.sql: [%s])", name, strings.Join(c.SQL, " ")))
+}
+
+// AllowKeyOnPartition returns nil when key's hash tag (its first {...},
+// as Valkey cluster slotting reads it) is tag, e.g. "{fp:7}", or the grant
+// allows cross-partition access; else a CodeCrossPartition *Error.
+func (c *Capabilities) AllowKeyOnPartition(key, tag string) error {
+	if c.CrossPartition || HashTag(key) == tag {
+		return nil
+	}
+	return Errorf(CodeCrossPartition, fmt.Sprintf("key %s is not on partition %s", key, tag))
+}
+
+// HashTag returns the first "{...}" of key, braces included, or "" when
+// the key has none.
+func HashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return ""
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return ""
+	}
+	return key[i : i+j+2]
+}

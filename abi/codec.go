@@ -1,0 +1,225 @@
+package abi
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrDecode is matched by every decoding failure.
+var ErrDecode = errors.New("abi: malformed message")
+
+// Encoder appends the ABI's primitive encodings to a buffer: unsigned and
+// zig-zag varints, length-prefixed strings and lists. The zero value is
+// ready to use.
+//
+// # Notes
+//
+//   - Not safe for concurrent use.
+type Encoder struct{ buf []byte }
+
+// NewEncoder returns an encoder appending to buf (which may be nil).
+func NewEncoder(buf []byte) *Encoder { return &Encoder{buf: buf} }
+
+// Bytes returns the encoded bytes.
+func (e *Encoder) Bytes() []byte { return e.buf }
+
+// Reset empties the buffer, keeping its capacity.
+func (e *Encoder) Reset() { e.buf = e.buf[:0] }
+
+// Byte appends one byte.
+func (e *Encoder) Byte(b byte) { e.buf = append(e.buf, b) }
+
+// Uvarint appends an unsigned varint.
+func (e *Encoder) Uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
+
+// Varint appends a zig-zag varint.
+func (e *Encoder) Varint(v int64) { e.buf = binary.AppendVarint(e.buf, v) }
+
+// Bool appends 0 or 1.
+func (e *Encoder) Bool(v bool) {
+	if v {
+		e.buf = append(e.buf, 1)
+	} else {
+		e.buf = append(e.buf, 0)
+	}
+}
+
+// Float64 appends the IEEE-754 bits, little endian.
+func (e *Encoder) Float64(v float64) {
+	e.buf = binary.LittleEndian.AppendUint64(e.buf, math.Float64bits(v))
+}
+
+// String appends a length-prefixed string.
+func (e *Encoder) String(s string) {
+	e.Uvarint(uint64(len(s)))
+	e.buf = append(e.buf, s...)
+}
+
+// Strings appends a count then each string.
+func (e *Encoder) Strings(ss []string) {
+	e.Uvarint(uint64(len(ss)))
+	for _, s := range ss {
+		e.String(s)
+	}
+}
+
+// Decoder reads what an Encoder wrote. The first failure is sticky: later
+// reads return zero values and Err reports the failure, so a message
+// decoder checks Err once at the end.
+//
+// # Notes
+//
+//   - Counts are bounded by the bytes left, so garbage never makes the
+//     decoder allocate more than the message's size.
+//   - Not safe for concurrent use.
+type Decoder struct {
+	buf []byte
+	off int
+	err error
+}
+
+// NewDecoder returns a decoder over b.
+func NewDecoder(b []byte) *Decoder { return &Decoder{buf: b} }
+
+// Err returns the first decoding failure.
+func (d *Decoder) Err() error { return d.err }
+
+// Remaining returns the number of unread bytes.
+func (d *Decoder) Remaining() int { return len(d.buf) - d.off }
+
+// Finish fails unless every byte was consumed and no read failed.
+func (d *Decoder) Finish(what string) error {
+	if d.err != nil {
+		return fmt.Errorf("%s: %w", what, d.err)
+	}
+	if d.off != len(d.buf) {
+		return fmt.Errorf("%s: %w: %d trailing bytes", what, ErrDecode, len(d.buf)-d.off)
+	}
+	return nil
+}
+
+func (d *Decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrDecode}, args...)...)
+	}
+}
+
+// Byte reads one byte.
+func (d *Decoder) Byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.off >= len(d.buf) {
+		d.fail("unexpected end at byte %d", d.off)
+		return 0
+	}
+	b := d.buf[d.off]
+	d.off++
+	return b
+}
+
+// Uvarint reads an unsigned varint.
+func (d *Decoder) Uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.buf[d.off:])
+	if n <= 0 {
+		d.fail("bad uvarint at byte %d", d.off)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+// Varint reads a zig-zag varint.
+func (d *Decoder) Varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.buf[d.off:])
+	if n <= 0 {
+		d.fail("bad varint at byte %d", d.off)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+// Uint32 reads a uvarint that must fit 32 bits.
+func (d *Decoder) Uint32() uint32 {
+	v := d.Uvarint()
+	if v > math.MaxUint32 {
+		d.fail("value %d overflows uint32", v)
+		return 0
+	}
+	return uint32(v)
+}
+
+// Bool reads 0 or 1.
+func (d *Decoder) Bool() bool {
+	switch b := d.Byte(); b {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		d.fail("bad bool %d", b)
+		return false
+	}
+}
+
+// Float64 reads 8 little-endian bytes.
+func (d *Decoder) Float64() float64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.buf)-d.off < 8 {
+		d.fail("unexpected end at byte %d", d.off)
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.buf[d.off:])
+	d.off += 8
+	return math.Float64frombits(v)
+}
+
+// Count reads a list length, refusing one that cannot fit in what is left
+// (every element takes at least one byte).
+func (d *Decoder) Count() int {
+	n := d.Uvarint()
+	if d.err == nil && n > uint64(d.Remaining()) {
+		d.fail("count %d exceeds %d remaining bytes", n, d.Remaining())
+		return 0
+	}
+	return int(n)
+}
+
+// String reads a length-prefixed string.
+func (d *Decoder) String() string {
+	n := d.Uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(d.Remaining()) {
+		d.fail("string of %d bytes exceeds %d remaining", n, d.Remaining())
+		return ""
+	}
+	s := string(d.buf[d.off : d.off+int(n)])
+	d.off += int(n)
+	return s
+}
+
+// Strings reads a count then each string.
+func (d *Decoder) Strings() []string {
+	n := d.Count()
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = d.String()
+	}
+	return out
+}

@@ -1,0 +1,101 @@
+package abi
+
+// Namespace is the wasm import module of fabric's host functions. Its
+// suffix is the ABI major, so a plugin of another major fails to link
+// rather than misread a message.
+const Namespace = "fabric:host/v1"
+
+// ValueType is a wasm value type of a host-function parameter or result.
+type ValueType uint8
+
+// Value types. PTR is an i64 offset of an Extism kernel memory block.
+const (
+	I32 ValueType = iota
+	I64
+	PTR
+)
+
+// HostFunc describes one host function. HostFuncs is the table; the host
+// registers exactly these, and the pdk imports exactly these.
+type HostFunc struct {
+	// Name is the import name within Namespace.
+	Name string
+	// Params and Results are the wasm signature.
+	Params, Results []ValueType
+	// Capability is the grant every call is checked against before
+	// dispatch.
+	Capability Capability
+	// Request and Response name the messages a PTR carries ("" when the
+	// function takes or returns plain values).
+	Request, Response string
+	// Summary says what it does.
+	Summary string
+}
+
+// Host function names.
+const (
+	FnFCall         = "fcall"
+	FnHMGet         = "hmget"
+	FnZRangeByScore = "zrangebyscore"
+	FnSMembers      = "smembers"
+	FnSScan         = "sscan"
+	FnNow           = "now"
+	FnLog           = "log"
+	FnMetric        = "metric"
+	FnSQLQuery      = "sql_query"
+)
+
+// HostFuncs is the table of host functions of this ABI version.
+var HostFuncs = []HostFunc{
+	{Name: FnFCall, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapFCall,
+		Request: "FCallRequest", Response: "FCallResponse",
+		Summary: "run one or more FCALLs in one pipelined round trip; each call's function must be granted; calls carrying an item key go through the plugin's failure tracker"},
+	{Name: FnHMGet, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
+		Request: "HMGetRequest", Response: "HMGetResponse", Summary: "HMGET key field..."},
+	{Name: FnZRangeByScore, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
+		Request: "ZRangeRequest", Response: "Members", Summary: "ZRANGEBYSCORE key min max [WITHSCORES] LIMIT offset count (count is mandatory)"},
+	{Name: FnSMembers, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
+		Request: "KeyRequest", Response: "Members", Summary: "SMEMBERS key"},
+	{Name: FnSScan, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
+		Request: "ScanCursorRequest", Response: "ScanCursorResponse", Summary: "SSCAN key cursor [MATCH pattern] COUNT n"},
+	{Name: FnNow, Results: []ValueType{I64}, Capability: CapNone,
+		Summary: "server time in milliseconds; a negative value is the negated Code of a failure"},
+	{Name: FnLog, Params: []ValueType{I32, PTR}, Capability: CapNone,
+		Summary: "log a message at a LogLevel through the host's logger, tagged with the plugin name"},
+	{Name: FnMetric, Params: []ValueType{PTR}, Capability: CapNone,
+		Request: "Metric", Summary: "add to a per-plugin counter or set a gauge"},
+	{Name: FnSQLQuery, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapSQL,
+		Request: "SQLRequest", Response: "SQLResponse",
+		Summary: "run a host-defined named statement (reserved: answers CodeUnavailable until the Postgres backend lands)"},
+}
+
+// LookupHostFunc returns the table entry of name.
+func LookupHostFunc(name string) (HostFunc, bool) {
+	for _, f := range HostFuncs {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return HostFunc{}, false
+}
+
+// LogLevel is the level argument of the log host function.
+type LogLevel int32
+
+// Log levels, matching slog's numeric levels.
+const (
+	LogDebug LogLevel = -4
+	LogInfo  LogLevel = 0
+	LogWarn  LogLevel = 4
+	LogError LogLevel = 8
+)
+
+// Guest exports every plugin must provide, besides the WASI reactor's
+// _initialize.
+const (
+	ExportManifest = "fabric_manifest"
+	ExportScan     = "fabric_scan"
+)
+
+// RequiredExports lists the exports the host checks before compiling.
+var RequiredExports = []string{"_initialize", ExportManifest, ExportScan}

@@ -1,0 +1,145 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fabric-host/fabric/model"
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// URL is a libpq/pgx connection URL or DSN. Required.
+	URL string
+	// MaxConns caps the pool (0: pgxpool's default, max(4, NumCPU)).
+	MaxConns int32
+	// Now is the clock every operation reads "now" from (default
+	// time.Now). Tests and replay inject their own.
+	Now func() time.Time
+	// Partitions is the deployment's partition config (default 256/32/32);
+	// ClaimForWorker reads a lane's solo partition from it.
+	Partitions model.PartitionConfig
+	// Logger receives client logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Client is fabric's Postgres backend client: a pgx pool and one typed
+// method per operation. It is safe for concurrent use.
+type Client struct {
+	pool  *pgxpool.Pool
+	parts model.PartitionConfig
+	now   func() time.Time
+	log   *slog.Logger
+}
+
+// Connect opens a pool on cfg.URL and checks it with a ping.
+func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("postgres: ClientConfig.URL is required")
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse url: %w", err)
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	c := &Client{pool: pool, parts: cfg.Partitions, now: cfg.Now, log: cfg.Logger}
+	if c.parts == (model.PartitionConfig{}) {
+		c.parts = model.DefaultPartitionConfig()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return c, nil
+}
+
+// Close closes the pool.
+func (c *Client) Close() { c.pool.Close() }
+
+// Pool is the underlying pgx pool, for tests and migrations.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }
+
+// nowMs is the injected clock in epoch milliseconds.
+func (c *Client) nowMs() int64 { return c.now().UnixMilli() }
+
+// inTx runs fn in one READ COMMITTED transaction: committed when fn returns
+// nil, rolled back (leaving the database unchanged) on any error or panic.
+func (c *Client) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, c.pool, fn)
+}
+
+// ErrorCode is a logical error of an operation, matched with errors.Is.
+// The values are the flowfabric library's codes (backend/valkey), so a
+// conformance suite can compare both backends by code.
+type ErrorCode string
+
+// Error returns the code.
+func (e ErrorCode) Error() string { return string(e) }
+
+// Logical errors of the Postgres operations.
+const (
+	CodeExecutionNotFound    ErrorCode = "execution_not_found"
+	CodeInvalidInput         ErrorCode = "invalid_input"
+	CodeStaleLease           ErrorCode = "stale_lease"
+	CodeLeaseExpired         ErrorCode = "lease_expired"
+	CodeExecutionNotActive   ErrorCode = "execution_not_active"
+	CodeExecutionNotEligible ErrorCode = "execution_not_eligible"
+	CodeCapabilityMismatch   ErrorCode = "capability_mismatch"
+	CodeInvalidPolicyJSON    ErrorCode = "invalid_policy_json"
+	// CodeNoEligibleExecution: ClaimForWorker found nothing to claim.
+	CodeNoEligibleExecution ErrorCode = "no_eligible_execution"
+)
+
+// execKey is an execution id split into its stored form.
+type execKey struct {
+	part int16
+	uuid model.UUID
+}
+
+func splitExecID(id model.ExecutionID) (execKey, error) {
+	if _, err := model.ParseExecutionID(string(id)); err != nil {
+		return execKey{}, fmt.Errorf("%w: %v", CodeInvalidInput, err)
+	}
+	u, err := model.ParseUUID(id.UUIDString())
+	if err != nil {
+		return execKey{}, fmt.Errorf("%w: %v", CodeInvalidInput, err)
+	}
+	p := id.Partition().Index
+	if p > 32767 {
+		return execKey{}, fmt.Errorf("%w: partition %d out of range", CodeInvalidInput, p)
+	}
+	return execKey{part: int16(p), uuid: u}, nil
+}
+
+// uuidText is the uuid in the text form Postgres accepts for a uuid
+// parameter.
+func (k execKey) id() string { return k.uuid.String() }
+
+func (k execKey) execID() model.ExecutionID {
+	return model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: uint16(k.part)}, k.uuid)
+}
+
+// isSerialization reports SQLSTATE 40001/40P01 (retryable contention).
+func isSerialization(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}

@@ -1,0 +1,759 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fabric-host/fabric/model"
+)
+
+// Lease event types written to ff_lease_event.
+const (
+	LeaseEventAcquired  = "acquired"
+	LeaseEventRenewed   = "renewed"
+	LeaseEventExpired   = "expired"
+	LeaseEventReclaimed = "reclaimed"
+	LeaseEventRevoked   = "revoked"
+)
+
+// emitLeaseEvent appends one ff_lease_event row in tx (NOTIFY
+// ff_lease_event at commit). namespace and instance_tag are denormalised
+// from the execution row when it exists (the value of its
+// cairn.instance_id tag), NULL otherwise; the row is written either way.
+func emitLeaseEvent(ctx context.Context, tx pgx.Tx, k execKey, eventType string, now int64) error {
+	_, err := tx.Exec(ctx, `
+INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
+SELECT $1::text, NULL, $2, $3, $4::int, c.raw_fields->>'namespace', c.raw_fields->'tags'->>'cairn.instance_id'
+  FROM (SELECT 1) AS one
+  LEFT JOIN ff_exec_core c ON c.partition_key = $4::smallint AND c.execution_id = $1::uuid`,
+		k.id(), eventType, now, k.part)
+	if err != nil {
+		return fmt.Errorf("lease event %s: %w", eventType, err)
+	}
+	return nil
+}
+
+// emitCompletion appends one ff_completion_event row for the execution in
+// tx (NOTIFY ff_completion at commit). withNamespace copies the
+// execution's namespace / instance_tag raw fields as upstream's typed
+// complete does; every other upstream producer writes NULL.
+func emitCompletion(ctx context.Context, tx pgx.Tx, k execKey, outcome string, now int64, withNamespace bool) (int64, error) {
+	var id int64
+	err := tx.QueryRow(ctx, `
+INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+SELECT partition_key, execution_id, flow_id, $3,
+       CASE WHEN $5 THEN raw_fields->>'namespace' END,
+       CASE WHEN $5 THEN raw_fields->>'instance_tag' END,
+       $4
+  FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2
+RETURNING event_id`, k.part, [16]byte(k.uuid), outcome, now, withNamespace).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("completion event %s: %w", outcome, err)
+	}
+	return id, nil
+}
+
+// CreateExecutionParams are the inputs of CreateExecution. The caller mints
+// ExecutionID (model.PartitionConfig.NewSoloExecutionID or
+// NewFlowExecutionID).
+type CreateExecutionParams struct {
+	ExecutionID model.ExecutionID
+	// FlowID makes the execution a flow member (its completion events carry
+	// the flow); zero means standalone.
+	FlowID          model.UUID
+	Namespace       string
+	LaneID          string
+	ExecutionKind   string
+	Priority        int
+	CreatorIdentity string
+	// PolicyJSON is the ExecutionPolicy document (retry_policy etc.); ""
+	// stores NULL.
+	PolicyJSON string
+	// Payload is the opaque input payload; nil stores NULL.
+	Payload []byte
+	// RequiredCapabilities must all be offered by a claiming worker.
+	RequiredCapabilities []string
+	// DelayUntil, in ms, delays the first claim (runnable /
+	// not_eligible_until_time until PromoteDelayed); 0 means none.
+	DelayUntil int64
+	// IdempotencyKey is recorded in raw_fields.
+	IdempotencyKey string
+	Tags           map[string]string
+	// ExecutionDeadlineAt, in ms, is stored in deadline_at_ms; 0 means none.
+	// Ignored when DelayUntil is set (the column then holds the delay).
+	ExecutionDeadlineAt int64
+}
+
+// CreateExecutionResult is the outcome of CreateExecution.
+type CreateExecutionResult struct {
+	// Duplicate reports that the execution already existed (nothing was
+	// written).
+	Duplicate bool
+	// PublicState is the new execution's public state ("waiting" or
+	// "delayed").
+	PublicState string
+}
+
+// CreateExecution inserts the ff_exec_core row (idempotent on the id) and
+// registers the lane, in one transaction.
+//
+// Unlike upstream, whose create writes lifecycle_phase "submitted" that no
+// code ever promotes (spec §9 item 1), the row is created "runnable" as on
+// Valkey, so it is claimable at once; PromoteSubmitted repairs rows written
+// the upstream way.
+//
+//	ff_exec_core: runnable / unowned / eligible_now (or not_eligible_until_time
+//	  with deadline_at_ms = DelayUntil) / waiting (delayed) / pending, attempt_index 0
+//	ff_lane_registry: (lane, now, 'create_execution') ON CONFLICT DO NOTHING
+func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) (*CreateExecutionResult, error) {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, err)
+	}
+	if p.LaneID == "" {
+		return nil, fmt.Errorf("create execution %s: %w: empty lane", p.ExecutionID, CodeInvalidInput)
+	}
+	var policy any
+	if p.PolicyJSON != "" {
+		if !json.Valid([]byte(p.PolicyJSON)) {
+			return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, CodeInvalidPolicyJSON)
+		}
+		policy = p.PolicyJSON
+	}
+	now := c.nowMs()
+	tags := p.Tags
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	raw := map[string]any{
+		"namespace": p.Namespace, "execution_kind": p.ExecutionKind, "creator_identity": p.CreatorIdentity,
+		"last_mutation_at": strconv.FormatInt(now, 10), "total_attempt_count": "0", "tags": tags,
+	}
+	if p.IdempotencyKey != "" {
+		raw["idempotency_key"] = p.IdempotencyKey
+	}
+	eligibility, public := model.EligibleNow, model.PublicWaiting
+	var deadline *int64
+	if p.ExecutionDeadlineAt > 0 {
+		deadline = &p.ExecutionDeadlineAt
+	}
+	if p.DelayUntil > 0 {
+		eligibility, public = model.EligibleNotUntilTime, model.PublicDelayed
+		deadline = &p.DelayUntil
+		raw["delay_until"] = strconv.FormatInt(p.DelayUntil, 10)
+	}
+	var flow any
+	if !p.FlowID.IsZero() {
+		flow = [16]byte(p.FlowID)
+	}
+	caps := p.RequiredCapabilities
+	if caps == nil {
+		caps = []string{}
+	}
+	res := &CreateExecutionResult{PublicState: public}
+	err = c.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, required_capabilities, attempt_index,
+                          lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state,
+                          priority, created_at_ms, deadline_at_ms, payload, policy, raw_fields)
+VALUES ($1, $2, $3, $4, $5, 0, 'runnable', 'unowned', $6, $7, 'pending', $8, $9, $10, $11, $12::jsonb, $13)
+ON CONFLICT (partition_key, execution_id) DO NOTHING`,
+			k.part, [16]byte(k.uuid), flow, p.LaneID, caps, eligibility, public,
+			p.Priority, now, deadline, p.Payload, policy, raw)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			res.Duplicate = true
+			return nil
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO ff_lane_registry (lane_id, registered_at_ms, registered_by)
+VALUES ($1, $2, 'create_execution') ON CONFLICT (lane_id) DO NOTHING`, p.LaneID, now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, err)
+	}
+	return res, nil
+}
+
+// LeaseFence identifies the lease a worker holds. Postgres stores no lease
+// or attempt id: the fence is (AttemptIndex, LeaseEpoch); LeaseID and
+// AttemptID are upstream's synthetic forms "pg:<uuid>:<attempt>:<epoch>" and
+// "pg:<uuid>:<attempt>", informational only.
+type LeaseFence struct {
+	LeaseID      string
+	LeaseEpoch   uint64
+	AttemptID    string
+	AttemptIndex int
+}
+
+func newFence(k execKey, attempt int, epoch uint64) LeaseFence {
+	return LeaseFence{
+		LeaseID:      fmt.Sprintf("pg:%s:%d:%d", k.id(), attempt, epoch),
+		LeaseEpoch:   epoch,
+		AttemptID:    fmt.Sprintf("pg:%s:%d", k.id(), attempt),
+		AttemptIndex: attempt,
+	}
+}
+
+// ClaimResult is the lease a claim acquired.
+type ClaimResult struct {
+	ExecutionID  model.ExecutionID
+	LeaseID      string
+	LeaseEpoch   uint64
+	ExpiresAt    int64
+	AttemptID    string
+	AttemptIndex int
+	// AttemptType is initial, retry or resumed (a delayed or otherwise
+	// interrupted attempt continuing under a new lease epoch).
+	AttemptType string
+}
+
+// Fence returns the fence of the acquired lease.
+func (r *ClaimResult) Fence() LeaseFence {
+	return LeaseFence{LeaseID: r.LeaseID, LeaseEpoch: r.LeaseEpoch, AttemptID: r.AttemptID, AttemptIndex: r.AttemptIndex}
+}
+
+// ClaimExecutionParams are the inputs of ClaimExecution.
+type ClaimExecutionParams struct {
+	ExecutionID      model.ExecutionID
+	WorkerID         string
+	WorkerInstanceID string
+	// Capabilities the worker offers; the execution's required
+	// capabilities must be a subset.
+	Capabilities []string
+	// LeaseTTLMs is the lease lifetime (required, > 0).
+	LeaseTTLMs int64
+}
+
+// ClaimExecution claims one named execution (runnable, eligible_now) under
+// a new lease. See ClaimForWorker for what it writes.
+func (c *Client) ClaimExecution(ctx context.Context, p *ClaimExecutionParams) (*ClaimResult, error) {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return nil, fmt.Errorf("claim execution %s: %w", p.ExecutionID, err)
+	}
+	if p.LeaseTTLMs <= 0 {
+		return nil, fmt.Errorf("claim execution %s: %w: lease_ttl_ms must be > 0", p.ExecutionID, CodeInvalidInput)
+	}
+	var res *ClaimResult
+	err = c.inTx(ctx, func(tx pgx.Tx) error {
+		var phase, elig, attemptState string
+		var caps []string
+		var idx int
+		err := tx.QueryRow(ctx, `SELECT lifecycle_phase, eligibility_state, attempt_state, required_capabilities, attempt_index
+  FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`,
+			k.part, [16]byte(k.uuid)).Scan(&phase, &elig, &attemptState, &caps, &idx)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return CodeExecutionNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if phase != model.PhaseRunnable || elig != model.EligibleNow {
+			return fmt.Errorf("%w: %s/%s", CodeExecutionNotEligible, phase, elig)
+		}
+		if !subset(caps, p.Capabilities) {
+			return CodeCapabilityMismatch
+		}
+		res, err = c.grantLease(ctx, tx, k, idx, attemptState, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim execution %s: %w", p.ExecutionID, err)
+	}
+	return res, nil
+}
+
+func subset(need, have []string) bool {
+	set := make(map[string]bool, len(have))
+	for _, h := range have {
+		set[h] = true
+	}
+	for _, n := range need {
+		if !set[n] {
+			return false
+		}
+	}
+	return true
+}
+
+// ClaimForWorkerParams are the inputs of ClaimForWorker.
+type ClaimForWorkerParams struct {
+	LaneID           string
+	WorkerID         string
+	WorkerInstanceID string
+	Capabilities     []string
+	LeaseTTLMs       int64
+	// Partitions restricts the scan to these partition keys; empty means
+	// every partition in one query.
+	Partitions []uint16
+}
+
+// ClaimForWorker claims the best eligible execution of a lane: highest
+// priority, then oldest (first on the lane's solo partition, then on all
+// partitions, unless Partitions is given), skipping rows other claimers hold
+// (SELECT … FOR UPDATE SKIP LOCKED), among those whose required
+// capabilities the worker offers. Nothing to claim yields
+// CodeNoEligibleExecution.
+//
+//	ff_attempt: upsert (partition, execution, attempt_index): new row lease_epoch 1,
+//	  existing row lease_epoch+1 and outcome NULL; worker ids, lease_expires_at_ms =
+//	  now+ttl, started_at_ms = now
+//	ff_exec_core: active / leased / not_applicable / running / running_attempt,
+//	  started_at_ms = COALESCE(started_at_ms, now), raw_fields.total_attempt_count
+//	ff_lease_event: acquired
+func (c *Client) ClaimForWorker(ctx context.Context, p *ClaimForWorkerParams) (*ClaimResult, error) {
+	if p.LeaseTTLMs <= 0 || p.LaneID == "" {
+		return nil, fmt.Errorf("claim for worker: %w: lane and lease_ttl_ms > 0 are required", CodeInvalidInput)
+	}
+	caps := p.Capabilities
+	if caps == nil {
+		caps = []string{}
+	}
+	// Solo executions of a lane all live on the lane's partition, so it is
+	// tried first (a pruned, indexed query); then every partition, which
+	// also finds flow members of the lane.
+	passes := [][]int16{{int16(c.parts.SoloPartition(p.LaneID).Index)}, nil}
+	if len(p.Partitions) > 0 {
+		var only []int16
+		for _, pt := range p.Partitions {
+			only = append(only, int16(pt))
+		}
+		passes = [][]int16{only}
+	}
+	var res *ClaimResult
+	var err error
+	for _, parts := range passes {
+		if res, err = c.claimPass(ctx, p, parts, caps); !errors.Is(err, CodeNoEligibleExecution) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim for worker (lane %s): %w", p.LaneID, err)
+	}
+	return res, nil
+}
+
+func (c *Client) claimPass(ctx context.Context, p *ClaimForWorkerParams, parts []int16, caps []string) (*ClaimResult, error) {
+	var res *ClaimResult
+	err := c.inTx(ctx, func(tx pgx.Tx) error {
+		var k execKey
+		var uuid [16]byte
+		var idx int
+		var attemptState string
+		err := tx.QueryRow(ctx, `
+SELECT partition_key, execution_id, attempt_index, attempt_state
+  FROM ff_exec_core
+ WHERE ($1::smallint[] IS NULL OR partition_key = ANY($1))
+   AND lane_id = $2
+   AND lifecycle_phase = 'runnable'
+   AND eligibility_state = 'eligible_now'
+   AND required_capabilities <@ $3::text[]
+ ORDER BY priority DESC, created_at_ms ASC
+ LIMIT 1
+ FOR UPDATE SKIP LOCKED`, parts, p.LaneID, caps).Scan(&k.part, &uuid, &idx, &attemptState)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return CodeNoEligibleExecution
+		}
+		if err != nil {
+			return err
+		}
+		k.uuid = uuid
+		res, err = c.grantLease(ctx, tx, k, idx, attemptState, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs)
+		return err
+	})
+	return res, err
+}
+
+// grantLease writes the attempt and lease of a claim on a locked,
+// eligible exec_core row.
+func (c *Client) grantLease(ctx context.Context, tx pgx.Tx, k execKey, idx int, attemptState, worker, instance string, ttl int64) (*ClaimResult, error) {
+	now := c.nowMs()
+	expires := now + ttl
+	var epoch int64
+	if err := tx.QueryRow(ctx, `
+INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+                        lease_epoch, lease_expires_at_ms, started_at_ms)
+VALUES ($1, $2, $3, $4, $5, 1, $6, $7)
+ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
+   SET worker_id = EXCLUDED.worker_id, worker_instance_id = EXCLUDED.worker_instance_id,
+       lease_epoch = ff_attempt.lease_epoch + 1, lease_expires_at_ms = EXCLUDED.lease_expires_at_ms,
+       started_at_ms = EXCLUDED.started_at_ms, outcome = NULL
+RETURNING lease_epoch`, k.part, [16]byte(k.uuid), idx, worker, instance, expires, now).Scan(&epoch); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `
+UPDATE ff_exec_core
+   SET lifecycle_phase = 'active', ownership_state = 'leased', eligibility_state = 'not_applicable',
+       public_state = 'running', attempt_state = 'running_attempt', blocking_reason = NULL,
+       started_at_ms = COALESCE(started_at_ms, $3),
+       raw_fields = raw_fields || jsonb_build_object(
+           'last_mutation_at', $3::bigint::text,
+           'current_worker_instance_id', $4::text,
+           'total_attempt_count', (COALESCE((raw_fields->>'total_attempt_count')::bigint, 0) + 1)::text)
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, instance); err != nil {
+		return nil, err
+	}
+	if err := emitLeaseEvent(ctx, tx, k, LeaseEventAcquired, now); err != nil {
+		return nil, err
+	}
+	typ := "initial"
+	switch {
+	case attemptState == model.AttemptPendingRetry:
+		typ = "retry"
+	case epoch > 1:
+		typ = "resumed"
+	}
+	f := newFence(k, idx, uint64(epoch))
+	return &ClaimResult{ExecutionID: k.execID(), LeaseID: f.LeaseID, LeaseEpoch: f.LeaseEpoch, ExpiresAt: expires,
+		AttemptID: f.AttemptID, AttemptIndex: idx, AttemptType: typ}, nil
+}
+
+// fencedRow is the exec_core and attempt state a fenced operation read
+// under lock.
+type fencedRow struct {
+	policy []byte
+	raw    map[string]any
+}
+
+// checkFence locks the execution and the fenced attempt and validates the
+// fence: the execution is active on fence.AttemptIndex, the attempt's
+// lease_epoch equals fence.LeaseEpoch and its lease has not expired.
+// Upstream fences on the epoch alone (spec §9 item 5); fabric also
+// refuses stale attempts and expired leases, as the Valkey library does.
+func (c *Client) checkFence(ctx context.Context, tx pgx.Tx, k execKey, f LeaseFence, now int64) (*fencedRow, error) {
+	var phase string
+	var idx int
+	row := &fencedRow{}
+	err := tx.QueryRow(ctx, `SELECT lifecycle_phase, attempt_index, policy, raw_fields FROM ff_exec_core
+ WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, k.part, [16]byte(k.uuid)).Scan(&phase, &idx, &row.policy, &row.raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, CodeExecutionNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var epoch int64
+	var expires *int64
+	err = tx.QueryRow(ctx, `SELECT lease_epoch, lease_expires_at_ms FROM ff_attempt
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 FOR UPDATE`,
+		k.part, [16]byte(k.uuid), f.AttemptIndex).Scan(&epoch, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: no attempt %d", CodeStaleLease, f.AttemptIndex)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if uint64(epoch) != f.LeaseEpoch || idx != f.AttemptIndex {
+		return nil, fmt.Errorf("%w: attempt %d epoch %d, fence attempt %d epoch %d", CodeStaleLease, idx, epoch, f.AttemptIndex, f.LeaseEpoch)
+	}
+	if phase != model.PhaseActive || expires == nil {
+		return nil, fmt.Errorf("%w: phase %s", CodeExecutionNotActive, phase)
+	}
+	if *expires <= now {
+		return nil, CodeLeaseExpired
+	}
+	return row, nil
+}
+
+// CompleteExecutionParams are the inputs of CompleteExecution.
+type CompleteExecutionParams struct {
+	ExecutionID model.ExecutionID
+	Fence       LeaseFence
+	// Result is stored in ff_exec_core.result; nil stores NULL.
+	Result []byte
+}
+
+// CompleteExecution ends the fenced attempt successfully.
+//
+//	ff_attempt: outcome success, terminal_at_ms now, lease_expires_at_ms NULL
+//	ff_exec_core: terminal / unowned / not_applicable / completed / attempt_terminal,
+//	  result, terminal_at_ms
+//	ff_completion_event: success (namespace from raw_fields) → NOTIFY ff_completion
+//	ff_lease_event: revoked
+func (c *Client) CompleteExecution(ctx context.Context, p *CompleteExecutionParams) error {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return fmt.Errorf("complete execution %s: %w", p.ExecutionID, err)
+	}
+	err = c.inTx(ctx, func(tx pgx.Tx) error {
+		now := c.nowMs()
+		if _, err := c.checkFence(ctx, tx, k, p.Fence, now); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'success', lease_expires_at_ms = NULL
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), p.Fence.AttemptIndex, now); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+UPDATE ff_exec_core
+   SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
+       public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $3, result = $4,
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text, 'terminal_outcome', 'success')
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, p.Result); err != nil {
+			return err
+		}
+		if _, err := emitCompletion(ctx, tx, k, model.OutcomeSuccess, now, true); err != nil {
+			return err
+		}
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+	})
+	if err != nil {
+		return fmt.Errorf("complete execution %s: %w", p.ExecutionID, err)
+	}
+	return nil
+}
+
+// FailExecutionParams are the inputs of FailExecution.
+type FailExecutionParams struct {
+	ExecutionID     model.ExecutionID
+	Fence           LeaseFence
+	FailureReason   string
+	FailureCategory string
+	// RetryPolicyJSON overrides the stored policy's retry_policy object.
+	RetryPolicyJSON string
+}
+
+// FailResult is the outcome of FailExecution.
+type FailResult struct {
+	// RetryScheduled reports a retry; DelayUntil is when it becomes
+	// eligible (0 with no backoff: eligible at once).
+	RetryScheduled bool
+	DelayUntil     int64
+}
+
+// RetryPolicy is the retry_policy object of an ExecutionPolicy.
+type RetryPolicy struct {
+	MaxRetries int `json:"max_retries"`
+	Backoff    struct {
+		Type           string  `json:"type"`
+		InitialDelayMs float64 `json:"initial_delay_ms"`
+		MaxDelayMs     float64 `json:"max_delay_ms"`
+		Multiplier     float64 `json:"multiplier"`
+		DelayMs        float64 `json:"delay_ms"`
+	} `json:"backoff"`
+	hasBackoff bool
+}
+
+// ParseRetryPolicy decodes a retry_policy object; "" or null is the zero
+// policy (no retries).
+func ParseRetryPolicy(s string) (RetryPolicy, error) {
+	var rp RetryPolicy
+	if s == "" || s == "null" {
+		return rp, nil
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &probe); err != nil {
+		return rp, fmt.Errorf("%w: retry_policy: %v", CodeInvalidPolicyJSON, err)
+	}
+	if err := json.Unmarshal([]byte(s), &rp); err != nil {
+		return rp, fmt.Errorf("%w: retry_policy: %v", CodeInvalidPolicyJSON, err)
+	}
+	_, rp.hasBackoff = probe["backoff"]
+	return rp, nil
+}
+
+// Delay is the backoff before retry number retryCount+1, in ms: the
+// flowfabric library's rule (exponential min(initial·mult^n, max) with
+// defaults 1000/2/60000; fixed delay_ms default 1000; 1000 otherwise).
+func (rp RetryPolicy) Delay(retryCount int) int64 {
+	b := rp.Backoff
+	switch b.Type {
+	case "exponential":
+		initial, mult, maxD := or(b.InitialDelayMs, 1000), or(b.Multiplier, 2), or(b.MaxDelayMs, 60000)
+		return int64(math.Round(math.Min(initial*math.Pow(mult, float64(retryCount)), maxD)))
+	case "fixed":
+		return int64(math.Round(or(b.DelayMs, 1000)))
+	}
+	return 1000
+}
+
+func or(v, d float64) float64 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// storedRetryPolicy extracts policy.retry_policy from the stored policy
+// document ("" when absent or not an object).
+func storedRetryPolicy(policy []byte) string {
+	var doc map[string]json.RawMessage
+	if len(policy) == 0 || json.Unmarshal(policy, &doc) != nil {
+		return ""
+	}
+	return string(doc["retry_policy"])
+}
+
+// FailExecution fails the fenced attempt. With retries left
+// (attempt_index < retry_policy.max_retries) the execution is scheduled
+// for a retry after the policy's backoff; otherwise it fails terminally.
+//
+//	retry:    ff_attempt outcome retry, lease NULL; ff_exec_core runnable / unowned /
+//	          not_eligible_until_time (delayed, deadline_at_ms = delay_until) /
+//	          pending_retry_attempt, attempt_index+1; ff_lease_event revoked
+//	terminal: ff_attempt outcome failed, lease NULL; ff_exec_core terminal / unowned /
+//	          not_applicable / failed / attempt_terminal; ff_completion_event failed;
+//	          ff_lease_event revoked
+//
+// Upstream's handle fail retries on the failure class alone without a
+// delay, and its typed fail keeps the delay only in raw_fields where no
+// promoter finds it (spec §9 item 8); fabric applies the policy and stores
+// the delay in deadline_at_ms, which PromoteDelayedDue scans.
+func (c *Client) FailExecution(ctx context.Context, p *FailExecutionParams) (*FailResult, error) {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return nil, fmt.Errorf("fail execution %s: %w", p.ExecutionID, err)
+	}
+	res := &FailResult{}
+	err = c.inTx(ctx, func(tx pgx.Tx) error {
+		now := c.nowMs()
+		row, err := c.checkFence(ctx, tx, k, p.Fence, now)
+		if err != nil {
+			return err
+		}
+		rpText := p.RetryPolicyJSON
+		if rpText == "" {
+			rpText = storedRetryPolicy(row.policy)
+		}
+		rp, err := ParseRetryPolicy(rpText)
+		if err != nil {
+			return err
+		}
+		idx := p.Fence.AttemptIndex
+		if idx < rp.MaxRetries {
+			delay := rp.Delay(idx)
+			res.RetryScheduled, res.DelayUntil = true, now+delay
+			if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'retry', lease_expires_at_ms = NULL
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), idx, now); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `
+UPDATE ff_exec_core
+   SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'not_eligible_until_time',
+       public_state = 'delayed', attempt_state = 'pending_retry_attempt', attempt_index = attempt_index + 1,
+       blocking_reason = 'waiting_for_retry_backoff', deadline_at_ms = $3,
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $4::bigint::text, 'last_failure_message', $5::text,
+           'failure_reason', $5::text, 'failure_category', $6::text, 'retry_count', ($7::int + 1)::text,
+           'delay_until', $3::bigint::text)
+ WHERE partition_key = $1 AND execution_id = $2`,
+				k.part, [16]byte(k.uuid), res.DelayUntil, now, p.FailureReason, p.FailureCategory, idx); err != nil {
+				return err
+			}
+			return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'failed', lease_expires_at_ms = NULL
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), idx, now); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+UPDATE ff_exec_core
+   SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
+       public_state = 'failed', attempt_state = 'attempt_terminal', terminal_at_ms = $3,
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text, 'last_failure_message', $4::text,
+           'failure_reason', $4::text, 'failure_category', $5::text, 'terminal_outcome', 'failed')
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, p.FailureReason, p.FailureCategory); err != nil {
+			return err
+		}
+		if _, err := emitCompletion(ctx, tx, k, model.OutcomeFailed, now, false); err != nil {
+			return err
+		}
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fail execution %s: %w", p.ExecutionID, err)
+	}
+	return res, nil
+}
+
+// RenewLeaseParams are the inputs of RenewLease.
+type RenewLeaseParams struct {
+	ExecutionID model.ExecutionID
+	Fence       LeaseFence
+	LeaseTTLMs  int64
+}
+
+// RenewLease extends the fenced lease to now+ttl and returns the new expiry.
+// An expired lease is refused with CodeLeaseExpired.
+//
+//	ff_attempt: lease_expires_at_ms = now+ttl
+//	ff_lease_event: renewed
+func (c *Client) RenewLease(ctx context.Context, p *RenewLeaseParams) (int64, error) {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return 0, fmt.Errorf("renew lease %s: %w", p.ExecutionID, err)
+	}
+	if p.LeaseTTLMs <= 0 {
+		return 0, fmt.Errorf("renew lease %s: %w: lease_ttl_ms must be > 0", p.ExecutionID, CodeInvalidInput)
+	}
+	var expires int64
+	err = c.inTx(ctx, func(tx pgx.Tx) error {
+		now := c.nowMs()
+		if _, err := c.checkFence(ctx, tx, k, p.Fence, now); err != nil {
+			return err
+		}
+		expires = now + p.LeaseTTLMs
+		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET lease_expires_at_ms = $4
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), p.Fence.AttemptIndex, expires); err != nil {
+			return err
+		}
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRenewed, now)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("renew lease %s: %w", p.ExecutionID, err)
+	}
+	return expires, nil
+}
+
+// DelayExecutionParams are the inputs of DelayExecution.
+type DelayExecutionParams struct {
+	ExecutionID model.ExecutionID
+	Fence       LeaseFence
+	// DelayUntil is the ms time the execution becomes eligible again.
+	DelayUntil int64
+}
+
+// DelayExecution parks the fenced execution until DelayUntil; the same
+// attempt continues (under a new lease epoch) after PromoteDelayed.
+//
+//	ff_attempt: outcome interrupted, lease_expires_at_ms NULL
+//	ff_exec_core: runnable / unowned / not_eligible_until_time / delayed /
+//	  attempt_interrupted, deadline_at_ms = DelayUntil
+//	ff_lease_event: revoked
+func (c *Client) DelayExecution(ctx context.Context, p *DelayExecutionParams) error {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return fmt.Errorf("delay execution %s: %w", p.ExecutionID, err)
+	}
+	err = c.inTx(ctx, func(tx pgx.Tx) error {
+		now := c.nowMs()
+		if _, err := c.checkFence(ctx, tx, k, p.Fence, now); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET outcome = 'interrupted', lease_expires_at_ms = NULL
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), p.Fence.AttemptIndex); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+UPDATE ff_exec_core
+   SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'not_eligible_until_time',
+       public_state = 'delayed', attempt_state = 'attempt_interrupted', deadline_at_ms = $3,
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $4::bigint::text, 'delay_until', $3::bigint::text)
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), p.DelayUntil, now); err != nil {
+			return err
+		}
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+	})
+	if err != nil {
+		return fmt.Errorf("delay execution %s: %w", p.ExecutionID, err)
+	}
+	return nil
+}

@@ -1,0 +1,327 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha512"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// LedgerTable is the migration ledger. It is sqlx's table, with sqlx's
+// columns and row conventions, so a database migrated by FlowFabric and one
+// migrated by fabric record their versions in one place.
+const LedgerTable = "_sqlx_migrations"
+
+// noTxDirective on a migration's first line splits it at lines that are
+// exactly "COMMIT;" and runs each chunk in its own transaction (the ledger
+// row goes with the last one), the way sqlx applies such files.
+const noTxDirective = "-- no-transaction"
+
+// Migration is one embedded schema migration.
+type Migration struct {
+	// Version is the numeric file-name prefix (1..22; 15 does not exist).
+	Version int64
+	// Name is the file name without ".sql", e.g. "0001_initial".
+	Name string
+	// Description is what the ledger records: the name after the version
+	// with underscores as spaces, e.g. "initial".
+	Description string
+	// NoTx marks a file applied in per-chunk transactions.
+	NoTx bool
+	// SQL is the file's text; Checksum is its SHA-384.
+	SQL      string
+	Checksum []byte
+}
+
+// Chunks returns the statements groups applied in one transaction each: the
+// whole file, or for a NoTx file the parts between "COMMIT;" lines.
+func (m Migration) Chunks() []string {
+	if !m.NoTx {
+		return []string{m.SQL}
+	}
+	var out []string
+	var cur strings.Builder
+	flush := func() {
+		if s := strings.TrimSpace(stripComments(cur.String())); s != "" {
+			out = append(out, cur.String())
+		}
+		cur.Reset()
+	}
+	for _, line := range strings.SplitAfter(m.SQL, "\n") {
+		if strings.TrimSpace(line) == "COMMIT;" {
+			flush()
+			continue
+		}
+		cur.WriteString(line)
+	}
+	flush()
+	return out
+}
+
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+			b.WriteString(t)
+		}
+	}
+	return b.String()
+}
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() []Migration {
+	ents, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		panic(fmt.Sprintf("postgres: embedded migrations: %v", err))
+	}
+	var out []Migration
+	for _, e := range ents {
+		name := strings.TrimSuffix(e.Name(), ".sql")
+		prefix, rest, ok := strings.Cut(name, "_")
+		v, err := strconv.ParseInt(prefix, 10, 64)
+		if !ok || err != nil {
+			panic(fmt.Sprintf("postgres: migration file %q lacks a numeric prefix", e.Name()))
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			panic(fmt.Sprintf("postgres: embedded migration %s: %v", e.Name(), err))
+		}
+		sum := sha512.Sum384(b)
+		out = append(out, Migration{
+			Version: v, Name: name, Description: strings.ReplaceAll(rest, "_", " "),
+			NoTx: bytes.HasPrefix(b, []byte(noTxDirective)), SQL: string(b), Checksum: sum[:],
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out
+}
+
+// LatestVersion is the highest embedded migration version.
+func LatestVersion() int64 {
+	ms := Migrations()
+	return ms[len(ms)-1].Version
+}
+
+// ErrDirtyMigration is returned when the ledger records a migration that
+// failed half-way (success = false); an operator must repair it first.
+var ErrDirtyMigration = errors.New("postgres: migration ledger has a failed (dirty) migration")
+
+// MigrateConfig configures Migrate.
+type MigrateConfig struct {
+	// Progress receives one line per step; nil discards.
+	Progress io.Writer
+	// Target stops after this version; 0 means all.
+	Target int64
+}
+
+// MigrateResult reports what Migrate did.
+type MigrateResult struct {
+	// Applied are the versions applied by this call, in order.
+	Applied []int64
+	// Skipped counts versions already in the ledger.
+	Skipped int
+	// Foreign are versions already recorded with a checksum other than
+	// fabric's file: applied by FlowFabric's own migrator (its files differ
+	// byte-wise, the schema they produce is the same) or by another fabric.
+	Foreign []int64
+	// Unknown are ledger versions fabric has no file for (a newer
+	// FlowFabric); they are left alone.
+	Unknown []int64
+	// Version is the highest successfully applied version afterwards.
+	Version int64
+}
+
+// LockID is the advisory lock key held while migrating database db: sqlx's
+// key, so fabric and FlowFabric migrating one database serialize.
+func LockID(db string) int64 {
+	return 0x3d32ad9e * int64(crc32.ChecksumIEEE([]byte(db)))
+}
+
+// Migrate applies the embedded migrations that the ledger does not record
+// yet, in version order, each in a transaction together with its ledger
+// row (per chunk for NoTx files). Running it again is a no-op. A
+// Postgres advisory lock serializes concurrent migrators.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg MigrateConfig) (*MigrateResult, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: migrate: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	return MigrateConn(ctx, conn.Conn(), cfg)
+}
+
+// MigrateConn is Migrate on one dedicated connection.
+func MigrateConn(ctx context.Context, conn *pgx.Conn, cfg MigrateConfig) (*MigrateResult, error) {
+	out := cfg.Progress
+	if out == nil {
+		out = io.Discard
+	}
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	lock := LockID(db)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lock); err != nil {
+		return nil, fmt.Errorf("postgres: migrate: advisory lock: %w", err)
+	}
+	defer func() {
+		// Released on a fresh context so a cancelled ctx does not leak the
+		// session lock on a pooled connection.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", lock)
+	}()
+
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+LedgerTable+` (
+    version        bigint PRIMARY KEY,
+    description    text NOT NULL,
+    installed_on   timestamptz NOT NULL DEFAULT now(),
+    success        boolean NOT NULL,
+    checksum       bytea NOT NULL,
+    execution_time bigint NOT NULL
+)`); err != nil {
+		return nil, fmt.Errorf("postgres: migrate: ledger table: %w", err)
+	}
+	type row struct {
+		success  bool
+		checksum []byte
+	}
+	applied := map[int64]row{}
+	rows, err := conn.Query(ctx, "SELECT version, success, checksum FROM "+LedgerTable+" ORDER BY version")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: migrate: read ledger: %w", err)
+	}
+	for rows.Next() {
+		var v int64
+		var r row
+		if err := rows.Scan(&v, &r.success, &r.checksum); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("postgres: migrate: read ledger: %w", err)
+		}
+		if !r.success {
+			rows.Close()
+			return nil, fmt.Errorf("%w: version %d", ErrDirtyMigration, v)
+		}
+		applied[v] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: migrate: read ledger: %w", err)
+	}
+
+	res := &MigrateResult{}
+	known := map[int64]bool{}
+	ms := Migrations()
+	for _, m := range ms {
+		known[m.Version] = true
+	}
+	for v := range applied {
+		if !known[v] {
+			res.Unknown = append(res.Unknown, v)
+		}
+	}
+	sort.Slice(res.Unknown, func(i, j int) bool { return res.Unknown[i] < res.Unknown[j] })
+	for _, v := range res.Unknown {
+		fmt.Fprintf(out, "warning: ledger version %d has no fabric migration (newer FlowFabric?); left alone\n", v)
+	}
+
+	for _, m := range ms {
+		if cfg.Target > 0 && m.Version > cfg.Target {
+			break
+		}
+		if r, ok := applied[m.Version]; ok {
+			res.Skipped++
+			if !bytes.Equal(r.checksum, m.Checksum) {
+				res.Foreign = append(res.Foreign, m.Version)
+				fmt.Fprintf(out, "%s: already applied (recorded by another migrator)\n", m.Name)
+			} else {
+				fmt.Fprintf(out, "%s: already applied\n", m.Name)
+			}
+			continue
+		}
+		start := time.Now()
+		chunks := m.Chunks()
+		fmt.Fprintf(out, "%s: applying (%d transaction(s))...\n", m.Name, len(chunks))
+		for i, chunk := range chunks {
+			last := i == len(chunks)-1
+			if err := applyChunk(ctx, conn, m, chunk, last, start); err != nil {
+				return res, fmt.Errorf("postgres: migration %s (part %d/%d): %w", m.Name, i+1, len(chunks), err)
+			}
+		}
+		res.Applied = append(res.Applied, m.Version)
+		fmt.Fprintf(out, "%s: applied in %s\n", m.Name, time.Since(start).Round(time.Millisecond))
+	}
+	if err := conn.QueryRow(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+LedgerTable+" WHERE success").Scan(&res.Version); err != nil {
+		return res, fmt.Errorf("postgres: migrate: read version: %w", err)
+	}
+	fmt.Fprintf(out, "schema at version %d (%d applied, %d already present)\n", res.Version, len(res.Applied), res.Skipped)
+	return res, nil
+}
+
+// applyChunk runs one chunk in a transaction; the last chunk also writes
+// the ledger row, so a migration is recorded only once all of it committed.
+func applyChunk(ctx context.Context, conn *pgx.Conn, m Migration, chunk string, last bool, start time.Time) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after Commit
+	// No arguments: pgx sends the simple protocol, which accepts the
+	// multi-statement text of a migration file.
+	if _, err := tx.Exec(ctx, chunk); err != nil {
+		return describePgError(err)
+	}
+	if last {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+LedgerTable+
+			" (version, description, success, checksum, execution_time) VALUES ($1, $2, true, $3, $4)",
+			m.Version, m.Description, m.Checksum, time.Since(start).Nanoseconds()); err != nil {
+			return fmt.Errorf("ledger insert: %w", err)
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+func describePgError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%w (SQLSTATE %s, position %d)", err, pe.Code, pe.Position)
+	}
+	return err
+}
+
+// SchemaVersion returns the highest successfully applied ledger version, 0
+// when the ledger table does not exist.
+func SchemaVersion(ctx context.Context, q Querier) (int64, error) {
+	var v int64
+	err := q.QueryRow(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+LedgerTable+" WHERE success").Scan(&v)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: schema version: %w", err)
+	}
+	return v, nil
+}
+
+// Querier is what pgx.Conn, pgx.Tx and pgxpool.Pool have in common.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}

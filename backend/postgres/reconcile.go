@@ -1,0 +1,383 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fabric-host/fabric/model"
+)
+
+// ReconcileBatchDefault is the candidate limit of one reconciler pass when
+// the caller passes 0 (upstream's BATCH_SIZE for the timeout reconcilers).
+const ReconcileBatchDefault = 1000
+
+// ScanResult counts what one reconciler pass over one partition did.
+type ScanResult struct {
+	// Scanned is the number of candidates the selecting query returned.
+	Scanned int
+	// Acted counts candidates whose state this pass changed.
+	Acted int
+	// Skipped counts candidates that no longer qualified when re-read under
+	// lock (a concurrent writer got there first). Upstream counts these as
+	// processed.
+	Skipped int
+	// Errors counts candidates whose transaction failed (rolled back; the
+	// pass goes on with the next candidate).
+	Errors int
+}
+
+func (r *ScanResult) add(acted bool, err error) {
+	switch {
+	case err != nil:
+		r.Errors++
+	case acted:
+		r.Acted++
+	default:
+		r.Skipped++
+	}
+}
+
+func partitionKey(partition uint16) (int16, error) {
+	if partition > 32767 {
+		return 0, fmt.Errorf("%w: partition %d out of range", CodeInvalidInput, partition)
+	}
+	return int16(partition), nil
+}
+
+// scanCandidates runs an autocommit candidate query returning
+// (partition_key, execution_id) rows.
+func (c *Client) scanCandidates(ctx context.Context, sql string, args ...any) ([]execKey, error) {
+	rows, err := c.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (execKey, error) {
+		var k execKey
+		var u [16]byte
+		err := r.Scan(&k.part, &u)
+		k.uuid = u
+		return k, err
+	})
+}
+
+// ReconcileAttemptTimeouts expires the attempts of one partition whose lease
+// ran out before now, oldest first, at most limit (0: 1000) per call: the
+// attempt-timeout reconciler of upstream as a plain function.
+//
+// Candidates come from an unlocked scan (ff_attempt joined with an active
+// ff_exec_core, lease_expires_at_ms < now); each is then handled in its own
+// transaction that re-reads both rows FOR UPDATE and re-checks them, so a
+// candidate completed or renewed meanwhile is skipped. Per candidate:
+//
+//	ff_attempt: outcome interrupted, lease_expires_at_ms NULL, terminal_at_ms now
+//	retries left (attempt_index < policy.retry_policy.max_retries):
+//	  ff_exec_core runnable / unowned / eligible_now / waiting / pending_retry_attempt,
+//	  attempt_index+1, raw_fields.last_failure_message 'attempt_timeout'
+//	exhausted:
+//	  ff_exec_core terminal / unowned / not_applicable / expired / attempt_terminal,
+//	  terminal_at_ms now; ff_completion_event 'expired' (NOTIFY ff_completion)
+//	ff_lease_event: expired
+//
+// Upstream leaves public_state untouched here (spec §9 item 2); fabric sets
+// waiting / expired so readers of public_state see the transition.
+func (c *Client) ReconcileAttemptTimeouts(ctx context.Context, partition uint16, now int64, limit int) (*ScanResult, error) {
+	pk, err := partitionKey(partition)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = ReconcileBatchDefault
+	}
+	cands, err := c.scanCandidates(ctx, `
+SELECT a.partition_key, a.execution_id
+  FROM ff_attempt a
+  JOIN ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
+ WHERE a.partition_key = $1
+   AND a.lease_expires_at_ms IS NOT NULL
+   AND a.lease_expires_at_ms < $2
+   AND c.lifecycle_phase = 'active'
+ ORDER BY a.lease_expires_at_ms ASC
+ LIMIT $3`, pk, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile attempt timeouts on partition %d: %w", partition, err)
+	}
+	res := &ScanResult{Scanned: len(cands)}
+	for _, k := range cands {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		acted, err := c.expireAttempt(ctx, k, now)
+		if err != nil {
+			c.log.Warn("attempt timeout: expire failed", "execution_id", string(k.execID()), "error", err)
+		}
+		res.add(acted, err)
+	}
+	return res, nil
+}
+
+// ExpireAttemptTimeoutParams are the inputs of ExpireAttemptTimeout.
+type ExpireAttemptTimeoutParams struct {
+	ExecutionID model.ExecutionID
+	// NowMs is the reconciler's clock.
+	NowMs int64
+}
+
+// ExpireAttemptTimeout is ReconcileAttemptTimeouts for one execution; it
+// reports whether the execution's state changed.
+func (c *Client) ExpireAttemptTimeout(ctx context.Context, p *ExpireAttemptTimeoutParams) (bool, error) {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return false, fmt.Errorf("expire attempt timeout %s: %w", p.ExecutionID, err)
+	}
+	acted, err := c.expireAttempt(ctx, k, p.NowMs)
+	if err != nil {
+		return false, fmt.Errorf("expire attempt timeout %s: %w", p.ExecutionID, err)
+	}
+	return acted, nil
+}
+
+// policyMaxRetries reads policy.retry_policy.max_retries (0 when absent or
+// not a non-negative integer).
+func policyMaxRetries(policy []byte) int {
+	var doc struct {
+		RetryPolicy struct {
+			MaxRetries json.Number `json:"max_retries"`
+		} `json:"retry_policy"`
+	}
+	if len(policy) == 0 || json.Unmarshal(policy, &doc) != nil {
+		return 0
+	}
+	n, err := doc.RetryPolicy.MaxRetries.Int64()
+	if err != nil || n < 0 || n > 1<<31 {
+		return 0
+	}
+	return int(n)
+}
+
+func (c *Client) expireAttempt(ctx context.Context, k execKey, now int64) (bool, error) {
+	acted := false
+	err := c.inTx(ctx, func(tx pgx.Tx) error {
+		var idx int
+		var phase string
+		var policy []byte
+		// Lock order exec_core, then attempt: the worker operations take
+		// the same order, so the two never deadlock.
+		err := tx.QueryRow(ctx, `SELECT attempt_index, lifecycle_phase, policy FROM ff_exec_core
+ WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, k.part, [16]byte(k.uuid)).Scan(&idx, &phase, &policy)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if phase != model.PhaseActive {
+			return nil
+		}
+		var expires *int64
+		err = tx.QueryRow(ctx, `SELECT lease_expires_at_ms FROM ff_attempt
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 FOR UPDATE`,
+			k.part, [16]byte(k.uuid), idx).Scan(&expires)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if expires == nil || *expires >= now {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET outcome = 'interrupted', lease_expires_at_ms = NULL, terminal_at_ms = $4
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), idx, now); err != nil {
+			return err
+		}
+		if idx < policyMaxRetries(policy) {
+			if _, err := tx.Exec(ctx, `
+UPDATE ff_exec_core
+   SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'eligible_now',
+       public_state = 'waiting', attempt_state = 'pending_retry_attempt', attempt_index = attempt_index + 1,
+       raw_fields = raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout', 'last_mutation_at', $3::bigint::text)
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now); err != nil {
+				return err
+			}
+		} else {
+			if _, err := tx.Exec(ctx, `
+UPDATE ff_exec_core
+   SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
+       public_state = 'expired', attempt_state = 'attempt_terminal', terminal_at_ms = $3,
+       raw_fields = raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout', 'last_mutation_at', $3::bigint::text,
+           'terminal_outcome', 'expired')
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now); err != nil {
+				return err
+			}
+			if _, err := emitCompletion(ctx, tx, k, model.OutcomeExpired, now, false); err != nil {
+				return err
+			}
+		}
+		if err := emitLeaseEvent(ctx, tx, k, LeaseEventExpired, now); err != nil {
+			return err
+		}
+		acted = true
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return acted, nil
+}
+
+// PromoteStatus is the outcome of PromoteDelayed, named as the flowfabric
+// library's ff_promote_delayed sub-statuses.
+type PromoteStatus string
+
+// PromoteDelayed outcomes. The *_cleaned names are the library's; on
+// Postgres there is no index entry to clean, the execution is just left
+// alone.
+const (
+	PromotePromoted           PromoteStatus = "promoted"
+	PromoteNotYetDue          PromoteStatus = "not_yet_due"
+	PromoteNotFoundCleaned    PromoteStatus = "not_found_cleaned"
+	PromoteNotRunnableCleaned PromoteStatus = "not_runnable_cleaned"
+	PromoteNotDelayedCleaned  PromoteStatus = "not_delayed_cleaned"
+)
+
+// PromoteDelayedParams are the inputs of PromoteDelayed.
+type PromoteDelayedParams struct {
+	ExecutionID model.ExecutionID
+	// NowMs is the promoter's clock.
+	NowMs int64
+}
+
+// PromoteDelayed makes a delayed execution whose delay has passed eligible
+// again (upstream's promote_for_execution hook, which upstream never
+// drives on Postgres: spec §5.1).
+//
+//	ff_exec_core: runnable / not_eligible_until_time with deadline_at_ms <= now →
+//	  eligible_now, public_state waiting, deadline_at_ms NULL, blocking_reason NULL
+func (c *Client) PromoteDelayed(ctx context.Context, p *PromoteDelayedParams) (PromoteStatus, error) {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return "", fmt.Errorf("promote delayed %s: %w", p.ExecutionID, err)
+	}
+	st, err := c.promoteOne(ctx, k, p.NowMs)
+	if err != nil {
+		return "", fmt.Errorf("promote delayed %s: %w", p.ExecutionID, err)
+	}
+	return st, nil
+}
+
+func (c *Client) promoteOne(ctx context.Context, k execKey, now int64) (PromoteStatus, error) {
+	var st PromoteStatus
+	err := c.inTx(ctx, func(tx pgx.Tx) error {
+		var phase, elig string
+		var due *int64
+		err := tx.QueryRow(ctx, `SELECT lifecycle_phase, eligibility_state, deadline_at_ms FROM ff_exec_core
+ WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, k.part, [16]byte(k.uuid)).Scan(&phase, &elig, &due)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			st = PromoteNotFoundCleaned
+			return nil
+		case err != nil:
+			return err
+		case phase != model.PhaseRunnable:
+			st = PromoteNotRunnableCleaned
+			return nil
+		case elig != model.EligibleNotUntilTime:
+			st = PromoteNotDelayedCleaned
+			return nil
+		case due != nil && *due > now:
+			st = PromoteNotYetDue
+			return nil
+		}
+		_, err = tx.Exec(ctx, `
+UPDATE ff_exec_core
+   SET eligibility_state = 'eligible_now', public_state = 'waiting', deadline_at_ms = NULL, blocking_reason = NULL,
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text)
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now)
+		st = PromotePromoted
+		return err
+	})
+	return st, err
+}
+
+// PromoteDelayedDue promotes every due delayed execution of one partition
+// (at most limit, 0: 1000), oldest due first, each in its own transaction.
+// It is the delayed promoter upstream lacks on Postgres (spec §5.1 / §9
+// item 8: delayed executions were never promoted).
+func (c *Client) PromoteDelayedDue(ctx context.Context, partition uint16, now int64, limit int) (*ScanResult, error) {
+	pk, err := partitionKey(partition)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = ReconcileBatchDefault
+	}
+	cands, err := c.scanCandidates(ctx, `
+SELECT partition_key, execution_id FROM ff_exec_core
+ WHERE partition_key = $1 AND deadline_at_ms IS NOT NULL AND deadline_at_ms <= $2
+   AND lifecycle_phase = 'runnable' AND eligibility_state = 'not_eligible_until_time'
+ ORDER BY deadline_at_ms ASC
+ LIMIT $3`, pk, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("promote delayed on partition %d: %w", partition, err)
+	}
+	res := &ScanResult{Scanned: len(cands)}
+	for _, k := range cands {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		st, err := c.promoteOne(ctx, k, now)
+		if err != nil {
+			c.log.Warn("delayed promoter: promote failed", "execution_id", string(k.execID()), "error", err)
+		}
+		res.add(st == PromotePromoted, err)
+	}
+	return res, nil
+}
+
+// PromoteSubmitted makes executions that upstream's create_execution wrote
+// as lifecycle_phase "submitted" runnable (at most limit, 0: 1000, of one
+// partition), each in its own transaction: upstream never promotes them,
+// so they could never be claimed (spec §9 item 1). fabric's own
+// CreateExecution writes "runnable" and needs no promotion.
+//
+//	ff_exec_core: submitted → runnable (eligibility and public state kept:
+//	  eligible_now / waiting as upstream's create wrote them)
+func (c *Client) PromoteSubmitted(ctx context.Context, partition uint16, now int64, limit int) (*ScanResult, error) {
+	pk, err := partitionKey(partition)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = ReconcileBatchDefault
+	}
+	cands, err := c.scanCandidates(ctx, `
+SELECT partition_key, execution_id FROM ff_exec_core
+ WHERE partition_key = $1 AND lifecycle_phase = 'submitted' AND created_at_ms <= $2
+ ORDER BY created_at_ms ASC
+ LIMIT $3`, pk, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("promote submitted on partition %d: %w", partition, err)
+	}
+	res := &ScanResult{Scanned: len(cands)}
+	for _, k := range cands {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		var acted bool
+		err := c.inTx(ctx, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `
+UPDATE ff_exec_core
+   SET lifecycle_phase = 'runnable',
+       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text)
+ WHERE partition_key = $1 AND execution_id = $2 AND lifecycle_phase = 'submitted'`, k.part, [16]byte(k.uuid), now)
+			acted = err == nil && tag.RowsAffected() == 1
+			return err
+		})
+		res.add(acted, err)
+	}
+	return res, nil
+}

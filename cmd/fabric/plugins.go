@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host"
+)
+
+// defaultCacheDir is where the CLI keeps wazero's compilation cache, so
+// inspecting the same file twice compiles it once.
+func defaultCacheDir() string {
+	if base, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(base, "fabric", "wazero")
+	}
+	return ""
+}
+
+func init() {
+	register(&command{
+		name:    "plugins list",
+		summary: "List plugins: a directory inspected offline, or a running host's status file.",
+		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
+			dir := fs.String("dir", filepath.Join("bin", "plugins"), "plugin directory to inspect offline")
+			status := fs.String("status", "", "status file of a running host (host.Config.StatusFile); overrides --dir")
+			cache := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory")
+			asJSON := fs.Bool("json", false, "print JSON")
+			return func(ctx context.Context, env *cliEnv, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				var snap host.Snapshot
+				if *status != "" {
+					b, err := os.ReadFile(*status)
+					if err != nil {
+						return fmt.Errorf("read status: %w", err)
+					}
+					if err := json.Unmarshal(b, &snap); err != nil {
+						return fmt.Errorf("status file %s: %w", *status, err)
+					}
+				} else {
+					var err error
+					if snap, err = inspectDir(ctx, *dir, *cache); err != nil {
+						return err
+					}
+				}
+				if *asJSON {
+					enc := json.NewEncoder(env.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(snap)
+				}
+				printSnapshot(env.stdout, snap)
+				return nil
+			}
+		},
+	})
+	register(&command{
+		name:    "plugins inspect",
+		usage:   "FILE",
+		summary: "Show a plugin file's manifest, capabilities, digest, imports and exports.",
+		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
+			cache := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory")
+			asJSON := fs.Bool("json", false, "print JSON")
+			return func(ctx context.Context, env *cliEnv, args []string) error {
+				if len(args) != 1 {
+					return fmt.Errorf("%w: want one FILE", errUsage)
+				}
+				in, err := host.Inspect(ctx, args[0], host.InspectConfig{CacheDir: *cache})
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					enc := json.NewEncoder(env.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(in)
+				}
+				m := in.Manifest
+				w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(w, "file\t%s\nsha256\t%s\nsize\t%d bytes\ncompile\t%s\n", in.Path, in.SHA256, in.Size, in.Compile.Round(time.Millisecond))
+				fmt.Fprintf(w, "name\t%s\nversion\t%s\nkind\t%s\nabi\t%s (host %s)\n", m.Name, m.Version, m.Kind, m.ABI, abi.Version)
+				fmt.Fprintf(w, "interval_ms\t%d\npartition_family\t%s\nbatch_size\t%d\ntimeout_ms\t%d\nmax_pages\t%d\n", m.IntervalMs, m.Family, m.BatchSize, m.TimeoutMs, m.MaxPages)
+				fmt.Fprintf(w, "config\t%s\n", formatConfig(m.Config))
+				fmt.Fprintf(w, "capabilities.fcall\t%s\ncapabilities.read\t%s\ncapabilities.sql\t%s\ncapabilities.cross_partition\t%v\n",
+					list(m.Capabilities.FCall), list(m.Capabilities.Read), list(m.Capabilities.SQL), m.Capabilities.CrossPartition)
+				fmt.Fprintf(w, "imports\t%s\nexports\t%s\n", list(in.Imports), list(in.Exports))
+				return w.Flush()
+			}
+		},
+	})
+	register(&command{
+		name:    "plugins validate",
+		usage:   "FILE",
+		summary: "Check a plugin file as the host would before loading it; exit 1 with the reason if it would be refused.",
+		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
+			cache := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory")
+			return func(ctx context.Context, env *cliEnv, args []string) error {
+				if len(args) != 1 {
+					return fmt.Errorf("%w: want one FILE", errUsage)
+				}
+				in, err := host.Inspect(ctx, args[0], host.InspectConfig{CacheDir: *cache})
+				if err != nil {
+					return fmt.Errorf("%s is not a valid plugin: %w", args[0], err)
+				}
+				fmt.Fprintf(env.stdout, "ok: %s %s (%s, ABI %s) sha256 %s\n", in.Manifest.Name, in.Manifest.Version, in.Manifest.Kind, in.Manifest.ABI, in.SHA256)
+				return nil
+			}
+		},
+	})
+}
+
+// inspectDir inspects every *.wasm of dir offline.
+func inspectDir(ctx context.Context, dir, cache string) (host.Snapshot, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.wasm"))
+	if err != nil {
+		return host.Snapshot{}, err
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return host.Snapshot{}, fmt.Errorf("plugin directory %s: %w", dir, errors.Join(err, errors.New("not a directory")))
+	}
+	sort.Strings(paths)
+	snap := host.Snapshot{At: time.Now(), ABI: abi.Version, Dir: dir}
+	for _, p := range paths {
+		in, err := host.Inspect(ctx, p, host.InspectConfig{CacheDir: cache})
+		if err != nil {
+			snap.Files = append(snap.Files, host.FileStatus{Path: p, State: host.StateInvalid, Error: err.Error()})
+			continue
+		}
+		m := in.Manifest
+		snap.Plugins = append(snap.Plugins, host.PluginStatus{
+			Name: m.Name, Version: m.Version, Kind: m.Kind, ABI: m.ABI, SHA256: in.SHA256, Path: p,
+			State: host.StateValid, IntervalMs: m.IntervalMs,
+		})
+		snap.Files = append(snap.Files, host.FileStatus{Path: p, SHA256: in.SHA256, Plugin: m.Name, State: host.StateValid})
+	}
+	return snap, nil
+}
+
+func printSnapshot(w io.Writer, snap host.Snapshot) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tVERSION\tKIND\tABI\tSHA256\tSTATE\tLAST RUN\tCALLS\tERRORS\tREASON")
+	for _, p := range snap.Plugins {
+		last := "-"
+		if !p.LastRun.IsZero() {
+			last = p.LastRun.Format(time.RFC3339)
+		}
+		errs := fmt.Sprintf("%d", p.Totals.Errors+uint32(p.Faults))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, p.Version, p.Kind, p.ABI, short(p.SHA256), p.State, last, p.Calls, errs, oneLine(p.Reason))
+	}
+	for _, f := range snap.Files {
+		if f.State != host.StateInvalid {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\t%s\t-\t-\t-\t%s\n", filepath.Base(f.Path), short(f.SHA256), f.State, oneLine(f.Error))
+	}
+	tw.Flush()
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	if sha == "" {
+		return "-"
+	}
+	return sha
+}
+
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 160 {
+		s = s[:160] + "…"
+	}
+	return s
+}
+
+func list(ss []string) string {
+	if len(ss) == 0 {
+		return "-"
+	}
+	return strings.Join(ss, " ")
+}
+
+func formatConfig(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// run runs the CLI in-process and returns its exit code and streams.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runCLI(context.Background(), &cliEnv{stdout: &out, stderr: &errb}, args)
+	return code, out.String(), errb.String()
+}
+
+// fixture returns a built test plugin, failing clearly when it is missing.
+func fixture(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join("..", "..", "testdata", "plugins", name+".wasm")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("fixture %s.wasm is missing: run `make plugins` first", name)
+	}
+	return p
+}
+
+func TestPluginsCommands(t *testing.T) {
+	t.Parallel()
+	cache := defaultCacheDir() // shared with the CLI: each fixture compiles once per machine
+
+	t.Run("ValidateAcceptsGoodPlugin", func(t *testing.T) {
+		t.Parallel()
+		code, out, errOut := run(t, "plugins", "validate", "--cache-dir", cache, fixture(t, "healthy"))
+		if code != 0 || !strings.Contains(out, "ok: healthy 1.0.0") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+	})
+
+	t.Run("ValidateRefusesWithReason", func(t *testing.T) {
+		t.Parallel()
+		for fx, reason := range map[string]string{
+			"abimismatch": "version mismatch",
+			"truncated":   "truncated or corrupt",
+			"noexport":    "lacks a required export",
+		} {
+			code, _, errOut := run(t, "plugins", "validate", "--cache-dir", cache, fixture(t, fx))
+			if code != 1 || !strings.Contains(errOut, reason) {
+				t.Fatalf("%s: exit %d, stderr %q; want 1 mentioning %q", fx, code, errOut, reason)
+			}
+		}
+	})
+
+	t.Run("ListInspectsDirectoryOffline", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		for _, fx := range []string{"healthy", "notwasm"} {
+			b, err := os.ReadFile(fixture(t, fx))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, fx+".wasm"), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		code, out, errOut := run(t, "plugins", "list", "--cache-dir", cache, "--dir", dir)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		for _, want := range []string{"NAME", "healthy", "valid", "notwasm.wasm", "invalid", "not a wasm module"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("list output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("InspectShowsCapabilities", func(t *testing.T) {
+		t.Parallel()
+		code, out, errOut := run(t, "plugins", "inspect", "--cache-dir", cache, fixture(t, "ungranted"))
+		if code != 0 || !strings.Contains(out, "capabilities.fcall") || !strings.Contains(out, "ff_version") {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+	})
+}
+
+// TestPluginNew scaffolds a plugin inside the module, then proves it
+// passes its own test and builds for wasip1.
+func TestPluginNew(t *testing.T) {
+	t.Parallel()
+	if code, _, errOut := run(t, "plugin", "new", "Bad-Name"); code != 2 {
+		t.Fatalf("bad name: exit %d, stderr %q; want 2", code, errOut)
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Join(root, "plugins", "scanners")
+	name := "zz_scaffold_test"
+	target := filepath.Join(parent, name)
+	t.Cleanup(func() { os.RemoveAll(target) })
+	os.RemoveAll(target)
+	code, out, errOut := run(t, "plugin", "new", "--dir", parent, name)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "created") {
+		t.Fatalf("stdout %q", out)
+	}
+	if code, _, _ := run(t, "plugin", "new", "--dir", parent, name); code != 1 {
+		t.Fatal("scaffolding over an existing plugin must fail")
+	}
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	test := exec.Command(gobin, "test", "-count=1", "./plugins/scanners/"+name)
+	test.Dir = root
+	if b, err := test.CombinedOutput(); err != nil {
+		t.Fatalf("scaffold test failed: %v\n%s", err, b)
+	}
+	build := exec.Command(gobin, "build", "-buildmode=c-shared", "-o", filepath.Join(t.TempDir(), name+".wasm"), "./plugins/scanners/"+name)
+	build.Dir = root
+	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("scaffold wasm build failed: %v\n%s", err, b)
+	}
+}

@@ -1,0 +1,194 @@
+package host
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/host/hostfn"
+	"github.com/fabric-host/fabric/model"
+)
+
+// emptyStore answers every read with nothing, so benchmarks measure the
+// host and the ABI, not Valkey.
+type emptyStore struct{}
+
+func (emptyStore) FCallBatch(_ context.Context, calls []valkey.Call) []valkey.Result {
+	out := make([]valkey.Result, len(calls))
+	for i := range out {
+		out[i] = valkey.Result{Reply: &valkey.Reply{Status: "OK"}}
+	}
+	return out
+}
+func (emptyStore) HMGet(_ context.Context, _ string, f []string) ([]abi.Field, error) {
+	return make([]abi.Field, len(f)), nil
+}
+func (emptyStore) ZRangeByScore(context.Context, abi.ZRangeRequest) (abi.Members, error) {
+	return abi.Members{}, nil
+}
+func (emptyStore) SMembers(context.Context, string) ([]string, error) { return nil, nil }
+func (emptyStore) SScan(context.Context, abi.ScanCursorRequest) (abi.ScanCursorResponse, error) {
+	return abi.ScanCursorResponse{Cursor: "0"}, nil
+}
+
+func benchFixture(b *testing.B, name string) string {
+	b.Helper()
+	for _, p := range []string{filepath.Join("..", "testdata", "plugins", name+".wasm"), filepath.Join("..", "bin", "plugins", name+".wasm")} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	b.Fatalf("fixture %s.wasm is missing: run `make plugins` first", name)
+	return ""
+}
+
+func benchLoader(b *testing.B, cache wazero.CompilationCache) loaderConfig {
+	b.Helper()
+	cfg, err := (Config{PluginDir: os.TempDir(), Store: emptyStore{}, Now: func(context.Context) (int64, error) { return 1_000_000, nil }}).withDefaults()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return newLoaderConfig(cache, cfg.Store, cfg.Now, cfg, func(string) PluginConfig { return PluginConfig{} })
+}
+
+func benchCache(b *testing.B) wazero.CompilationCache {
+	b.Helper()
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	c, err := wazero.NewCompilationCacheWithDir(filepath.Join(base, "fabric", "wazero"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func benchModule(b *testing.B, name string) (*Module, *hostfn.Caller) {
+	b.Helper()
+	m, err := loadModule(context.Background(), benchFixture(b, name), benchLoader(b, benchCache(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close(context.Background()) })
+	man := m.Manifest()
+	caller := &hostfn.Caller{Plugin: man.Name, Version: man.Version, Caps: &man.Capabilities, Tag: "{fp:0}", Stats: &hostfn.Stats{}, Logger: benchLogger()}
+	return m, caller
+}
+
+func scanInput(batch uint32) []byte {
+	req := abi.ScanRequest{Cycle: 1, Partition: model.Partition{Family: model.FamilyFlow}, Partitions: 256, BatchSize: batch, DeadlineMs: 5000}
+	b, _ := req.MarshalBinary()
+	return b
+}
+
+func benchCall(b *testing.B, m *Module, caller *hostfn.Caller, in []byte) {
+	b.Helper()
+	ctx := context.Background()
+	for b.Loop() {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := m.call(cctx, abi.ExportScan, in, caller); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+	}
+}
+
+// BenchmarkScanEmpty is the per-call overhead of one partition call that
+// does nothing: timeout context, pool, Extism call, codec.
+func BenchmarkScanEmpty(b *testing.B) {
+	m, caller := benchModule(b, "swap_v1")
+	benchCall(b, m, caller, scanInput(50))
+}
+
+// BenchmarkDelayedPromoterIdle is one idle partition scan of the real
+// scanner (clock + one empty index read) over an in-memory store; compare
+// with BenchmarkScanNative in plugins/scanners/delayed_promoter.
+func BenchmarkDelayedPromoterIdle(b *testing.B) {
+	m, caller := benchModule(b, "delayed_promoter")
+	benchCall(b, m, caller, scanInput(50))
+}
+
+// BenchmarkHostFunctionRoundTrip is one guest-to-host call (now), measured
+// as a scan making 1000 of them; see the ns/host_call metric.
+func BenchmarkHostFunctionRoundTrip(b *testing.B) {
+	m, caller := benchModule(b, "bench")
+	start := time.Now()
+	benchCall(b, m, caller, scanInput(1000))
+	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*1000), "ns/host_call")
+}
+
+// BenchmarkCompile compares a cold compile with a compilation-cache hit.
+func BenchmarkCompile(b *testing.B) {
+	path := benchFixture(b, "healthy")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Cold", func(b *testing.B) {
+		for b.Loop() {
+			cache := wazero.NewCompilationCache()
+			m, err := compileModule(context.Background(), data, "", abi.DefaultMaxPages, benchLoader(b, cache))
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.Close(context.Background())
+			cache.Close(context.Background())
+		}
+	})
+	b.Run("Cached", func(b *testing.B) {
+		lc := benchLoader(b, benchCache(b))
+		m, err := compileModule(context.Background(), data, "", abi.DefaultMaxPages, lc) // warm the cache
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.Close(context.Background())
+		for b.Loop() {
+			m, err := compileModule(context.Background(), data, "", abi.DefaultMaxPages, lc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.Close(context.Background())
+		}
+	})
+}
+
+// BenchmarkInstanceMemory reports the Go heap one warm instance holds
+// (its linear memories live on the Go heap) and the time to make one.
+func BenchmarkInstanceMemory(b *testing.B) {
+	m, caller := benchModule(b, "healthy")
+	ctx := context.Background()
+	in := scanInput(50)
+	var insts []*instance
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for b.Loop() {
+		inst, err := m.newInstance(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.callInstance(ctx, inst, abi.ExportScan, in, caller); err != nil {
+			b.Fatal(err)
+		}
+		insts = append(insts, inst)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(len(insts))/(1<<20), "MiB/instance")
+	for _, inst := range insts {
+		inst.p.Close(ctx)
+	}
+}
+
+func benchLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,158 @@
+package host
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/host/hostfn"
+	"github.com/fabric-host/fabric/internal/testsignal"
+	"github.com/fabric-host/fabric/model"
+)
+
+// Clock is the host's one source of wall time (records, quarantine
+// deadlines, cadence). Inject a fake for deterministic tests.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// PluginConfig is the host's per-plugin configuration; zero fields keep the
+// manifest's values.
+type PluginConfig struct {
+	// Interval overrides the manifest's interval_ms.
+	Interval time.Duration
+	// Timeout overrides timeout_ms.
+	Timeout time.Duration
+	// BatchSize overrides batch_size.
+	BatchSize uint32
+	// Config entries override the manifest's config key by key.
+	Config map[string]string
+	// Disabled loads and lists the plugin but never runs it.
+	Disabled bool
+	// SHA256, when set, pins the file digest (hex): another file declaring
+	// this plugin name is refused.
+	SHA256 string
+}
+
+// Config configures a Host. Zero fields take the defaults of defaults.go.
+type Config struct {
+	// PluginDir is the directory watched for *.wasm plugins. Required.
+	PluginDir string
+	// CacheDir holds wazero's compilation cache; "" keeps it in memory (so
+	// a restart compiles every plugin again, 0.5–1 s each).
+	CacheDir string
+	// Backend is the Valkey client plugins reach through host functions.
+	// Nil is allowed only with Store (tests) or for a host that loads and
+	// lists plugins without running them.
+	Backend *valkey.Client
+	// Store overrides the host functions' backend (tests and benchmarks).
+	Store hostfn.Store
+	// Now is the plugins' clock in milliseconds; default Backend's server
+	// TIME.
+	Now func(ctx context.Context) (int64, error)
+	// Clock is the host's clock; default the system clock.
+	Clock Clock
+	// Logger receives logs; default slog.Default().
+	Logger *slog.Logger
+	// Partitions are the partition counts; default Backend's, else
+	// FlowFabric's defaults (256/32/32).
+	Partitions model.PartitionConfig
+	// Plugins holds per-plugin configuration by plugin name.
+	Plugins map[string]PluginConfig
+	// Debounce is the quiet time after a write before a file loads (default
+	// 150 ms).
+	Debounce time.Duration
+	// StopTimeout bounds Stop (default 15 s).
+	StopTimeout time.Duration
+	// PoolSize is the number of warm instances kept per plugin version
+	// (default 2).
+	PoolSize int
+	// RecycleCalls replaces an instance after this many calls (default
+	// 10000).
+	RecycleCalls int
+	// Records is the number of cycle records kept per plugin (default 4096).
+	Records int
+	// MaxOutputBytes caps a scan result (default 64 KiB).
+	MaxOutputBytes int
+	// QuarantineBase is the first quarantine's length (default 1 s).
+	QuarantineBase time.Duration
+	// StatusFile, when set, receives a JSON snapshot of Plugins and Files
+	// after every change and at most once a second while plugins run, for
+	// `fabric plugins list --status`.
+	StatusFile string
+	// TestSignals, when set, receives test signals. Nil in production.
+	TestSignals *TestSignals
+}
+
+// TestSignals are the edges tests wait on instead of sleeping.
+type TestSignals struct {
+	// Loaded fires when a plugin version starts serving (first load or
+	// swap).
+	Loaded testsignal.TestSignal[PluginStatus]
+	// Rejected fires when a file fails validation.
+	Rejected testsignal.TestSignal[FileStatus]
+	// Quarantined fires when a plugin is quarantined.
+	Quarantined testsignal.TestSignal[PluginStatus]
+	// PartitionDone fires after every partition call.
+	PartitionDone testsignal.TestSignal[CycleRecord]
+}
+
+// Init arms every signal.
+func (s *TestSignals) Init() {
+	s.Loaded.Init()
+	s.Rejected.Init()
+	s.Quarantined.Init()
+	s.PartitionDone.Init()
+}
+
+// withDefaults fills defaults then validates; operator input errors are
+// returned.
+func (c Config) withDefaults() (Config, error) {
+	if c.PluginDir == "" {
+		return c, errors.New("host: Config.PluginDir is required")
+	}
+	st, err := os.Stat(c.PluginDir)
+	if err != nil {
+		return c, fmt.Errorf("host: Config.PluginDir: %w", err)
+	}
+	if !st.IsDir() {
+		return c, fmt.Errorf("host: Config.PluginDir %q is not a directory", c.PluginDir)
+	}
+	c.Debounce = cmp.Or(c.Debounce, HostDebounceDefault)
+	c.StopTimeout = cmp.Or(c.StopTimeout, HostStopTimeoutDefault)
+	c.PoolSize = cmp.Or(c.PoolSize, HostPoolSizeDefault)
+	c.RecycleCalls = cmp.Or(c.RecycleCalls, HostRecycleCallsDefault)
+	c.Records = cmp.Or(c.Records, HostRecordsDefault)
+	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, HostMaxOutputBytesDefault)
+	c.QuarantineBase = cmp.Or(c.QuarantineBase, HostQuarantineBaseDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Store == nil && c.Backend != nil {
+		c.Store = hostfn.ValkeyStore{C: c.Backend}
+	}
+	if c.Now == nil && c.Backend != nil {
+		c.Now = c.Backend.ServerTime
+	}
+	if c.Partitions == (model.PartitionConfig{}) {
+		if c.Backend != nil {
+			c.Partitions = c.Backend.Partitions()
+		} else {
+			c.Partitions = model.DefaultPartitionConfig()
+		}
+	}
+	if err := c.Partitions.Validate(); err != nil {
+		return c, fmt.Errorf("host: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,31 @@
+package host
+
+import "time"
+
+// Defaults of Config, each in its field's unit.
+const (
+	// HostDebounceDefault: a .wasm must stay unchanged this long after its
+	// last write event before it is loaded (half-written files never load).
+	HostDebounceDefault = 150 * time.Millisecond
+	// HostStopTimeoutDefault: the graceful shutdown budget.
+	HostStopTimeoutDefault = 15 * time.Second
+	// HostPoolSizeDefault: warm instances kept per plugin version.
+	HostPoolSizeDefault = 2
+	// HostRecordsDefault: cycle records kept per plugin.
+	HostRecordsDefault = 4096
+	// HostMaxOutputBytesDefault: a scan result larger than this is bad
+	// output.
+	HostMaxOutputBytesDefault = 64 << 10
+	// HostMaxFileBytesDefault: a .wasm larger than this is refused.
+	HostMaxFileBytesDefault = 64 << 20
+	// HostProbeTimeoutDefault bounds instantiation plus the manifest read.
+	HostProbeTimeoutDefault = 10 * time.Second
+	// HostRecycleCallsDefault: an instance is replaced after this many calls,
+	// because linear memory never shrinks.
+	HostRecycleCallsDefault = 10000
+	// HostQuarantineBaseDefault: the first quarantine lasts this long
+	// (±10 %); each next one doubles it, for 7 steps, then it restarts.
+	HostQuarantineBaseDefault = time.Second
+	// quarantineSteps is the number of doublings before the backoff resets.
+	quarantineSteps = 7
+)

@@ -1,0 +1,43 @@
+// Package host runs fabric's background machinery as WebAssembly plugins:
+// it watches a directory of *.wasm files, validates and compiles each one
+// (Extism go-sdk on wazero, with a directory compilation cache), drives
+// every scanner with one generic loop, isolates faults, and hot-swaps a
+// plugin when a new version of its file appears.
+//
+// # Lifecycle of a file
+//
+//  1. Debounce: a file must be quiet for Config.Debounce after its last
+//     write event.
+//  2. Static check, before compiling: wasm framing (a truncated or corrupt
+//     file stops here), sha256 (and the pinned digest, if any), the
+//     required exports, and imports of fabric host functions this host has.
+//  3. Compile (cached by content), warm one instance, read fabric_manifest
+//     and validate it, including the ABI handshake (abi.ErrVersionMismatch).
+//     A plugin whose max_pages differs from the default is recompiled under
+//     its own memory cap (a cache hit).
+//  4. Install: a new name starts its loop; a new version of a known name is
+//     swapped in atomically, so the next partition call uses it and the
+//     call in flight finishes on the old version, which is closed after.
+//     A file that fails any step is recorded (Files) and never replaces a
+//     working plugin.
+//
+// # The loop
+//
+// One loop type drives every scanner from its LoopSpec (interval, batch
+// size, timeout, partitions), re-read at every sweep: an initial tick, then
+// the partitions in order, one call per partition, start to start every
+// interval. Each call gets its own deadline; a call that traps, times out
+// or returns bad output quarantines only its plugin for 2^n × base ±10 %
+// (n counts consecutive quarantines and restarts after 7), while every other
+// plugin keeps its cadence. Items whose FCALL keeps failing are skipped by
+// the plugin's FailureTracker (3 failures, 10 sweeps), applied host-side in
+// the fcall host function. Every partition call leaves a CycleRecord.
+//
+// # Notes
+//
+//   - A timed-out instance is closed by wazero (CloseOnContextDone); the
+//     pool discards any instance whose call failed and makes a fresh one.
+//   - Host functions honour the call's context: they cannot be interrupted
+//     by the wasm timeout, so the backend call itself carries the deadline.
+//   - The host never calls time.Now outside the default Clock.
+package host

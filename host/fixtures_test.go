@@ -1,0 +1,41 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host"
+)
+
+// TestFixturesValidate inspects every built plugin the way `fabric plugins
+// validate` does. It also fills the shared compilation cache, which is why
+// `make plugins` runs it once without -race: test binaries key the cache
+// differently from the CLI ("dev" instead of wazero's module version).
+func TestFixturesValidate(t *testing.T) {
+	valid := []string{"healthy", "swap_v1", "swap_v2", "trap", "panic", "loop", "membomb",
+		"hugeoutput", "badoutput", "ungranted", "bench", "delayed_promoter"}
+	invalid := map[string]error{
+		"abimismatch": abi.ErrVersionMismatch,
+		"noexport":    host.ErrMissingExport,
+		"truncated":   host.ErrTruncated,
+		"corrupt":     host.ErrTruncated,
+		"notwasm":     host.ErrNotWasm,
+	}
+	ctx := context.Background()
+	for _, name := range valid {
+		in, err := host.Inspect(ctx, fixture(t, name), host.InspectConfig{CacheDir: cacheDir})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if in.Manifest.ABI != abi.Version || in.SHA256 == "" {
+			t.Fatalf("%s: inspection %+v", name, in)
+		}
+	}
+	for name, want := range invalid {
+		if _, err := host.Inspect(ctx, fixture(t, name), host.InspectConfig{CacheDir: cacheDir}); !errors.Is(err, want) {
+			t.Fatalf("%s: Inspect = %v, want %v", name, err, want)
+		}
+	}
+}

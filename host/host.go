@@ -1,0 +1,442 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host/hostfn"
+	"github.com/fabric-host/fabric/internal/startstop"
+)
+
+// Host runs the WebAssembly plugins of a directory: it loads every valid
+// *.wasm, drives each scanner on its cadence, quarantines a plugin that
+// faults without disturbing the others, and hot-swaps a plugin when a new
+// version of its file appears.
+//
+//	h, err := host.New(host.Config{PluginDir: "bin/plugins", CacheDir: cache, Backend: client, Logger: log})
+//	if err != nil { ... }
+//	if err := h.Start(ctx); err != nil { ... }
+//	defer h.Stop()
+//
+// # Notes
+//
+//   - Start returns at once; Started is closed once the initial directory
+//     scan is done (every plugin present at start is loaded or rejected).
+//     Stop blocks, tolerates a host never started and a second Stop, and
+//     returns within Config.StopTimeout.
+//   - Safe for concurrent use.
+type Host struct {
+	startstop.Base
+
+	cfg   Config
+	cache wazero.CompilationCache
+	lc    loaderConfig
+
+	mu      sync.Mutex
+	plugins map[string]*plugin
+	files   map[string]FileStatus
+
+	statusMu    sync.Mutex
+	statusWrote time.Time
+}
+
+// New validates cfg, fills its defaults and prepares the compilation
+// cache. It does not touch the plugin directory until Start.
+func New(cfg Config) (*Host, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{}}
+	if cfg.CacheDir != "" {
+		if h.cache, err = wazero.NewCompilationCacheWithDir(cfg.CacheDir); err != nil {
+			return nil, fmt.Errorf("host: compilation cache %s: %w", cfg.CacheDir, err)
+		}
+	} else {
+		h.cache = wazero.NewCompilationCache()
+	}
+	h.lc = newLoaderConfig(h.cache, cfg.Store, cfg.Now, cfg, func(name string) PluginConfig { return cfg.Plugins[name] })
+	return h, nil
+}
+
+func newLoaderConfig(cache wazero.CompilationCache, store hostfn.Store, now func(context.Context) (int64, error), cfg Config, override func(string) PluginConfig) loaderConfig {
+	var stats hostfn.Stats
+	return loaderConfig{
+		cache: cache,
+		fns:   hostfn.Functions(hostfn.Config{Store: store, Now: now}),
+		caller: func(m *Module, tag string) *hostfn.Caller {
+			return &hostfn.Caller{Plugin: m.declared.Name, Version: m.declared.Version, Caps: &abi.Capabilities{}, Tag: tag, Stats: &stats, Logger: cfg.Logger}
+		},
+		probeTimeout: HostProbeTimeoutDefault,
+		maxFileBytes: HostMaxFileBytesDefault,
+		maxOut:       cfg.MaxOutputBytes,
+		poolSize:     cfg.PoolSize,
+		recycle:      cfg.RecycleCalls,
+		override:     override,
+	}
+}
+
+// Start loads the plugin directory and starts watching it. It returns at
+// once; see Started.
+func (h *Host) Start(ctx context.Context) error {
+	ctx, shouldStart, started, stopped := h.StartInit(ctx)
+	if !shouldStart {
+		return nil
+	}
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		err = w.Add(h.cfg.PluginDir)
+		if err != nil {
+			w.Close()
+		}
+	}
+	if err != nil {
+		stopped()
+		return fmt.Errorf("host: watch %s: %w", h.cfg.PluginDir, err)
+	}
+	go func() {
+		defer stopped()
+		defer h.shutdown()
+		defer w.Close()
+		h.scanDir(ctx)
+		started()
+		h.watch(ctx, w)
+	}()
+	return nil
+}
+
+// Close releases the compilation cache; call it after the last Stop.
+func (h *Host) Close(ctx context.Context) error { return h.cache.Close(ctx) }
+
+// scanDir loads every *.wasm present, in name order.
+func (h *Host) scanDir(ctx context.Context) {
+	paths, _ := filepath.Glob(filepath.Join(h.cfg.PluginDir, "*.wasm"))
+	sort.Strings(paths)
+	for _, p := range paths {
+		if ctx.Err() != nil {
+			return
+		}
+		h.loadPath(ctx, p)
+	}
+}
+
+// watch debounces write events per file, then loads (or unloads) it.
+func (h *Host) watch(ctx context.Context, w *fsnotify.Watcher) {
+	type firing struct {
+		path string
+		gen  uint64
+	}
+	fire := make(chan firing, 64)
+	pending := map[string]uint64{}
+	var gen uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			h.cfg.Logger.Warn("plugin directory watch error", "dir", h.cfg.PluginDir, "error", err)
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if !strings.HasSuffix(ev.Name, ".wasm") || ev.Op == fsnotify.Chmod {
+				continue
+			}
+			gen++
+			pending[ev.Name] = gen
+			f := firing{ev.Name, gen}
+			time.AfterFunc(h.cfg.Debounce, func() {
+				select {
+				case fire <- f:
+				case <-ctx.Done():
+				}
+			})
+		case f := <-fire:
+			if pending[f.path] != f.gen {
+				continue // a later write re-armed the debounce
+			}
+			delete(pending, f.path)
+			if _, err := os.Stat(f.path); errors.Is(err, os.ErrNotExist) {
+				h.unloadPath(ctx, f.path)
+				continue
+			}
+			h.loadPath(ctx, f.path)
+		}
+	}
+}
+
+// loadPath validates and compiles path off the hot path, then installs it:
+// a new plugin starts its loop; a new version of a running plugin is
+// swapped in at the next partition boundary. A file that fails never
+// replaces a working plugin.
+func (h *Host) loadPath(ctx context.Context, path string) {
+	log := h.cfg.Logger
+	m, err := loadModule(ctx, path, h.lc)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		fs := FileStatus{Path: path, State: StateInvalid, Error: err.Error(), At: h.cfg.Clock.Now()}
+		if _, digest, _, rerr := readModuleFile(path, HostMaxFileBytesDefault); rerr == nil || digest != "" {
+			fs.SHA256 = digest
+		}
+		h.mu.Lock()
+		h.files[path] = fs
+		h.mu.Unlock()
+		log.Warn("plugin rejected", "path", path, "error", err)
+		h.statusChanged(true)
+		h.cfg.TestSignals.rejected(fs)
+		return
+	}
+	man := m.Manifest()
+	h.mu.Lock()
+	h.files[path] = FileStatus{Path: path, SHA256: m.sha256, Plugin: man.Name, State: StateValid, At: h.cfg.Clock.Now()}
+	p := h.plugins[man.Name]
+	if p != nil && p.mod.Load().sha256 == m.sha256 {
+		h.mu.Unlock()
+		m.Close(ctx)
+		return
+	}
+	if p != nil {
+		old := p.mod.Swap(m)
+		p.mu.Lock()
+		p.swaps++
+		if p.state == StateQuarantined {
+			p.state, p.reason, p.quarantines, p.quarantineUntil = StateRunning, "", 0, time.Time{}
+		}
+		p.mu.Unlock()
+		h.mu.Unlock()
+		old.retire(context.WithoutCancel(ctx))
+		oldMan := old.Manifest()
+		log.Info("plugin swapped", "plugin", man.Name, "old_version", oldMan.Version, "new_version", man.Version, "sha256", m.sha256, "path", path)
+		h.statusChanged(true)
+		h.cfg.TestSignals.loaded(p.status())
+		return
+	}
+	p = &plugin{h: h, name: man.Name, done: make(chan struct{}), state: StateRunning}
+	p.records.buf = make([]CycleRecord, h.cfg.Records)
+	p.tracker = NewFailureTracker(func(item string, failures int) {
+		log.Error("persistent FCALL failure; skipping for 10 scan cycles", "plugin", man.Name, "item", item, "failures", failures, "backoff_cycles", trackerBackoffCycles)
+	})
+	p.mod.Store(m)
+	switch {
+	case h.cfg.Plugins[man.Name].Disabled:
+		p.state = StateDisabled
+	case man.Kind != abi.KindScanner:
+		p.state = StateIdle
+	}
+	h.plugins[man.Name] = p
+	if p.state == StateRunning {
+		var pctx context.Context
+		pctx, p.cancel = context.WithCancel(ctx)
+		go p.supervise(pctx)
+	} else {
+		close(p.done)
+	}
+	h.mu.Unlock()
+	log.Info("plugin loaded", "plugin", man.Name, "version", man.Version, "kind", string(man.Kind), "sha256", m.sha256, "path", path, "compile_ms", m.compile.Milliseconds())
+	h.statusChanged(true)
+	h.cfg.TestSignals.loaded(p.status())
+}
+
+// unloadPath stops the plugin served from a removed file.
+func (h *Host) unloadPath(ctx context.Context, path string) {
+	h.mu.Lock()
+	delete(h.files, path)
+	var victim *plugin
+	for name, p := range h.plugins {
+		if p.mod.Load().path == path {
+			victim = p
+			delete(h.plugins, name)
+		}
+	}
+	h.mu.Unlock()
+	if victim == nil {
+		return
+	}
+	if victim.cancel != nil {
+		victim.cancel()
+	}
+	<-victim.done
+	victim.mod.Load().retire(context.WithoutCancel(ctx))
+	h.cfg.Logger.Info("plugin unloaded", "plugin", victim.name, "path", path)
+	h.statusChanged(true)
+}
+
+// shutdown stops every loop in parallel within StopTimeout and closes
+// every module.
+func (h *Host) shutdown() {
+	h.mu.Lock()
+	ps := make([]*plugin, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		ps = append(ps, p)
+	}
+	h.plugins = map[string]*plugin{}
+	h.mu.Unlock()
+	for _, p := range ps {
+		if p.cancel != nil {
+			p.cancel()
+		}
+	}
+	deadline := time.NewTimer(h.cfg.StopTimeout)
+	defer deadline.Stop()
+	ctx := context.Background()
+	for _, p := range ps {
+		select {
+		case <-p.done:
+			p.mod.Load().retire(ctx)
+		case <-deadline.C:
+			h.cfg.Logger.Error("plugin did not stop within the stop timeout", "plugin", p.name, "stop_timeout_ms", h.cfg.StopTimeout.Milliseconds())
+		}
+		p.mu.Lock()
+		p.state = StateStopped
+		p.mu.Unlock()
+	}
+	h.statusChanged(true)
+}
+
+// Plugins returns a snapshot of every loaded plugin, by name.
+func (h *Host) Plugins() []PluginStatus {
+	h.mu.Lock()
+	ps := make([]*plugin, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		ps = append(ps, p)
+	}
+	h.mu.Unlock()
+	out := make([]PluginStatus, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Plugin returns the snapshot of one plugin.
+func (h *Host) Plugin(name string) (PluginStatus, bool) {
+	h.mu.Lock()
+	p := h.plugins[name]
+	h.mu.Unlock()
+	if p == nil {
+		return PluginStatus{}, false
+	}
+	return p.status(), true
+}
+
+// Files returns the latest load outcome of every file, by path.
+func (h *Host) Files() []FileStatus {
+	h.mu.Lock()
+	out := make([]FileStatus, 0, len(h.files))
+	for _, f := range h.files {
+		out = append(out, f)
+	}
+	h.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// Records returns the kept cycle records of plugin name, oldest first.
+func (h *Host) Records(name string) []CycleRecord {
+	h.mu.Lock()
+	p := h.plugins[name]
+	h.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.records.snapshot()
+}
+
+// Snapshot is what the status file holds.
+type Snapshot struct {
+	At      time.Time      `json:"at"`
+	ABI     string         `json:"abi"`
+	Dir     string         `json:"dir"`
+	Plugins []PluginStatus `json:"plugins"`
+	Files   []FileStatus   `json:"files"`
+}
+
+// Snapshot returns the host's state.
+func (h *Host) Snapshot() Snapshot {
+	return Snapshot{At: h.cfg.Clock.Now(), ABI: abi.Version, Dir: h.cfg.PluginDir, Plugins: h.Plugins(), Files: h.Files()}
+}
+
+// statusChanged rewrites the status file (atomically: temp then rename),
+// at most once a second unless force.
+func (h *Host) statusChanged(force bool) {
+	if h.cfg.StatusFile == "" {
+		return
+	}
+	h.statusMu.Lock()
+	defer h.statusMu.Unlock()
+	now := h.cfg.Clock.Now()
+	if !force && now.Sub(h.statusWrote) < time.Second {
+		return
+	}
+	h.statusWrote = now
+	b, err := json.MarshalIndent(h.Snapshot(), "", "  ")
+	if err == nil {
+		tmp := h.cfg.StatusFile + ".tmp"
+		if err = os.WriteFile(tmp, b, 0o644); err == nil {
+			err = os.Rename(tmp, h.cfg.StatusFile)
+		}
+	}
+	if err != nil {
+		h.cfg.Logger.Warn("status file write failed", "path", h.cfg.StatusFile, "error", err)
+	}
+}
+
+// Inspection is what Inspect learns about a plugin file offline.
+type Inspection struct {
+	Path     string        `json:"path"`
+	SHA256   string        `json:"sha256"`
+	Size     int64         `json:"size"`
+	Manifest abi.Manifest  `json:"manifest"`
+	Imports  []string      `json:"imports"`
+	Exports  []string      `json:"exports"`
+	Compile  time.Duration `json:"compile_ns"`
+}
+
+// InspectConfig configures Inspect.
+type InspectConfig struct {
+	// CacheDir is the compilation cache directory ("" = in memory).
+	CacheDir string
+}
+
+// Inspect validates a plugin file the way the host would before loading
+// it (static check, sha256, compile, manifest, ABI) without a backend.
+func Inspect(ctx context.Context, path string, cfg InspectConfig) (*Inspection, error) {
+	var cache wazero.CompilationCache
+	var err error
+	if cfg.CacheDir != "" {
+		if cache, err = wazero.NewCompilationCacheWithDir(cfg.CacheDir); err != nil {
+			return nil, fmt.Errorf("host: compilation cache %s: %w", cfg.CacheDir, err)
+		}
+	} else {
+		cache = wazero.NewCompilationCache()
+	}
+	defer cache.Close(ctx)
+	hc, _ := (Config{PluginDir: os.TempDir()}).withDefaults()
+	lc := newLoaderConfig(cache, nil, nil, hc, func(string) PluginConfig { return PluginConfig{} })
+	m, err := loadModule(ctx, path, lc)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close(ctx)
+	return &Inspection{Path: path, SHA256: m.sha256, Size: m.size, Manifest: m.Declared(), Imports: m.Imports(), Exports: m.Exports(), Compile: m.compile}, nil
+}

@@ -1,0 +1,34 @@
+package hostfn
+
+import (
+	"context"
+
+	extism "github.com/extism/go-sdk"
+
+	"github.com/fabric-host/fabric/abi"
+)
+
+// nowFunction answers server time in milliseconds, or the negated Code of
+// a failure (the one host function without an envelope: it is the round
+// trip scanners make every tick).
+func nowFunction(cfg Config) extism.HostFunctionStackCallback {
+	return func(ctx context.Context, _ *extism.CurrentPlugin, stack []uint64) {
+		c := callerFrom(ctx)
+		c.Stats.HostCalls.Add(1)
+		if cfg.Now == nil {
+			stack[0] = uint64(codeNeg(abi.CodeUnavailable))
+			return
+		}
+		ms, err := cfg.Now(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			ms = codeNeg(abi.CodeDeadline)
+		case err != nil:
+			c.Logger.Warn("plugin clock read failed", "plugin", c.Plugin, "error", err)
+			ms = codeNeg(abi.CodeBackend)
+		}
+		stack[0] = uint64(ms)
+	}
+}
+
+func codeNeg(c abi.Code) int64 { return -int64(c) }

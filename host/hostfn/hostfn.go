@@ -1,0 +1,286 @@
+// Package hostfn implements the host functions of abi.HostFuncs on top of
+// Extism, one file per family (fcall.go, read.go, clock.go, log.go,
+// sql.go).
+//
+// Every call resolves its caller (plugin, grant, partition) from a typed
+// context key, is checked against the grant in one place (authorize) before
+// dispatch, and answers with an abi envelope: expected failures are codes,
+// never traps. Only ABI violations (a pointer that does not name a kernel
+// memory block, a missing caller) panic, which wazero turns into a trap of
+// the guest call.
+//
+// # Notes
+//
+//   - Host functions cannot be interrupted by the wasm timeout, so every
+//     backend call takes the call's context, which carries the plugin call's
+//     deadline.
+package hostfn
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	extism "github.com/extism/go-sdk"
+
+	"github.com/fabric-host/fabric/abi"
+)
+
+// Tracker is the failure tracker fcall consults for calls that carry an
+// item key.
+type Tracker interface {
+	ShouldSkip(item string) bool
+	RecordSuccess(item string)
+	RecordFailure(item string)
+}
+
+// Stats are the per-plugin counters host functions update. The zero value
+// is ready to use; it is safe for concurrent use.
+type Stats struct {
+	// HostCalls counts host-function calls, Denied the refused ones.
+	HostCalls, Denied atomic.Int64
+
+	mu         sync.Mutex
+	lastDenial string
+	metrics    map[string]float64
+}
+
+// LastDenial returns the message of the latest refusal.
+func (s *Stats) LastDenial() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastDenial
+}
+
+// Metrics returns a copy of the plugin's counters and gauges.
+func (s *Stats) Metrics() map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]float64, len(s.metrics))
+	for k, v := range s.metrics {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *Stats) denied(msg string) {
+	s.Denied.Add(1)
+	s.mu.Lock()
+	s.lastDenial = msg
+	s.mu.Unlock()
+}
+
+func (s *Stats) metric(m abi.Metric) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.metrics == nil {
+		s.metrics = map[string]float64{}
+	}
+	if m.Kind == abi.MetricGauge {
+		s.metrics[m.Name] = m.Value
+	} else {
+		s.metrics[m.Name] += m.Value
+	}
+}
+
+// Caller is who is calling: set on the context of every plugin call.
+type Caller struct {
+	// Plugin and Version name the plugin.
+	Plugin, Version string
+	// Caps is the plugin's grant.
+	Caps *abi.Capabilities
+	// Tag is the hash tag of the partition being scanned ("" when the call
+	// is not a partition scan, e.g. reading the manifest).
+	Tag string
+	// Tracker is the plugin's failure tracker (nil: none).
+	Tracker Tracker
+	// Stats receives counters.
+	Stats *Stats
+	// Logger is the plugin's logger.
+	Logger *slog.Logger
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying c.
+func WithCaller(ctx context.Context, c *Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// callerFrom returns the caller of ctx; a call without one is a host
+// wiring bug, reported as a trap.
+func callerFrom(ctx context.Context) *Caller {
+	c, ok := ctx.Value(callerKey{}).(*Caller)
+	if !ok {
+		panic("hostfn: plugin call without a Caller on its context")
+	}
+	return c
+}
+
+// Config configures the host functions.
+type Config struct {
+	// Store serves Valkey reads and FCALLs; nil answers CodeUnavailable
+	// (offline inspection).
+	Store Store
+	// Now returns server time in milliseconds; nil answers CodeUnavailable.
+	Now func(ctx context.Context) (int64, error)
+	// MaxCalls caps the calls of one fcall batch (default 10000).
+	MaxCalls int
+	// MaxLogBytes truncates guest log lines (default 4096).
+	MaxLogBytes int
+}
+
+// subjects is what a request asks to touch, for authorize.
+type subjects struct {
+	functions []string
+	reads     []string
+	sql       []string
+	keys      []string // every key, for the partition check
+}
+
+// authorize is the single capability check of every host function: each
+// function, key family and statement the request names must be granted,
+// and every key must be on the caller's partition. A refusal is counted
+// and logged.
+func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
+	err := func() error {
+		if hf.Capability == abi.CapFCall && len(s.functions) == 0 {
+			return abi.Errorf(abi.CodeBadRequest, "empty fcall batch")
+		}
+		for _, f := range s.functions {
+			if err := c.Caps.AllowFCall(f); err != nil {
+				return err
+			}
+		}
+		for _, k := range s.reads {
+			if err := c.Caps.AllowRead(k); err != nil {
+				return err
+			}
+		}
+		for _, q := range s.sql {
+			if err := c.Caps.AllowSQL(q); err != nil {
+				return err
+			}
+		}
+		if c.Tag != "" {
+			for _, k := range s.keys {
+				if err := c.Caps.AllowKeyOnPartition(k, c.Tag); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		c.Stats.denied(err.Error())
+		c.Logger.Warn("plugin host call refused", "plugin", c.Plugin, "function", hf.Name, "partition", c.Tag, "error", err)
+	}
+	return err
+}
+
+// handler is one pointer-in, pointer-out host function: decode the
+// request and name its subjects, then run it.
+type handler struct {
+	decode func(in []byte) (req any, s subjects, err error)
+	run    func(ctx context.Context, c *Caller, req any) ([]byte, error)
+}
+
+func valueTypes(vs []abi.ValueType) []extism.ValueType {
+	out := make([]extism.ValueType, len(vs))
+	for i, v := range vs {
+		switch v {
+		case abi.I32:
+			out[i] = extism.ValueTypeI32
+		case abi.I64:
+			out[i] = extism.ValueTypeI64
+		case abi.PTR:
+			out[i] = extism.ValueTypePTR
+		}
+	}
+	return out
+}
+
+// ptrFunction adapts a handler to the envelope calling convention.
+func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
+	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+		c := callerFrom(ctx)
+		c.Stats.HostCalls.Add(1)
+		in, err := p.ReadBytes(stack[0])
+		if err != nil {
+			panic(fmt.Sprintf("hostfn %s: abi violation: request pointer %d: %v", hf.Name, stack[0], err))
+		}
+		var out []byte
+		req, subj, err := h.decode(in)
+		switch {
+		case err != nil:
+			out = abi.ErrorEnvelope(abi.Errorf(abi.CodeBadRequest, err.Error()))
+		default:
+			if err := authorize(c, hf, subj); err != nil {
+				out = abi.ErrorEnvelope(err)
+				break
+			}
+			body, err := h.run(ctx, c, req)
+			if err != nil {
+				if ctx.Err() != nil {
+					err = abi.Errorf(abi.CodeDeadline, err.Error())
+				}
+				out = abi.ErrorEnvelope(err)
+			} else {
+				out = abi.AppendEnvelope(make([]byte, 0, len(body)+1), body)
+			}
+		}
+		ptr, err := p.WriteBytes(out)
+		if err != nil {
+			panic(fmt.Sprintf("hostfn %s: write response: %v", hf.Name, err))
+		}
+		stack[0] = ptr
+	}
+}
+
+// Functions returns the host functions of abi.HostFuncs, in namespace
+// abi.Namespace, backed by cfg.
+//
+// # Notes
+//
+//   - Panics when the table names a function this package does not
+//     implement: a wiring mistake caught by the first test.
+func Functions(cfg Config) []extism.HostFunction {
+	if cfg.MaxCalls <= 0 {
+		cfg.MaxCalls = 10000
+	}
+	if cfg.MaxLogBytes <= 0 {
+		cfg.MaxLogBytes = 4096
+	}
+	ptrs := map[string]handler{
+		abi.FnFCall:         fcallHandler(cfg),
+		abi.FnHMGet:         hmgetHandler(cfg),
+		abi.FnZRangeByScore: zrangeHandler(cfg),
+		abi.FnSMembers:      smembersHandler(cfg),
+		abi.FnSScan:         sscanHandler(cfg),
+		abi.FnSQLQuery:      sqlHandler(),
+	}
+	plain := map[string]extism.HostFunctionStackCallback{
+		abi.FnNow:    nowFunction(cfg),
+		abi.FnLog:    logFunction(cfg),
+		abi.FnMetric: metricFunction(),
+	}
+	out := make([]extism.HostFunction, 0, len(abi.HostFuncs))
+	for _, hf := range abi.HostFuncs {
+		var cb extism.HostFunctionStackCallback
+		if h, ok := ptrs[hf.Name]; ok {
+			cb = ptrFunction(hf, h)
+		} else if f, ok := plain[hf.Name]; ok {
+			cb = f
+		} else {
+			panic("hostfn: abi.HostFuncs lists " + hf.Name + " but hostfn does not implement it")
+		}
+		fn := extism.NewHostFunctionWithStack(hf.Name, cb, valueTypes(hf.Params), valueTypes(hf.Results))
+		fn.SetNamespace(abi.Namespace)
+		out = append(out, fn)
+	}
+	return out
+}
+
+var errNoStore = abi.Errorf(abi.CodeUnavailable, "this host has no backend (offline inspection)")

@@ -1,0 +1,44 @@
+package hostfn
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	extism "github.com/extism/go-sdk"
+
+	"github.com/fabric-host/fabric/abi"
+)
+
+func logFunction(cfg Config) extism.HostFunctionStackCallback {
+	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+		c := callerFrom(ctx)
+		c.Stats.HostCalls.Add(1)
+		msg, err := p.ReadString(stack[1])
+		if err != nil {
+			panic(fmt.Sprintf("hostfn log: abi violation: message pointer %d: %v", stack[1], err))
+		}
+		if len(msg) > cfg.MaxLogBytes {
+			msg = msg[:cfg.MaxLogBytes] + "…"
+		}
+		level := slog.Level(int32(uint32(stack[0])))
+		c.Logger.Log(ctx, level, msg, "plugin", c.Plugin, "plugin_version", c.Version, "partition", c.Tag, "source", "guest")
+	}
+}
+
+func metricFunction() extism.HostFunctionStackCallback {
+	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+		c := callerFrom(ctx)
+		c.Stats.HostCalls.Add(1)
+		in, err := p.ReadBytes(stack[0])
+		if err != nil {
+			panic(fmt.Sprintf("hostfn metric: abi violation: pointer %d: %v", stack[0], err))
+		}
+		var m abi.Metric
+		if err := m.UnmarshalBinary(in); err != nil {
+			c.Logger.Warn("plugin sent a malformed metric", "plugin", c.Plugin, "error", err)
+			return
+		}
+		c.Stats.metric(m)
+	}
+}

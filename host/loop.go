@@ -1,0 +1,294 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host/hostfn"
+	"github.com/fabric-host/fabric/model"
+)
+
+// LoopSpec is what drives one plugin's loop, read afresh at every sweep so
+// a hot swap may change it.
+type LoopSpec struct {
+	// Name is the plugin name.
+	Name string
+	// Interval is the period of a full sweep, start to start.
+	Interval time.Duration
+	// BatchSize is passed to every call.
+	BatchSize uint32
+	// Timeout bounds one partition call.
+	Timeout time.Duration
+	// Family and Partitions are the partitions swept, 0..Partitions-1.
+	Family     model.Family
+	Partitions int
+}
+
+// plugin is the registry entry of one plugin name and the one generic
+// scanner loop that drives it. The serving Module is swapped atomically at
+// a partition boundary.
+type plugin struct {
+	h       *Host
+	name    string
+	mod     atomic.Pointer[Module]
+	tracker *FailureTracker
+	stats   hostfn.Stats
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu              sync.Mutex
+	state           State
+	reason          string
+	lastRun         time.Time
+	lastResult      abi.ScanResult
+	totals          abi.ScanResult
+	calls, faults   int64
+	cycles          uint64
+	swaps           int
+	quarantines     int
+	quarantineUntil time.Time
+	records         recordRing
+}
+
+func (p *plugin) spec() LoopSpec {
+	man := p.mod.Load().Manifest()
+	fam := man.PartitionFamily()
+	return LoopSpec{
+		Name:       p.name,
+		Interval:   time.Duration(man.IntervalMs) * time.Millisecond,
+		BatchSize:  man.BatchSize,
+		Timeout:    time.Duration(man.TimeoutMs) * time.Millisecond,
+		Family:     fam,
+		Partitions: int(p.h.cfg.Partitions.Count(fam)),
+	}
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// supervise runs the loop, restarting it after a recovered panic (a host
+// bug: plugin faults never panic the host).
+func (p *plugin) supervise(ctx context.Context) {
+	defer close(p.done)
+	log := p.h.cfg.Logger
+	for restarts := 0; ; restarts++ {
+		err := p.loop(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Error("scanner loop panicked; restarting in 1s", "plugin", p.name, "restart_count", restarts+1, "error", err)
+		if !sleep(ctx, time.Second) {
+			return
+		}
+	}
+}
+
+// loop is fabric's one scanner loop: an initial tick, then sweeps of every
+// partition in order, start to start every Interval; a fault quarantines
+// the plugin for its backoff and ends the sweep.
+func (p *plugin) loop(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	clock := p.h.cfg.Clock
+	for {
+		if until := p.quarantinedUntil(); !until.IsZero() {
+			if !sleep(ctx, until.Sub(clock.Now())) {
+				return nil
+			}
+		}
+		spec := p.spec()
+		start := clock.Now()
+		p.mu.Lock()
+		p.cycles++
+		cycle := p.cycles
+		p.mu.Unlock()
+		p.tracker.AdvanceCycle()
+		var sum abi.ScanResult
+		for i := 0; i < spec.Partitions; i++ {
+			if ctx.Err() != nil {
+				return nil
+			}
+			res, fault := p.scanPartition(ctx, cycle, i)
+			if fault {
+				break
+			}
+			sum.Add(res)
+		}
+		elapsed := clock.Now().Sub(start)
+		if sum.Acted > 0 || sum.Errors > 0 {
+			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", elapsed.Milliseconds())
+		}
+		p.h.statusChanged(false)
+		// Re-read the interval: a swap during the sweep may have changed it.
+		if !sleep(ctx, p.spec().Interval-elapsed) {
+			return nil
+		}
+	}
+}
+
+func (p *plugin) quarantinedUntil() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != StateQuarantined {
+		return time.Time{}
+	}
+	return p.quarantineUntil
+}
+
+// scanPartition makes one call on partition i of sweep cycle. It reports
+// whether the call was a fault (trap, timeout, bad output).
+func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (abi.ScanResult, bool) {
+	m := p.mod.Load()
+	for !m.acquire() { // retired and closed between Load and acquire
+		m = p.mod.Load()
+	}
+	defer m.release(context.WithoutCancel(ctx))
+	man := m.Manifest()
+	part := model.Partition{Family: man.PartitionFamily(), Index: uint16(i)}
+	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
+	req := abi.ScanRequest{
+		Cycle: cycle, Partition: part, Partitions: p.h.cfg.Partitions.Count(part.Family),
+		BatchSize: man.BatchSize, DeadlineMs: man.TimeoutMs,
+	}
+	in, _ := req.MarshalBinary()
+	rec := CycleRecord{Plugin: p.name, Version: man.Version, SHA256: m.sha256, Partition: i, Cycle: cycle, Start: p.h.cfg.Clock.Now()}
+	caller := p.caller(m, part.Tag())
+
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout,
+		fmt.Errorf("%w: plugin.%s.fabric_scan after %s", ErrTimeout, p.name, timeout))
+	out, err := m.call(cctx, abi.ExportScan, in, caller)
+	cancel()
+	var res abi.ScanResult
+	if err == nil {
+		if derr := res.UnmarshalBinary(out); derr != nil {
+			err = fmt.Errorf("%w: %w", ErrBadOutput, derr)
+		}
+	}
+	rec.End = p.h.cfg.Clock.Now()
+	if err != nil && ctx.Err() != nil {
+		return res, true // the host is stopping: neither a record nor a fault
+	}
+	fault := err != nil
+	p.mu.Lock()
+	p.calls++
+	p.lastRun = rec.End
+	if fault {
+		rec.Error = err.Error()
+		p.faults++
+	} else {
+		rec.Result = res
+		p.lastResult = res
+		p.totals.Add(res)
+		p.quarantines = 0
+		if p.state == StateQuarantined {
+			p.state, p.reason = StateRunning, ""
+		}
+	}
+	p.records.add(rec)
+	p.mu.Unlock()
+	if fault {
+		p.quarantine(err)
+	}
+	p.h.cfg.TestSignals.partitionDone(rec)
+	return res, fault
+}
+
+func (p *plugin) caller(m *Module, tag string) *hostfn.Caller {
+	man := m.Manifest()
+	return &hostfn.Caller{
+		Plugin: p.name, Version: man.Version, Caps: &man.Capabilities, Tag: tag,
+		Tracker: p.tracker, Stats: &p.stats, Logger: p.h.cfg.Logger,
+	}
+}
+
+// quarantine parks the plugin for 2^n × base ±10 %, n counting
+// consecutive quarantines and restarting after 7.
+func (p *plugin) quarantine(err error) {
+	p.mu.Lock()
+	n := p.quarantines % quarantineSteps
+	p.quarantines++
+	d := p.h.cfg.QuarantineBase << n
+	d += time.Duration((rand.Float64()*0.2 - 0.1) * float64(d))
+	p.state = StateQuarantined
+	p.reason = reasonOf(err)
+	p.quarantineUntil = p.h.cfg.Clock.Now().Add(d)
+	p.mu.Unlock()
+	p.h.cfg.Logger.Error("plugin quarantined", "plugin", p.name, "version", p.mod.Load().Manifest().Version, "retry_in_ms", d.Milliseconds(), "error", err)
+	p.h.statusChanged(true)
+	p.h.cfg.TestSignals.quarantined(p.status())
+}
+
+// reasonOf classifies a fault for people.
+func reasonOf(err error) string {
+	switch {
+	case errors.Is(err, ErrTimeout):
+		return "timeout: " + err.Error()
+	case errors.Is(err, ErrBadOutput):
+		return "bad output: " + err.Error()
+	case errors.Is(err, ErrTrap):
+		return "trap: " + err.Error()
+	}
+	return err.Error()
+}
+
+func (p *plugin) status() PluginStatus {
+	m := p.mod.Load()
+	man := m.Manifest()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PluginStatus{
+		Name: p.name, Version: man.Version, Kind: man.Kind, ABI: man.ABI, SHA256: m.sha256, Path: m.path,
+		State: p.state, Reason: p.reason, IntervalMs: man.IntervalMs,
+		Partitions: int(p.h.cfg.Partitions.Count(man.PartitionFamily())),
+		LastRun:    p.lastRun, LastResult: p.lastResult, Totals: p.totals,
+		Calls: p.calls, Faults: p.faults, HostCalls: p.stats.HostCalls.Load(), Denied: p.stats.Denied.Load(),
+		LastDenial: p.stats.LastDenial(), Cycles: p.cycles, Swaps: p.swaps, QuarantineUntil: p.quarantineUntil,
+		Metrics: p.stats.Metrics(),
+	}
+}
+
+func (s *TestSignals) partitionDone(r CycleRecord) {
+	if s != nil {
+		s.PartitionDone.Signal(r)
+	}
+}
+
+func (s *TestSignals) quarantined(st PluginStatus) {
+	if s != nil {
+		s.Quarantined.Signal(st)
+	}
+}
+
+func (s *TestSignals) loaded(st PluginStatus) {
+	if s != nil {
+		s.Loaded.Signal(st)
+	}
+}
+
+func (s *TestSignals) rejected(f FileStatus) {
+	if s != nil {
+		s.Rejected.Signal(f)
+	}
+}

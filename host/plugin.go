@@ -1,0 +1,462 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host/hostfn"
+)
+
+// ErrBadOutput is matched by a plugin call whose output is not a valid
+// message (garbage, oversized).
+var ErrBadOutput = errors.New("host: plugin returned bad output")
+
+// ErrTimeout is matched by a plugin call killed at its deadline.
+var ErrTimeout = errors.New("host: plugin call timed out")
+
+// ErrTrap is matched by a plugin call that trapped, panicked or exited.
+var ErrTrap = errors.New("host: plugin trapped")
+
+// ErrDigestMismatch: the file's sha256 is not the pinned one.
+var ErrDigestMismatch = errors.New("host: plugin sha256 does not match the pinned digest")
+
+// Module is one compiled, validated version of a plugin: its file, digest,
+// manifest and a pool of warm instances.
+//
+// # Notes
+//
+//   - Safe for concurrent use. Close waits for calls in flight.
+type Module struct {
+	path     string
+	sha256   string
+	size     int64
+	shape    moduleShape
+	declared abi.Manifest // as the plugin declared it, after defaults
+	manifest abi.Manifest // effective: host overrides applied
+	compile  time.Duration
+
+	cp       *extism.CompiledPlugin
+	fns      hostfnCaller
+	poolSize int
+	recycle  int
+	maxOut   int
+
+	mu       sync.Mutex
+	pool     []*instance
+	inflight int
+	retired  bool
+	closed   bool
+	drained  chan struct{}
+}
+
+// hostfnCaller builds the Caller for calls that are not partition scans.
+type hostfnCaller func(m *Module, tag string) *hostfn.Caller
+
+type instance struct {
+	p      *extism.Plugin
+	calls  int
+	stderr *tailBuffer
+}
+
+// Path returns the file the module was loaded from.
+func (m *Module) Path() string { return m.path }
+
+// SHA256 returns the hex sha256 of the file.
+func (m *Module) SHA256() string { return m.sha256 }
+
+// Manifest returns the effective manifest (host overrides applied).
+func (m *Module) Manifest() abi.Manifest { return m.manifest }
+
+// Declared returns the manifest as the plugin declared it (defaults
+// applied).
+func (m *Module) Declared() abi.Manifest { return m.declared }
+
+// CompileTime returns how long compilation took.
+func (m *Module) CompileTime() time.Duration { return m.compile }
+
+// Imports returns the module's function imports ("module.name").
+func (m *Module) Imports() []string { return slices.Clone(m.shape.Imports) }
+
+// Exports returns the module's exports.
+func (m *Module) Exports() []string { return slices.Clone(m.shape.Exports) }
+
+// Size returns the file size in bytes.
+func (m *Module) Size() int64 { return m.size }
+
+// loaderConfig is what loading a module needs.
+type loaderConfig struct {
+	cache        wazero.CompilationCache
+	fns          []extism.HostFunction
+	caller       hostfnCaller
+	probeTimeout time.Duration
+	maxFileBytes int64
+	maxOut       int
+	poolSize     int
+	recycle      int
+	override     func(name string) PluginConfig
+}
+
+// readModuleFile reads and statically checks a plugin file.
+func readModuleFile(path string, maxBytes int64) ([]byte, string, moduleShape, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, "", moduleShape{}, fmt.Errorf("host: stat %s: %w", path, err)
+	}
+	if st.Size() > maxBytes {
+		return nil, "", moduleShape{}, fmt.Errorf("host: %s is %d bytes, above the %d limit", path, st.Size(), maxBytes)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", moduleShape{}, fmt.Errorf("host: read %s: %w", path, err)
+	}
+	sum := sha256.Sum256(b)
+	digest := hex.EncodeToString(sum[:])
+	shape, err := checkModule(b)
+	return b, digest, shape, err
+}
+
+// checkModule is the static check run before compiling: wasm framing,
+// required exports, and imports of fabric host functions this host has.
+func checkModule(b []byte) (moduleShape, error) {
+	shape, err := readModuleShape(b)
+	if err != nil {
+		return shape, err
+	}
+	for _, e := range abi.RequiredExports {
+		if !slices.Contains(shape.Exports, e) {
+			return shape, fmt.Errorf("%w: %s (has %v)", ErrMissingExport, e, shape.Exports)
+		}
+	}
+	for _, imp := range shape.Imports {
+		mod, name, _ := cutLast(imp, '.')
+		if mod != abi.Namespace {
+			if len(mod) > 12 && mod[:12] == "fabric:host/" {
+				return shape, fmt.Errorf("%w: %s: this host speaks %s (ABI %s)", abi.ErrVersionMismatch, imp, abi.Namespace, abi.Version)
+			}
+			continue
+		}
+		if _, ok := abi.LookupHostFunc(name); !ok {
+			return shape, fmt.Errorf("%w: %s (ABI %s)", ErrUnknownImport, imp, abi.Version)
+		}
+	}
+	return shape, nil
+}
+
+func cutLast(s string, sep byte) (string, string, bool) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// loadModule reads, checks, compiles and validates the plugin at path,
+// and leaves one warm instance in its pool.
+func loadModule(ctx context.Context, path string, lc loaderConfig) (*Module, error) {
+	b, digest, shape, err := readModuleFile(path, lc.maxFileBytes)
+	if err != nil {
+		return nil, err
+	}
+	return buildModule(ctx, path, b, digest, shape, lc)
+}
+
+func buildModule(ctx context.Context, path string, b []byte, digest string, shape moduleShape, lc loaderConfig) (*Module, error) {
+	start := time.Now()
+	m, err := compileModule(ctx, b, digest, abi.DefaultMaxPages, lc)
+	if err != nil {
+		return nil, err
+	}
+	m.compile = time.Since(start)
+	m.path, m.sha256, m.size, m.shape = path, digest, int64(len(b)), shape
+	if err := m.readManifest(ctx, lc); err != nil {
+		m.Close(ctx)
+		return nil, err
+	}
+	if pin := lc.override(m.declared.Name).SHA256; pin != "" && pin != digest {
+		m.Close(ctx)
+		return nil, fmt.Errorf("%w: %s is %s, pinned %s", ErrDigestMismatch, m.declared.Name, digest, pin)
+	}
+	if m.declared.MaxPages != abi.DefaultMaxPages {
+		// The memory cap is a runtime setting: recompile (a cache hit) under
+		// the plugin's own cap, then warm an instance of that.
+		declared, effective := m.declared, m.manifest
+		m.Close(ctx)
+		start = time.Now()
+		m, err = compileModule(ctx, b, digest, declared.MaxPages, lc)
+		if err != nil {
+			return nil, err
+		}
+		m.compile = time.Since(start)
+		m.path, m.sha256, m.size, m.shape = path, digest, int64(len(b)), shape
+		m.declared, m.manifest = declared, effective
+		inst, err := m.newInstance(ctx)
+		if err != nil {
+			m.Close(ctx)
+			return nil, err
+		}
+		m.pool = append(m.pool, inst)
+	}
+	return m, nil
+}
+
+func compileModule(ctx context.Context, b []byte, digest string, pages uint32, lc loaderConfig) (*Module, error) {
+	rc := wazero.NewRuntimeConfig()
+	if lc.cache != nil {
+		rc = rc.WithCompilationCache(lc.cache)
+	}
+	man := extism.Manifest{
+		Wasm: []extism.Wasm{extism.WasmData{Data: b, Hash: digest, Name: "main"}},
+		// A timeout switches on CloseOnContextDone; each call also carries
+		// the plugin's own, shorter deadline.
+		Timeout: abi.MaxTimeoutMs,
+		Memory:  &extism.ManifestMemory{MaxPages: pages},
+	}
+	cp, err := extism.NewCompiledPlugin(ctx, man, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, lc.fns)
+	if err != nil {
+		return nil, fmt.Errorf("host: compile: %w", err)
+	}
+	return &Module{cp: cp, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut, drained: make(chan struct{})}, nil
+}
+
+// readManifest warms an instance, reads and validates fabric_manifest, and
+// keeps the instance in the pool.
+func (m *Module) readManifest(ctx context.Context, lc loaderConfig) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, lc.probeTimeout, fmt.Errorf("%w: host.load.fabric_manifest after %s", ErrTimeout, lc.probeTimeout))
+	defer cancel()
+	inst, err := m.newInstance(ctx)
+	if err != nil {
+		return err
+	}
+	out, err := m.callInstance(ctx, inst, abi.ExportManifest, nil, m.fns(m, ""))
+	if err != nil {
+		inst.p.Close(ctx)
+		return err
+	}
+	var man abi.Manifest
+	if err := man.UnmarshalBinary(out); err != nil {
+		inst.p.Close(ctx)
+		return fmt.Errorf("%w: fabric_manifest: %w", ErrBadOutput, err)
+	}
+	man.ApplyDefaults()
+	if err := man.Validate(); err != nil {
+		inst.p.Close(ctx)
+		return err
+	}
+	m.declared = man
+	m.manifest = applyOverride(man, lc.override(man.Name))
+	inst.p.Config = m.manifest.Config
+	m.pool = append(m.pool, inst)
+	return nil
+}
+
+// applyOverride applies host config to a manifest.
+func applyOverride(m abi.Manifest, o PluginConfig) abi.Manifest {
+	if o.Interval > 0 {
+		m.IntervalMs = uint32(o.Interval / time.Millisecond)
+	}
+	if o.Timeout > 0 {
+		m.TimeoutMs = uint32(o.Timeout / time.Millisecond)
+	}
+	if o.BatchSize > 0 {
+		m.BatchSize = o.BatchSize
+	}
+	if len(o.Config) > 0 {
+		cfg := make(map[string]string, len(m.Config)+len(o.Config))
+		for k, v := range m.Config {
+			cfg[k] = v
+		}
+		for k, v := range o.Config {
+			cfg[k] = v
+		}
+		m.Config = cfg
+	}
+	return m
+}
+
+func (m *Module) newInstance(ctx context.Context) (*instance, error) {
+	tail := &tailBuffer{max: 2048}
+	p, err := m.cp.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: wazero.NewModuleConfig().WithStderr(tail).WithStdout(tail)})
+	if err != nil {
+		return nil, fmt.Errorf("%w: instantiate: %w", ErrTrap, err)
+	}
+	p.SetLogger(func(extism.LogLevel, string) {})
+	if m.manifest.Config != nil {
+		p.Config = m.manifest.Config
+	}
+	return &instance{p: p, stderr: tail}, nil
+}
+
+// acquire marks a call in flight; false once the module is retired.
+func (m *Module) acquire() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.inflight++
+	return true
+}
+
+func (m *Module) release(ctx context.Context) {
+	m.mu.Lock()
+	m.inflight--
+	done := m.retired && m.inflight == 0 && !m.closed
+	m.mu.Unlock()
+	if done {
+		m.Close(ctx)
+	}
+}
+
+// retire closes the module once no call is in flight.
+func (m *Module) retire(ctx context.Context) {
+	m.mu.Lock()
+	m.retired = true
+	done := m.inflight == 0
+	m.mu.Unlock()
+	if done {
+		m.Close(ctx)
+	}
+}
+
+// Close closes every pooled instance and the compiled plugin. It tries
+// every closer and joins their errors.
+func (m *Module) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	pool := m.pool
+	m.pool = nil
+	m.mu.Unlock()
+	var errs []error
+	for _, inst := range pool {
+		errs = append(errs, inst.p.Close(ctx))
+	}
+	errs = append(errs, m.cp.Close(ctx))
+	close(m.drained)
+	return errors.Join(errs...)
+}
+
+// call runs export with input on a pooled instance. A failed instance is
+// discarded (a timed-out one is already closed by wazero) and the next call
+// makes a fresh one.
+func (m *Module) call(ctx context.Context, export string, input []byte, c *hostfn.Caller) ([]byte, error) {
+	m.mu.Lock()
+	var inst *instance
+	if n := len(m.pool); n > 0 {
+		inst, m.pool = m.pool[n-1], m.pool[:n-1]
+	}
+	m.mu.Unlock()
+	if inst == nil {
+		var err error
+		if inst, err = m.newInstance(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out, err := m.callInstance(ctx, inst, export, input, c)
+	inst.calls++
+	if err != nil || inst.calls >= m.recycle {
+		inst.p.Close(context.WithoutCancel(ctx))
+		return out, err
+	}
+	m.mu.Lock()
+	if len(m.pool) < m.poolSize && !m.closed {
+		m.pool = append(m.pool, inst)
+		inst = nil
+	}
+	m.mu.Unlock()
+	if inst != nil {
+		inst.p.Close(context.WithoutCancel(ctx))
+	}
+	return out, nil
+}
+
+func (m *Module) callInstance(ctx context.Context, inst *instance, export string, input []byte, c *hostfn.Caller) ([]byte, error) {
+	inst.stderr.Reset()
+	rc, out, err := inst.p.CallWithContext(hostfn.WithCaller(ctx, c), export, input)
+	if err != nil {
+		if ctx.Err() != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, ErrTimeout) {
+				return nil, cause
+			}
+			return nil, fmt.Errorf("host: %s cancelled: %w", export, context.Cause(ctx))
+		}
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		if line := guestFatal(inst.stderr.String()); line != "" {
+			msg += "; guest: " + line
+		}
+		return nil, fmt.Errorf("%w: %s: %s", ErrTrap, export, msg)
+	}
+	if rc != 0 {
+		return nil, fmt.Errorf("%w: %s returned status %d", ErrBadOutput, export, rc)
+	}
+	if m.maxOut > 0 && len(out) > m.maxOut {
+		return nil, fmt.Errorf("%w: %s returned %d bytes, above the %d limit", ErrBadOutput, export, len(out), m.maxOut)
+	}
+	return out, nil
+}
+
+// guestFatal picks the line of a Go guest's stderr that says why it died
+// ("panic: ...", "fatal error: ..."), else its first line.
+func guestFatal(stderr string) string {
+	first := ""
+	for _, line := range strings.Split(stderr, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if first == "" {
+			first = line
+		}
+		if strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:") {
+			return line
+		}
+	}
+	return first
+}
+
+// tailBuffer keeps the first max bytes written to guest stdout/stderr
+// since the last Reset: a Go guest prints why it died first, then
+// goroutine dumps. Safe for concurrent use.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if room := t.max - len(t.b); room > 0 {
+		t.b = append(t.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) Reset() {
+	t.mu.Lock()
+	t.b = t.b[:0]
+	t.mu.Unlock()
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.b))
+}

@@ -1,0 +1,115 @@
+package host
+
+import (
+	"time"
+
+	"github.com/fabric-host/fabric/abi"
+)
+
+// State is where a plugin is in its life.
+type State string
+
+// Plugin states.
+const (
+	// StateRunning: serving on its cadence.
+	StateRunning State = "running"
+	// StateQuarantined: its last call trapped, timed out or returned bad
+	// output; it is retried after a backoff while every other plugin keeps
+	// its cadence.
+	StateQuarantined State = "quarantined"
+	// StateIdle: loaded but not driven (a dispatcher, until the completion
+	// listener drives it).
+	StateIdle State = "idle"
+	// StateDisabled: loaded, disabled by host config.
+	StateDisabled State = "disabled"
+	// StateStopped: the host stopped.
+	StateStopped State = "stopped"
+	// StateValid and StateInvalid describe files inspected offline or
+	// rejected by the watcher.
+	StateValid   State = "valid"
+	StateInvalid State = "invalid"
+)
+
+// PluginStatus is a snapshot of one plugin, as `fabric plugins list` shows
+// it.
+type PluginStatus struct {
+	Name       string    `json:"name"`
+	Version    string    `json:"version"`
+	Kind       abi.Kind  `json:"kind"`
+	ABI        string    `json:"abi"`
+	SHA256     string    `json:"sha256"`
+	Path       string    `json:"path"`
+	State      State     `json:"state"`
+	Reason     string    `json:"reason,omitempty"`
+	IntervalMs uint32    `json:"interval_ms"`
+	Partitions int       `json:"partitions"`
+	LastRun    time.Time `json:"last_run,omitzero"`
+	// LastResult is the last partition call's result; Totals sums all.
+	LastResult abi.ScanResult `json:"last_result"`
+	Totals     abi.ScanResult `json:"totals"`
+	// Calls counts partition calls, Faults those that trapped, timed out
+	// or returned bad output.
+	Calls  int64 `json:"calls"`
+	Faults int64 `json:"faults"`
+	// HostCalls counts host-function calls, Denied the refused ones;
+	// LastDenial says why the latest was refused.
+	HostCalls  int64  `json:"host_calls"`
+	Denied     int64  `json:"denied"`
+	LastDenial string `json:"last_denial,omitempty"`
+	// Cycles is the number of sweeps started.
+	Cycles          uint64             `json:"cycles"`
+	Swaps           int                `json:"swaps"`
+	QuarantineUntil time.Time          `json:"quarantine_until,omitzero"`
+	Metrics         map[string]float64 `json:"metrics,omitempty"`
+}
+
+// FileStatus is the outcome of the latest load of one file.
+type FileStatus struct {
+	Path   string    `json:"path"`
+	SHA256 string    `json:"sha256,omitempty"`
+	Plugin string    `json:"plugin,omitempty"`
+	State  State     `json:"state"`
+	Error  string    `json:"error,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// CycleRecord is one partition call of one sweep: which version served it
+// and when. Tests assert cadence and hot-swap exactness from these.
+type CycleRecord struct {
+	Plugin    string         `json:"plugin"`
+	Version   string         `json:"version"`
+	SHA256    string         `json:"sha256"`
+	Partition int            `json:"partition"`
+	Cycle     uint64         `json:"cycle"`
+	Start     time.Time      `json:"start"`
+	End       time.Time      `json:"end"`
+	Result    abi.ScanResult `json:"result"`
+	Error     string         `json:"error,omitempty"`
+}
+
+// recordRing keeps the last n records.
+type recordRing struct {
+	buf  []CycleRecord
+	next int
+	full bool
+}
+
+func (r *recordRing) add(rec CycleRecord) {
+	if len(r.buf) == 0 {
+		return
+	}
+	r.buf[r.next] = rec
+	r.next = (r.next + 1) % len(r.buf)
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+func (r *recordRing) snapshot() []CycleRecord {
+	if !r.full {
+		return append([]CycleRecord(nil), r.buf[:r.next]...)
+	}
+	out := make([]CycleRecord, 0, len(r.buf))
+	out = append(out, r.buf[r.next:]...)
+	return append(out, r.buf[:r.next]...)
+}

@@ -1,0 +1,100 @@
+package pdk
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fabric-host/fabric/abi"
+)
+
+// Host is what a plugin may ask of the fabric host. Each method maps to one
+// host function of abi.HostFuncs; a refused or failed call returns an
+// *abi.Error whose Code says why (errors.Is(err, abi.CodeDenied)).
+//
+// # Notes
+//
+//   - Not safe for concurrent use; a plugin runs one call at a time.
+type Host interface {
+	// FCall runs calls as one pipelined batch and returns one result per
+	// call, in order. A call whose Item is in failure-tracker backoff comes
+	// back abi.StatusSkipped without running.
+	FCall(calls []abi.Call) ([]abi.CallResult, error)
+	// HMGet reads fields of a hash.
+	HMGet(key string, fields ...string) ([]abi.Field, error)
+	// ZRangeByScore walks a sorted set by score with a mandatory LIMIT.
+	ZRangeByScore(req abi.ZRangeRequest) (abi.Members, error)
+	// SMembers reads a whole set.
+	SMembers(key string) ([]string, error)
+	// SScan reads one page of a set walk.
+	SScan(req abi.ScanCursorRequest) (abi.ScanCursorResponse, error)
+	// Now returns the server's time in milliseconds.
+	Now() (int64, error)
+	// Log writes a line to the host's log, tagged with the plugin's name.
+	Log(level abi.LogLevel, msg string)
+	// Metric adds to a counter or sets a gauge of the plugin.
+	Metric(m abi.Metric)
+	// Config returns a configuration value: the host's override, else the
+	// manifest's default.
+	Config(key string) (string, bool)
+}
+
+// ScanFunc scans one partition once and reports what it did. Failures are
+// folded into the counts, as in FlowFabric's scanners.
+type ScanFunc func(h Host, req abi.ScanRequest) abi.ScanResult
+
+// Plugin is what a plugin main package registers.
+type Plugin struct {
+	// Manifest is the plugin's manifest. An empty ABI means abi.Version.
+	Manifest abi.Manifest
+	// Scan is the scanner entry point.
+	Scan ScanFunc
+}
+
+var registered *Plugin
+
+// Register installs p as this module's plugin; call it once from init.
+//
+// # Notes
+//
+//   - Panics when called twice or with a nil Scan: both are wiring
+//     mistakes, not runtime conditions.
+func Register(p Plugin) {
+	if registered != nil {
+		panic("pdk: Register called twice")
+	}
+	if p.Scan == nil {
+		panic("pdk: Register: Plugin.Scan is nil")
+	}
+	if p.Manifest.ABI == "" {
+		p.Manifest.ABI = abi.Version
+	}
+	registered = &p
+}
+
+// Registered returns the registered plugin, or nil.
+func Registered() *Plugin { return registered }
+
+// ErrNotRegistered is returned when an export runs before Register.
+var ErrNotRegistered = errors.New("pdk: no plugin registered (call pdk.Register from init)")
+
+// ManifestBytes encodes p's manifest as the fabric_manifest export returns
+// it.
+func (p *Plugin) ManifestBytes() ([]byte, error) {
+	m := p.Manifest
+	if m.ABI == "" {
+		m.ABI = abi.Version
+	}
+	return m.MarshalBinary()
+}
+
+// HandleScan decodes a fabric_scan input, runs p.Scan against h and
+// encodes the result. The wasm export and pdktest both go through it, so a
+// native test exercises the same codec as the host.
+func (p *Plugin) HandleScan(h Host, input []byte) ([]byte, error) {
+	var req abi.ScanRequest
+	if err := req.UnmarshalBinary(input); err != nil {
+		return nil, fmt.Errorf("pdk: fabric_scan input: %w", err)
+	}
+	res := p.Scan(h, req)
+	return res.MarshalBinary()
+}

@@ -1,0 +1,329 @@
+// Package pdktest is an in-process fake of the fabric host for plugin unit
+// tests: in-memory hashes, sets and sorted sets, scripted Functions, a
+// fixed clock, and the same capability checks the real host applies, so a
+// plugin's logic runs natively, fast and deterministically.
+//
+//	h := pdktest.New(t, plugin.Manifest)
+//	h.ZAdd(keys.LaneDelayed("default"), 100, id)
+//	h.Handle("ff_promote_delayed", func(keys, args []string) abi.CallResult { ... })
+//	res := h.Scan(plugin, model.Partition{Index: 0})
+//
+// # Notes
+//
+//   - A refused call returns the same *abi.Error the host would and is
+//     recorded in Denied.
+//   - Not safe for concurrent use.
+package pdktest
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"testing"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/pdk"
+)
+
+// Func is a scripted Valkey Function.
+type Func func(keys, args []string) abi.CallResult
+
+// LogLine is one line a plugin logged.
+type LogLine struct {
+	Level abi.LogLevel
+	Msg   string
+}
+
+// Host is the fake host. Its exported fields are the test's to set and
+// read.
+type Host struct {
+	tb       testing.TB
+	manifest abi.Manifest
+	tag      string
+
+	// NowMs is what Now returns.
+	NowMs int64
+	// ConfigValues overrides the manifest's Config.
+	ConfigValues map[string]string
+	// Calls are every FCALL the plugin ran (granted ones only).
+	Calls []abi.Call
+	// Denied are the refusals returned to the plugin.
+	Denied []error
+	// Logs are the plugin's log lines.
+	Logs []LogLine
+	// Metrics are counters and gauges by name.
+	Metrics map[string]float64
+	// Tracker, when set, returns true for items to report StatusSkipped.
+	Tracker func(item string) bool
+
+	funcs  map[string]Func
+	zsets  map[string]map[string]float64
+	hashes map[string]map[string]string
+	sets   map[string]map[string]struct{}
+}
+
+var _ pdk.Host = (*Host)(nil)
+
+// New returns a fake host enforcing m's capabilities (after defaults).
+// tb receives fatal errors; nil (in Example functions) panics instead.
+func New(tb testing.TB, m abi.Manifest) *Host {
+	if m.ABI == "" {
+		m.ABI = abi.Version
+	}
+	m.ApplyDefaults()
+	return &Host{
+		tb: tb, manifest: m, NowMs: 1_000_000,
+		ConfigValues: map[string]string{}, Metrics: map[string]float64{},
+		funcs: map[string]Func{}, zsets: map[string]map[string]float64{},
+		hashes: map[string]map[string]string{}, sets: map[string]map[string]struct{}{},
+	}
+}
+
+// Handle scripts Function fn.
+func (h *Host) Handle(fn string, f Func) { h.funcs[fn] = f }
+
+// ZAdd adds member with score to a sorted set.
+func (h *Host) ZAdd(key string, score float64, member string) {
+	z := h.zsets[key]
+	if z == nil {
+		z = map[string]float64{}
+		h.zsets[key] = z
+	}
+	z[member] = score
+}
+
+// ZRem removes member from a sorted set.
+func (h *Host) ZRem(key, member string) { delete(h.zsets[key], member) }
+
+// ZScore returns member's score and whether it is present.
+func (h *Host) ZScore(key, member string) (float64, bool) {
+	s, ok := h.zsets[key][member]
+	return s, ok
+}
+
+// HSet sets field/value pairs of a hash.
+func (h *Host) HSet(key string, kv ...string) {
+	m := h.hashes[key]
+	if m == nil {
+		m = map[string]string{}
+		h.hashes[key] = m
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+}
+
+// HGet returns a hash field.
+func (h *Host) HGet(key, field string) string { return h.hashes[key][field] }
+
+// SAdd adds members to a set.
+func (h *Host) SAdd(key string, members ...string) {
+	s := h.sets[key]
+	if s == nil {
+		s = map[string]struct{}{}
+		h.sets[key] = s
+	}
+	for _, m := range members {
+		s[m] = struct{}{}
+	}
+}
+
+// Scan runs p on partition part through the binary codec, as the host
+// would, and returns the decoded result. The partition's count is the
+// family default.
+func (h *Host) Scan(p pdk.Plugin, part model.Partition, cycle uint64) abi.ScanResult {
+	h.tag = part.Tag()
+	req := abi.ScanRequest{Cycle: cycle, Partition: part, Partitions: model.DefaultFlowPartitions, BatchSize: h.manifest.BatchSize, DeadlineMs: h.manifest.TimeoutMs}
+	in, err := req.MarshalBinary()
+	if err != nil {
+		h.fatalf("pdktest: encode scan request: %v", err)
+	}
+	out, err := p.HandleScan(h, in)
+	if err != nil {
+		h.fatalf("pdktest: scan: %v", err)
+	}
+	var res abi.ScanResult
+	if err := res.UnmarshalBinary(out); err != nil {
+		h.fatalf("pdktest: decode scan result: %v", err)
+	}
+	return res
+}
+
+func (h *Host) fatalf(format string, args ...any) {
+	if h.tb == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	h.tb.Helper()
+	h.tb.Fatalf(format, args...)
+}
+
+func (h *Host) deny(err error) error {
+	h.Denied = append(h.Denied, err)
+	return err
+}
+
+func (h *Host) checkRead(key string) error {
+	if err := h.manifest.Capabilities.AllowRead(key); err != nil {
+		return h.deny(err)
+	}
+	if h.tag != "" {
+		if err := h.manifest.Capabilities.AllowKeyOnPartition(key, h.tag); err != nil {
+			return h.deny(err)
+		}
+	}
+	return nil
+}
+
+// FCall implements pdk.Host.
+func (h *Host) FCall(calls []abi.Call) ([]abi.CallResult, error) {
+	for _, c := range calls {
+		if err := h.manifest.Capabilities.AllowFCall(c.Function); err != nil {
+			return nil, h.deny(err)
+		}
+		for _, k := range c.Keys {
+			if h.tag == "" {
+				break
+			}
+			if err := h.manifest.Capabilities.AllowKeyOnPartition(k, h.tag); err != nil {
+				return nil, h.deny(err)
+			}
+		}
+	}
+	out := make([]abi.CallResult, len(calls))
+	for i, c := range calls {
+		if c.Item != "" && h.Tracker != nil && h.Tracker(c.Item) {
+			out[i] = abi.CallResult{Result: abi.StatusSkipped}
+			continue
+		}
+		h.Calls = append(h.Calls, c)
+		f := h.funcs[c.Function]
+		if f == nil {
+			out[i] = abi.CallResult{Result: abi.StatusError, Status: "ERR Function not found: " + c.Function}
+			continue
+		}
+		out[i] = f(c.Keys, c.Args)
+	}
+	return out, nil
+}
+
+// HMGet implements pdk.Host.
+func (h *Host) HMGet(key string, fields ...string) ([]abi.Field, error) {
+	if err := h.checkRead(key); err != nil {
+		return nil, err
+	}
+	out := make([]abi.Field, len(fields))
+	m := h.hashes[key]
+	for i, f := range fields {
+		v, ok := m[f]
+		out[i] = abi.Field{Value: v, Present: ok}
+	}
+	return out, nil
+}
+
+// parseBound parses a ZRANGEBYSCORE bound.
+func parseBound(s string) (v float64, exclusive bool, err error) {
+	if s != "" && s[0] == '(' {
+		exclusive, s = true, s[1:]
+	}
+	switch s {
+	case "-inf":
+		return -1e308, exclusive, nil
+	case "+inf", "inf":
+		return 1e308, exclusive, nil
+	}
+	v, err = strconv.ParseFloat(s, 64)
+	return v, exclusive, err
+}
+
+// ZRangeByScore implements pdk.Host.
+func (h *Host) ZRangeByScore(req abi.ZRangeRequest) (abi.Members, error) {
+	if err := h.checkRead(req.Key); err != nil {
+		return abi.Members{}, err
+	}
+	lo, loEx, err1 := parseBound(req.Min)
+	hi, hiEx, err2 := parseBound(req.Max)
+	if err1 != nil || err2 != nil || req.Count == 0 {
+		return abi.Members{}, abi.Errorf(abi.CodeBadRequest, fmt.Sprintf("zrangebyscore %s %s count %d", req.Min, req.Max, req.Count))
+	}
+	type kv struct {
+		m string
+		s float64
+	}
+	var all []kv
+	for m, s := range h.zsets[req.Key] {
+		if (s > lo || (!loEx && s == lo)) && (s < hi || (!hiEx && s == hi)) {
+			all = append(all, kv{m, s})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].s != all[j].s {
+			return all[i].s < all[j].s
+		}
+		return all[i].m < all[j].m
+	})
+	var out abi.Members
+	for i := int(req.Offset); i < len(all) && len(out.Members) < int(req.Count); i++ {
+		out.Members = append(out.Members, all[i].m)
+		if req.WithScores {
+			out.Scores = append(out.Scores, all[i].s)
+		}
+	}
+	return out, nil
+}
+
+// SMembers implements pdk.Host.
+func (h *Host) SMembers(key string) ([]string, error) {
+	if err := h.checkRead(key); err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(h.sets[key]))
+	for m := range h.sets[key] {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// SScan implements pdk.Host; it returns the whole matching set in one page.
+func (h *Host) SScan(req abi.ScanCursorRequest) (abi.ScanCursorResponse, error) {
+	all, err := h.SMembers(req.Key)
+	if err != nil {
+		return abi.ScanCursorResponse{}, err
+	}
+	out := abi.ScanCursorResponse{Cursor: "0"}
+	for _, m := range all {
+		if ok, _ := path.Match(req.Match, m); req.Match == "" || ok {
+			out.Members = append(out.Members, m)
+		}
+	}
+	return out, nil
+}
+
+// Now implements pdk.Host.
+func (h *Host) Now() (int64, error) { return h.NowMs, nil }
+
+// Log implements pdk.Host.
+func (h *Host) Log(level abi.LogLevel, msg string) {
+	h.Logs = append(h.Logs, LogLine{Level: level, Msg: msg})
+}
+
+// Metric implements pdk.Host.
+func (h *Host) Metric(m abi.Metric) {
+	if m.Kind == abi.MetricGauge {
+		h.Metrics[m.Name] = m.Value
+	} else {
+		h.Metrics[m.Name] += m.Value
+	}
+}
+
+// Config implements pdk.Host.
+func (h *Host) Config(key string) (string, bool) {
+	if v, ok := h.ConfigValues[key]; ok {
+		return v, true
+	}
+	v, ok := h.manifest.Config[key]
+	return v, ok
+}
