@@ -1,0 +1,636 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+func init() {
+	register(&command{
+		name:    "demo",
+		summary: "Run a workload generator with SDK workers (immediate, delayed, retrying, suspending and DAG work), printing rates each second until Ctrl-C or --duration.",
+		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
+			b := addBackendFlags(fs)
+			def := defaultWorkloadConfig()
+			duration := fs.Duration("duration", 0, "stop after this long (0: run until Ctrl-C)")
+			rate := fs.Float64("rate", def.Rate, "work items submitted per second (a DAG item is one flow)")
+			mix := fs.String("mix", formatMix(def.Mix), "weights of the work kinds: immediate, delayed, retry, suspend, dag")
+			lanes := fs.String("lanes", strings.Join(def.Lanes, ","), "comma-separated lanes the workload uses")
+			workers := fs.Int("workers", def.Workers, "SDK workers")
+			conc := fs.Int("concurrency", def.Concurrency, "handlers per worker")
+			drain := fs.Duration("drain-timeout", def.DrainTimeout, "on exit, how long to wait for submitted work to finish")
+			secret := fs.String("waitpoint-hmac-secret", os.Getenv("FF_WAITPOINT_HMAC_SECRET"),
+				"hex secret for waitpoint tokens, installed where none is (default $FF_WAITPOINT_HMAC_SECRET; a random one for a private server)")
+			return func(ctx context.Context, env *cliEnv, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				m, err := parseMix(*mix)
+				if err != nil {
+					return fmt.Errorf("%w: --mix: %v", errUsage, err)
+				}
+				cfg := workloadConfig{Duration: *duration, Rate: *rate, Mix: m, Lanes: splitList(*lanes),
+					Workers: *workers, Concurrency: *conc, DrainTimeout: *drain, PromoteInline: true, ResolveInline: true}
+				if err := cfg.validate(); err != nil {
+					return fmt.Errorf("%w: %v", errUsage, err)
+				}
+				if _, err := hex.DecodeString(*secret); err != nil {
+					return fmt.Errorf("%w: --waitpoint-hmac-secret must be hex: %v", errUsage, err)
+				}
+				conn, err := b.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				if *secret == "" && conn.Server != nil {
+					*secret = randomHex(32)
+				}
+				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: cfg.Lanes, WaitpointHMACSecret: *secret}); err != nil {
+					return err
+				}
+				fmt.Fprintf(env.stdout, "fabric %s demo on %s; Ctrl-C stops submitting, drains and exits\n", Version, conn.Where)
+				cfg.Logger = conn.Logger
+				sum, err := runWorkload(ctx, conn.Client, cfg, env.stdout)
+				fmt.Fprintf(env.stdout, "demo: %s\n", sum)
+				return err
+			}
+		},
+	})
+}
+
+// Work kinds of the demo workload.
+const (
+	kindImmediate = "immediate"
+	kindDelayed   = "delayed"
+	kindRetry     = "retry"
+	kindSuspend   = "suspend"
+	kindDAG       = "dag"
+)
+
+var workKinds = []string{kindImmediate, kindDelayed, kindRetry, kindSuspend, kindDAG}
+
+// workloadConfig configures runWorkload. Zero fields take the defaults of
+// defaultWorkloadConfig.
+type workloadConfig struct {
+	// Duration stops submitting after this long; 0 runs until ctx ends.
+	Duration time.Duration
+	// Rate is work items submitted per second (a DAG item is one flow of
+	// four executions).
+	Rate float64
+	// Mix weighs the work kinds (immediate, delayed, retry, suspend, dag).
+	Mix map[string]int
+	// Lanes are spread over round-robin.
+	Lanes []string
+	// Workers and Concurrency size the SDK workers.
+	Workers, Concurrency int
+	// DrainTimeout bounds the wait for submitted work on exit.
+	DrainTimeout time.Duration
+	// PromoteInline and ResolveInline make the workers promote due
+	// delayed work and resolve flow edges themselves, for runs without
+	// the delayed-promoter scanner and the completion listener.
+	PromoteInline, ResolveInline bool
+	// Report is the rate-printing interval (1s).
+	Report time.Duration
+	// Logger receives SDK logs (discarded when nil).
+	Logger *slog.Logger
+}
+
+func defaultWorkloadConfig() workloadConfig {
+	return workloadConfig{Rate: 100, Lanes: []string{"demo-a", "demo-b", "demo-c"}, Workers: 4, Concurrency: 8,
+		DrainTimeout: 30 * time.Second, Report: time.Second,
+		Mix: map[string]int{kindImmediate: 50, kindDelayed: 15, kindRetry: 15, kindSuspend: 10, kindDAG: 10}}
+}
+
+func (c *workloadConfig) fill() {
+	d := defaultWorkloadConfig()
+	c.Rate = cmp.Or(c.Rate, d.Rate)
+	if len(c.Mix) == 0 {
+		c.Mix = d.Mix
+	}
+	if len(c.Lanes) == 0 {
+		c.Lanes = d.Lanes
+	}
+	c.Workers = cmp.Or(c.Workers, d.Workers)
+	c.Concurrency = cmp.Or(c.Concurrency, d.Concurrency)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, d.DrainTimeout)
+	c.Report = cmp.Or(c.Report, d.Report)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+func (c *workloadConfig) validate() error {
+	if c.Rate < 0 || c.Rate > 100000 {
+		return fmt.Errorf("rate %v out of range 0..100000", c.Rate)
+	}
+	if c.Workers < 0 || c.Concurrency < 0 || c.Duration < 0 || c.DrainTimeout < 0 {
+		return errors.New("workers, concurrency and durations must not be negative")
+	}
+	for _, l := range c.Lanes {
+		if err := sdk.ValidateLane(l); err != nil {
+			return err
+		}
+	}
+	total := 0
+	for k, w := range c.Mix {
+		if !knownKind(k) || w < 0 {
+			return fmt.Errorf("bad mix entry %s=%d", k, w)
+		}
+		total += w
+	}
+	if len(c.Mix) > 0 && total == 0 {
+		return errors.New("mix weights sum to 0")
+	}
+	return nil
+}
+
+func knownKind(k string) bool {
+	for _, x := range workKinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// parseMix parses "immediate=50,delayed=10,...".
+func parseMix(s string) (map[string]int, error) {
+	m := map[string]int{}
+	for _, f := range splitList(s) {
+		k, v, ok := strings.Cut(f, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < 0 || !knownKind(k) {
+			return nil, fmt.Errorf("%q: want kind=weight with kind one of %s", f, strings.Join(workKinds, ", "))
+		}
+		m[k] = n
+	}
+	return m, nil
+}
+
+func formatMix(m map[string]int) string {
+	var parts []string
+	for _, k := range workKinds {
+		if w, ok := m[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, w))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// workloadSummary is what runWorkload did.
+type workloadSummary struct {
+	// Submitted counts work items per kind; Executions counts executions
+	// created (a DAG item creates four).
+	Submitted  map[string]int64
+	Executions int64
+	// Terminal counts finished executions by public state.
+	Terminal map[string]int64
+	// Unfinished is executions still not terminal when the drain ended.
+	Unfinished int
+	// Worker counters summed over the workers.
+	Workers sdk.Stats
+	Elapsed time.Duration
+}
+
+func (s workloadSummary) String() string {
+	var sub, term []string
+	for _, k := range workKinds {
+		if n := s.Submitted[k]; n > 0 {
+			sub = append(sub, fmt.Sprintf("%s=%d", k, n))
+		}
+	}
+	keys := make([]string, 0, len(s.Terminal))
+	for k := range s.Terminal {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		term = append(term, fmt.Sprintf("%s=%d", k, s.Terminal[k]))
+	}
+	rate := 0.0
+	if s.Elapsed > 0 {
+		rate = float64(s.Workers.Completed) / s.Elapsed.Seconds()
+	}
+	return fmt.Sprintf("%d executions (%s) in %s; terminal: %s; unfinished %d; workers: %d claimed, %d completed (%.0f/s), %d retries, %d suspended, %d resumed, %d delayed, %d handed back",
+		s.Executions, strings.Join(sub, " "), s.Elapsed.Round(time.Millisecond), strings.Join(term, " "), s.Unfinished,
+		s.Workers.Claimed, s.Workers.Completed, rate, s.Workers.Retried, s.Workers.Suspended, s.Workers.Resumed,
+		s.Workers.Delayed, s.Workers.HandedBack)
+}
+
+// workload is one runWorkload's shared state.
+type workload struct {
+	cfg     workloadConfig
+	c       *sdk.Client
+	out     io.Writer
+	workers []*sdk.Worker
+
+	mu        sync.Mutex
+	pending   map[model.ExecutionID]struct{}
+	submitted map[string]int64
+	terminal  map[string]int64
+	execs     atomic.Int64
+	signals   chan *sdk.Suspension
+}
+
+// runWorkload submits the configured mix at cfg.Rate and runs SDK workers
+// on it, printing one rate line per cfg.Report to out, until ctx ends or
+// cfg.Duration passes. It then stops submitting, keeps the workers (and
+// signal delivery) running until every submitted execution is terminal
+// or cfg.DrainTimeout passes, and stops the workers gracefully (leases
+// handed back), so nothing stays leased. It returns what it did.
+func runWorkload(ctx context.Context, c *valkey.Client, cfg workloadConfig, out io.Writer) (workloadSummary, error) {
+	cfg.fill()
+	if err := cfg.validate(); err != nil {
+		return workloadSummary{}, err
+	}
+	start := time.Now()
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: c, Creator: "fabric-demo", Logger: cfg.Logger})
+	if err != nil {
+		return workloadSummary{}, err
+	}
+	wl := &workload{cfg: cfg, c: client, out: out, pending: map[model.ExecutionID]struct{}{},
+		submitted: map[string]int64{}, terminal: map[string]int64{}, signals: make(chan *sdk.Suspension, 1024)}
+
+	// Workers live until the drain is over, not until ctx ends.
+	life, kill := context.WithCancel(context.WithoutCancel(ctx))
+	defer kill()
+	runCtx, stopRun := context.WithCancel(life)
+	defer stopRun()
+	var runs sync.WaitGroup
+	for i := 0; i < cfg.Workers; i++ {
+		w, err := sdk.Connect(life, c, sdk.WorkerConfig{WorkerID: "fabric-demo", Lanes: cfg.Lanes,
+			Concurrency: cfg.Concurrency, PromoteDelayed: cfg.PromoteInline, ResolveDependencies: cfg.ResolveInline,
+			ShutdownTimeout: 5 * time.Second, Logger: cfg.Logger})
+		if err != nil {
+			return wl.summary(start), err
+		}
+		wl.workers = append(wl.workers, w)
+		runs.Add(1)
+		go func() {
+			defer runs.Done()
+			if err := w.Run(runCtx, wl.handle); err != nil {
+				cfg.Logger.Warn("worker stopped", "error", err)
+			}
+		}()
+	}
+	defer func() {
+		for _, w := range wl.workers {
+			_ = w.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	var sig sync.WaitGroup
+	sig.Add(1)
+	go func() { defer sig.Done(); wl.deliverSignals(life) }()
+
+	submitCtx := ctx
+	if cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		submitCtx, cancel = context.WithTimeout(ctx, cfg.Duration)
+		defer cancel()
+	}
+	var subErr error
+	subDone := make(chan struct{})
+	go func() { defer close(subDone); subErr = wl.submit(submitCtx) }()
+
+	report := time.NewTicker(cfg.Report)
+	defer report.Stop()
+	var last sdk.Stats
+	lastExecs, lastAt := int64(0), time.Now()
+	tick := func(phase string) {
+		wl.sweep(life)
+		st := wl.stats()
+		now := time.Now()
+		dt := now.Sub(lastAt).Seconds()
+		wl.mu.Lock()
+		pend := len(wl.pending)
+		wl.mu.Unlock()
+		ex := wl.execs.Load()
+		fmt.Fprintf(out, "%s %6.1fs  created %6.0f/s  completed %6.0f/s  | totals: created %d completed %d retries %d suspended %d resumed %d delayed %d in-flight %d pending %d\n",
+			phase, now.Sub(start).Seconds(), float64(ex-lastExecs)/dt, float64(st.Completed-last.Completed)/dt,
+			ex, st.Completed, st.Retried, st.Suspended, st.Resumed, st.Delayed, st.InFlight, pend)
+		last, lastExecs, lastAt = st, ex, now
+	}
+running:
+	for {
+		select {
+		case <-subDone:
+			break running
+		case <-report.C:
+			tick("run  ")
+		}
+	}
+	if subErr != nil && !errors.Is(subErr, context.Canceled) && !errors.Is(subErr, context.DeadlineExceeded) {
+		cfg.Logger.Warn("submitting stopped", "error", subErr)
+	}
+	fmt.Fprintf(out, "demo: stopped submitting; draining %d executions (up to %s)\n", wl.pendingCount(), cfg.DrainTimeout)
+	deadline := time.NewTimer(cfg.DrainTimeout)
+	defer deadline.Stop()
+drain:
+	for wl.pendingCount() > 0 {
+		select {
+		case <-deadline.C:
+			break drain
+		case <-report.C:
+			tick("drain")
+		}
+	}
+	stopRun() // graceful: in-flight handlers finish, the rest is handed back
+	runs.Wait()
+	kill()
+	sig.Wait()
+	wl.sweep(context.WithoutCancel(ctx))
+	sum := wl.summary(start)
+	if sum.Unfinished > 0 {
+		wl.describePending(context.WithoutCancel(ctx), 5)
+		return sum, fmt.Errorf("demo: %d executions not terminal after the %s drain (none is leased)", sum.Unfinished, cfg.DrainTimeout)
+	}
+	return sum, nil
+}
+
+func (wl *workload) pendingCount() int {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	return len(wl.pending)
+}
+
+func (wl *workload) stats() sdk.Stats {
+	var s sdk.Stats
+	for _, w := range wl.workers {
+		x := w.Stats()
+		s.Claimed += x.Claimed
+		s.Reclaimed += x.Reclaimed
+		s.Resumed += x.Resumed
+		s.Completed += x.Completed
+		s.Failed += x.Failed
+		s.Retried += x.Retried
+		s.Delayed += x.Delayed
+		s.Suspended += x.Suspended
+		s.HandedBack += x.HandedBack
+		s.Lost += x.Lost
+		s.InFlight += x.InFlight
+	}
+	return s
+}
+
+func (wl *workload) summary(start time.Time) workloadSummary {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	s := workloadSummary{Submitted: map[string]int64{}, Terminal: map[string]int64{}, Executions: wl.execs.Load(),
+		Unfinished: len(wl.pending), Workers: wl.stats(), Elapsed: time.Since(start)}
+	for k, v := range wl.submitted {
+		s.Submitted[k] = v
+	}
+	for k, v := range wl.terminal {
+		s.Terminal[k] = v
+	}
+	return s
+}
+
+// sweep reads the public state of every pending execution (one pipelined
+// round trip) and retires the terminal ones.
+func (wl *workload) sweep(ctx context.Context) {
+	wl.mu.Lock()
+	ids := make([]model.ExecutionID, 0, len(wl.pending))
+	for id := range wl.pending {
+		ids = append(ids, id)
+	}
+	wl.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	raw := wl.c.Backend().Raw()
+	cmds := make([]valkeyCompleted, len(ids))
+	for i, id := range ids {
+		cmds[i] = raw.B().Hget().Key(model.KeysFor(id).Core()).Field("lifecycle_phase").Build()
+	}
+	phases := raw.DoMulti(ctx, cmds...)
+	var done []model.ExecutionID
+	for i, r := range phases {
+		if ph, err := r.ToString(); err == nil && ph == model.PhaseTerminal {
+			done = append(done, ids[i])
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	for i := range cmds[:len(done)] {
+		cmds[i] = raw.B().Hget().Key(model.KeysFor(done[i]).Core()).Field("public_state").Build()
+	}
+	states := raw.DoMulti(ctx, cmds[:len(done)]...)
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	for i, r := range states {
+		st, _ := r.ToString()
+		wl.terminal[st]++
+		delete(wl.pending, done[i])
+	}
+}
+
+// submit creates work items at the configured rate until ctx ends.
+func (wl *workload) submit(ctx context.Context) error {
+	if wl.cfg.Rate == 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	interval := time.Duration(float64(time.Second) / wl.cfg.Rate)
+	t := time.NewTicker(max(interval, time.Millisecond))
+	defer t.Stop()
+	perTick := max(1, int(wl.cfg.Rate*float64(max(interval, time.Millisecond))/float64(time.Second)))
+	for n := 0; ; {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		for i := 0; i < perTick && ctx.Err() == nil; i++ {
+			// An item is submitted whole or not at all: a flow cut in
+			// half by Ctrl-C would leave members waiting forever.
+			if err := wl.submitOne(context.WithoutCancel(ctx), n); err != nil {
+				return err
+			}
+			n++
+		}
+	}
+}
+
+func (wl *workload) pick() string {
+	total := 0
+	for _, w := range wl.cfg.Mix {
+		total += w
+	}
+	r := rand.IntN(total)
+	for _, k := range workKinds {
+		if r -= wl.cfg.Mix[k]; r < 0 {
+			return k
+		}
+	}
+	return kindImmediate
+}
+
+func (wl *workload) track(kind string, ids ...model.ExecutionID) {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	wl.submitted[kind]++
+	for _, id := range ids {
+		wl.pending[id] = struct{}{}
+	}
+	wl.execs.Add(int64(len(ids)))
+}
+
+func (wl *workload) submitOne(ctx context.Context, n int) error {
+	lane := wl.cfg.Lanes[n%len(wl.cfg.Lanes)]
+	kind := wl.pick()
+	spec := sdk.ExecutionSpec{Lane: lane, Kind: kind, Payload: []byte(fmt.Sprintf(`{"n":%d}`, n)), Priority: rand.IntN(10)}
+	switch kind {
+	case kindDelayed:
+		spec.Delay = time.Duration(100+rand.IntN(900)) * time.Millisecond
+	case kindRetry:
+		spec.Policy = &sdk.Policy{MaxRetries: 3, Backoff: sdk.ExponentialBackoff(50*time.Millisecond, time.Second, 2)}
+	case kindDAG:
+		return wl.submitDAG(ctx, lane, n)
+	}
+	id, err := wl.c.CreateExecution(ctx, spec)
+	if err != nil {
+		return err
+	}
+	wl.track(kind, id)
+	return nil
+}
+
+// submitDAG creates a diamond flow: root → (left, right) → join.
+func (wl *workload) submitDAG(ctx context.Context, lane string, n int) error {
+	f, err := wl.c.CreateFlow(ctx, "demo.diamond")
+	if err != nil {
+		return err
+	}
+	spec := func(step string) sdk.ExecutionSpec {
+		return sdk.ExecutionSpec{Lane: lane, Kind: kindDAG, Payload: []byte(fmt.Sprintf(`{"n":%d,"step":%q}`, n, step))}
+	}
+	var ids []model.ExecutionID
+	defer func() { wl.track(kindDAG, ids...) }()
+	root, err := f.Add(ctx, spec("root"))
+	if err != nil {
+		return err
+	}
+	ids = append(ids, root)
+	left, err := f.Add(ctx, spec("left"), root)
+	if err != nil {
+		return err
+	}
+	ids = append(ids, left)
+	right, err := f.Add(ctx, spec("right"), root)
+	if err != nil {
+		return err
+	}
+	ids = append(ids, right)
+	join, err := f.Add(ctx, spec("join"), left, right)
+	if err != nil {
+		return err
+	}
+	ids = append(ids, join)
+	return nil
+}
+
+// handle is the demo's handler: a little simulated work, then the
+// behaviour of the item's kind.
+func (wl *workload) handle(ctx context.Context, j *sdk.Job) error {
+	if d := time.Duration(rand.IntN(2000)) * time.Microsecond; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	switch j.Kind {
+	case kindRetry:
+		if j.Attempt < 2 {
+			return fmt.Errorf("simulated transient failure on attempt %d", j.Attempt)
+		}
+	case kindSuspend:
+		if j.AttemptType == "resumed" {
+			break
+		}
+		s, err := j.Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approve"}, Timeout: 5 * time.Minute})
+		if err != nil {
+			return err
+		}
+		if !s.AlreadySatisfied {
+			wl.signals <- s
+		}
+		return nil
+	}
+	j.SetResult([]byte(`{"ok":true}`))
+	return nil
+}
+
+// deliverSignals approves each suspended item after a short pause, like
+// an external system would, until ctx ends.
+func (wl *workload) deliverSignals(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-wl.signals:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t := time.NewTimer(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				if _, err := wl.c.DeliverSignal(ctx, s.ExecutionID, sdk.Signal{WaitpointID: s.WaitpointID, Token: s.Token,
+					Name: "approve", Payload: []byte(`{"approved":true}`)}); err != nil && ctx.Err() == nil {
+					wl.cfg.Logger.Warn("deliver signal failed", "execution_id", s.ExecutionID, "error", err)
+				}
+			}()
+		}
+	}
+}
+
+// describePending prints the state of up to n unfinished executions.
+func (wl *workload) describePending(ctx context.Context, n int) {
+	wl.mu.Lock()
+	var ids []model.ExecutionID
+	for id := range wl.pending {
+		if len(ids) == n {
+			break
+		}
+		ids = append(ids, id)
+	}
+	wl.mu.Unlock()
+	for _, id := range ids {
+		st, err := wl.c.State(ctx, id)
+		if err != nil {
+			fmt.Fprintf(wl.out, "demo: unfinished %s: %v\n", id, err)
+			continue
+		}
+		fmt.Fprintf(wl.out, "demo: unfinished %s kind=%s state=%s/%s/%s/%s/%s attempts=%d detail=%q\n", id, st.Kind,
+			st.LifecyclePhase, st.OwnershipState, st.EligibilityState, st.BlockingReason, st.AttemptState,
+			st.AttemptCount, st.Fields["blocking_detail"])
+	}
+}

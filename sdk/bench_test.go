@@ -1,0 +1,86 @@
+package sdk_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+// BenchmarkCreateClaimComplete measures end-to-end throughput: b.N
+// executions created by 4 producers over 4 lanes while workers (each with
+// concurrency 4) claim and complete them. It reports execs/s.
+//
+//	go test -run '^$' -bench CreateClaimComplete -benchtime 2000x ./sdk
+func BenchmarkCreateClaimComplete(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			tb := setup(b, 0)
+			tb.ctx = context.Background()
+			lanes := []string{"bench-a", "bench-b", "bench-c", "bench-d"}
+			var done atomic.Int64
+			all := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var wg sync.WaitGroup
+			for i := 0; i < workers; i++ {
+				w := tb.worker(b, sdk.WorkerConfig{WorkerID: "bench", Lanes: lanes, Concurrency: 4})
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = w.Run(ctx, func(context.Context, *sdk.Job) error {
+						if done.Add(1) == int64(b.N) {
+							close(all)
+						}
+						return nil
+					})
+				}()
+			}
+			b.ResetTimer()
+			start := time.Now()
+			var pwg sync.WaitGroup
+			for p := 0; p < 4; p++ {
+				pwg.Add(1)
+				go func() {
+					defer pwg.Done()
+					for i := p; i < b.N; i += 4 {
+						tb.create(b, sdk.ExecutionSpec{Lane: lanes[i%len(lanes)], Payload: []byte("x")})
+					}
+				}()
+			}
+			pwg.Wait()
+			select {
+			case <-all:
+			case <-time.After(time.Minute):
+				b.Fatalf("only %d of %d executions ran; %s", done.Load(), b.N, stuck(tb, lanes))
+			}
+			el := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/el.Seconds(), "execs/s")
+			cancel()
+			wg.Wait()
+		})
+	}
+}
+
+// stuck describes the executions left on the lanes' eligible sets.
+func stuck(tb *testBundle, lanes []string) string {
+	raw := tb.vc.Raw()
+	out := ""
+	for _, l := range lanes {
+		p := tb.c.Partitions().SoloPartition(l)
+		ids, _ := raw.Do(tb.ctx, raw.B().Zrange().Key(model.KeysOn(p).LaneEligible(l)).Min("0").Max("-1").Build()).AsStrSlice()
+		out += fmt.Sprintf("%s: %d eligible; ", l, len(ids))
+		if len(ids) > 0 {
+			m, _ := tb.vc.ExecutionCore(tb.ctx, model.ExecutionID(ids[0]))
+			g, _ := raw.Do(tb.ctx, raw.B().Hgetall().Key(model.KeysFor(model.ExecutionID(ids[0])).ClaimGrant()).Build()).AsStrMap()
+			out += fmt.Sprintf("first %v grant %v; ", m, g)
+		}
+	}
+	return out
+}

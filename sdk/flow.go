@@ -1,0 +1,162 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
+)
+
+// dependentHold is how long a flow member with parents is created
+// delayed, so no worker claims it in the gap before its dependency edges
+// are applied (applying flips it to blocked_by_dependencies, and
+// satisfaction makes it eligible; the stale delayed entry is dropped by
+// the promoter). See Flow.Add.
+const dependentHold = 24 * time.Hour
+
+// Flow is a DAG of executions sharing one partition. Create it with
+// Client.CreateFlow. Its methods are safe for concurrent use, but edges
+// are staged under optimistic concurrency: concurrent builders retry.
+type Flow struct {
+	// ID is the flow id.
+	ID model.UUID
+	c  *Client
+}
+
+// errFlowPartitions reports a backend client routing flows with another
+// partition count than the deployment's.
+func (c *Client) checkFlowRouting() error {
+	if c.vc.Partitions().Flow != c.parts.Flow {
+		return fmt.Errorf("sdk: backend client routes flows over %d partitions but ff:config:partitions says %d; dial it with the deployment's PartitionConfig",
+			c.vc.Partitions().Flow, c.parts.Flow)
+	}
+	return nil
+}
+
+// CreateFlow creates an empty flow (ff_create_flow) of the given kind.
+func (c *Client) CreateFlow(ctx context.Context, kind string) (*Flow, error) {
+	if err := c.checkFlowRouting(); err != nil {
+		return nil, err
+	}
+	id := model.NewUUID()
+	if _, err := c.vc.CreateFlow(ctx, id, kind, c.ns, c.clock().UnixMilli()); err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
+	return &Flow{ID: id, c: c}, nil
+}
+
+// Add creates an execution as a member of the flow that runs only after
+// every execution in after completed successfully (FlowFabric's
+// success_only all-of edges); a failed parent skips it. spec.ID must be
+// empty: the id is minted on the flow's partition.
+//
+// A member with parents is created delayed and then blocked by its
+// dependencies, so no worker can claim it before its edges exist.
+func (f *Flow) Add(ctx context.Context, spec ExecutionSpec, after ...model.ExecutionID) (model.ExecutionID, error) {
+	if spec.ID != "" {
+		return "", invalid("id", "flow members are minted on the flow's partition; leave ID empty")
+	}
+	if spec.Delay > 0 && len(after) > 0 {
+		return "", invalid("delay", "a member with parents cannot also be delayed")
+	}
+	p := f.c.parts.FlowPartition(f.ID)
+	for _, a := range after {
+		if _, err := model.ParseExecutionID(string(a)); err != nil || a.Partition() != p {
+			return "", invalid("after", "%s is not an execution of flow %s", a, f.ID)
+		}
+	}
+	spec.ID = f.c.parts.NewFlowExecutionID(f.ID)
+	if len(after) > 0 {
+		spec.Delay = dependentHold
+	}
+	id, err := f.c.CreateExecution(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	now := f.c.clock().UnixMilli()
+	if _, _, err := f.c.vc.AddExecutionToFlow(ctx, f.ID, id, now); err != nil {
+		return id, fmt.Errorf("sdk: %w", err)
+	}
+	for _, parent := range after {
+		if err := f.edge(ctx, parent, id); err != nil {
+			return id, err
+		}
+	}
+	return id, nil
+}
+
+// edge stages parent → child at the current graph revision (retrying on
+// stale_graph_revision) and applies it to the child.
+func (f *Flow) edge(ctx context.Context, parent, child model.ExecutionID) error {
+	raw := f.c.vc.Raw()
+	fk := model.FlowKeysFor(f.c.parts.FlowPartition(f.ID), f.ID)
+	ep := &valkey.EdgeParams{Flow: f.ID, EdgeID: model.NewUUID(), Upstream: parent, Downstream: child}
+	for try := 0; ; try++ {
+		rev, err := raw.Do(ctx, raw.B().Hget().Key(fk.Core()).Field("graph_revision").Build()).AsInt64()
+		if err != nil {
+			return fmt.Errorf("sdk: read graph revision of flow %s: %w", f.ID, err)
+		}
+		ep.GraphRevision, ep.NowMs = rev, f.c.clock().UnixMilli()
+		newRev, err := f.c.vc.StageDependencyEdge(ctx, ep)
+		if valkey.CodeOf(err) == "stale_graph_revision" && try < 10 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sdk: %w", err)
+		}
+		ep.GraphRevision = newRev
+		break
+	}
+	if _, _, err := f.c.vc.ApplyDependencyToChild(ctx, ep); err != nil {
+		return fmt.Errorf("sdk: %w", err)
+	}
+	// The parent may have finished before the edge existed: its
+	// completion then resolved nothing. Resolve the edge now, as the
+	// engine's dependency reconciler would later (idempotent).
+	vals, err := raw.Do(ctx, raw.B().Hmget().Key(model.KeysFor(parent).Core()).
+		Field("lifecycle_phase", "terminal_outcome").Build()).ToArray()
+	if err != nil || len(vals) != 2 {
+		return fmt.Errorf("sdk: read parent %s: %w", parent, err)
+	}
+	if phase, _ := vals[0].ToString(); phase != model.PhaseTerminal {
+		return nil
+	}
+	outcome, _ := vals[1].ToString()
+	if _, err := f.c.vc.ResolveDependency(ctx, &valkey.ResolveDependencyParams{Flow: f.ID, EdgeID: ep.EdgeID.String(),
+		Upstream: parent, Downstream: child, UpstreamOutcome: outcome, NowMs: f.c.clock().UnixMilli()}); err != nil {
+		return fmt.Errorf("sdk: %w", err)
+	}
+	return nil
+}
+
+// CancelFlow cancels a flow and every member that is not terminal yet
+// (ff_cancel_flow with cancel_all, then ff_cancel_execution per member
+// and ff_ack_cancel_member), as FlowFabric's server does synchronously.
+func (c *Client) CancelFlow(ctx context.Context, flow model.UUID, reason string) error {
+	if err := c.checkFlowRouting(); err != nil {
+		return err
+	}
+	res, err := c.vc.CancelFlow(ctx, flow, reason, "cancel_all", valkey.DefaultCancelFlowGraceMs, c.clock().UnixMilli())
+	if err != nil {
+		return fmt.Errorf("sdk: %w", err)
+	}
+	var errs []error
+	for _, m := range res.Members {
+		_, err := c.vc.CancelExecution(ctx, &valkey.CancelExecutionParams{ExecutionID: m, Reason: reason,
+			Source: valkey.SourceOperatorOverride})
+		if err != nil && !errors.Is(err, valkey.CodeExecutionNotActive) && !errors.Is(err, valkey.CodeExecutionNotFound) {
+			errs = append(errs, err)
+			continue
+		}
+		if err := c.vc.AckCancelMember(ctx, flow, m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("sdk: cancel flow %s: %w", flow, errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,238 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
+)
+
+// ErrLeaseLost is the cause of a lease context cancelled because a
+// renewal found the lease gone (stale_lease, lease_expired,
+// lease_revoked or the execution no longer active). The wrapped error
+// carries the library's code.
+var ErrLeaseLost = errors.New("sdk: lease lost")
+
+// ErrLeaseFinished is the cause of a lease context ended by the lease's
+// own Complete, Fail, Delay or Suspend, and the error those return when
+// called a second time.
+var ErrLeaseFinished = errors.New("sdk: lease already finished")
+
+// Lease is a claimed execution: its inputs, its fence and the calls
+// that end it. It renews itself in the background at 2/3 of the lease
+// TTL until it is finished or lost. Exactly one of Complete, Fail, Delay
+// or Suspend should end it.
+type Lease struct {
+	w *Worker
+
+	// ID, Lane, Kind and Namespace identify the execution.
+	ID        model.ExecutionID
+	Lane      string
+	Kind      string
+	Namespace string
+	// Payload is the execution's input.
+	Payload []byte
+	// AttemptIndex counts attempts from 0; AttemptType is initial, retry,
+	// replay, reclaim or resumed.
+	AttemptIndex int
+	AttemptType  string
+
+	flow      string
+	fence     valkey.LeaseFence
+	expiresAt atomic.Int64
+
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	renewDone chan struct{}
+
+	mu       sync.Mutex
+	finished bool
+	run      bool // owned by Run (guarded by w.mu)
+}
+
+func (w *Worker) newLease(id model.ExecutionID, lane string, ji *jobInfo, cr *valkey.ClaimResult) *Lease {
+	l := &Lease{w: w, ID: id, Lane: lane, Kind: ji.kind, Namespace: ji.namespace, Payload: []byte(ji.payload),
+		flow: ji.flow, AttemptIndex: cr.AttemptIndex, AttemptType: cr.AttemptType, fence: cr.Fence(), renewDone: make(chan struct{})}
+	l.expiresAt.Store(cr.ExpiresAt)
+	switch cr.AttemptType {
+	case "reclaim":
+		w.stats.reclaimed.Add(1)
+	case "resumed":
+		w.stats.resumed.Add(1)
+	default:
+		w.stats.claimed.Add(1)
+	}
+	l.ctx, l.cancel = context.WithCancelCause(w.life)
+	w.mu.Lock()
+	w.leases[l] = struct{}{}
+	w.mu.Unlock()
+	w.bg.Add(1)
+	go l.renewLoop()
+	return l
+}
+
+// Context is cancelled when the lease is finished, lost (cause wraps
+// ErrLeaseLost) or the worker dies. Handlers should stop work when it
+// ends: the lease can no longer be used.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Fence returns the lease's fence (lease id, epoch, attempt id).
+func (l *Lease) Fence() valkey.LeaseFence { return l.fence }
+
+// ExpiresAt returns the server expiry of the lease as last renewed.
+func (l *Lease) ExpiresAt() time.Time { return time.UnixMilli(l.expiresAt.Load()) }
+
+// leaseGone reports renewal errors that mean the lease cannot come back.
+func leaseGone(err error) bool {
+	switch valkey.CodeOf(err) {
+	case valkey.CodeStaleLease, valkey.CodeLeaseExpired, valkey.CodeLeaseRevoked,
+		valkey.CodeExecutionNotActive, valkey.CodeNoActiveLease, valkey.CodeExecutionNotFound:
+		return true
+	}
+	return false
+}
+
+// renewLoop renews at 2/3 of the TTL; a transient failure is retried
+// every TTL/10 until the lease would have expired.
+func (l *Lease) renewLoop() {
+	defer l.w.bg.Done()
+	defer close(l.renewDone)
+	ttl := l.w.cfg.LeaseTTL
+	t := time.NewTimer(ttl * 2 / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := l.Renew(l.ctx)
+		switch {
+		case err == nil:
+			t.Reset(ttl * 2 / 3)
+		case l.ctx.Err() != nil:
+			return
+		case leaseGone(err):
+			l.w.log.Warn("lease lost", "execution_id", l.ID, "error", err)
+			l.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+			return
+		default:
+			l.w.log.Warn("lease renewal failed; retrying", "execution_id", l.ID, "error", err)
+			t.Reset(ttl / 10)
+		}
+	}
+}
+
+// Renew extends the lease to now+TTL (ff_renew_lease). The background
+// loop calls it; calling it directly is only needed by code that blocks
+// the loop's schedule (it never does by itself).
+func (l *Lease) Renew(ctx context.Context) error {
+	exp, err := l.w.vc.RenewLease(ctx, &valkey.RenewLeaseParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex,
+		AttemptID: l.fence.AttemptID, LeaseID: l.fence.LeaseID, LeaseEpoch: l.fence.LeaseEpoch,
+		LeaseTTLMs: l.w.cfg.LeaseTTL.Milliseconds(), HistoryGraceMs: 5000})
+	if err != nil {
+		return fmt.Errorf("sdk: renew %s: %w", l.ID, err)
+	}
+	l.expiresAt.Store(exp)
+	return nil
+}
+
+// lose ends the lease after a renewal found it gone.
+func (l *Lease) lose(cause error) {
+	l.mu.Lock()
+	l.finished = true
+	l.mu.Unlock()
+	l.cancel(cause)
+	l.forget()
+}
+
+func (l *Lease) forget() {
+	l.w.mu.Lock()
+	delete(l.w.leases, l)
+	l.w.mu.Unlock()
+}
+
+// begin marks the lease finished for a terminal call; a second call
+// gets ErrLeaseFinished (or the loss cause).
+func (l *Lease) begin() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.finished {
+		if c := context.Cause(l.ctx); c != nil && !errors.Is(c, ErrLeaseFinished) {
+			return c
+		}
+		return ErrLeaseFinished
+	}
+	l.finished = true
+	return nil
+}
+
+// end stops renewal after the lease was handed to the server.
+func (l *Lease) end() {
+	l.cancel(ErrLeaseFinished)
+	<-l.renewDone
+	l.forget()
+}
+
+// finishCall runs a lease-ending call: it stops renewal first (so no
+// renew races the release), retries transport failures up to 3 times,
+// and treats an execution_not_active reply that shows this very lease's
+// epoch and attempt with the expected outcome as success (the replay of
+// a call whose reply was lost), as FlowFabric's SDK does.
+func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call func(context.Context) error) error {
+	if err := l.begin(); err != nil {
+		return err
+	}
+	defer l.end()
+	var err error
+	for try := 0; try < 3; try++ {
+		if err = call(ctx); err == nil {
+			return nil
+		}
+		if valkey.CodeOf(err) != "" || ctx.Err() != nil {
+			break
+		}
+	}
+	var le *valkey.LuaError
+	if errors.As(err, &le) && le.Code == valkey.CodeExecutionNotActive && outcome != "" &&
+		le.Detail(0) == outcome && le.Detail(1) == strconv.FormatUint(l.fence.LeaseEpoch, 10) &&
+		le.Detail(3) == l.fence.AttemptID {
+		return nil
+	}
+	return fmt.Errorf("sdk: %s %s: %w", op, l.ID, err)
+}
+
+// Complete ends the attempt successfully (ff_complete_execution) and
+// stores result when non-empty.
+func (l *Lease) Complete(ctx context.Context, result []byte) error {
+	err := l.finishCall(ctx, "complete", model.OutcomeSuccess, func(ctx context.Context) error {
+		return l.w.vc.CompleteExecution(ctx, &valkey.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.fence,
+			Result: string(result)})
+	})
+	if err == nil {
+		l.cascade(ctx)
+	}
+	return err
+}
+
+// cascade resolves a terminal flow member's outgoing edges when the
+// worker is configured to (WorkerConfig.ResolveDependencies). Best
+// effort: the engine's dependency reconciler is the safety net.
+func (l *Lease) cascade(ctx context.Context) {
+	if !l.w.cfg.ResolveDependencies || l.flow == "" {
+		return
+	}
+	flow, err := model.ParseUUID(l.flow)
+	if err != nil {
+		return
+	}
+	if _, err := l.w.vc.CascadeCompletion(ctx, flow, l.ID, l.w.cfg.Clock().UnixMilli()); err != nil {
+		l.w.log.Warn("resolve dependencies failed", "execution_id", l.ID, "flow_id", l.flow, "error", err)
+	}
+}

@@ -1,0 +1,256 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
+)
+
+func newID() string { return model.NewUUID().String() }
+
+// SuspendSpec describes what a suspended execution waits for.
+type SuspendSpec struct {
+	// Signals are the signal names that resume the execution; empty
+	// means any signal.
+	Signals []string
+	// MatchAll requires every name in Signals (default: any one).
+	MatchAll bool
+	// Timeout ends the suspension after this long (0: never).
+	Timeout time.Duration
+	// TimeoutBehavior is fail (default), cancel, expire or
+	// auto_resume_with_timeout_signal.
+	TimeoutBehavior string
+	// WaitpointKey is the waitpoint's external key (a random one when
+	// empty).
+	WaitpointKey string
+	// Reason is the suspension's reason code (waiting_for_signal when
+	// empty).
+	Reason string
+}
+
+func (s *SuspendSpec) validate() error {
+	if s.Timeout < 0 {
+		return invalid("suspend.timeout", "must not be negative (got %s)", s.Timeout)
+	}
+	switch s.TimeoutBehavior {
+	case "", "fail", "cancel", "expire", "auto_resume_with_timeout_signal":
+	default:
+		return invalid("suspend.timeout_behavior", "unknown behavior %q", s.TimeoutBehavior)
+	}
+	for _, n := range s.Signals {
+		if n == "" {
+			return invalid("suspend.signals", "signal names must not be empty")
+		}
+	}
+	return nil
+}
+
+// conditionJSON renders the single-waitpoint resume condition
+// FlowFabric's backend sends (signal_set, any/all).
+func (s *SuspendSpec) conditionJSON() string {
+	names := append([]string{}, s.Signals...)
+	mode := "any"
+	if s.MatchAll && len(names) > 0 {
+		mode = "all"
+	}
+	b, _ := json.Marshal(map[string]any{"condition_type": "signal_set", "required_signal_names": names,
+		"signal_match_mode": mode, "minimum_signal_count": 1, "timeout_behavior": s.behavior(),
+		"allow_operator_override": true})
+	return string(b)
+}
+
+func (s *SuspendSpec) behavior() string {
+	if s.TimeoutBehavior == "" {
+		return "fail"
+	}
+	return s.TimeoutBehavior
+}
+
+// Suspension is a suspended execution's waitpoint: deliver signals to it
+// with Client.DeliverSignal, authenticated by Token.
+type Suspension struct {
+	// ExecutionID is the suspended execution; SuspensionID its
+	// suspension record; WaitpointID, WaitpointKey and Token address and
+	// authenticate its waitpoint.
+	ExecutionID  model.ExecutionID
+	SuspensionID string
+	WaitpointID  string
+	WaitpointKey string
+	Token        string
+	// AlreadySatisfied: signals buffered earlier already satisfy the
+	// condition; the lease is kept and the execution is still active.
+	AlreadySatisfied bool
+}
+
+// Suspend releases the lease and parks the execution until its resume
+// condition is satisfied (ff_suspend_execution). When it is resumed a
+// worker claims it again (AttemptType "resumed", same attempt). Unless
+// the result says AlreadySatisfied, the lease is finished.
+func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	if err := l.begin(); err != nil {
+		return nil, err
+	}
+	p := &valkey.SuspendParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex, Fence: l.fence,
+		SuspensionID: newID(), WaitpointID: newID(), WaitpointKey: spec.WaitpointKey,
+		ReasonCode: spec.Reason, RequestedBy: "worker", ResumeConditionJSON: spec.conditionJSON(),
+		ResumePolicyJSON: "{}", TimeoutBehavior: spec.behavior(), Lane: l.Lane,
+		WorkerInstanceID: l.w.cfg.InstanceID}
+	if p.WaitpointKey == "" {
+		p.WaitpointKey = "wpk:" + newID()
+	}
+	if p.ReasonCode == "" {
+		p.ReasonCode = "waiting_for_signal"
+	}
+	if spec.Timeout > 0 {
+		p.TimeoutAt = l.w.cfg.Clock().Add(spec.Timeout).UnixMilli()
+	}
+	res, err := l.w.vc.SuspendExecution(ctx, p)
+	if err == nil && res.AlreadySatisfied {
+		l.mu.Lock()
+		l.finished = false
+		l.mu.Unlock()
+	} else {
+		l.end()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sdk: suspend %s: %w", l.ID, err)
+	}
+	if !res.AlreadySatisfied {
+		l.w.stats.suspended.Add(1)
+	}
+	return &Suspension{ExecutionID: l.ID, SuspensionID: res.SuspensionID, WaitpointID: res.Waitpoint.WaitpointID,
+		WaitpointKey: res.Waitpoint.WaitpointKey, Token: res.Waitpoint.Token, AlreadySatisfied: res.AlreadySatisfied}, nil
+}
+
+// Suspend suspends the job (see Lease.Suspend). After a successful
+// suspend the handler's return value is ignored.
+func (j *Job) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, error) {
+	return j.lease.Suspend(ctx, spec)
+}
+
+// Frame is one output frame of an attempt stream.
+type Frame struct {
+	// Type is the frame type (e.g. "log", "progress", "token").
+	Type string
+	// Payload is the frame body.
+	Payload []byte
+	// CorrelationID optionally links frames.
+	CorrelationID string
+}
+
+// AppendFrame appends an output frame to the attempt's durable stream
+// (ff_append_frame) and returns its stream entry id.
+func (l *Lease) AppendFrame(ctx context.Context, f Frame) (string, error) {
+	if f.Type == "" {
+		return "", invalid("frame.type", "must not be empty")
+	}
+	if len(f.Payload) > valkey.DefaultMaxFramePayloadBytes {
+		return "", invalid("frame.payload", "%d bytes exceed %d", len(f.Payload), valkey.DefaultMaxFramePayloadBytes)
+	}
+	res, err := l.w.vc.AppendFrame(ctx, &valkey.AppendFrameParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex,
+		Fence: l.fence, FrameType: f.Type, Payload: string(f.Payload), CorrelationID: f.CorrelationID,
+		RetentionMaxLen: valkey.DefaultRetentionMaxLen})
+	if err != nil {
+		return "", fmt.Errorf("sdk: append frame to %s: %w", l.ID, err)
+	}
+	return res.EntryID, nil
+}
+
+// AppendFrame appends an output frame (see Lease.AppendFrame).
+func (j *Job) AppendFrame(ctx context.Context, f Frame) (string, error) {
+	return j.lease.AppendFrame(ctx, f)
+}
+
+// Signal is a signal delivered to a suspended execution's waitpoint.
+type Signal struct {
+	// WaitpointID and Token come from the Suspension.
+	WaitpointID string
+	Token       string
+	// Name is matched against the resume condition's names.
+	Name    string
+	Payload []byte
+	// Source identifies the sender (source_type "sdk" when empty).
+	Source string
+	// IdempotencyKey deduplicates deliveries per waitpoint.
+	IdempotencyKey string
+}
+
+// SignalResult is what a delivery did.
+type SignalResult struct {
+	// SignalID is the accepted signal (or the first one under a repeated
+	// idempotency key).
+	SignalID string
+	// Effect is resume_condition_satisfied, appended_to_waitpoint, ...
+	Effect string
+	// Duplicate reports a repeat of an idempotency key.
+	Duplicate bool
+	// Resumed reports that the signal satisfied the condition.
+	Resumed bool
+}
+
+// DeliverSignal delivers an authenticated signal (ff_deliver_signal); a
+// signal that satisfies the resume condition makes the execution
+// claimable again.
+func (c *Client) DeliverSignal(ctx context.Context, id model.ExecutionID, s Signal) (*SignalResult, error) {
+	if _, err := model.ParseExecutionID(string(id)); err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	if s.WaitpointID == "" || s.Token == "" || s.Name == "" {
+		return nil, invalid("signal", "waitpoint id, token and name are required")
+	}
+	src := s.Source
+	if src == "" {
+		src = c.who
+	}
+	payload := string(s.Payload)
+	if payload == "" {
+		payload = "{}"
+	}
+	r, err := c.vc.DeliverSignal(ctx, &valkey.SignalParams{SignalID: newID(), ExecutionID: id,
+		WaitpointID: s.WaitpointID, SignalName: s.Name, SignalCategory: "external", SourceType: "sdk",
+		SourceIdentity: src, Payload: payload, IdempotencyKey: s.IdempotencyKey, WaitpointToken: s.Token})
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
+	return &SignalResult{SignalID: r.SignalID, Effect: r.Effect, Duplicate: r.Duplicate,
+		Resumed: r.Effect == "resume_condition_satisfied"}, nil
+}
+
+// StreamFrame is a frame read back from an attempt stream.
+type StreamFrame struct {
+	// ID is the stream entry id.
+	ID string
+	// Fields are the entry's fields (frame_type, payload, ...).
+	Fields map[string]string
+}
+
+// ReadAttemptStream reads up to count frames (1..10000) of an attempt's
+// stream, after entry id after ("" = from the start). closed reports a
+// stream whose attempt ended.
+func (c *Client) ReadAttemptStream(ctx context.Context, id model.ExecutionID, attempt int, after string, count int) (frames []StreamFrame, closed bool, err error) {
+	if _, err := model.ParseExecutionID(string(id)); err != nil {
+		return nil, false, invalid("id", "%v", err)
+	}
+	if attempt < 0 || count < 1 || count > 10000 {
+		return nil, false, invalid("stream", "attempt must be >= 0 and count in 1..10000")
+	}
+	from := "-"
+	if after != "" {
+		from = "(" + after
+	}
+	s, err := c.vc.ReadAttemptStream(ctx, id, attempt, from, "+", count, "")
+	if err != nil {
+		return nil, false, fmt.Errorf("sdk: %w", err)
+	}
+	for _, f := range s.Frames {
+		frames = append(frames, StreamFrame{ID: f.ID, Fields: f.Fields})
+	}
+	return frames, s.ClosedAt != "", nil
+}

@@ -1,0 +1,594 @@
+package sdk
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
+)
+
+// Worker defaults.
+const (
+	// DefaultLeaseTTL is the lease lifetime (FlowFabric's worker default).
+	DefaultLeaseTTL = 30 * time.Second
+	// GrantTTL is the claim-grant lifetime the SDK asks for (5000 ms).
+	GrantTTL = 5 * time.Second
+	// PartitionScanChunk is how many partitions one ClaimNext round reads.
+	PartitionScanChunk = 32
+	// DefaultIdlePollMin and DefaultIdlePollMax bound Run's idle backoff.
+	DefaultIdlePollMin = 10 * time.Millisecond
+	DefaultIdlePollMax = 500 * time.Millisecond
+	// DefaultShutdownTimeout is how long Run lets in-flight handlers
+	// finish after its context ends.
+	DefaultShutdownTimeout = 10 * time.Second
+	// stickyRounds bounds how many consecutive rounds ClaimNext re-reads
+	// a window that produced work before moving on (fairness across
+	// partitions).
+	stickyRounds = 16
+)
+
+// WorkerConfig configures a Worker. WorkerID and Lanes are required.
+type WorkerConfig struct {
+	// WorkerID names the worker (shared by its instances).
+	WorkerID string
+	// InstanceID identifies this process; empty mints WorkerID-<uuid>.
+	// Two live processes must not share one.
+	InstanceID string
+	// Namespace scopes the worker registry (DefaultNamespace when empty).
+	Namespace string
+	// Lanes are the lanes the worker claims from.
+	Lanes []string
+	// Capabilities are advertised and matched against executions'
+	// required capabilities.
+	Capabilities []string
+	// LeaseTTL is the lease lifetime (DefaultLeaseTTL when 0, at least
+	// 100ms). Leases renew at 2/3 of it; the registry TTL is twice it.
+	LeaseTTL time.Duration
+	// Concurrency is how many handlers Run executes at once (1 when 0).
+	Concurrency int
+	// IdlePollMin and IdlePollMax bound Run's backoff when no work is
+	// found (10ms and 500ms when 0); a claim resets it.
+	IdlePollMin, IdlePollMax time.Duration
+	// ShutdownTimeout is how long Run waits for in-flight handlers after
+	// its context ends before handing their leases back
+	// (DefaultShutdownTimeout when 0).
+	ShutdownTimeout time.Duration
+	// DisableReclaim stops ClaimNext from taking over expired or revoked
+	// leases (ff_issue_reclaim_grant + ff_reclaim_execution).
+	DisableReclaim bool
+	// PromoteDelayed makes ClaimNext also promote due delayed executions
+	// of its lanes (ff_promote_delayed), for deployments that run
+	// without the delayed-promoter scanner. Off by default: the scanner
+	// owns this.
+	PromoteDelayed bool
+	// ResolveDependencies makes the worker resolve a flow member's
+	// outgoing edges itself after ending it terminally (what the
+	// engine's completion listener does on ff:dag:completions), for
+	// deployments without the engine. Resolution is idempotent, so
+	// running both is safe.
+	ResolveDependencies bool
+	// Clock is the worker's time source (time.Now when nil).
+	Clock func() time.Time
+	// Logger receives worker logs (slog.Default() when nil).
+	Logger *slog.Logger
+}
+
+func (c *WorkerConfig) fill() error {
+	if c.WorkerID == "" {
+		return invalid("WorkerConfig.WorkerID", "is required")
+	}
+	if len(c.Lanes) == 0 {
+		return invalid("WorkerConfig.Lanes", "at least one lane is required")
+	}
+	for _, l := range c.Lanes {
+		if err := ValidateLane(l); err != nil {
+			return err
+		}
+	}
+	if err := validateCapabilities("WorkerConfig.Capabilities", c.Capabilities); err != nil {
+		return err
+	}
+	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < 100*time.Millisecond) {
+		return invalid("WorkerConfig.LeaseTTL", "must be 0 (default) or at least 100ms (got %s)", c.LeaseTTL)
+	}
+	if c.Concurrency < 0 {
+		return invalid("WorkerConfig.Concurrency", "must not be negative (got %d)", c.Concurrency)
+	}
+	if c.IdlePollMin < 0 || c.IdlePollMax < 0 || c.ShutdownTimeout < 0 {
+		return invalid("WorkerConfig", "durations must not be negative")
+	}
+	c.InstanceID = cmp.Or(c.InstanceID, c.WorkerID+"-"+model.NewUUID().String())
+	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.Concurrency = cmp.Or(c.Concurrency, 1)
+	c.IdlePollMin = cmp.Or(c.IdlePollMin, DefaultIdlePollMin)
+	c.IdlePollMax = max(cmp.Or(c.IdlePollMax, DefaultIdlePollMax), c.IdlePollMin)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// ErrDuplicateInstance is returned by Connect when another live process
+// holds the worker instance id's alive key.
+var ErrDuplicateInstance = errors.New("sdk: worker instance id already registered by a live process")
+
+// Worker claims and processes executions. Create it with Connect; use
+// Run for the handler loop, or ClaimNext for manual control. It is safe
+// for concurrent use.
+type Worker struct {
+	vc      *valkey.Client
+	cfg     WorkerConfig
+	parts   model.PartitionConfig
+	caps    []string
+	capsCSV string
+	capSet  map[string]bool
+	log     *slog.Logger
+
+	life       context.Context // cancelled = killed: no cleanup
+	lifeCancel context.CancelFunc
+	bg         sync.WaitGroup // heartbeat + renewals
+
+	cursor atomic.Uint64
+	sticky atomic.Int32
+	laneRR atomic.Uint64
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+	closed bool
+
+	stats stats
+}
+
+// Connect validates cfg, reads the deployment's partition config
+// (defaults with a warning when absent), registers the worker instance
+// (ff_register_worker: alive key, caps hash, workers index) and starts
+// its heartbeat.
+//
+// ctx bounds the worker's whole life: when it ends, heartbeats and lease
+// renewals stop at once and nothing is handed back — to the server this
+// is a crash, and the leases expire. Call Close for a graceful stop.
+func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker, error) {
+	if vc == nil {
+		return nil, invalid("backend", "a *valkey.Client is required")
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	parts, err := readPartitions(ctx, vc, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{vc: vc, cfg: cfg, parts: parts, log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
+		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{}}
+	for _, c := range cfg.Capabilities {
+		w.capSet[c] = true
+	}
+	w.caps = append([]string(nil), cfg.Capabilities...)
+	w.cursor.Store(fnv1a(cfg.InstanceID) % uint64(parts.Flow))
+	// Check before registering so a duplicate does not overwrite the live
+	// instance's registration; the register reply re-checks atomically.
+	raw := vc.Raw()
+	alive := model.WorkerAliveKey(cfg.Namespace, cfg.InstanceID)
+	if n, err := raw.Do(ctx, raw.B().Exists().Key(alive).Build()).AsInt64(); err != nil {
+		return nil, fmt.Errorf("sdk: check alive key: %w", err)
+	} else if n > 0 {
+		return nil, fmt.Errorf("%w: %s (alive key %s exists; wait %s or pick another id)",
+			ErrDuplicateInstance, cfg.InstanceID, alive, w.registryTTL())
+	}
+	status, err := vc.RegisterWorker(ctx, w.registerParams())
+	if err != nil {
+		return nil, fmt.Errorf("sdk: register worker: %w", err)
+	}
+	if status != valkey.WorkerRegistered {
+		return nil, fmt.Errorf("%w: %s (alive key %s exists; wait %s or pick another id)",
+			ErrDuplicateInstance, cfg.InstanceID, model.WorkerAliveKey(cfg.Namespace, cfg.InstanceID), w.registryTTL())
+	}
+	w.life, w.lifeCancel = context.WithCancel(ctx)
+	w.bg.Add(1)
+	go w.heartbeat()
+	w.log.Info("worker connected", "worker_id", cfg.WorkerID, "lanes", cfg.Lanes, "caps", w.capsCSV,
+		"flow_partitions", parts.Flow)
+	return w, nil
+}
+
+// fnv1a is FNV-1a 64 (FlowFabric's scan-start hash, §2.7).
+func fnv1a(s string) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 0x100000001b3
+	}
+	return h
+}
+
+func (w *Worker) registryTTL() time.Duration { return max(2*w.cfg.LeaseTTL, time.Second) }
+
+func (w *Worker) registerParams() *valkey.RegisterWorkerParams {
+	return &valkey.RegisterWorkerParams{Namespace: w.cfg.Namespace, InstanceID: w.cfg.InstanceID,
+		WorkerID: w.cfg.WorkerID, Lanes: w.cfg.Lanes, Capabilities: w.cfg.Capabilities,
+		TTLMs: w.registryTTL().Milliseconds(), NowMs: w.cfg.Clock().UnixMilli()}
+}
+
+// InstanceID returns the worker instance id.
+func (w *Worker) InstanceID() string { return w.cfg.InstanceID }
+
+// Partitions returns the partition config the worker scans.
+func (w *Worker) Partitions() model.PartitionConfig { return w.parts }
+
+// heartbeat refreshes the registration every third of the registry TTL
+// and re-registers when the server forgot the instance.
+func (w *Worker) heartbeat() {
+	defer w.bg.Done()
+	t := time.NewTicker(w.registryTTL() / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.life.Done():
+			return
+		case <-t.C:
+		}
+		res, err := w.vc.HeartbeatWorker(w.life, w.cfg.Namespace, w.cfg.InstanceID, w.cfg.Clock().UnixMilli())
+		switch {
+		case err != nil:
+			if w.life.Err() == nil {
+				w.log.Warn("worker heartbeat failed", "error", err)
+			}
+		case !res.Registered:
+			if _, err := w.vc.RegisterWorker(w.life, w.registerParams()); err != nil && w.life.Err() == nil {
+				w.log.Warn("worker re-register failed", "error", err)
+			}
+		}
+	}
+}
+
+// ErrWorkerClosed is returned by ClaimNext and Run after Close.
+var ErrWorkerClosed = errors.New("sdk: worker closed")
+
+// Close stops the worker gracefully: leases still held (from ClaimNext
+// callers that did not finish them) are handed back, background work
+// stops, and the alive key is deleted so the instance id can be reused
+// at once. ctx bounds the hand-back calls. Close is idempotent.
+func (w *Worker) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	held := make([]*Lease, 0, len(w.leases))
+	for l := range w.leases {
+		held = append(held, l)
+	}
+	w.mu.Unlock()
+	var errs []error
+	if w.life.Err() == nil {
+		for _, l := range held {
+			if err := l.handBack(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		raw := w.vc.Raw()
+		if err := raw.Do(ctx, raw.B().Del().Key(model.WorkerAliveKey(w.cfg.Namespace, w.cfg.InstanceID)).Build()).Error(); err != nil {
+			errs = append(errs, fmt.Errorf("sdk: delete alive key: %w", err))
+		}
+	}
+	w.lifeCancel()
+	w.bg.Wait()
+	return errors.Join(errs...)
+}
+
+func (w *Worker) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// candidate is one execution a scan round found.
+type candidate struct {
+	id      model.ExecutionID
+	lane    string
+	reclaim bool
+	promote *model.Partition // due delayed member of this partition
+}
+
+// ClaimNext scans the next window of PartitionScanChunk partitions (one
+// pipelined round trip of ZRANGEBYSCORE lane:eligible LIMIT 0 1 per
+// partition and lane, plus the due head of lease_expiry unless
+// DisableReclaim) and claims the first execution it can. It returns
+// (nil, nil) when the window had nothing claimable; the next call reads
+// the next window. A window that produced work is read again on the next
+// call (up to 16 rounds in a row) because work tends to cluster on
+// partitions.
+//
+// The returned lease renews itself until it is finished (Complete, Fail,
+// Delay, Suspend) or lost.
+func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
+	if w.isClosed() {
+		return nil, ErrWorkerClosed
+	}
+	n := uint64(w.parts.Flow)
+	chunk := min(uint64(PartitionScanChunk), n)
+	cur := w.cursor.Load()
+	start := cur % n
+	cands, err := w.scan(ctx, start, chunk)
+	if err != nil {
+		return nil, err
+	}
+	promoted := false
+	for _, c := range cands {
+		var l *Lease
+		if c.promote != nil {
+			promoted = w.promoteDue(ctx, c, *c.promote) || promoted
+			continue
+		}
+		if c.reclaim {
+			l, err = w.tryReclaim(ctx, c)
+		} else {
+			l, err = w.tryClaim(ctx, c)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			if w.sticky.Add(1) >= stickyRounds {
+				w.sticky.Store(0)
+				w.cursor.CompareAndSwap(cur, cur+chunk)
+			}
+			return l, nil
+		}
+	}
+	if promoted {
+		return nil, nil // read this window again: it has work now
+	}
+	w.sticky.Store(0)
+	w.cursor.CompareAndSwap(cur, cur+chunk)
+	return nil, nil
+}
+
+// scan reads the window in one DoMulti and returns candidates: reclaims
+// first (older work), then eligible heads, lanes rotated per call.
+func (w *Worker) scan(ctx context.Context, start, chunk uint64) ([]candidate, error) {
+	raw := w.vc.Raw()
+	lanes := w.cfg.Lanes
+	rot := int(w.laneRR.Add(1) % uint64(len(lanes)))
+	now := strconv.FormatInt(w.cfg.Clock().UnixMilli(), 10)
+	per := len(lanes)
+	if !w.cfg.DisableReclaim {
+		per++
+	}
+	if w.cfg.PromoteDelayed {
+		per += len(lanes)
+	}
+	cmds := make(vk.Commands, 0, int(chunk)*per)
+	type slot struct {
+		part             model.Partition
+		lane             string
+		reclaim, delayed bool
+	}
+	slots := make([]slot, 0, cap(cmds))
+	for s := uint64(0); s < chunk; s++ {
+		p := model.Partition{Family: model.FamilyFlow, Index: uint16((start + s) % uint64(w.parts.Flow))}
+		pk := model.KeysOn(p)
+		for i := range lanes {
+			lane := lanes[(rot+i)%len(lanes)]
+			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneEligible(lane)).Min("-inf").Max("+inf").Limit(0, 1).Build())
+			slots = append(slots, slot{part: p, lane: lane})
+			if w.cfg.PromoteDelayed {
+				cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneDelayed(lane)).Min("-inf").Max(now).Limit(0, 1).Build())
+				slots = append(slots, slot{part: p, lane: lane, delayed: true})
+			}
+		}
+		if !w.cfg.DisableReclaim {
+			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LeaseExpiry()).Min("-inf").Max(now).Limit(0, 1).Build())
+			slots = append(slots, slot{part: p, reclaim: true})
+		}
+	}
+	var promotes, reclaims, eligible []candidate
+	for i, r := range raw.DoMulti(ctx, cmds...) {
+		ids, err := r.AsStrSlice()
+		if err != nil {
+			return nil, fmt.Errorf("sdk: scan partitions: %w", err)
+		}
+		for _, s := range ids {
+			id, err := model.ParseExecutionID(s)
+			if slots[i].delayed {
+				// The promoter cleans up members that do not parse.
+				promotes = append(promotes, candidate{id: model.ExecutionID(s), lane: slots[i].lane, promote: &slots[i].part})
+				continue
+			}
+			if err != nil || id.Partition() != slots[i].part {
+				w.log.Warn("skipping malformed index member", "member", s, "partition", slots[i].part.Tag())
+				continue
+			}
+			if slots[i].reclaim {
+				reclaims = append(reclaims, candidate{id: id, reclaim: true})
+			} else {
+				eligible = append(eligible, candidate{id: id, lane: slots[i].lane})
+			}
+		}
+	}
+	return append(append(promotes, reclaims...), eligible...), nil
+}
+
+// jobInfo is what a claim pre-reads about a candidate in one round trip.
+type jobInfo struct {
+	required, kind, namespace, lane, ownership, phase, flow string
+	payload, policy                                         string
+}
+
+func (w *Worker) readJob(ctx context.Context, id model.ExecutionID) (*jobInfo, error) {
+	raw := w.vc.Raw()
+	k := model.KeysFor(id)
+	res := raw.DoMulti(ctx,
+		raw.B().Hmget().Key(k.Core()).Field("required_capabilities", "execution_kind", "namespace", "lane_id",
+			"ownership_state", "lifecycle_phase", "flow_id").Build(),
+		raw.B().Get().Key(k.Payload()).Build(),
+		raw.B().Get().Key(k.Policy()).Build())
+	vals, err := res[0].ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("sdk: read %s: %w", id, err)
+	}
+	f := make([]string, 7)
+	for i := range f {
+		if i < len(vals) {
+			f[i], _ = vals[i].ToString()
+		}
+	}
+	ji := &jobInfo{required: f[0], kind: f[1], namespace: f[2], lane: f[3], ownership: f[4], phase: f[5], flow: f[6]}
+	for i, dst := range []*string{&ji.payload, &ji.policy} {
+		s, err := res[1+i].ToString()
+		if err != nil && !vk.IsValkeyNil(err) {
+			return nil, fmt.Errorf("sdk: read %s: %w", id, err)
+		}
+		*dst = s
+	}
+	return ji, nil
+}
+
+// missingCaps returns the required capabilities this worker lacks.
+func (w *Worker) missingCaps(csv string) []string {
+	var miss []string
+	for _, c := range splitCSV(csv) {
+		if !w.capSet[c] {
+			miss = append(miss, c)
+		}
+	}
+	return miss
+}
+
+func splitCSV(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) && s[i] != ',' {
+			i++
+		}
+		if i > 0 {
+			out = append(out, s[:i])
+		}
+		if i == len(s) {
+			break
+		}
+		s = s[i+1:]
+	}
+	return out
+}
+
+// skippable reports claim errors that mean "someone else got it or it
+// moved on": try the next candidate.
+func skippable(err error) bool {
+	code := valkey.CodeOf(err)
+	return code != "" && (valkey.Retryable(code) || code == valkey.CodeExecutionNotFound ||
+		code == valkey.CodeExecutionNotActive || code == valkey.CodeActiveAttemptExists)
+}
+
+// tryClaim pre-reads the candidate, checks capabilities locally (blocking
+// it to blocked:route when this worker lacks some, as FlowFabric's
+// inline claim does), then issues the grant and claims in one pipelined
+// round trip.
+func (w *Worker) tryClaim(ctx context.Context, c candidate) (*Lease, error) {
+	ji, err := w.readJob(ctx, c.id)
+	if err != nil {
+		return nil, err
+	}
+	if ji.phase != model.PhaseRunnable {
+		return nil, nil // moved on since the scan
+	}
+	if miss := w.missingCaps(ji.required); len(miss) > 0 {
+		w.blockRoute(ctx, c.id, miss)
+		return nil, nil
+	}
+	grant, claim := w.grantCall(c.id, c.lane), &valkey.ClaimExecutionParams{
+		ExecutionID: c.id, WorkerID: w.cfg.WorkerID, WorkerInstanceID: w.cfg.InstanceID, LaneID: c.lane,
+		LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds(), AttemptTimeoutMs: attemptTimeoutMs(ji.policy),
+	}
+	res := w.vc.FCallBatch(ctx, []valkey.Call{grant, claim.Call()})
+	// The claim's own result decides first: a grant refused as
+	// grant_already_exists can still be followed by a successful claim
+	// when the existing grant belongs to this worker id (another
+	// instance of the same worker), and that lease is now ours.
+	if res[1].Err == nil {
+		cr, err := parseClaimReply(res[1].Reply)
+		if err != nil {
+			return nil, err
+		}
+		return w.newLease(c.id, c.lane, ji, cr), nil
+	}
+	if err := res[0].Err; err != nil {
+		if errors.Is(err, valkey.CodeCapabilityMismatch) {
+			var le *valkey.LuaError
+			errors.As(err, &le)
+			w.blockRoute(ctx, c.id, splitCSV(le.Detail(0)))
+			return nil, nil
+		}
+		if skippable(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
+	err = res[1].Err
+	if errors.Is(err, valkey.CodeUseClaimResumedExecution) {
+		return w.claimResumed(ctx, c, ji)
+	}
+	if skippable(err) {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("sdk: %w", err)
+}
+
+// grantCall is ff_issue_claim_grant as a pipelinable Call (the typed
+// wrapper sends it on its own; the worker pipelines it with the claim).
+//
+//	KEYS[1] exec_core  KEYS[2] claim_grant  KEYS[3] lane_eligible(lane)
+//	ARGV: execution_id, worker_id, worker_instance_id, lane_id,
+//	capability_hash "", grant_ttl_ms 5000, route_snapshot "", admission
+//	summary "", worker_capabilities_csv (sorted)
+func (w *Worker) grantCall(id model.ExecutionID, lane string) valkey.Call {
+	k := model.KeysFor(id)
+	return valkey.Call{Function: "ff_issue_claim_grant",
+		Keys: []string{k.Core(), k.ClaimGrant(), model.KeysOn(k.Partition()).LaneEligible(lane)},
+		Args: []string{string(id), w.cfg.WorkerID, w.cfg.InstanceID, lane, "",
+			strconv.FormatInt(GrantTTL.Milliseconds(), 10), "", "", w.capsCSV}}
+}
+
+// parseClaimReply decodes ok(lease_id, epoch, expires_at, attempt_id,
+// attempt_index, attempt_type).
+func parseClaimReply(rep *valkey.Reply) (*valkey.ClaimResult, error) {
+	epoch, err1 := rep.Int(1)
+	exp, err2 := rep.Int(2)
+	idx, err3 := rep.Int(4)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("sdk: claim reply: %w", err)
+	}
+	return &valkey.ClaimResult{LeaseID: rep.Field(0), LeaseEpoch: uint64(epoch), ExpiresAt: exp,
+		AttemptID: rep.Field(3), AttemptIndex: int(idx), AttemptType: rep.Field(5)}, nil
+}
+
+// blockRoute parks an execution this worker cannot run in blocked:route
+// (ff_block_execution_for_admission, waiting_for_capable_worker) so the
+// scan does not keep hitting it; the unblock scanner returns it to
+// eligible once a capable worker registers. Best effort.
+func (w *Worker) blockRoute(ctx context.Context, id model.ExecutionID, missing []string) {
+	err := w.vc.BlockExecutionForAdmission(ctx, id, "waiting_for_capable_worker",
+		"no connected worker satisfies required_capabilities", w.cfg.Clock().UnixMilli())
+	if err != nil && !skippable(err) {
+		w.log.Warn("block execution for capable worker failed", "execution_id", id, "error", err)
+		return
+	}
+	w.log.Info("capability mismatch; execution blocked for a capable worker", "execution_id", id, "missing", missing)
+}
