@@ -29,41 +29,22 @@ func init() {
 		summary: "Run a workload generator with SDK workers (immediate, delayed, retrying, suspending and DAG work), printing rates each second until Ctrl-C or --duration.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			b := addBackendFlags(fs)
-			def := defaultWorkloadConfig()
-			duration := fs.Duration("duration", 0, "stop after this long (0: run until Ctrl-C)")
-			rate := fs.Float64("rate", def.Rate, "work items submitted per second (a DAG item is one flow)")
-			mix := fs.String("mix", formatMix(def.Mix), "weights of the work kinds: immediate, delayed, retry, suspend, dag")
-			lanes := fs.String("lanes", strings.Join(def.Lanes, ","), "comma-separated lanes the workload uses")
-			workers := fs.Int("workers", def.Workers, "SDK workers")
-			conc := fs.Int("concurrency", def.Concurrency, "handlers per worker")
-			drain := fs.Duration("drain-timeout", def.DrainTimeout, "on exit, how long to wait for submitted work to finish")
-			secret := fs.String("waitpoint-hmac-secret", os.Getenv("FF_WAITPOINT_HMAC_SECRET"),
-				"hex secret for waitpoint tokens, installed where none is (default $FF_WAITPOINT_HMAC_SECRET; a random one for a private server)")
+			wf := addWorkloadFlags(fs)
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
 				}
-				m, err := parseMix(*mix)
+				cfg, err := wf.config()
 				if err != nil {
-					return fmt.Errorf("%w: --mix: %v", errUsage, err)
+					return err
 				}
-				cfg := workloadConfig{Duration: *duration, Rate: *rate, Mix: m, Lanes: splitList(*lanes),
-					Workers: *workers, Concurrency: *conc, DrainTimeout: *drain, PromoteInline: true, ResolveInline: true}
-				if err := cfg.validate(); err != nil {
-					return fmt.Errorf("%w: %v", errUsage, err)
-				}
-				if _, err := hex.DecodeString(*secret); err != nil {
-					return fmt.Errorf("%w: --waitpoint-hmac-secret must be hex: %v", errUsage, err)
-				}
+				cfg.PromoteInline, cfg.ResolveInline = true, true
 				conn, err := b.connect(ctx, env)
 				if err != nil {
 					return err
 				}
 				defer conn.Close()
-				if *secret == "" && conn.Server != nil {
-					*secret = randomHex(32)
-				}
-				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: cfg.Lanes, WaitpointHMACSecret: *secret}); err != nil {
+				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: cfg.Lanes, WaitpointHMACSecret: wf.secretFor(conn)}); err != nil {
 					return err
 				}
 				fmt.Fprintf(env.stdout, "fabric %s demo on %s; Ctrl-C stops submitting, drains and exits\n", Version, conn.Where)
@@ -74,6 +55,55 @@ func init() {
 			}
 		},
 	})
+}
+
+// workloadFlags are the flags `fabric demo` and `fabric run` share.
+type workloadFlags struct {
+	duration, drain    *time.Duration
+	rate               *float64
+	mix, lanes, secret *string
+	workers, conc      *int
+}
+
+func addWorkloadFlags(fs *flag.FlagSet) *workloadFlags {
+	def := defaultWorkloadConfig()
+	return &workloadFlags{
+		duration: fs.Duration("duration", 0, "stop submitting after this long, drain and exit (0: run until Ctrl-C)"),
+		rate:     fs.Float64("rate", def.Rate, "work items submitted per second (a DAG item is one flow)"),
+		mix:      fs.String("mix", formatMix(def.Mix), "weights of the work kinds: immediate, delayed, retry, suspend, dag"),
+		lanes:    fs.String("lanes", strings.Join(def.Lanes, ","), "comma-separated lanes the workload uses"),
+		workers:  fs.Int("workers", def.Workers, "SDK workers"),
+		conc:     fs.Int("concurrency", def.Concurrency, "handlers per worker"),
+		drain:    fs.Duration("drain-timeout", def.DrainTimeout, "on exit, how long to wait for submitted work to finish"),
+		secret: fs.String("waitpoint-hmac-secret", os.Getenv("FF_WAITPOINT_HMAC_SECRET"),
+			"hex secret for waitpoint tokens, installed where none is (default $FF_WAITPOINT_HMAC_SECRET; a random one for a private server)"),
+	}
+}
+
+// config validates the flags into a workload config (usage errors).
+func (w *workloadFlags) config() (workloadConfig, error) {
+	m, err := parseMix(*w.mix)
+	if err != nil {
+		return workloadConfig{}, fmt.Errorf("%w: --mix: %v", errUsage, err)
+	}
+	cfg := workloadConfig{Duration: *w.duration, Rate: *w.rate, Mix: m, Lanes: splitList(*w.lanes),
+		Workers: *w.workers, Concurrency: *w.conc, DrainTimeout: *w.drain}
+	if err := cfg.validate(); err != nil {
+		return cfg, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if _, err := hex.DecodeString(*w.secret); err != nil {
+		return cfg, fmt.Errorf("%w: --waitpoint-hmac-secret must be hex: %v", errUsage, err)
+	}
+	return cfg, nil
+}
+
+// secretFor returns the waitpoint secret to install: the flag's, or a
+// random one on a private server (whose data dies with it).
+func (w *workloadFlags) secretFor(conn *backendConn) string {
+	if *w.secret == "" && conn.Server != nil {
+		return randomHex(32)
+	}
+	return *w.secret
 }
 
 // Work kinds of the demo workload.

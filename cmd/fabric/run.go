@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
@@ -18,28 +17,23 @@ import (
 
 func init() {
 	register(&command{
-		name:    "run",
-		summary: "Run the host on its embedded default (a private server, the library, a demo workload) or on --valkey-url.",
+		name: "run",
+		summary: "Run the host: its plugins over a private server (or --valkey-url) with the demo workload, " +
+			"until Ctrl-C or --duration, then drain and print a summary.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			b := addBackendFlags(fs)
-			demoN := fs.Int("demo", 60, "executions the demo workload creates (0: no demo)")
-			lanes := fs.String("demo-lanes", "demo-a,demo-b,demo-c", "comma-separated lanes the demo spreads executions over")
-			timeout := fs.Duration("demo-timeout", 60*time.Second, "upper bound on the demo run")
+			wf := addWorkloadFlags(fs)
+			demo := fs.Bool("demo", true, "run the demo workload beside the host")
 			pluginDir := fs.String("plugins", filepath.Join("bin", "plugins"), "plugin directory the host loads and watches (\"\": run without plugins)")
 			cacheDir := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory (\"\": in memory)")
 			statusFile := fs.String("status-file", "", "write the host's plugin status here for `fabric plugins list --status`")
-			secret := fs.String("waitpoint-hmac-secret", os.Getenv("FF_WAITPOINT_HMAC_SECRET"),
-				"hex secret for waitpoint tokens, installed where none is (default $FF_WAITPOINT_HMAC_SECRET; a random one for a private server)")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
 				}
-				if *demoN < 0 {
-					return fmt.Errorf("%w: --demo must be >= 0", errUsage)
-				}
-				laneList := splitList(*lanes)
-				if len(laneList) == 0 {
-					return fmt.Errorf("%w: --demo-lanes is empty", errUsage)
+				cfg, err := wf.config()
+				if err != nil {
+					return err
 				}
 				conn, err := b.connect(ctx, env)
 				if err != nil {
@@ -47,17 +41,11 @@ func init() {
 				}
 				defer conn.Close()
 				fmt.Fprintf(env.stdout, "fabric %s on %s\n", Version, conn.Where)
-				if _, err := hex.DecodeString(*secret); err != nil {
-					return fmt.Errorf("%w: --waitpoint-hmac-secret must be hex: %v", errUsage, err)
-				}
-				if *secret == "" && conn.Server != nil {
-					*secret = randomHex(32)
-				}
-				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: laneList, WaitpointHMACSecret: *secret}); err != nil {
+				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: cfg.Lanes, WaitpointHMACSecret: wf.secretFor(conn)}); err != nil {
 					return err
 				}
 				fmt.Fprintf(env.stdout, "flowfabric library %s loaded; partitions %+v\n", libraryVersion(ctx, conn.Client), conn.Client.Partitions())
-				h, err := startHost(ctx, env, conn, *pluginDir, *cacheDir, *statusFile, laneList)
+				h, err := startHost(ctx, env, conn, *pluginDir, *cacheDir, *statusFile, cfg.Lanes)
 				if err != nil {
 					return err
 				}
@@ -68,24 +56,25 @@ func init() {
 						h.Close(context.WithoutCancel(ctx))
 					}()
 				}
-				if *demoN == 0 {
+				if !*demo {
+					fmt.Fprintln(env.stdout, "host running; Ctrl-C stops it")
+					<-ctx.Done()
 					return nil
 				}
+				// The workers stand in for scanners the host does not run.
 				_, promoter := hostPlugin(h, "delayed_promoter")
-				sum, err := runDemo(ctx, conn.Client, demoConfig{
-					Executions: *demoN, DelayedEvery: 5, Delay: 500 * time.Millisecond,
-					Lanes: laneList, PromoteInline: !promoter, Timeout: *timeout,
-				}, env.stdout, conn.Logger)
-				if err != nil {
-					return err
-				}
-				counts, err := stateCounts(ctx, conn.Client, laneList)
-				if err != nil {
-					return err
-				}
+				_, resolver := hostPlugin(h, "dependency")
+				cfg.PromoteInline, cfg.ResolveInline = !promoter, !resolver
+				cfg.Logger = conn.Logger
+				fmt.Fprintln(env.stdout, "demo workload running; Ctrl-C stops submitting, drains and exits")
+				sum, werr := runWorkload(ctx, conn.Client, cfg, env.stdout)
 				fmt.Fprintf(env.stdout, "demo: %s\n", sum)
+				counts, err := stateCounts(context.WithoutCancel(ctx), conn.Client)
+				if err != nil {
+					return err
+				}
 				fmt.Fprintf(env.stdout, "executions by state: %s\n", counts)
-				return nil
+				return werr
 			}
 		},
 	})
@@ -185,28 +174,30 @@ func splitList(s string) []string {
 	return out
 }
 
-// stateCounts counts the executions on the lanes' partitions by
-// public_state, reading every exec_core with one pipelined HGET batch per
-// partition.
-func stateCounts(ctx context.Context, c *valkey.Client, lanes []string) (string, error) {
+// stateCounts counts every execution on every flow partition by
+// public_state: one pipelined SMEMBERS round over the partitions, then one
+// pipelined HGET round over the executions.
+func stateCounts(ctx context.Context, c *valkey.Client) (string, error) {
 	raw := c.Raw()
-	seen := map[model.Partition]bool{}
-	counts := map[string]int{}
-	for _, lane := range lanes {
-		p := c.Partitions().SoloPartition(lane)
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		ids, err := raw.Do(ctx, raw.B().Smembers().Key(model.KeysOn(p).AllExecutions()).Build()).AsStrSlice()
+	n := int(c.Partitions().Flow)
+	cmds := make([]valkeyCompleted, n)
+	for i := range n {
+		p := model.Partition{Family: model.FamilyFlow, Index: uint16(i)}
+		cmds[i] = raw.B().Smembers().Key(model.KeysOn(p).AllExecutions()).Build()
+	}
+	var gets []valkeyCompleted
+	for i, r := range raw.DoMulti(ctx, cmds...) {
+		ids, err := r.AsStrSlice()
 		if err != nil {
-			return "", fmt.Errorf("read all_executions of %s: %w", p, err)
+			return "", fmt.Errorf("read all_executions of partition %d: %w", i, err)
 		}
-		cmds := make([]valkeyCompleted, 0, len(ids))
 		for _, id := range ids {
-			cmds = append(cmds, raw.B().Hget().Key(model.KeysFor(model.ExecutionID(id)).Core()).Field("public_state").Build())
+			gets = append(gets, raw.B().Hget().Key(model.KeysFor(model.ExecutionID(id)).Core()).Field("public_state").Build())
 		}
-		for _, r := range raw.DoMulti(ctx, cmds...) {
+	}
+	counts := map[string]int{}
+	if len(gets) > 0 {
+		for _, r := range raw.DoMulti(ctx, gets...) {
 			st, err := r.ToString()
 			if err != nil {
 				st = "missing"
