@@ -43,6 +43,7 @@ const (
 	FnLog           = "log"
 	FnMetric        = "metric"
 	FnSQLQuery      = "sql_query"
+	FnRead          = "read"
 )
 
 // HostFuncs is the table of host functions of this ABI version.
@@ -67,6 +68,9 @@ var HostFuncs = []HostFunc{
 	{Name: FnSQLQuery, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapSQL,
 		Request: "SQLRequest", Response: "SQLResponse",
 		Summary: "run a host-defined named statement (reserved: answers CodeUnavailable until the Postgres backend lands)"},
+	{Name: FnRead, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
+		Request: "ReadRequest", Response: "ReadResponse",
+		Summary: "run a batch of read-only single-key commands (abi.ReadCommands) in one pipelined round trip; every key must be granted"},
 }
 
 // LookupHostFunc returns the table entry of name.

@@ -27,6 +27,10 @@ type Host interface {
 	SMembers(key string) ([]string, error)
 	// SScan reads one page of a set walk.
 	SScan(req abi.ScanCursorRequest) (abi.ScanCursorResponse, error)
+	// Read runs read-only single-key commands (abi.ReadCommands) in one
+	// pipelined round trip and returns one result per op; a failed command
+	// sets that result's Err, a refused batch returns an error.
+	Read(ops []abi.ReadOp) ([]abi.ReadResult, error)
 	// Now returns the server's time in milliseconds.
 	Now() (int64, error)
 	// Log writes a line to the host's log, tagged with the plugin's name.

@@ -26,6 +26,9 @@ func hostSMembers(req uint64) uint64
 //go:wasmimport fabric:host/v1 sscan
 func hostSScan(req uint64) uint64
 
+//go:wasmimport fabric:host/v1 read
+func hostRead(req uint64) uint64
+
 //go:wasmimport fabric:host/v1 now
 func hostNow() int64
 
@@ -94,6 +97,14 @@ func (wasmHost) SScan(req abi.ScanCursorRequest) (abi.ScanCursorResponse, error)
 	var resp abi.ScanCursorResponse
 	err := roundTrip(hostSScan, &req, &resp)
 	return resp, err
+}
+
+func (wasmHost) Read(ops []abi.ReadOp) ([]abi.ReadResult, error) {
+	var resp abi.ReadResponse
+	if err := roundTrip(hostRead, &abi.ReadRequest{Ops: ops}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Results, nil
 }
 
 func (wasmHost) Now() (int64, error) {

@@ -260,6 +260,7 @@ func Functions(cfg Config) []extism.HostFunction {
 		abi.FnSMembers:      smembersHandler(cfg),
 		abi.FnSScan:         sscanHandler(cfg),
 		abi.FnSQLQuery:      sqlHandler(),
+		abi.FnRead:          readHandler(cfg),
 	}
 	plain := map[string]extism.HostFunctionStackCallback{
 		abi.FnNow:    nowFunction(cfg),
