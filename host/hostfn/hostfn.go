@@ -100,6 +100,9 @@ type Caller struct {
 	Stats *Stats
 	// Logger is the plugin's logger.
 	Logger *slog.Logger
+	// OnNow, when set, is told every server time the plugin reads (the
+	// due-time timers convert due scores to host time with it).
+	OnNow func(ms int64)
 }
 
 type callerKey struct{}
