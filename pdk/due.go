@@ -257,12 +257,6 @@ func countCall(res *abi.ScanResult, r abi.CallResult) {
 	}
 }
 
-// countCalls counts action results (see DueScan's Notes).
-func countCalls(res *abi.ScanResult, out []abi.CallResult) {
-	for _, r := range out {
-		countCall(res, r)
-	}
-}
 
 // OnPartition reports whether s is an execution id of partition p (the
 // id embeds its partition; index members that are not are skipped rather
