@@ -137,6 +137,7 @@ type subjects struct {
 	functions []string
 	reads     []string
 	sql       []string
+	writes    []string
 	keys      []string // every key, for the partition check
 }
 
@@ -156,6 +157,11 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 		}
 		for _, k := range s.reads {
 			if err := c.Caps.AllowRead(k); err != nil {
+				return err
+			}
+		}
+		for _, k := range s.writes {
+			if err := c.Caps.AllowWrite(k); err != nil {
 				return err
 			}
 		}
@@ -260,6 +266,8 @@ func Functions(cfg Config) []extism.HostFunction {
 		abi.FnSMembers:      smembersHandler(cfg),
 		abi.FnSScan:         sscanHandler(cfg),
 		abi.FnSQLQuery:      sqlHandler(),
+		abi.FnRead:          commandHandler(cfg, false),
+		abi.FnWrite:         commandHandler(cfg, true),
 	}
 	plain := map[string]extism.HostFunctionStackCallback{
 		abi.FnNow:    nowFunction(cfg),

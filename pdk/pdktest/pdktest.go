@@ -63,6 +63,7 @@ type Host struct {
 	zsets  map[string]map[string]float64
 	hashes map[string]map[string]string
 	sets   map[string]map[string]struct{}
+	strs   map[string]string
 }
 
 var _ pdk.Host = (*Host)(nil)
