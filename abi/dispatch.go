@@ -3,6 +3,8 @@ package abi
 import (
 	"fmt"
 	"strings"
+
+	"github.com/fabric-host/fabric/model"
 )
 
 // ExportDispatch is the guest export a dispatcher provides: handle one
@@ -48,6 +50,9 @@ type DispatchRequest struct {
 	Completions []Completion
 	// DeadlineMs is the call's budget in milliseconds.
 	DeadlineMs uint32
+	// Partitions are the host's partition counts (a flow's partition is
+	// crc16(flow uuid) mod Partitions.Flow).
+	Partitions model.PartitionConfig
 }
 
 // MarshalBinary encodes the request.
@@ -62,6 +67,9 @@ func (r *DispatchRequest) MarshalBinary() ([]byte, error) {
 		e.String(c.Outcome)
 	}
 	e.Uvarint(uint64(r.DeadlineMs))
+	e.Uvarint(uint64(r.Partitions.Flow))
+	e.Uvarint(uint64(r.Partitions.Budget))
+	e.Uvarint(uint64(r.Partitions.Quota))
 	return e.Bytes(), nil
 }
 
@@ -79,6 +87,9 @@ func (r *DispatchRequest) UnmarshalBinary(b []byte) error {
 		out.Completions[i] = Completion{ExecutionID: d.String(), FlowID: d.String(), Outcome: d.String()}
 	}
 	out.DeadlineMs = d.Uint32()
+	out.Partitions.Flow = uint16(d.Uvarint())
+	out.Partitions.Budget = uint16(d.Uvarint())
+	out.Partitions.Quota = uint16(d.Uvarint())
 	if err := d.Finish("dispatch request"); err != nil {
 		return err
 	}

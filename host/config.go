@@ -89,6 +89,9 @@ type Config struct {
 	StatusFile string
 	// TestSignals, when set, receives test signals. Nil in production.
 	TestSignals *TestSignals
+	// Completions configures the completion listener and the dispatcher
+	// driver (completion.go); off unless Completions.Enabled.
+	Completions CompletionConfig
 }
 
 // TestSignals are the edges tests wait on instead of sleeping.
@@ -132,6 +135,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Records = cmp.Or(c.Records, HostRecordsDefault)
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, HostMaxOutputBytesDefault)
 	c.QuarantineBase = cmp.Or(c.QuarantineBase, HostQuarantineBaseDefault)
+	c.Completions = c.Completions.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
