@@ -3,6 +3,7 @@ package hostfn
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 
 	valkeygo "github.com/valkey-io/valkey-go"
@@ -90,17 +91,18 @@ func (s ValkeyStore) Read(ctx context.Context, req *abi.CommandRequest) ([]strin
 		}
 		return []string{strconv.FormatInt(n, 10)}, nil
 	case abi.ReadHGetAll:
-		arr, err := r.Do(ctx, b.Hgetall().Key(req.Key).Build()).ToArray()
+		m, err := r.Do(ctx, b.Hgetall().Key(req.Key).Build()).AsStrMap()
 		if err != nil {
 			return nil, fmt.Errorf("hgetall %s: %w", req.Key, err)
 		}
-		out := make([]string, 0, len(arr))
-		for _, m := range arr {
-			v, err := m.ToString()
-			if err != nil {
-				return nil, fmt.Errorf("hgetall %s: %w", req.Key, err)
-			}
-			out = append(out, v)
+		fields := make([]string, 0, len(m))
+		for f := range m {
+			fields = append(fields, f)
+		}
+		sort.Strings(fields)
+		out := make([]string, 0, 2*len(m))
+		for _, f := range fields {
+			out = append(out, f, m[f])
 		}
 		return out, nil
 	case abi.ReadGet:
