@@ -2,27 +2,27 @@ package abi
 
 import "fmt"
 
-// Message tags of the read host function.
+// Message tags of the read_batch host function.
 const (
-	tagReadRequest = 0xBB
-	tagReadResp    = 0xBC
+	tagBatchReadReq  = 0xBE
+	tagBatchReadResp = 0xBF
 )
 
 // ReadOp is one read-only command of a read batch. Cmd is one of
-// ReadCommands; Args follow the key (fields of HMGET, bounds of ZCOUNT...).
+// BatchReadCommands; Args follow the key (fields of HMGET, bounds of ZCOUNT...).
 type ReadOp struct {
 	Cmd  string
 	Key  string
 	Args []string
 }
 
-// ReadCommands are the commands a read batch may run: read-only, single
+// BatchReadCommands are the commands a read batch may run: read-only, single
 // key, each checked against the plugin's read grant and partition.
-var ReadCommands = []string{"GET", "HGET", "HMGET", "HGETALL", "EXISTS", "ZSCORE", "ZCARD", "ZCOUNT", "SCARD", "SISMEMBER", "SMEMBERS", "ZRANGE"}
+var BatchReadCommands = []string{"GET", "HGET", "HMGET", "HGETALL", "EXISTS", "ZSCORE", "ZCARD", "ZCOUNT", "SCARD", "SISMEMBER", "SMEMBERS", "ZRANGE"}
 
-// ValidReadCommand reports whether cmd may appear in a read batch.
-func ValidReadCommand(cmd string) bool {
-	for _, c := range ReadCommands {
+// ValidBatchReadCommand reports whether cmd may appear in a read batch.
+func ValidBatchReadCommand(cmd string) bool {
+	for _, c := range BatchReadCommands {
 		if c == cmd {
 			return true
 		}
@@ -30,14 +30,14 @@ func ValidReadCommand(cmd string) bool {
 	return false
 }
 
-// ReadRequest is the request of the read host function: commands run in
+// BatchReadRequest is the request of the read_batch host function: commands run in
 // one pipelined round trip.
-type ReadRequest struct{ Ops []ReadOp }
+type BatchReadRequest struct{ Ops []ReadOp }
 
 // MarshalBinary encodes the request.
-func (r *ReadRequest) MarshalBinary() ([]byte, error) {
+func (r *BatchReadRequest) MarshalBinary() ([]byte, error) {
 	e := NewEncoder(make([]byte, 0, 48*len(r.Ops)+4))
-	e.Byte(tagReadRequest)
+	e.Byte(tagBatchReadReq)
 	e.Uvarint(uint64(len(r.Ops)))
 	for _, o := range r.Ops {
 		e.String(o.Cmd)
@@ -48,9 +48,9 @@ func (r *ReadRequest) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a request.
-func (r *ReadRequest) UnmarshalBinary(b []byte) error {
+func (r *BatchReadRequest) UnmarshalBinary(b []byte) error {
 	d := NewDecoder(b)
-	if err := expectTag(d, tagReadRequest, "read request"); err != nil {
+	if err := expectTag(d, tagBatchReadReq, "read request"); err != nil {
 		return err
 	}
 	ops := make([]ReadOp, d.Count())
@@ -92,13 +92,13 @@ func (r ReadResult) Map() map[string]string {
 	return m
 }
 
-// ReadResponse is the response of read, one result per op in order.
-type ReadResponse struct{ Results []ReadResult }
+// BatchReadResponse is the response of read, one result per op in order.
+type BatchReadResponse struct{ Results []ReadResult }
 
 // MarshalBinary encodes the response.
-func (r *ReadResponse) MarshalBinary() ([]byte, error) {
+func (r *BatchReadResponse) MarshalBinary() ([]byte, error) {
 	e := NewEncoder(make([]byte, 0, 32*len(r.Results)+4))
-	e.Byte(tagReadResp)
+	e.Byte(tagBatchReadResp)
 	e.Uvarint(uint64(len(r.Results)))
 	for _, res := range r.Results {
 		if len(res.Present) != len(res.Values) {
@@ -115,9 +115,9 @@ func (r *ReadResponse) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a response.
-func (r *ReadResponse) UnmarshalBinary(b []byte) error {
+func (r *BatchReadResponse) UnmarshalBinary(b []byte) error {
 	d := NewDecoder(b)
-	if err := expectTag(d, tagReadResp, "read response"); err != nil {
+	if err := expectTag(d, tagBatchReadResp, "read response"); err != nil {
 		return err
 	}
 	out := make([]ReadResult, d.Count())

@@ -92,6 +92,9 @@ type Config struct {
 	Timers TimerConfig
 	// TestSignals, when set, receives test signals. Nil in production.
 	TestSignals *TestSignals
+	// Completions configures the completion listener and the dispatcher
+	// driver (completion.go); off unless Completions.Enabled.
+	Completions CompletionConfig
 }
 
 // TestSignals are the edges tests wait on instead of sleeping.
@@ -136,6 +139,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, HostMaxOutputBytesDefault)
 	c.QuarantineBase = cmp.Or(c.QuarantineBase, HostQuarantineBaseDefault)
 	c.Timers.SafetyFactor = cmp.Or(c.Timers.SafetyFactor, TimerSafetyFactorDefault)
+	c.Completions = c.Completions.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

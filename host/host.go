@@ -120,6 +120,8 @@ func (h *Host) Start(ctx context.Context) error {
 			defer func() { <-done }()
 		}
 		h.scanDir(ctx)
+		cc := h.startCompletions(ctx) // after the initial load: dispatchers are in place
+		defer cc.wait()
 		started()
 		h.watch(ctx, w)
 	}()
@@ -252,11 +254,13 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 	switch {
 	case h.cfg.Plugins[man.Name].Disabled:
 		p.state = StateDisabled
-	case man.Kind != abi.KindScanner:
+	case man.Kind == abi.KindDispatcher && h.cfg.Completions.Enabled && h.cfg.Backend != nil && !man.Sweeps():
+		p.state = StateRunning // driven by completions (dispatch.go), no sweep loop
+	case man.Kind != abi.KindScanner && !man.Sweeps():
 		p.state = StateIdle
 	}
 	h.plugins[man.Name] = p
-	if p.state == StateRunning {
+	if p.state == StateRunning && (man.Kind == abi.KindScanner || man.Sweeps()) {
 		var pctx context.Context
 		pctx, p.cancel = context.WithCancel(ctx)
 		go p.supervise(pctx)

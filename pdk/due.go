@@ -172,7 +172,7 @@ func (s DueScan) runPage(h Host, req abi.ScanRequest, res *abi.ScanResult, index
 			ops = append(ops, o...)
 		}
 		if len(ops) > 0 {
-			out, err := h.Read(ops)
+			out, err := h.ReadBatch(ops)
 			if err != nil {
 				h.Log(abi.LogWarn, "pre-read for "+index+": "+err.Error())
 				res.Errors += uint32(len(items))
@@ -256,7 +256,6 @@ func countCall(res *abi.ScanResult, r abi.CallResult) {
 		res.Errors++
 	}
 }
-
 
 // OnPartition reports whether s is an execution id of partition p (the
 // id embeds its partition; index members that are not are skipped rather

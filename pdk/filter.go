@@ -65,7 +65,7 @@ func (f Filter) Keep(h Host, p model.Partition, eids []string) []bool {
 	if len(ops) == 0 {
 		return keep
 	}
-	out, err := h.Read(ops)
+	out, err := h.ReadBatch(ops)
 	if err != nil {
 		h.Log(abi.LogWarn, "filter read: "+err.Error())
 		return keep

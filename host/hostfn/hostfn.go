@@ -140,6 +140,7 @@ type subjects struct {
 	functions []string
 	reads     []string
 	sql       []string
+	writes    []string
 	keys      []string // every key, for the partition check
 }
 
@@ -159,6 +160,11 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 		}
 		for _, k := range s.reads {
 			if err := c.Caps.AllowRead(k); err != nil {
+				return err
+			}
+		}
+		for _, k := range s.writes {
+			if err := c.Caps.AllowWrite(k); err != nil {
 				return err
 			}
 		}
@@ -263,7 +269,9 @@ func Functions(cfg Config) []extism.HostFunction {
 		abi.FnSMembers:      smembersHandler(cfg),
 		abi.FnSScan:         sscanHandler(cfg),
 		abi.FnSQLQuery:      sqlHandler(),
-		abi.FnRead:          readHandler(cfg),
+		abi.FnReadBatch:     readHandler(cfg),
+		abi.FnRead:          commandHandler(cfg, false),
+		abi.FnWrite:         commandHandler(cfg, true),
 	}
 	plain := map[string]extism.HostFunctionStackCallback{
 		abi.FnNow:    nowFunction(cfg),

@@ -11,11 +11,11 @@ import (
 	"github.com/fabric-host/fabric/abi"
 )
 
-// ReadStore is the optional part of Store that serves the read host
+// BatchReadStore is the optional part of Store that serves the read host
 // function (a pipelined batch of read-only commands). A Store without it
 // answers CodeUnavailable.
-type ReadStore interface {
-	Read(ctx context.Context, ops []abi.ReadOp) []abi.ReadResult
+type BatchReadStore interface {
+	ReadBatch(ctx context.Context, ops []abi.ReadOp) []abi.ReadResult
 }
 
 // maxReadOps caps one read batch.
@@ -24,7 +24,7 @@ const maxReadOps = 10000
 func readHandler(cfg Config) handler {
 	return handler{
 		decode: func(in []byte) (any, subjects, error) {
-			var req abi.ReadRequest
+			var req abi.BatchReadRequest
 			if err := req.UnmarshalBinary(in); err != nil {
 				return nil, subjects{}, err
 			}
@@ -33,8 +33,8 @@ func readHandler(cfg Config) handler {
 			}
 			var s subjects
 			for _, o := range req.Ops {
-				if !abi.ValidReadCommand(o.Cmd) {
-					return nil, subjects{}, fmt.Errorf("read: command %q is not one of %v", o.Cmd, abi.ReadCommands)
+				if !abi.ValidBatchReadCommand(o.Cmd) {
+					return nil, subjects{}, fmt.Errorf("read: command %q is not one of %v", o.Cmd, abi.BatchReadCommands)
 				}
 				s.reads = append(s.reads, o.Key)
 				s.keys = append(s.keys, o.Key)
@@ -42,22 +42,22 @@ func readHandler(cfg Config) handler {
 			return &req, s, nil
 		},
 		run: func(ctx context.Context, _ *Caller, r any) ([]byte, error) {
-			req := r.(*abi.ReadRequest)
+			req := r.(*abi.BatchReadRequest)
 			if len(req.Ops) > maxReadOps {
 				return nil, abi.Errorf(abi.CodeLimit, fmt.Sprintf("read batch of %d exceeds %d", len(req.Ops), maxReadOps))
 			}
-			rs, ok := cfg.Store.(ReadStore)
+			rs, ok := cfg.Store.(BatchReadStore)
 			if cfg.Store == nil || !ok {
 				return nil, errNoStore
 			}
-			resp := abi.ReadResponse{Results: rs.Read(ctx, req.Ops)}
+			resp := abi.BatchReadResponse{Results: rs.ReadBatch(ctx, req.Ops)}
 			return resp.MarshalBinary()
 		},
 	}
 }
 
-// Read pipelines ops (valkey-go DoMulti) and flattens each reply.
-func (s ValkeyStore) Read(ctx context.Context, ops []abi.ReadOp) []abi.ReadResult {
+// ReadBatch pipelines ops (valkey-go DoMulti) and flattens each reply.
+func (s ValkeyStore) ReadBatch(ctx context.Context, ops []abi.ReadOp) []abi.ReadResult {
 	r := s.C.Raw()
 	cmds := make(valkeygo.Commands, len(ops))
 	for i, o := range ops {

@@ -64,11 +64,11 @@ type Host struct {
 	// must fail.
 	ReadErr func(op abi.ReadOp) string
 
-	funcs   map[string]Func
-	zsets   map[string]map[string]float64
-	hashes  map[string]map[string]string
-	sets    map[string]map[string]struct{}
-	strings map[string]string
+	funcs  map[string]Func
+	zsets  map[string]map[string]float64
+	hashes map[string]map[string]string
+	sets   map[string]map[string]struct{}
+	strs   map[string]string
 }
 
 var _ pdk.Host = (*Host)(nil)
@@ -334,20 +334,12 @@ func (h *Host) Config(key string) (string, bool) {
 	return v, ok
 }
 
-// Set sets a string key (GET in read batches).
-func (h *Host) Set(key, value string) {
-	if h.strings == nil {
-		h.strings = map[string]string{}
-	}
-	h.strings[key] = value
-}
-
-// Read implements pdk.Host over the in-memory data: GET, HGET, HMGET,
+// ReadBatch implements pdk.Host over the in-memory data: GET, HGET, HMGET,
 // HGETALL, EXISTS, ZSCORE, ZCARD, ZCOUNT, SCARD, SISMEMBER, SMEMBERS and
 // ZRANGE key 0 -1.
-func (h *Host) Read(ops []abi.ReadOp) ([]abi.ReadResult, error) {
+func (h *Host) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
 	for _, o := range ops {
-		if !abi.ValidReadCommand(o.Cmd) {
+		if !abi.ValidBatchReadCommand(o.Cmd) {
 			return nil, abi.Errorf(abi.CodeBadRequest, "read: command "+o.Cmd)
 		}
 		if err := h.checkRead(o.Key); err != nil {
@@ -367,7 +359,7 @@ func (h *Host) Read(ops []abi.ReadOp) ([]abi.ReadResult, error) {
 		}
 		switch o.Cmd {
 		case "GET":
-			v, ok := h.strings[o.Key]
+			v, ok := h.strs[o.Key]
 			add(v, ok)
 		case "HGET", "HMGET":
 			for _, f := range o.Args {
@@ -385,7 +377,7 @@ func (h *Host) Read(ops []abi.ReadOp) ([]abi.ReadResult, error) {
 				add(h.hashes[o.Key][k], true)
 			}
 		case "EXISTS":
-			_, a := h.strings[o.Key]
+			_, a := h.strs[o.Key]
 			_, b := h.hashes[o.Key]
 			_, c := h.zsets[o.Key]
 			_, d := h.sets[o.Key]

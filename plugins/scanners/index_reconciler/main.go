@@ -104,7 +104,7 @@ func check(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk.F
 	if len(ops) == 0 {
 		return res
 	}
-	cores, err := h.Read(ops)
+	cores, err := h.ReadBatch(ops)
 	if err != nil {
 		h.Log(abi.LogWarn, "read cores: "+err.Error())
 		res.Errors += uint32(len(kept))
@@ -131,7 +131,7 @@ func check(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk.F
 	if len(ops) == 0 {
 		return res
 	}
-	scores, err := h.Read(ops)
+	scores, err := h.ReadBatch(ops)
 	if err != nil {
 		res.Errors += uint32(len(ops))
 		return res

@@ -131,7 +131,7 @@ func (u *unblocker) scanSet(s set, eligible string) abi.ScanResult {
 	if len(ops) == 0 {
 		return res
 	}
-	out, err := h.Read(ops)
+	out, err := h.ReadBatch(ops)
 	if err != nil {
 		h.Log(abi.LogWarn, "read cores of "+s.key+": "+err.Error())
 		res.Errors += uint32(len(kept))
@@ -257,7 +257,7 @@ func (u *unblocker) loadBudgets(ids []string) {
 	if len(ops) == 0 {
 		return
 	}
-	limits, err := h.Read(ops)
+	limits, err := h.ReadBatch(ops)
 	if err != nil {
 		h.Log(abi.LogWarn, "read budget limits: "+err.Error())
 		for _, b := range valid {
@@ -294,7 +294,7 @@ func (u *unblocker) loadBudgets(ids []string) {
 	if len(ops) == 0 {
 		return
 	}
-	usage, err := h.Read(ops)
+	usage, err := h.ReadBatch(ops)
 	if err != nil {
 		for _, c := range checks {
 			u.breached[valid[c.budget]] = true
@@ -336,7 +336,7 @@ func (u *unblocker) quotaCleared(cands []candidate) []candidate {
 	if len(ops) == 0 {
 		return out
 	}
-	defs, err := h.Read(ops)
+	defs, err := h.ReadBatch(ops)
 	if err != nil {
 		return out
 	}
@@ -371,7 +371,7 @@ func (u *unblocker) quotaCleared(cands []candidate) []candidate {
 	}
 	var counts []abi.ReadResult
 	if len(ops) > 0 {
-		if counts, err = h.Read(ops); err != nil {
+		if counts, err = h.ReadBatch(ops); err != nil {
 			return out
 		}
 	}
@@ -452,7 +452,7 @@ func (u *unblocker) caps(ns string) (map[string]bool, bool) {
 			for i, w := range page.Members {
 				ops[i] = abi.ReadOp{Cmd: "HGET", Key: model.WorkerCapsKey(ns, w), Args: []string{"caps_csv"}}
 			}
-			out, err := h.Read(ops)
+			out, err := h.ReadBatch(ops)
 			if err != nil {
 				return nil, false
 			}
