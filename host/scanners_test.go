@@ -150,9 +150,8 @@ func (f *scannerFixture) exists(key string) bool {
 // TestScannersOnValkey drives every default scanner through its loaded
 // .wasm on a real server: each subtest creates the state a scanner acts on
 // with the real ff_* functions and waits for the scanner's effect and
-// count.
+// count. Not parallel: nine plugins load at once.
 func TestScannersOnValkey(t *testing.T) {
-	t.Parallel()
 	f := newScannerFixture(t, host.TimerConfig{}, map[string]host.PluginConfig{
 		"retention_trimmer": {Interval: 100 * time.Millisecond, Config: map[string]string{"lanes": "default"}},
 	})
