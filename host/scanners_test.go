@@ -155,7 +155,17 @@ func TestScannersOnValkey(t *testing.T) {
 	f := newScannerFixture(t, host.TimerConfig{}, map[string]host.PluginConfig{
 		"retention_trimmer": {Interval: 100 * time.Millisecond, Config: map[string]string{"lanes": "default"}},
 	})
-	f.start(t)
+	// Nine Go modules instantiate at start: ~3 s each under -race on a
+	// loaded machine, so this start gets more than setup's 60 s.
+	if err := f.host.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.host.Stop)
+	select {
+	case <-f.host.Started():
+	case <-time.After(4 * time.Minute):
+		t.Fatal("host did not load the default plugins within 4 minutes")
+	}
 	for _, name := range host.DefaultPlugins {
 		if st, ok := f.host.Plugin(name); !ok || st.State != host.StateRunning {
 			t.Fatalf("%s is not running: %+v", name, st)
