@@ -496,3 +496,26 @@ func TestCompletionListenerResubscribes(t *testing.T) {
 		t.Fatal("no reconnect log")
 	}
 }
+
+// The listener outlives a server restart: the subscription breaks, the
+// listener retries until the server is back, resubscribes, and the flow
+// engine works again on the new (empty) server.
+func TestCompletionListenerSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
+	s := valkeytest.NewServer(t)
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"dependency"}, listener: true, url: s.URL()})
+	if err := s.Restart(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.sig.Subscribed.WaitOrTimeout(t); n != 2 {
+		t.Fatalf("subscription count %d after restart", n)
+	}
+	if _, err := e.c.EnsureLibrary(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	flow := e.flow()
+	m := e.members(flow, 2)
+	e.edges(flow, [2]model.ExecutionID{m[0], m[1]})
+	e.complete(m[0])
+	e.await("child eligible after restart", func() bool { return e.eligible(m[1]) })
+}
