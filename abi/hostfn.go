@@ -45,6 +45,7 @@ const (
 	FnSQLQuery      = "sql_query"
 	FnRead          = "read"
 	FnWrite         = "write"
+	FnReadBatch     = "read_batch"
 )
 
 // HostFuncs is the table of host functions of this ABI version.
@@ -76,6 +77,10 @@ var HostFuncs = []HostFunc{
 	{Name: FnWrite, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapWrite,
 		Request: "CommandRequest", Response: "Count",
 		Summary: "one allow-listed plain write on one key (HSET, HDEL, SREM, ZREM, DEL, SET, ZREMRANGEBYSCORE); the key must match capabilities.write"},
+	// ABI 1.1: the execution scanners' pre-reads.
+	{Name: FnReadBatch, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
+		Request: "BatchReadRequest", Response: "BatchReadResponse",
+		Summary: "run a batch of read-only single-key commands (abi.BatchReadCommands) in one pipelined round trip; every key must be granted"},
 }
 
 // LookupHostFunc returns the table entry of name.

@@ -42,6 +42,11 @@ type Host interface {
 	// Write runs one allow-listed write (abi.WriteHSet, ...) on key and
 	// returns its integer reply.
 	Write(op, key string, args ...string) (int64, error)
+	// ReadBatch runs read-only single-key commands
+	// (abi.BatchReadCommands) in one pipelined round trip and returns one
+	// result per op; a failed command sets that result's Err, a refused
+	// batch returns an error.
+	ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error)
 }
 
 // DispatchFunc handles one batch of completions (a dispatcher's entry

@@ -41,6 +41,9 @@ func hostRead(req uint64) uint64
 //go:wasmimport fabric:host/v1 write
 func hostWrite(req uint64) uint64
 
+//go:wasmimport fabric:host/v1 read_batch
+func hostReadBatch(req uint64) uint64
+
 type marshaler interface{ MarshalBinary() ([]byte, error) }
 type unmarshaler interface{ UnmarshalBinary([]byte) error }
 
@@ -100,6 +103,14 @@ func (wasmHost) SScan(req abi.ScanCursorRequest) (abi.ScanCursorResponse, error)
 	var resp abi.ScanCursorResponse
 	err := roundTrip(hostSScan, &req, &resp)
 	return resp, err
+}
+
+func (wasmHost) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
+	var resp abi.BatchReadResponse
+	if err := roundTrip(hostReadBatch, &abi.BatchReadRequest{Ops: ops}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Results, nil
 }
 
 func (wasmHost) Now() (int64, error) {

@@ -100,6 +100,9 @@ type Caller struct {
 	Stats *Stats
 	// Logger is the plugin's logger.
 	Logger *slog.Logger
+	// OnNow, when set, is told every server time the plugin reads (the
+	// due-time timers convert due scores to host time with it).
+	OnNow func(ms int64)
 }
 
 type callerKey struct{}
@@ -266,6 +269,7 @@ func Functions(cfg Config) []extism.HostFunction {
 		abi.FnSMembers:      smembersHandler(cfg),
 		abi.FnSScan:         sscanHandler(cfg),
 		abi.FnSQLQuery:      sqlHandler(),
+		abi.FnReadBatch:     readHandler(cfg),
 		abi.FnRead:          commandHandler(cfg, false),
 		abi.FnWrite:         commandHandler(cfg, true),
 	}
