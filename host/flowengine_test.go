@@ -238,7 +238,6 @@ var dispatchers = []string{"dependency", "edge_cancel"}
 // by completions through the dependency dispatcher (no reconciler is
 // loaded); per-level completion→eligible latency is reported.
 func TestFlowEngineDiamondAndChain(t *testing.T) {
-	t.Parallel()
 	e := setupFlowEnv(t, flowOpts{plugins: dispatchers, listener: true})
 
 	flow := e.flow()
@@ -336,7 +335,6 @@ func TestFlowEngineImpossibleSkipsSubtree(t *testing.T) {
 // dispatcher cancels only the first 1,024 before draining, stranding 975
 // running siblings (engine spec §15.9); this test fails on that.
 func TestFlowEngineAnyOfCancelRemaining2000(t *testing.T) {
-	t.Parallel()
 	e := setupFlowEnv(t, flowOpts{plugins: dispatchers, listener: true})
 	flow := e.flow()
 	const n = 2000

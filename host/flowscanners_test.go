@@ -101,10 +101,13 @@ func TestQuotaReconcilerActsOnRealState(t *testing.T) {
 		t.Fatal(err)
 	}
 	window := k.Window("requests_per_window")
-	e.do("ZADD", window, strconv.FormatInt(now-120_000, 10), "old", strconv.FormatInt(now, 10), "fresh")
-	e.do("SADD", k.AdmittedSet(), live, dead)
-	e.do("SET", k.Admitted(model.ExecutionID(live)), "1", "PX", "60000")
-	e.do("SET", k.Concurrency(), "7")
+	// Written in one script so no sweep sees half of it.
+	e.do("EVAL", `redis.call('ZADD', KEYS[1], ARGV[1], 'old', ARGV[2], 'fresh')
+redis.call('SET', KEYS[3], '1', 'PX', 60000)
+redis.call('SADD', KEYS[2], ARGV[3], ARGV[4])
+redis.call('SET', KEYS[4], '7')
+return 1`, "4", window, k.AdmittedSet(), k.Admitted(model.ExecutionID(live)), k.Concurrency(),
+		strconv.FormatInt(now-120_000, 10), strconv.FormatInt(now, 10), live, dead)
 	valkeytest.Eventually(t, 20*time.Second, "concurrency reconciled", func() bool {
 		v, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Get().Key(k.Concurrency()).Build()).ToString()
 		return v == "1"
