@@ -170,3 +170,28 @@ func TestFlowScannersActOnRealState(t *testing.T) {
 		t.Fatal("completed member touched")
 	}
 }
+
+// dependency_reconciler rotates through a blocked set larger than its
+// batch: executions blocked for long at the head of the set (their
+// upstream still runs) do not starve a later one whose upstream finished
+// unheard. FlowFabric always reads the lowest-score batch (engine spec
+// §15.3) and never repairs the target here.
+func TestDependencyReconcilerNoHeadOfLineStarvation(t *testing.T) {
+	t.Parallel()
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"dependency_reconciler"},
+		config: map[string]host.PluginConfig{"dependency_reconciler": {Interval: 100 * time.Millisecond, BatchSize: 5}}})
+	flow := e.flow()
+	m := e.members(flow, 9)
+	running, stuck, done, target := m[0], m[1:7], m[7], m[8]
+	for _, s := range stuck {
+		e.edges(flow, [2]model.ExecutionID{running, s})
+	}
+	e.edges(flow, [2]model.ExecutionID{done, target})
+	e.complete(done) // nobody listens: only the reconciler can resolve it
+	valkeytest.Eventually(t, 20*time.Second, "target resolved past the stuck head", func() bool { return e.eligible(target) })
+	for _, s := range stuck {
+		if e.eligible(s) {
+			t.Fatalf("%s eligible with its upstream running", s)
+		}
+	}
+}
