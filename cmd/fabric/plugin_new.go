@@ -105,12 +105,12 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	return pdk.DueScan{
 		Indexes: func(abi.ScanRequest) []string { return []string{keys.LaneDelayed("default")} },
 		Call: func(d pdk.Due) []abi.Call {
-			c := abi.Call{
+			call := abi.Call{
 				Function: "ff_promote_delayed",
 				Keys:     []string{model.KeysFor(model.ExecutionID(d.Member)).Core(), d.Index, keys.LaneEligible("default")},
 				Args:     []string{d.Member, strconv.FormatInt(d.NowMs, 10)},
 			}
-			return []abi.Call{c}
+			return []abi.Call{call}
 		},
 	}.Run(h, req)
 }
