@@ -36,10 +36,10 @@ func runLimit(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	sc.Size = fmt.Sprintf("%s per variant", d)
 
 	type variant struct {
-		name        string
-		callers     int
-		pipeline    int
-		goal        string
+		name     string
+		callers  int
+		pipeline int
+		goal     string
 	}
 	var best float64
 	for _, v := range []variant{
@@ -56,6 +56,9 @@ func runLimit(ctx context.Context, e *benchEnv, sc *Scenario) error {
 			return err
 		}
 		best = max(best, f)
+		if v.callers == 1 && v.pipeline == 1 {
+			e.lockstep = f
+		}
 		sc.Rows = append(sc.Rows, Row{Measure: "FCALL no-op, " + v.name, Fabric: f, Versus: "PING", Peer: p, Unit: "/s", HigherIsBetter: true})
 	}
 	e.limit = best

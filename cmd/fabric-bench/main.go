@@ -87,13 +87,13 @@ var sizes = map[string]Size{
 // benchEnv is what scenarios share: the servers, the peer binary, paths,
 // and scenario 8's limit.
 type benchEnv struct {
-	size   Size
-	log    *slog.Logger
-	out    io.Writer // progress lines
-	repo   string    // repository root
-	peers  string    // peer binary ("" when unavailable)
+	size    Size
+	log     *slog.Logger
+	out     io.Writer // progress lines
+	repo    string    // repository root
+	peers   string    // peer binary ("" when unavailable)
 	peerErr error
-	cache  string // wazero compilation cache dir
+	cache   string // wazero compilation cache dir
 
 	vsrv   *valkey.Server
 	stats  *valkey.Client // db 0, for INFO
@@ -102,8 +102,9 @@ type benchEnv struct {
 	pgErr  error
 	pgNext int
 
-	// limit is the pipelined no-op FCALL rate (0 until scenario 8 ran).
-	limit float64
+	// limit is the best no-op FCALL rate and lockstep the one-caller
+	// lockstep rate (0 until scenario 8 ran).
+	limit, lockstep float64
 }
 
 type scenarioFunc func(ctx context.Context, e *benchEnv, sc *Scenario) error
