@@ -73,6 +73,7 @@ func main() {
 	producers := fs.Int("producers", 4, "concurrent producers")
 	spread := fs.Duration("spread", 5*time.Second, "asynq-delay: due times spread over this long")
 	hold := fs.Duration("hold", 3*time.Second, "asynq-idle: how long the idle server runs")
+	check := fs.Duration("check-interval", 5*time.Second, "asynq-delay: the forwarder's DelayedTaskCheckInterval (asynq's default 5 s)")
 	timeout := fs.Duration("timeout", time.Minute, "cap on the whole run")
 	_ = fs.Parse(os.Args[2:])
 
@@ -86,7 +87,7 @@ func main() {
 	case "asynq-e2e":
 		res, err = asynqE2E(ctx, asynqOpt(*socket, *db), *jobs, *workers, *producers)
 	case "asynq-delay":
-		res, err = asynqDelay(ctx, asynqOpt(*socket, *db), *jobs, *spread)
+		res, err = asynqDelay(ctx, asynqOpt(*socket, *db), *jobs, *spread, *check)
 	case "asynq-idle":
 		res, err = asynqIdle(ctx, asynqOpt(*socket, *db), *hold)
 	case "river-e2e":
@@ -112,11 +113,12 @@ func asynqOpt(socket string, db int) asynq.RedisClientOpt {
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // asynqServer starts an asynq server with conc handlers running h.
-func asynqServer(opt asynq.RedisClientOpt, conc int, h asynq.HandlerFunc) (*asynq.Server, error) {
+func asynqServer(opt asynq.RedisClientOpt, conc int, check time.Duration, h asynq.HandlerFunc) (*asynq.Server, error) {
 	srv := asynq.NewServer(opt, asynq.Config{
-		Concurrency: conc,
-		Queues:      map[string]int{"default": 1},
-		LogLevel:    asynq.FatalLevel,
+		Concurrency:              conc,
+		Queues:                   map[string]int{"default": 1},
+		LogLevel:                 asynq.FatalLevel,
+		DelayedTaskCheckInterval: check,
 	})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc("bench", h)
@@ -131,7 +133,7 @@ func asynqServer(opt asynq.RedisClientOpt, conc int, h asynq.HandlerFunc) (*asyn
 func asynqE2E(ctx context.Context, opt asynq.RedisClientOpt, jobs, workers, producers int) (*Result, error) {
 	var done atomic.Int64
 	all := make(chan struct{})
-	srv, err := asynqServer(opt, workers, func(context.Context, *asynq.Task) error {
+	srv, err := asynqServer(opt, workers, 0, func(context.Context, *asynq.Task) error {
 		if done.Add(1) == int64(jobs) {
 			close(all)
 		}
@@ -175,13 +177,13 @@ func asynqE2E(ctx context.Context, opt asynq.RedisClientOpt, jobs, workers, prod
 // asynqDelay schedules jobs due uniformly over spread (from 1 s after
 // the start) and measures due→handler lateness: asynq's forwarder moves
 // due tasks from the scheduled set every CheckInterval (5 s default).
-func asynqDelay(ctx context.Context, opt asynq.RedisClientOpt, jobs int, spread time.Duration) (*Result, error) {
+func asynqDelay(ctx context.Context, opt asynq.RedisClientOpt, jobs int, spread, check time.Duration) (*Result, error) {
 	var (
 		mu    sync.Mutex
 		lates []float64
 	)
 	all := make(chan struct{})
-	srv, err := asynqServer(opt, 16, func(_ context.Context, t *asynq.Task) error {
+	srv, err := asynqServer(opt, 16, check, func(_ context.Context, t *asynq.Task) error {
 		now := time.Now()
 		due, _ := strconv.ParseInt(string(t.Payload()), 10, 64)
 		mu.Lock()

@@ -57,6 +57,8 @@ type Size struct {
 	// PromoteJobs delayed executions due over PromoteSpread (scenario 4).
 	PromoteJobs   int
 	PromoteSpread time.Duration
+	// AsynqCheck is asynq's forwarder interval (its default 5 s in full).
+	AsynqCheck time.Duration
 	// ScanCycles full cycles timed per variant (scenario 5); IdleHold is
 	// the idle window for commands/s and RSS (scenarios 5, 7).
 	ScanCycles int
@@ -75,12 +77,12 @@ type Size struct {
 var sizes = map[string]Size{
 	"full": {Name: "full", E2EJobs: 20_000, Workers: []int{1, 8}, Producers: 4,
 		PGJobs: 4000, PGWorkers: []int{8}, DAGFlows: 20, DAGLevels: 10,
-		PromoteJobs: 10_000, PromoteSpread: 5 * time.Second, ScanCycles: 10, IdleHold: 5 * time.Second,
+		PromoteJobs: 10_000, PromoteSpread: 5 * time.Second, AsynqCheck: 5 * time.Second, ScanCycles: 10, IdleHold: 5 * time.Second,
 		Swaps: 20, LimitFor: 3 * time.Second, RunCap: 40 * time.Second, ScenarioCap: 3 * time.Minute,
 		GoBench: true, GoBenchTime: "1s"},
 	"smoke": {Name: "smoke", E2EJobs: 60, Workers: []int{2}, Producers: 2,
 		PGJobs: 40, PGWorkers: []int{2}, DAGFlows: 1, DAGLevels: 3,
-		PromoteJobs: 40, PromoteSpread: 300 * time.Millisecond, ScanCycles: 1, IdleHold: 500 * time.Millisecond,
+		PromoteJobs: 40, PromoteSpread: 300 * time.Millisecond, AsynqCheck: 200 * time.Millisecond, ScanCycles: 1, IdleHold: 300 * time.Millisecond,
 		Swaps: 2, LimitFor: 200 * time.Millisecond, RunCap: 30 * time.Second, ScenarioCap: 90 * time.Second},
 }
 

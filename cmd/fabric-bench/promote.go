@@ -38,15 +38,15 @@ func runPromotion(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	n, spread := e.size.PromoteJobs, e.size.PromoteSpread
 	sc.Size = fmt.Sprintf("%d delayed executions over 256 partitions, due evenly over %s", n, spread)
 	pr, perr := e.peer(ctx, "asynq-delay", "-socket", e.vsrv.Socket(), "-db", strconv.Itoa(e.freshDB()), "-jobs", strconv.Itoa(n),
-		"-spread", spread.String(), "-timeout", (spread + 30*time.Second).String())
+		"-spread", spread.String(), "-check-interval", e.size.AsynqCheck.String(), "-timeout", (spread + 30*time.Second).String())
 	peer := func(p50 bool) (string, float64) {
 		if perr != nil {
 			return "asynq (failed)", nan()
 		}
 		if p50 {
-			return "asynq " + pr.Version + " forwarder (5 s poll)", pr.P50Ms
+			return fmt.Sprintf("asynq %s forwarder (%s poll)", pr.Version, e.size.AsynqCheck), pr.P50Ms
 		}
-		return "asynq " + pr.Version + " forwarder (5 s poll)", pr.P99Ms
+		return fmt.Sprintf("asynq %s forwarder (%s poll)", pr.Version, e.size.AsynqCheck), pr.P99Ms
 	}
 	poll := promoteMode{name: "fixed polling (manifest interval)"}
 	modes := []promoteMode{poll}
@@ -73,7 +73,7 @@ func runPromotion(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	if perr != nil {
 		sc.Notes = append(sc.Notes, "asynq failed: "+perr.Error())
 	} else {
-		sc.Notes = append(sc.Notes, fmt.Sprintf("asynq: due → handler start (its scheduled set is moved to the queue by the forwarder, then a worker dequeues), %d of %d observed, max %s.", pr.Jobs, n, fmtNum(pr.MaxMs, "ms")))
+		sc.Notes = append(sc.Notes, fmt.Sprintf("asynq: due → handler start (the forwarder moves due tasks from its scheduled set to the queue, then a worker dequeues), %d of %d observed, max %s. asynq scores its scheduled set in whole seconds, so a task can also run up to 1 s early (negative lateness).", pr.Jobs, n, fmtNum(pr.MaxMs, "ms")))
 	}
 	sc.Notes = append(sc.Notes, "fabric: due (delay_until) → the ZADD of the execution into its eligible index, observed through keyspace notifications (notify-keyspace-events Kz, on for this scenario only); no workers run, so eligible means ready to claim.")
 	return nil

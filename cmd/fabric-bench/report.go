@@ -54,7 +54,7 @@ func nan() float64 { return math.NaN() }
 
 // ratio returns how far ahead fabric is (≥ 1: fabric better).
 func (r Row) ratio() float64 {
-	if math.IsNaN(r.Fabric) || math.IsNaN(r.Peer) || r.Fabric == 0 || r.Peer == 0 {
+	if math.IsNaN(r.Fabric) || math.IsNaN(r.Peer) || r.Fabric <= 0 || r.Peer <= 0 {
 		return math.NaN()
 	}
 	if r.HigherIsBetter {

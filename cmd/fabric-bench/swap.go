@@ -91,7 +91,7 @@ func runSwap(ctx context.Context, e *benchEnv, sc *Scenario) error {
 
 	// Restart instead of swap: a new host on the same directory.
 	var restart []float64
-	for i := 0; i < max(3, e.size.Swaps/4); i++ {
+	for i := 0; i < max(1, e.size.Swaps/4); i++ {
 		vc2, err := e.dial(ctx)
 		if err != nil {
 			return err
