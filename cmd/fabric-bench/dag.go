@@ -4,19 +4,49 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
 
-// engineStarter starts fabric's flow engine (completion listener and
-// dependency dispatcher) on vc; nil until the engine exists.
-type engineStarter func(ctx context.Context, e *benchEnv, vc *valkey.Client) (stop func(), err error)
+// startEngine starts fabric's flow engine on vc: a host with the
+// completion listener on and the dependency dispatcher plugin loaded. It
+// returns once the listener is subscribed to ff:dag:completions.
+func startEngine(ctx context.Context, e *benchEnv, vc *valkey.Client) (stop func(), err error) {
+	f, err := e.pluginFile("dependency")
+	if err != nil {
+		return nil, err
+	}
+	if err := e.prewarm(ctx, f); err != nil {
+		return nil, err
+	}
+	dir, err := pluginDir(f)
+	if err != nil {
+		return nil, err
+	}
+	h, err := e.startHost(ctx, dir, vc, hostOpts{completions: host.CompletionConfig{Enabled: true}})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	stop = func() { stopHost(h); os.RemoveAll(dir) }
+	raw := e.stats.Raw()
+	if !waitFor(ctx, 10*time.Second, time.Millisecond, func() bool {
+		m, err := raw.Do(ctx, raw.B().PubsubNumsub().Channel(completionsChannel).Build()).AsIntMap()
+		return err == nil && m[completionsChannel] > 0
+	}) {
+		stop()
+		return nil, fmt.Errorf("completion listener never subscribed to %s", completionsChannel)
+	}
+	return stop, nil
+}
 
-// startEngine is set by dag_engine.go when the flow engine is built.
-var startEngine engineStarter
+// completionsChannel is where ff_* functions publish flow completions.
+const completionsChannel = "ff:dag:completions"
 
 // runDAG measures per-level latency of 10-level linear flows: for each
 // level the bench claims the member, completes it, and times the
@@ -31,10 +61,7 @@ func runDAG(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	if e.lockstep > 0 {
 		floor = 1000 / e.lockstep
 	}
-	if startEngine == nil {
-		sc.Rows = append(sc.Rows, Row{Measure: "engine: completion → child eligible, p50/p99", Versus: "one FCALL round trip",
-			Missing: "not available: needs the flow engine (branch flowengine: completion listener + dependency dispatcher)", Goal: "≤ 2 ms/level"})
-	} else {
+	{
 		lat, err := dagLatency(ctx, e, false)
 		if err != nil {
 			return fmt.Errorf("engine: %w", err)

@@ -22,13 +22,18 @@ func (e *benchEnv) pluginFile(name string) (string, error) {
 	return "", fmt.Errorf("%s.wasm is not built: run `make plugins`", name)
 }
 
-// defaultPlugins lists bin/plugins/*.wasm, the set `fabric run` loads.
+// defaultPlugins lists the files of host.DefaultPlugins, the execution
+// scanners `fabric run` loads.
 func (e *benchEnv) defaultPlugins() ([]string, error) {
-	paths, err := filepath.Glob(filepath.Join(e.repo, "bin", "plugins", "*.wasm"))
-	if err != nil || len(paths) == 0 {
-		return nil, fmt.Errorf("no plugins in %s: run `make plugins`", filepath.Join(e.repo, "bin", "plugins"))
+	var out []string
+	for _, name := range host.DefaultPlugins {
+		f, err := e.pluginFile(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
 	}
-	return paths, nil
+	return out, nil
 }
 
 // pluginDir makes a temporary plugin directory holding copies of files.
@@ -70,9 +75,18 @@ func (e *benchEnv) prewarm(ctx context.Context, files ...string) error {
 	return nil
 }
 
+// hostOpts are the host settings a scenario varies.
+type hostOpts struct {
+	plugins     map[string]host.PluginConfig
+	records     int
+	timers      host.TimerConfig
+	completions host.CompletionConfig
+}
+
 // startHost starts a host on dir over vc and waits for its initial load.
-func (e *benchEnv) startHost(ctx context.Context, dir string, vc *valkey.Client, plugins map[string]host.PluginConfig, records int) (*host.Host, error) {
-	h, err := host.New(host.Config{PluginDir: dir, CacheDir: e.cache, Backend: vc, Logger: e.log, Plugins: plugins, Records: records})
+func (e *benchEnv) startHost(ctx context.Context, dir string, vc *valkey.Client, o hostOpts) (*host.Host, error) {
+	h, err := host.New(host.Config{PluginDir: dir, CacheDir: e.cache, Backend: vc, Logger: e.log, Plugins: o.plugins,
+		Records: o.records, Timers: o.timers, Completions: o.completions})
 	if err != nil {
 		return nil, err
 	}

@@ -21,13 +21,9 @@ import (
 // promoteMode is one way of running the delayed promoter.
 type promoteMode struct {
 	name string
-	// plugins configures the host (nil: the plugin's defaults).
-	plugins map[string]host.PluginConfig
+	// timers configures the host's due-time timers.
+	timers host.TimerConfig
 }
-
-// timerMode, when set (by the scanners' due-time timers), is the
-// timer-driven promoter configuration; nil until those timers exist.
-var timerMode *promoteMode
 
 // runPromotion measures due→eligible lateness of delayed executions
 // spread over the flow partitions with due times spread evenly over
@@ -48,10 +44,9 @@ func runPromotion(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		}
 		return fmt.Sprintf("asynq %s forwarder (%s poll)", pr.Version, e.size.AsynqCheck), pr.P99Ms
 	}
-	poll := promoteMode{name: "fixed polling (manifest interval)"}
-	modes := []promoteMode{poll}
-	if timerMode != nil {
-		modes = append(modes, *timerMode)
+	modes := []promoteMode{
+		{name: "due-time timers (default)"},
+		{name: "fixed polling (750 ms interval)", timers: host.TimerConfig{Disabled: true}},
 	}
 	for _, m := range modes {
 		lat, note, err := promotionLateness(ctx, e, m)
@@ -65,10 +60,6 @@ func runPromotion(ctx context.Context, e *benchEnv, sc *Scenario) error {
 			Row{Measure: m.name + ": due → eligible, p50", Fabric: p50, Versus: v50, Peer: pp50, Unit: "ms", Goal: "p99 ≤ 10 ms"},
 			Row{Measure: m.name + ": due → eligible, p99", Fabric: p99, Versus: v99, Peer: pp99, Unit: "ms", Goal: "p99 ≤ 10 ms",
 				Note: fmt.Sprintf("max %s, %d of %d observed%s", fmtNum(mx, "ms"), len(lat), n, note)})
-	}
-	if timerMode == nil {
-		sc.Rows = append(sc.Rows, Row{Measure: "due-time timers: due → eligible, p99", Versus: "asynq", Goal: "p99 ≤ 10 ms",
-			Missing: "not available: needs the scanners' due-time timers (branch scanners)"})
 	}
 	if perr != nil {
 		sc.Notes = append(sc.Notes, "asynq failed: "+perr.Error())
@@ -193,14 +184,8 @@ func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode) ([]float
 	if late := time.Since(base); late > 0 {
 		note = fmt.Sprintf("; creating took %s past the first due time", late.Round(time.Millisecond))
 	}
-	plugins := m.plugins
-	if plugins == nil {
-		plugins = map[string]host.PluginConfig{}
-	}
-	pc := plugins["delayed_promoter"]
-	pc.Config = map[string]string{"lanes": benchLane}
-	plugins["delayed_promoter"] = pc
-	h, err := e.startHost(ctx, dir, vc, plugins, 0)
+	plugins := map[string]host.PluginConfig{"delayed_promoter": {Config: map[string]string{"lanes": benchLane}}}
+	h, err := e.startHost(ctx, dir, vc, hostOpts{plugins: plugins, timers: m.timers})
 	if err != nil {
 		return nil, "", err
 	}

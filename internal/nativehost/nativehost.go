@@ -94,6 +94,44 @@ func (h *Host) Log(level abi.LogLevel, msg string) {
 	}
 }
 
+// Read runs one read op through the store's CommandStore.
+func (h *Host) Read(op, key string, args ...string) ([]string, error) {
+	cs, ok := h.Store.(hostfn.CommandStore)
+	if !ok {
+		return nil, errNoCommands
+	}
+	req := abi.ReadRequest(op, key, args...)
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return cs.Read(h.Ctx, req)
+}
+
+// Write runs one write op through the store's CommandStore.
+func (h *Host) Write(op, key string, args ...string) (int64, error) {
+	cs, ok := h.Store.(hostfn.CommandStore)
+	if !ok {
+		return 0, errNoCommands
+	}
+	req := abi.WriteRequest(op, key, args...)
+	if err := req.Validate(); err != nil {
+		return 0, err
+	}
+	return cs.Write(h.Ctx, req)
+}
+
+// ReadBatch runs a pipelined read batch through the store's
+// BatchReadStore.
+func (h *Host) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
+	rs, ok := h.Store.(hostfn.BatchReadStore)
+	if !ok {
+		return nil, errNoCommands
+	}
+	return rs.ReadBatch(h.Ctx, ops), nil
+}
+
+var errNoCommands = errors.New("nativehost: the store does not serve read/write commands")
+
 // Metric is discarded.
 func (h *Host) Metric(abi.Metric) {}
 
