@@ -10,7 +10,7 @@
 //	peers asynq-e2e   -socket S -db N -jobs N -workers W -producers P -timeout D
 //	peers asynq-delay -socket S -db N -jobs N -spread D -timeout D
 //	peers asynq-idle  -socket S -db N -hold D
-//	peers river-e2e   -url U -jobs N -workers W -producers P -timeout D
+//	peers river-e2e   -url U -jobs N -workers W -producers P [-fetch-cooldown D] -timeout D
 package main
 
 import (
@@ -75,6 +75,7 @@ func main() {
 	hold := fs.Duration("hold", 3*time.Second, "asynq-idle: how long the idle server runs")
 	check := fs.Duration("check-interval", 5*time.Second, "asynq-delay: the forwarder's DelayedTaskCheckInterval (asynq's default 5 s)")
 	timeout := fs.Duration("timeout", time.Minute, "cap on the whole run")
+	cooldown := fs.Duration("fetch-cooldown", 0, "river-e2e: Config.FetchCooldown (0: River's default, 100 ms)")
 	_ = fs.Parse(os.Args[2:])
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -91,7 +92,7 @@ func main() {
 	case "asynq-idle":
 		res, err = asynqIdle(ctx, asynqOpt(*socket, *db), *hold)
 	case "river-e2e":
-		res, err = riverE2E(ctx, *url, *jobs, *workers, *producers)
+		res, err = riverE2E(ctx, *url, *jobs, *workers, *producers, *cooldown)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -279,7 +280,7 @@ func (w *benchWorker) Work(context.Context, *river.Job[benchArgs]) error {
 // riverE2E migrates River's schema into the database at url, then runs
 // producers inserting jobs while a River client with workers handlers
 // works them.
-func riverE2E(ctx context.Context, url string, jobs, workers, producers int) (*Result, error) {
+func riverE2E(ctx context.Context, url string, jobs, workers, producers int, cooldown time.Duration) (*Result, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("river: pool: %w", err)
@@ -302,9 +303,10 @@ func riverE2E(ctx context.Context, url string, jobs, workers, producers int) (*R
 		}
 	}})
 	cl, err := river.NewClient(drv, &river.Config{
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
-		Workers: ws,
-		Logger:  quietLogger(),
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+		Workers:       ws,
+		Logger:        quietLogger(),
+		FetchCooldown: cooldown,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river: client: %w", err)

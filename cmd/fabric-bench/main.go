@@ -76,7 +76,7 @@ type Size struct {
 
 var sizes = map[string]Size{
 	"full": {Name: "full", E2EJobs: 20_000, Workers: []int{1, 8}, Producers: 4,
-		PGJobs: 4000, PGWorkers: []int{8}, DAGFlows: 20, DAGLevels: 10,
+		PGJobs: 2000, PGWorkers: []int{8}, DAGFlows: 20, DAGLevels: 10,
 		PromoteJobs: 10_000, PromoteSpread: 5 * time.Second, AsynqCheck: 5 * time.Second, ScanCycles: 10, IdleHold: 5 * time.Second,
 		Swaps: 20, LimitFor: 3 * time.Second, RunCap: 40 * time.Second, ScenarioCap: 3 * time.Minute,
 		GoBench: true, GoBenchTime: "1s"},

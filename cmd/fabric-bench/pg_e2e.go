@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,24 +28,33 @@ func runPostgresE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		}
 		row := Row{Measure: fmt.Sprintf("executions/s, W=%d", w), Fabric: fab.rate(), Unit: "/s", HigherIsBetter: true,
 			Versus: "River", Note: fab.cappedNote()}
-		url, err := e.postgresURL(ctx)
-		if err != nil {
-			return err
-		}
-		pr, err := e.peer(ctx, "river-e2e", "-url", url, "-jobs", strconv.Itoa(n), "-workers", strconv.Itoa(w),
-			"-producers", strconv.Itoa(e.size.Producers), "-timeout", capArg(e.size.RunCap))
-		if err != nil {
-			row.Peer, row.Note = nan(), "River failed: "+err.Error()
-		} else {
-			row.Versus, row.Peer = "River "+pr.Version+" (riverpgxv5)", pr.PerSec
-			if pr.Capped {
-				row.Note += fmt.Sprintf("; River capped after %d of %d", pr.Jobs, n)
+		// River twice: its default FetchCooldown (100 ms between fetches,
+		// so at most W jobs per 100 ms for instant jobs) and its minimum.
+		for _, cd := range []time.Duration{time.Millisecond, 0} {
+			r := row
+			name := "River " + "(FetchCooldown 1 ms, its minimum)"
+			if cd == 0 {
+				name, r.Measure = "River (default config)", r.Measure+", River defaults"
 			}
+			url, err := e.postgresURL(ctx)
+			if err != nil {
+				return err
+			}
+			pr, err := e.peer(ctx, "river-e2e", "-url", url, "-jobs", strconv.Itoa(n), "-workers", strconv.Itoa(w),
+				"-producers", strconv.Itoa(e.size.Producers), "-fetch-cooldown", cd.String(), "-timeout", capArg(e.size.RunCap))
+			if err != nil {
+				r.Versus, r.Peer, r.Note = name, nan(), "River failed: "+err.Error()
+			} else {
+				r.Versus, r.Peer = strings.Replace(name, "River", "River "+pr.Version, 1), pr.PerSec
+				if pr.Capped {
+					r.Note += fmt.Sprintf("; River capped at %s after %d of %d", e.size.RunCap, pr.Jobs, n)
+				}
+			}
+			sc.Rows = append(sc.Rows, r)
 		}
-		sc.Rows = append(sc.Rows, row)
 	}
 	sc.Notes = append(sc.Notes,
-		"fabric has no Postgres worker SDK yet: its workers call ClaimForWorker + CompleteExecution in a loop and sleep 1 ms when nothing is eligible; River runs its own client (LISTEN/NOTIFY, default fetch cooldown) with MaxWorkers W.",
+		"fabric has no Postgres worker SDK yet: its workers call ClaimForWorker + CompleteExecution in a loop and sleep 1 ms when nothing is eligible; River (riverpgxv5) runs its own client with MaxWorkers W, once with FetchCooldown at its 1 ms minimum and once with its defaults (100 ms cooldown, 1 s poll).",
 		"The cluster is a throwaway one: fsync and synchronous_commit off for both.")
 	return nil
 }

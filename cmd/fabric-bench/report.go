@@ -180,7 +180,7 @@ func writeMarkdown(w io.Writer, m Machine, size string, started time.Time, total
 		fmt.Fprintln(w)
 	}
 	if gobench != "" {
-		fmt.Fprintf(w, "## Go benchmarks\n\n`go test -run '^$' -bench` over the host, plugin and SDK packages in the same run (ns/op and custom metrics as Go prints them):\n\n```\n%s\n```\n", strings.TrimSpace(gobench))
+		fmt.Fprintf(w, "## Go benchmarks\n\n`go test -run '^$' -bench` over the host and plugin packages in the same run (ns/op and custom metrics as Go prints them):\n\n```\n%s\n```\n", strings.TrimSpace(gobench))
 	}
 }
 
