@@ -25,8 +25,12 @@ func (e *benchEnv) pluginFile(name string) (string, error) {
 // defaultPlugins lists the files of host.DefaultPlugins, the execution
 // scanners `fabric run` loads.
 func (e *benchEnv) defaultPlugins() ([]string, error) {
+	names := host.DefaultPlugins
+	if e.size.Plugins != nil {
+		names = e.size.Plugins
+	}
 	var out []string
-	for _, name := range host.DefaultPlugins {
+	for _, name := range names {
 		f, err := e.pluginFile(name)
 		if err != nil {
 			return nil, err

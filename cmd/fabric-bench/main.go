@@ -69,6 +69,9 @@ type Size struct {
 	LimitFor time.Duration
 	// RunCap caps any one measured run; ScenarioCap a whole scenario.
 	RunCap, ScenarioCap time.Duration
+	// Plugins limits the "default plugin set" of scenarios 5 and 7 to
+	// these names (nil: host.DefaultPlugins).
+	Plugins []string
 	// GoBench runs the Go benchmarks too; GoBenchTime is their -benchtime.
 	GoBench     bool
 	GoBenchTime string
@@ -83,7 +86,8 @@ var sizes = map[string]Size{
 	"smoke": {Name: "smoke", E2EJobs: 60, Workers: []int{2}, Producers: 2,
 		PGJobs: 40, PGWorkers: []int{2}, DAGFlows: 1, DAGLevels: 3,
 		PromoteJobs: 40, PromoteSpread: 300 * time.Millisecond, AsynqCheck: 200 * time.Millisecond, ScanCycles: 1, IdleHold: 300 * time.Millisecond,
-		Swaps: 2, LimitFor: 200 * time.Millisecond, RunCap: 30 * time.Second, ScenarioCap: 90 * time.Second},
+		Swaps: 2, LimitFor: 200 * time.Millisecond, RunCap: 60 * time.Second, ScenarioCap: 4 * time.Minute,
+		Plugins: []string{"delayed_promoter", "lease_expiry"}},
 }
 
 // benchEnv is what scenarios share: the servers, the peer binary, paths,
@@ -247,6 +251,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		gob = runGoBench(ctx, e)
 	}
 
+	machine.LoadEnd = loadAvg()
 	var buf bytes.Buffer
 	writeMarkdown(&buf, machine, size.Name, started, time.Since(started), done, gob)
 	if *outPath == "-" {

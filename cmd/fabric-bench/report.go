@@ -101,6 +101,21 @@ type Machine struct {
 	Valkey    string
 	Postgres  string
 	Kernel    string
+	// LoadStart and LoadEnd are /proc/loadavg's 1-minute figure at the
+	// start and the end: the machine is shared, so other work competes.
+	LoadStart, LoadEnd string
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 func detectMachine() Machine {
@@ -113,6 +128,7 @@ func detectMachine() Machine {
 			}
 		}
 	}
+	m.LoadStart = loadAvg()
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
@@ -124,7 +140,8 @@ func writeMarkdown(w io.Writer, m Machine, size string, started time.Time, total
 	fmt.Fprintf(w, "# BENCHMARKS\n\n")
 	fmt.Fprintf(w, "Written by `make bench` (`cmd/fabric-bench`, size %q) on %s in %s. Every comparison was measured in the same run on the same machine and the same throwaway servers; numbers are never asserted by `make test`.\n\n",
 		size, started.UTC().Format("2006-01-02 15:04 MST"), total.Round(time.Second))
-	fmt.Fprintf(w, "**Machine:** %d cores (%s), %s, Linux %s; server %s; Postgres %s.\n\n", m.Cores, m.CPU, m.GoVersion, m.Kernel, m.Valkey, m.Postgres)
+	fmt.Fprintf(w, "**Machine:** %d cores (%s), %s, Linux %s; server %s; Postgres %s. Load average (1 min) %s at the start, %s at the end: the machine is shared, and the bench program, its servers and its peers all run on these cores.\n\n",
+		m.Cores, m.CPU, m.GoVersion, m.Kernel, m.Valkey, m.Postgres, m.LoadStart, m.LoadEnd)
 	fmt.Fprintf(w, "Ratio: fabric ÷ comparison for rates, comparison ÷ fabric for latencies, costs and memory, so **≥ 1× means fabric is ahead**. \"of limit\": the figure as a share of the server's pipelined no-op FCALL rate (scenario 8).\n\n")
 
 	fmt.Fprintf(w, "## Summary\n\n| # | scenario | measure | fabric | comparison | ratio | goal |\n|---|---|---|---|---|---|---|\n")
