@@ -150,13 +150,22 @@ func (f *scannerFixture) exists(key string) bool {
 // TestScannersOnValkey drives every default scanner through its loaded
 // .wasm on a real server: each subtest creates the state a scanner acts on
 // with the real ff_* functions and waits for the scanner's effect and
-// count.
+// count. Not parallel: nine plugins load at once.
 func TestScannersOnValkey(t *testing.T) {
-	t.Parallel()
 	f := newScannerFixture(t, host.TimerConfig{}, map[string]host.PluginConfig{
 		"retention_trimmer": {Interval: 100 * time.Millisecond, Config: map[string]string{"lanes": "default"}},
 	})
-	f.start(t)
+	// Nine Go modules instantiate at start: ~3 s each under -race on a
+	// loaded machine, so this start gets more than setup's 60 s.
+	if err := f.host.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.host.Stop)
+	select {
+	case <-f.host.Started():
+	case <-time.After(4 * time.Minute):
+		t.Fatal("host did not load the default plugins within 4 minutes")
+	}
 	for _, name := range host.DefaultPlugins {
 		if st, ok := f.host.Plugin(name); !ok || st.State != host.StateRunning {
 			t.Fatalf("%s is not running: %+v", name, st)

@@ -10,7 +10,7 @@ import (
 
 //go:wasmexport fabric_manifest
 func manifest() int32 {
-	m := abi.Manifest{ABI: abi.Version, Name: "badoutput", Version: "1.0.0", Kind: abi.KindScanner, IntervalMs: 100, Family: "flow", BatchSize: 1, TimeoutMs: 2000, MaxPages: abi.DefaultMaxPages}
+	m := abi.Manifest{ABI: abi.Version, Name: "badoutput", Version: "1.0.0", Kind: abi.KindScanner, IntervalMs: 100, Family: "flow", BatchSize: 1, TimeoutMs: 30000, MaxPages: abi.DefaultMaxPages}
 	b, _ := m.MarshalBinary()
 	pdk.Output(b)
 	return 0

@@ -9,7 +9,7 @@ import (
 
 func init() {
 	pdk.Register(pdk.Plugin{
-		Manifest: abi.Manifest{Name: "healthy", Version: "1.0.0", Kind: abi.KindScanner, IntervalMs: 100, Family: "flow", TimeoutMs: 2000},
+		Manifest: abi.Manifest{Name: "healthy", Version: "1.0.0", Kind: abi.KindScanner, IntervalMs: 100, Family: "flow", TimeoutMs: 30000},
 		Scan: func(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			if _, err := h.Now(); err != nil {
 				return abi.ScanResult{Errors: 1}

@@ -1,5 +1,7 @@
 // Command hugeoutput is a broken test plugin, built on go-pdk directly:
-// its fabric_scan returns 8 MiB.
+// its fabric_scan returns 1 MiB, far above the host's 64 KiB output cap
+// (its timeout is long so that only the size can fail it, even on a loaded
+// machine).
 package main
 
 import (
@@ -10,7 +12,7 @@ import (
 
 //go:wasmexport fabric_manifest
 func manifest() int32 {
-	m := abi.Manifest{ABI: abi.Version, Name: "hugeoutput", Version: "1.0.0", Kind: abi.KindScanner, IntervalMs: 100, Family: "flow", BatchSize: 1, TimeoutMs: 2000, MaxPages: abi.DefaultMaxPages}
+	m := abi.Manifest{ABI: abi.Version, Name: "hugeoutput", Version: "1.0.0", Kind: abi.KindScanner, IntervalMs: 100, Family: "flow", BatchSize: 1, TimeoutMs: 30000, MaxPages: abi.DefaultMaxPages}
 	b, _ := m.MarshalBinary()
 	pdk.Output(b)
 	return 0
@@ -18,7 +20,7 @@ func manifest() int32 {
 
 //go:wasmexport fabric_scan
 func scan() int32 {
-	pdk.Output(make([]byte, 8<<20))
+	pdk.Output(make([]byte, 1<<20))
 	return 0
 }
 

@@ -11,7 +11,7 @@ var hoard [][]byte
 
 func init() {
 	pdk.Register(pdk.Plugin{
-		Manifest: abi.Manifest{Name: "membomb", Version: "1.0.0", IntervalMs: 100, TimeoutMs: 5000, MaxPages: 256},
+		Manifest: abi.Manifest{Name: "membomb", Version: "1.0.0", IntervalMs: 100, TimeoutMs: 30000, MaxPages: 256},
 		Scan: func(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			for {
 				b := make([]byte, 1<<20)

@@ -8,7 +8,7 @@ import (
 
 func init() {
 	pdk.Register(pdk.Plugin{
-		Manifest: abi.Manifest{Name: "panicker", Version: "1.0.0", IntervalMs: 100, TimeoutMs: 2000},
+		Manifest: abi.Manifest{Name: "panicker", Version: "1.0.0", IntervalMs: 100, TimeoutMs: 30000},
 		Scan: func(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			panic("boom from the panic fixture")
 		},

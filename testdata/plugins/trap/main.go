@@ -13,7 +13,7 @@ var sink byte
 
 func init() {
 	pdk.Register(pdk.Plugin{
-		Manifest: abi.Manifest{Name: "trap", Version: "1.0.0", IntervalMs: 100, TimeoutMs: 2000},
+		Manifest: abi.Manifest{Name: "trap", Version: "1.0.0", IntervalMs: 100, TimeoutMs: 30000},
 		Scan: func(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			p := (*byte)(unsafe.Pointer(uintptr(0xFFFFFFF0)))
 			sink = *p

@@ -11,7 +11,7 @@ import (
 
 func init() {
 	pdk.Register(pdk.Plugin{
-		Manifest: abi.Manifest{Name: "ungranted", Version: "1.0.0", IntervalMs: 100, TimeoutMs: 2000,
+		Manifest: abi.Manifest{Name: "ungranted", Version: "1.0.0", IntervalMs: 100, TimeoutMs: 30000,
 			Capabilities: abi.Capabilities{FCall: []string{"ff_version"}, Read: []string{"ff:idx:*:lane:*:delayed"}}},
 		Scan: func(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			var res abi.ScanResult
