@@ -517,3 +517,22 @@ func TestCompletionListenerSurvivesServerRestart(t *testing.T) {
 	e.complete(m[0])
 	e.await("child eligible after restart", func() bool { return e.eligible(m[1]) })
 }
+
+// A completion handled after its execution's core is gone (trimmed) still
+// resolves edges with the message's outcome: FlowFabric re-read an empty
+// terminal_outcome, treated it as "not success", and skipped the child of
+// a member that had succeeded (engine spec §15.14).
+func TestDependencyDispatcherUsesMessageOutcomeWhenCoreIsGone(t *testing.T) {
+	t.Parallel()
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"dependency"}, listener: true})
+	flow := e.flow()
+	m := e.members(flow, 2)
+	e.edges(flow, [2]model.ExecutionID{m[0], m[1]})
+	e.do("DEL", model.KeysFor(m[0]).Core())
+	msg := fmt.Sprintf(`{"execution_id":%q,"flow_id":%q,"outcome":"success"}`, m[0], flow)
+	e.do("PUBLISH", "ff:dag:completions", msg)
+	e.await("child eligible", func() bool { return e.eligible(m[1]) })
+	if got := e.core(m[1], "terminal_outcome"); got == "skipped" {
+		t.Fatal("child skipped")
+	}
+}
