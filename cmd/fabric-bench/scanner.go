@@ -105,7 +105,7 @@ func runScannerCost(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	}
 	sc.Rows = append(sc.Rows, row)
 	sc.Notes = append(sc.Notes,
-		"wasm: the host's scanner loop (Extism call, timeout context, host functions, cycle record) per partition; native: the same pdk scan function called in a loop over a pdk.Host backed by the same Valkey store (internal/nativehost).",
+		"wasm: the host's scanner loop (Extism call, timeout context, host functions, cycle record) per partition; native: the same pdk scan function called in a loop over a pdk.Host backed by the same Valkey client (host.NativeHost); both scan the lane \"default\".",
 		"The idle-commands ratio compares different amounts of maintenance: fabric's set sweeps 256 partitions per scanner, asynq's server polls its queues and runs its forwarder, recoverer, janitor, syncer and heartbeater.")
 	return nil
 }
@@ -128,7 +128,7 @@ func wasmCycle(ctx context.Context, e *benchEnv, vc *valkey.Client) (cycleMs, ca
 	want := uint64(e.size.ScanCycles + 2)
 	// Timers off: a cycle is a full sweep of the 256 partitions.
 	h, err := e.startHost(ctx, dir, vc, hostOpts{plugins: map[string]host.PluginConfig{
-		"delayed_promoter": {Interval: 20 * time.Millisecond, Config: map[string]string{"lanes": benchLane}},
+		"delayed_promoter": {Interval: 20 * time.Millisecond},
 	}, records: int(want+1) * 256, timers: host.TimerConfig{Disabled: true}})
 	if err != nil {
 		return 0, 0, err
@@ -180,8 +180,7 @@ func nativeCycle(ctx context.Context, e *benchEnv, db int) (float64, error) {
 	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^BenchmarkCycleNativeValkey$",
 		"-benchtime", fmt.Sprintf("%dx", e.size.ScanCycles+1), "-count", "1", "./plugins/scanners/delayed_promoter/")
 	cmd.Dir = e.repo
-	cmd.Env = append(os.Environ(), "FABRIC_BENCH_VALKEY_URL="+e.vsrv.URL(), "FABRIC_BENCH_VALKEY_DB="+strconv.Itoa(db),
-		"FABRIC_BENCH_LANES="+benchLane)
+	cmd.Env = append(os.Environ(), "FABRIC_BENCH_VALKEY_URL="+e.vsrv.URL(), "FABRIC_BENCH_VALKEY_DB="+strconv.Itoa(db))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -6,16 +6,18 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/host/hostfn"
-	"github.com/fabric-host/fabric/internal/nativehost"
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/model"
 )
 
-// BenchmarkCycleNativeValkey is one full cycle of the promoter over 256
-// flow partitions compiled natively, against the server at
-// $FABRIC_BENCH_VALKEY_URL (database $FABRIC_BENCH_VALKEY_DB): the native
-// side of scenario 5 of `make bench`, which starts the server and compares
-// with the wasm plugin's cycle in the host. Skipped without the URL.
+// BenchmarkCycleNativeValkey is one full cycle of the promoter over every
+// flow partition, compiled natively and run through host.NativeHost
+// against the server at $FABRIC_BENCH_VALKEY_URL (database
+// $FABRIC_BENCH_VALKEY_DB): the native side of scenario 5 of `make bench`,
+// which starts the server and compares it with the wasm plugin's cycle in
+// the host. Skipped without the URL.
 func BenchmarkCycleNativeValkey(b *testing.B) {
 	url := os.Getenv("FABRIC_BENCH_VALKEY_URL")
 	if url == "" {
@@ -28,13 +30,15 @@ func BenchmarkCycleNativeValkey(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer vc.Close()
-	h := &nativehost.Host{Ctx: ctx, Store: hostfn.ValkeyStore{C: vc}, NowMs: vc.ServerTime,
-		Manifest: Plugin.Manifest, Values: map[string]string{"lanes": os.Getenv("FABRIC_BENCH_LANES")}}
-	parts := int(vc.Partitions().Flow)
+	h := host.NewNativeHost(ctx, vc, nil)
+	parts := vc.Partitions().Flow
 	var cycle uint64
 	for b.Loop() {
 		cycle++
-		h.Cycle(Plugin, parts, cycle)
+		for i := uint16(0); i < parts; i++ {
+			Plugin.Scan(h, abi.ScanRequest{Cycle: cycle, Partition: model.Partition{Family: model.FamilyFlow, Index: i},
+				Partitions: parts, BatchSize: Plugin.Manifest.BatchSize, DeadlineMs: Plugin.Manifest.TimeoutMs})
+		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/cycle")
 }
