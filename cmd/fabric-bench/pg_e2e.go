@@ -27,7 +27,7 @@ func runPostgresE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
 			return fmt.Errorf("fabric W=%d: %w", w, err)
 		}
 		row := Row{Measure: fmt.Sprintf("executions/s, W=%d", w), Fabric: fab.rate(), Unit: "/s", HigherIsBetter: true,
-			Versus: "River", Note: fab.cappedNote()}
+			Versus: "River", Note: fab.cappedNote(), Goal: "(none set)"}
 		// River twice: its default FetchCooldown (100 ms between fetches,
 		// so at most W jobs per 100 ms for instant jobs) and its minimum.
 		for _, cd := range []time.Duration{time.Millisecond, 0} {

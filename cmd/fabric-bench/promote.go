@@ -55,9 +55,13 @@ func runPromotion(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		p50, p99, mx := percentiles(lat)
 		v50, pp50 := peer(true)
 		v99, pp99 := peer(false)
+		goal := "p99 ≤ 10 ms"
+		if m.timers.Disabled {
+			goal = "(FlowFabric's polling)"
+		}
 		sc.Rows = append(sc.Rows,
-			Row{Measure: m.name + ": due → eligible, p50", Fabric: p50, Versus: v50, Peer: pp50, Unit: "ms", Goal: "p99 ≤ 10 ms"},
-			Row{Measure: m.name + ": due → eligible, p99", Fabric: p99, Versus: v99, Peer: pp99, Unit: "ms", Goal: "p99 ≤ 10 ms",
+			Row{Measure: m.name + ": due → eligible, p50", Fabric: p50, Versus: v50, Peer: pp50, Unit: "ms", Goal: goal},
+			Row{Measure: m.name + ": due → eligible, p99", Fabric: p99, Versus: v99, Peer: pp99, Unit: "ms", Goal: goal,
 				Note: fmt.Sprintf("max %s, %d of %d observed%s", fmtNum(mx, "ms"), len(lat), n, note)})
 	}
 	if perr != nil {
