@@ -154,8 +154,12 @@ func writeMarkdown(w io.Writer, m Machine, size string, started time.Time, total
 				fmt.Fprintf(w, "| %d | %s | %s | %s | | | %s |\n", sc.ID, sc.Title, r.Measure, r.Missing, r.Goal)
 				continue
 			}
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s: %s | %s | %s |\n", sc.ID, sc.Title, r.Measure, fmtNum(r.Fabric, r.Unit),
-				r.Versus, fmtNum(r.Peer, r.Unit), fmtRatio(r.ratio()), r.Goal)
+			cmpCell := "–"
+			if r.Versus != "" {
+				cmpCell = r.Versus + ": " + fmtNum(r.Peer, r.Unit)
+			}
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s |\n", sc.ID, sc.Title, r.Measure, fmtNum(r.Fabric, r.Unit),
+				cmpCell, fmtRatio(r.ratio()), r.Goal)
 		}
 	}
 	fmt.Fprintln(w)
@@ -205,8 +209,11 @@ func fmtRatio(v float64) string {
 	if math.IsNaN(v) {
 		return "–"
 	}
-	if v >= 10 {
+	switch {
+	case v >= 10:
 		return fmt.Sprintf("%.0f×", v)
+	case v < 0.1:
+		return fmt.Sprintf("%.3f×", v)
 	}
 	return fmt.Sprintf("%.2f×", v)
 }
