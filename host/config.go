@@ -87,6 +87,8 @@ type Config struct {
 	// after every change and at most once a second while plugins run, for
 	// `fabric plugins list --status`.
 	StatusFile string
+	// Observer, when set, is told of every finished sweep (metrics).
+	Observer Observer
 	// TestSignals, when set, receives test signals. Nil in production.
 	TestSignals *TestSignals
 }

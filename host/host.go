@@ -216,6 +216,7 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		old := p.mod.Swap(m)
 		p.mu.Lock()
 		p.swaps++
+		p.lastSwap = h.cfg.Clock.Now()
 		if p.state == StateQuarantined {
 			p.state, p.reason, p.quarantines, p.quarantineUntil = StateRunning, "", 0, time.Time{}
 		}
