@@ -60,7 +60,11 @@ func Render(w io.Writer, f Frame) {
 		b.WriteString(s)
 		b.WriteByte('\n')
 	}
-	line("%s  %s  up %s", f.Title, f.Now.Format("15:04:05"), fmtDur(f.Elapsed))
+	if f.Elapsed > 0 {
+		line("%s  %s  up %s", f.Title, f.Now.Format("15:04:05"), fmtDur(f.Elapsed))
+	} else {
+		line("%s  %s", f.Title, f.Now.Format("15:04:05"))
+	}
 	if f.Subtitle != "" {
 		line("%s", f.Subtitle)
 	}
