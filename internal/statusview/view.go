@@ -54,8 +54,8 @@ func Render(w io.Writer, f Frame) {
 	var b strings.Builder
 	line := func(format string, a ...any) {
 		s := fmt.Sprintf(format, a...)
-		if f.Width > 0 && len(s) > f.Width {
-			s = s[:f.Width]
+		if r := []rune(s); f.Width > 0 && len(r) > f.Width {
+			s = string(r[:f.Width])
 		}
 		b.WriteString(s)
 		b.WriteByte('\n')

@@ -67,7 +67,7 @@ recent events
 		var b bytes.Buffer
 		statusview.Render(&b, statusview.Frame{Title: "fabric", Now: t0, Report: fixedReport(), Width: 40})
 		for _, l := range strings.Split(b.String(), "\n") {
-			if len(l) > 40 {
+			if len([]rune(l)) > 40 {
 				t.Fatalf("line longer than 40: %q", l)
 			}
 		}
