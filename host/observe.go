@@ -7,7 +7,8 @@ import (
 )
 
 // SweepEvent is one finished sweep of a scanner plugin over its
-// partitions, as an Observer sees it.
+// partitions, as an Observer sees it. A plugin on due-time timers sweeps
+// only its due or woken partitions: each such pass is one event.
 type SweepEvent struct {
 	// Plugin and Version name what served the sweep's last call.
 	Plugin, Version string
