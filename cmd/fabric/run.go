@@ -326,7 +326,9 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 		plugins[name] = pc
 	}
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir, Backend: conn.Client,
-		Logger: conn.Logger, StatusFile: statusFile, Plugins: plugins, Observer: o.observer})
+		Logger: conn.Logger, StatusFile: statusFile, Plugins: plugins, Observer: o.observer,
+		// The dispatchers (dependency, edge_cancel) run on completions.
+		Completions: host.CompletionConfig{Enabled: true}})
 	if err != nil {
 		return nil, err
 	}
