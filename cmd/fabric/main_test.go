@@ -84,7 +84,7 @@ func TestCLI(t *testing.T) {
 func TestRunDemoOnPrivateServer(t *testing.T) {
 	t.Parallel()
 	code, out, errOut := runCmd(t, "run", "--plugins", "", "--duration", "1s", "--rate", "40",
-		"--mix", "immediate=3,delayed=1,retry=1")
+		"--mix", "immediate=3,delayed=1,retry=1", "--admin-addr", "127.0.0.1:0")
 	if code != 0 {
 		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -107,8 +107,11 @@ func TestRunWithPluginHost(t *testing.T) {
 	if _, err := os.Stat(dir + "/delayed_promoter.wasm"); err != nil {
 		t.Fatalf("plugin set not built (run `make plugins`): %v", err)
 	}
+	// 16 flow partitions: every plugin sweeps all of them, and 18 plugins
+	// × 256 partitions under -race on a shared machine take longer per
+	// sweep than the drain allows.
 	code, out, errOut := runCmd(t, "run", "--plugins", dir, "--duration", "1s", "--rate", "40",
-		"--mix", "immediate=1,delayed=1")
+		"--mix", "immediate=1,delayed=1", "--admin-addr", "127.0.0.1:0", "--partitions", "flow=16,budget=4,quota=4")
 	if code != 0 {
 		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
