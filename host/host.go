@@ -65,7 +65,7 @@ func New(cfg Config) (*Host, error) {
 	}
 	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{}}
 	if cfg.CacheDir != "" {
-		if h.cache, err = wazero.NewCompilationCacheWithDir(cfg.CacheDir); err != nil {
+		if h.cache, err = newDirCache(cfg.CacheDir); err != nil {
 			return nil, fmt.Errorf("host: compilation cache %s: %w", cfg.CacheDir, err)
 		}
 	} else {
@@ -230,6 +230,7 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		}
 		p.mu.Lock()
 		p.swaps++
+		p.lastSwap = h.cfg.Clock.Now()
 		if p.state == StateQuarantined {
 			p.state, p.reason, p.quarantines, p.quarantineUntil = StateRunning, "", 0, time.Time{}
 		}
@@ -443,7 +444,7 @@ func Inspect(ctx context.Context, path string, cfg InspectConfig) (*Inspection, 
 	var cache wazero.CompilationCache
 	var err error
 	if cfg.CacheDir != "" {
-		if cache, err = wazero.NewCompilationCacheWithDir(cfg.CacheDir); err != nil {
+		if cache, err = newDirCache(cfg.CacheDir); err != nil {
 			return nil, fmt.Errorf("host: compilation cache %s: %w", cfg.CacheDir, err)
 		}
 	} else {
