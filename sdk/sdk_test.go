@@ -767,6 +767,12 @@ func TestFlow(t *testing.T) {
 		if s := b.state(t, z); s.EligibilityState != model.EligibleBlockedByDeps || s.FlowID != f.ID.String() {
 			t.Fatalf("z before: %s flow %q", s.EligibilityState, s.FlowID)
 		}
+		// Members held until their edges were applied leave no stale
+		// entry in lane:delayed.
+		delayed := model.KeysOn(z.Partition()).LaneDelayed("dag")
+		if n, err := b.vc.Raw().Do(b.ctx, b.vc.Raw().B().Zcard().Key(delayed).Build()).AsInt64(); err != nil || n != 0 {
+			t.Fatalf("%s holds %d entries (%v), want 0", delayed, n, err)
+		}
 		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"dag"}, ResolveDependencies: true, Concurrency: 2})
 		var mu sync.Mutex
 		var order []string
