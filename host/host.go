@@ -75,7 +75,7 @@ func newLoaderConfig(cache wazero.CompilationCache, store hostfn.Store, now func
 	var stats hostfn.Stats
 	return loaderConfig{
 		cache: cache,
-		fns:   hostfn.Functions(hostfn.Config{Store: store, Now: now}),
+		fns:   hostfn.Functions(hostfn.Config{Store: store, Now: now, SQL: cfg.Postgres}),
 		caller: func(m *Module, tag string) *hostfn.Caller {
 			return &hostfn.Caller{Plugin: m.declared.Name, Version: m.declared.Version, Caps: &abi.Capabilities{}, Tag: tag, Stats: &stats, Logger: cfg.Logger}
 		},

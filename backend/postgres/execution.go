@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/pgsql"
 )
 
 // Lease event types written to ff_lease_event.
@@ -27,13 +28,7 @@ const (
 // from the execution row when it exists (the value of its
 // cairn.instance_id tag), NULL otherwise; the row is written either way.
 func emitLeaseEvent(ctx context.Context, tx pgx.Tx, k execKey, eventType string, now int64) error {
-	_, err := tx.Exec(ctx, `
-INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
-SELECT $1::text, NULL, $2, $3, $4::int, c.raw_fields->>'namespace', c.raw_fields->'tags'->>'cairn.instance_id'
-  FROM (SELECT 1) AS one
-  LEFT JOIN ff_exec_core c ON c.partition_key = $4::smallint AND c.execution_id = $1::uuid`,
-		k.id(), eventType, now, k.part)
-	if err != nil {
+	if _, err := tx.Exec(ctx, pgsql.LeaseEventInsert.SQL, k.id(), eventType, now, k.part); err != nil {
 		return fmt.Errorf("lease event %s: %w", eventType, err)
 	}
 	return nil
@@ -45,15 +40,7 @@ SELECT $1::text, NULL, $2, $3, $4::int, c.raw_fields->>'namespace', c.raw_fields
 // complete does; every other upstream producer writes NULL.
 func emitCompletion(ctx context.Context, tx pgx.Tx, k execKey, outcome string, now int64, withNamespace bool) (int64, error) {
 	var id int64
-	err := tx.QueryRow(ctx, `
-INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
-SELECT partition_key, execution_id, flow_id, $3,
-       CASE WHEN $5 THEN raw_fields->>'namespace' END,
-       CASE WHEN $5 THEN raw_fields->>'instance_tag' END,
-       $4
-  FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2
-RETURNING event_id`, k.part, [16]byte(k.uuid), outcome, now, withNamespace).Scan(&id)
-	if err != nil {
+	if err := tx.QueryRow(ctx, pgsql.CompletionInsert.SQL, k.part, k.id(), outcome, now, withNamespace).Scan(&id); err != nil {
 		return 0, fmt.Errorf("completion event %s: %w", outcome, err)
 	}
 	return id, nil

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 
 	extism "github.com/extism/go-sdk"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fabric-host/fabric/abi"
 )
@@ -130,6 +131,9 @@ type Config struct {
 	MaxCalls int
 	// MaxLogBytes truncates guest log lines (default 4096).
 	MaxLogBytes int
+	// SQL is the Postgres pool sql_query runs on; nil answers
+	// CodeUnavailable.
+	SQL *pgxpool.Pool
 }
 
 // subjects is what a request asks to touch, for authorize.
@@ -259,7 +263,7 @@ func Functions(cfg Config) []extism.HostFunction {
 		abi.FnZRangeByScore: zrangeHandler(cfg),
 		abi.FnSMembers:      smembersHandler(cfg),
 		abi.FnSScan:         sscanHandler(cfg),
-		abi.FnSQLQuery:      sqlHandler(),
+		abi.FnSQLQuery:      sqlHandler(cfg),
 	}
 	plain := map[string]extism.HostFunctionStackCallback{
 		abi.FnNow:    nowFunction(cfg),
