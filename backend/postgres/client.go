@@ -75,6 +75,10 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 // Close closes the pool.
 func (c *Client) Close() { c.pool.Close() }
 
+// Partitions returns the partition config the client mints and claims
+// with.
+func (c *Client) Partitions() model.PartitionConfig { return c.parts }
+
 // Pool is the underlying pgx pool, for tests and migrations.
 func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 

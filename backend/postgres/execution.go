@@ -201,6 +201,12 @@ type ClaimResult struct {
 	// AttemptType is initial, retry or resumed (a delayed or otherwise
 	// interrupted attempt continuing under a new lease epoch).
 	AttemptType string
+	// LaneID, Kind, Namespace, Payload and FlowID describe the claimed
+	// execution (read in the claim's own round trip), so a worker needs no
+	// second read.
+	LaneID, Kind, Namespace string
+	Payload                 []byte
+	FlowID                  string
 }
 
 // Fence returns the fence of the acquired lease.
@@ -377,7 +383,9 @@ ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
 RETURNING lease_epoch`, k.part, [16]byte(k.uuid), idx, worker, instance, expires, now).Scan(&epoch); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, `
+	var lane, kind, ns, flow string
+	var payload []byte
+	if err := tx.QueryRow(ctx, `
 UPDATE ff_exec_core
    SET lifecycle_phase = 'active', ownership_state = 'leased', eligibility_state = 'not_applicable',
        public_state = 'running', attempt_state = 'running_attempt', blocking_reason = NULL,
@@ -386,7 +394,9 @@ UPDATE ff_exec_core
            'last_mutation_at', $3::bigint::text,
            'current_worker_instance_id', $4::text,
            'total_attempt_count', (COALESCE((raw_fields->>'total_attempt_count')::bigint, 0) + 1)::text)
- WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, instance); err != nil {
+ WHERE partition_key = $1 AND execution_id = $2
+RETURNING lane_id, COALESCE(raw_fields->>'execution_kind', ''), COALESCE(raw_fields->>'namespace', ''), payload,
+          COALESCE(flow_id::text, '')`, k.part, [16]byte(k.uuid), now, instance).Scan(&lane, &kind, &ns, &payload, &flow); err != nil {
 		return nil, err
 	}
 	if err := emitLeaseEvent(ctx, tx, k, LeaseEventAcquired, now); err != nil {
@@ -401,7 +411,8 @@ UPDATE ff_exec_core
 	}
 	f := newFence(k, idx, uint64(epoch))
 	return &ClaimResult{ExecutionID: k.execID(), LeaseID: f.LeaseID, LeaseEpoch: f.LeaseEpoch, ExpiresAt: expires,
-		AttemptID: f.AttemptID, AttemptIndex: idx, AttemptType: typ}, nil
+		AttemptID: f.AttemptID, AttemptIndex: idx, AttemptType: typ,
+		LaneID: lane, Kind: kind, Namespace: ns, Payload: payload, FlowID: flow}, nil
 }
 
 // fencedRow is the exec_core and attempt state a fenced operation read
