@@ -57,14 +57,27 @@ func ConnectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig)
 	return w, nil
 }
 
+// pgFullScanEvery is how often (in ClaimNext rounds) a Postgres worker
+// claims across every partition rather than the lanes' solo partitions.
+const pgFullScanEvery = 8
+
 // pgClaimNext tries each lane once, starting at a rotating lane.
 func (w *Worker) pgClaimNext(ctx context.Context) (*Lease, error) {
 	lanes := w.cfg.Lanes
 	start := w.laneRR.Add(1)
+	// Solo executions of a lane all live on its solo partition: a cheap,
+	// pruned claim. Every pgFullScanEvery-th round also looks at every
+	// partition (flow members of the lane), which costs a probe per
+	// partition.
+	full := w.cursor.Add(1)%pgFullScanEvery == 0
 	for i := range lanes {
 		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
-		cr, err := w.pg.ClaimForWorker(ctx, &postgres.ClaimForWorkerParams{LaneID: lane, WorkerID: w.cfg.WorkerID,
-			WorkerInstanceID: w.cfg.InstanceID, Capabilities: w.caps, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds()})
+		p := &postgres.ClaimForWorkerParams{LaneID: lane, WorkerID: w.cfg.WorkerID,
+			WorkerInstanceID: w.cfg.InstanceID, Capabilities: w.caps, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds()}
+		if !full {
+			p.Partitions = []uint16{w.parts.SoloPartition(lane).Index}
+		}
+		cr, err := w.pg.ClaimForWorker(ctx, p)
 		if errors.Is(err, postgres.CodeNoEligibleExecution) {
 			continue
 		}

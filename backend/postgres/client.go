@@ -51,6 +51,13 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
+	// Every hot table has 256 hash partitions. A generic plan of a
+	// prepared statement prunes only at run time, and Postgres 15 still
+	// locks every partition of it on each execution; custom plans prune
+	// while planning. Measured: several times faster claims.
+	if _, set := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)

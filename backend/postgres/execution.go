@@ -342,17 +342,30 @@ func (c *Client) claimPass(ctx context.Context, p *ClaimForWorkerParams, parts [
 		var uuid [16]byte
 		var idx int
 		var attemptState string
+		// One text per partition shape, so the planner prunes partitions
+		// (a "$1 IS NULL OR partition_key = ANY($1)" predicate would make it
+		// probe all 256 children on every claim).
+		var where string
+		var pk any
+		switch len(parts) {
+		case 0:
+			where, pk = "$1::smallint IS NULL", nil
+		case 1:
+			where, pk = "partition_key = $1::smallint", parts[0]
+		default:
+			where, pk = "partition_key = ANY($1::smallint[])", parts
+		}
 		err := tx.QueryRow(ctx, `
 SELECT partition_key, execution_id, attempt_index, attempt_state
   FROM ff_exec_core
- WHERE ($1::smallint[] IS NULL OR partition_key = ANY($1))
+ WHERE `+where+`
    AND lane_id = $2
    AND lifecycle_phase = 'runnable'
    AND eligibility_state = 'eligible_now'
    AND required_capabilities <@ $3::text[]
  ORDER BY priority DESC, created_at_ms ASC
  LIMIT 1
- FOR UPDATE SKIP LOCKED`, parts, p.LaneID, caps).Scan(&k.part, &uuid, &idx, &attemptState)
+ FOR UPDATE SKIP LOCKED`, pk, p.LaneID, caps).Scan(&k.part, &uuid, &idx, &attemptState)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return CodeNoEligibleExecution
 		}
