@@ -27,9 +27,17 @@ func init() {
 			pluginDir := fs.String("plugins", filepath.Join("bin", "plugins"), "plugin directory the host loads and watches (\"\": run without plugins)")
 			cacheDir := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory (\"\": in memory)")
 			statusFile := fs.String("status-file", "", "write the host's plugin status here for `fabric plugins list --status`")
+			pgf := addRunPostgresFlags(fs) // run_postgres.go
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
+				}
+				if on, err := pgf.enabled(); err != nil || on {
+					if err != nil {
+						return err
+					}
+					return runPostgres(ctx, env, pgf, wf, runPostgresOpts{pluginDir: *pluginDir, cacheDir: *cacheDir,
+						statusFile: *statusFile, demo: *demo, logLevel: b.logLevel})
 				}
 				cfg, err := wf.config()
 				if err != nil {
