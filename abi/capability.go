@@ -21,6 +21,9 @@ const (
 	// CapSQL: the statement name, and every table the statement touches
 	// (as "table.<name>"), must be in Capabilities.SQL.
 	CapSQL
+	// CapWrite: every key written must match a glob in Capabilities.Write
+	// (ABI 1.1).
+	CapWrite
 )
 
 // String names the capability as in the manifest.
@@ -34,6 +37,8 @@ func (c Capability) String() string {
 		return "read"
 	case CapSQL:
 		return "sql"
+	case CapWrite:
+		return "write"
 	}
 	return fmt.Sprintf("capability_%d", uint8(c))
 }
@@ -59,6 +64,9 @@ type Capabilities struct {
 	Read           []string `json:"read,omitempty"`
 	SQL            []string `json:"sql,omitempty"`
 	CrossPartition bool     `json:"cross_partition,omitempty"`
+	// Write lists key-family globs the write host function may change
+	// (same syntax as Read). ABI 1.1.
+	Write []string `json:"write,omitempty"`
 }
 
 func (c *Capabilities) validate(bad func(string, ...any) error) error {
@@ -70,6 +78,11 @@ func (c *Capabilities) validate(bad func(string, ...any) error) error {
 	for _, p := range c.Read {
 		if err := validReadPattern(p); err != nil {
 			return bad("capabilities.read %q: %v", p, err)
+		}
+	}
+	for _, p := range c.Write {
+		if err := validReadPattern(p); err != nil {
+			return bad("capabilities.write %q: %v", p, err)
 		}
 	}
 	for _, s := range c.SQL {
@@ -98,6 +111,17 @@ func (c *Capabilities) AllowRead(key string) error {
 		}
 	}
 	return Errorf(CodeDenied, fmt.Sprintf("read of %s is not granted (capabilities.read: [%s])", key, strings.Join(c.Read, " ")))
+}
+
+// AllowWrite returns nil when key matches a write glob, else a CodeDenied
+// *Error naming the grant.
+func (c *Capabilities) AllowWrite(key string) error {
+	for _, p := range c.Write {
+		if ok, _ := path.Match(p, key); ok {
+			return nil
+		}
+	}
+	return Errorf(CodeDenied, fmt.Sprintf("write of %s is not granted (capabilities.write: [%s])", key, strings.Join(c.Write, " ")))
 }
 
 // AllowSQL returns nil when statement name is granted, else a CodeDenied

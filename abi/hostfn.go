@@ -43,6 +43,9 @@ const (
 	FnLog           = "log"
 	FnMetric        = "metric"
 	FnSQLQuery      = "sql_query"
+	FnRead          = "read"
+	FnWrite         = "write"
+	FnReadBatch     = "read_batch"
 )
 
 // HostFuncs is the table of host functions of this ABI version.
@@ -67,6 +70,17 @@ var HostFuncs = []HostFunc{
 	{Name: FnSQLQuery, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapSQL,
 		Request: "SQLRequest", Response: "SQLResponse",
 		Summary: "run named statements of the host's SQL catalog (model/pgsql) with bound parameters: a batch in one transaction, or begin/exec/commit of the call's own transaction, rolled back if the call ends with it open"},
+	// ABI 1.1: the flow-engine plugins' reads and writes.
+	{Name: FnRead, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
+		Request: "CommandRequest", Response: "Members",
+		Summary: "one allow-listed read on one key: SRANDMEMBER key n, SCARD, EXISTS, HGETALL (flat pairs), GET (no element when nil)"},
+	{Name: FnWrite, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapWrite,
+		Request: "CommandRequest", Response: "Count",
+		Summary: "one allow-listed plain write on one key (HSET, HDEL, SREM, ZREM, DEL, SET, ZREMRANGEBYSCORE); the key must match capabilities.write"},
+	// ABI 1.1: the execution scanners' pre-reads.
+	{Name: FnReadBatch, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
+		Request: "BatchReadRequest", Response: "BatchReadResponse",
+		Summary: "run a batch of read-only single-key commands (abi.BatchReadCommands) in one pipelined round trip; every key must be granted"},
 }
 
 // LookupHostFunc returns the table entry of name.

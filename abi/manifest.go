@@ -16,9 +16,9 @@ type Kind string
 const (
 	// KindScanner is called once per partition per tick on a cadence.
 	KindScanner Kind = "scanner"
-	// KindDispatcher is driven by events (completions), not by a cadence.
-	// The host loads and lists dispatchers; their driver lands with the
-	// completion listener.
+	// KindDispatcher is driven by events: the host's completion listener
+	// hands it batches of ff:dag:completions through fabric_dispatch
+	// (and, with Config[ConfigSweep] = "true", also sweeps it on a cadence).
 	KindDispatcher Kind = "dispatcher"
 )
 
@@ -207,6 +207,9 @@ func (m *Manifest) MarshalBinary() ([]byte, error) {
 	e.Strings(m.Capabilities.Read)
 	e.Strings(m.Capabilities.SQL)
 	e.Bool(m.Capabilities.CrossPartition)
+	if len(m.Capabilities.Write) > 0 { // ABI 1.1 trailer; absent in 1.0 manifests
+		e.Strings(m.Capabilities.Write)
+	}
 	return e.Bytes(), nil
 }
 
@@ -237,6 +240,9 @@ func (m *Manifest) UnmarshalBinary(b []byte) error {
 	out.Capabilities.Read = d.Strings()
 	out.Capabilities.SQL = d.Strings()
 	out.Capabilities.CrossPartition = d.Bool()
+	if d.Err() == nil && d.Remaining() > 0 {
+		out.Capabilities.Write = d.Strings()
+	}
 	if err := d.Finish("manifest"); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 //     than the host's may import functions the host lacks, so it is refused
 //     too.
 //   - Patch: new enum values or codes that old peers can ignore.
-const Version = "1.0.0"
+const Version = "1.1.0"
 
 // ErrVersionMismatch is matched (errors.Is) by every ABI incompatibility.
 var ErrVersionMismatch = errors.New("abi: version mismatch")

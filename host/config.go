@@ -93,8 +93,14 @@ type Config struct {
 	// after every change and at most once a second while plugins run, for
 	// `fabric plugins list --status`.
 	StatusFile string
+	// Timers configures due-time timers (timers.go); the zero value runs
+	// them when there is a Backend.
+	Timers TimerConfig
 	// TestSignals, when set, receives test signals. Nil in production.
 	TestSignals *TestSignals
+	// Completions configures the completion listener and the dispatcher
+	// driver (completion.go); off unless Completions.Enabled.
+	Completions CompletionConfig
 }
 
 // TestSignals are the edges tests wait on instead of sleeping.
@@ -138,6 +144,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.Records = cmp.Or(c.Records, HostRecordsDefault)
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, HostMaxOutputBytesDefault)
 	c.QuarantineBase = cmp.Or(c.QuarantineBase, HostQuarantineBaseDefault)
+	c.Timers.SafetyFactor = cmp.Or(c.Timers.SafetyFactor, TimerSafetyFactorDefault)
+	c.Completions = c.Completions.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -123,6 +123,7 @@ type setupOpts struct {
 	plugins  map[string]host.PluginConfig
 	noStart  bool
 	store    bool // use a real redis-server database
+	timers   host.TimerConfig
 }
 
 // setup builds a host over a fresh plugin directory with 4 flow
@@ -145,6 +146,7 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 		Debounce:       50 * time.Millisecond,
 		QuarantineBase: 300 * time.Millisecond,
 		TestSignals:    sig,
+		Timers:         o.timers,
 	}
 	var client *valkey.Client
 	if o.store {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -50,6 +51,9 @@ type Host struct {
 
 	statusMu    sync.Mutex
 	statusWrote time.Time
+
+	// wakeUp is true while the due-timer wake subscription is live.
+	wakeUp atomic.Bool
 }
 
 // New validates cfg, fills its defaults and prepares the compilation
@@ -67,7 +71,7 @@ func New(cfg Config) (*Host, error) {
 	} else {
 		h.cache = wazero.NewCompilationCache()
 	}
-	h.lc = newLoaderConfig(h.cache, cfg.Store, cfg.Now, cfg, func(name string) PluginConfig { return cfg.Plugins[name] })
+	h.lc = newLoaderConfig(h.cache, cfg.Store, cfg.Now, cfg, func(name string) PluginConfig { return h.pluginConfig(name) })
 	return h, nil
 }
 
@@ -110,7 +114,14 @@ func (h *Host) Start(ctx context.Context) error {
 		defer stopped()
 		defer h.shutdown()
 		defer w.Close()
+		if h.timersOn() {
+			done := make(chan struct{})
+			go func() { defer close(done); h.wakeListener(ctx) }()
+			defer func() { <-done }()
+		}
 		h.scanDir(ctx)
+		cc := h.startCompletions(ctx) // after the initial load: dispatchers are in place
+		defer cc.wait()
 		started()
 		h.watch(ctx, w)
 	}()
@@ -214,6 +225,9 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 	}
 	if p != nil {
 		old := p.mod.Swap(m)
+		if p.wake != nil {
+			p.wake.setPatterns(man)
+		}
 		p.mu.Lock()
 		p.swaps++
 		if p.state == StateQuarantined {
@@ -234,14 +248,19 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		log.Error("persistent FCALL failure; skipping for 10 scan cycles", "plugin", man.Name, "item", item, "failures", failures, "backoff_cycles", trackerBackoffCycles)
 	})
 	p.mod.Store(m)
+	if h.timersOn() {
+		p.wake = newWakeState(man)
+	}
 	switch {
 	case h.cfg.Plugins[man.Name].Disabled:
 		p.state = StateDisabled
-	case man.Kind != abi.KindScanner:
+	case man.Kind == abi.KindDispatcher && h.cfg.Completions.Enabled && h.cfg.Backend != nil && !man.Sweeps():
+		p.state = StateRunning // driven by completions (dispatch.go), no sweep loop
+	case man.Kind != abi.KindScanner && !man.Sweeps():
 		p.state = StateIdle
 	}
 	h.plugins[man.Name] = p
-	if p.state == StateRunning {
+	if p.state == StateRunning && (man.Kind == abi.KindScanner || man.Sweeps()) {
 		var pctx context.Context
 		pctx, p.cancel = context.WithCancel(ctx)
 		go p.supervise(pctx)

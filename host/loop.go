@@ -55,6 +55,9 @@ type plugin struct {
 	quarantines     int
 	quarantineUntil time.Time
 	records         recordRing
+
+	// wake is the plugin's due-timer state (nil with timers off).
+	wake *wakeState
 }
 
 func (p *plugin) spec() LoopSpec {
@@ -111,6 +114,9 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 			err = fmt.Errorf("panic: %v", r)
 		}
 	}()
+	if p.wake != nil && p.wake.timed() {
+		return p.timerLoop(ctx)
+	}
 	clock := p.h.cfg.Clock
 	for {
 		if until := p.quarantinedUntil(); !until.IsZero() {
@@ -217,10 +223,15 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (abi.Sc
 
 func (p *plugin) caller(m *Module, tag string) *hostfn.Caller {
 	man := m.Manifest()
-	return &hostfn.Caller{
+	c := &hostfn.Caller{
 		Plugin: p.name, Version: man.Version, Caps: &man.Capabilities, Tag: tag,
 		Tracker: p.tracker, Stats: &p.stats, Logger: p.h.cfg.Logger,
 	}
+	if w := p.wake; w != nil {
+		clock := p.h.cfg.Clock
+		c.OnNow = func(ms int64) { w.sawServerTime(ms, clock.Now()) }
+	}
+	return c
 }
 
 // quarantine parks the plugin for 2^n × base ±10 %, n counting

@@ -369,28 +369,13 @@ redis.register_function('ff_claim_execution', function(keys, args)
     redis.call('HSET', keyfmt.attempt(tag, eid, idx, 'policy'), unpack(policy_flat))
   end
 
-  redis.call('DEL', keys[10])
-  redis.call('HSET', keys[10],
-    'lease_id', lease_id,
-    'lease_epoch', epoch_s,
-    'execution_id', eid,
-    'attempt_id', attempt_id,
-    'worker_id', worker_id,
-    'worker_instance_id', wiid,
-    'acquired_at', now_s,
-    'expires_at', tostring(expires),
-    'last_renewed_at', now_s,
-    'renewal_deadline', tostring(renew_deadline))
+  write_lease_current(keys[10], {
+    lease_id = lease_id, lease_epoch = epoch_s, execution_id = eid,
+    attempt_id = attempt_id, worker_id = worker_id, worker_instance_id = wiid,
+    acquired_at = now_s, expires_at = tostring(expires), renewal_deadline = tostring(renew_deadline),
+  })
 
-  redis.call('HSET', keys[1],
-    'lifecycle_phase', 'active',
-    'ownership_state', 'leased',
-    'eligibility_state', 'not_applicable',
-    'blocking_reason', 'none',
-    'blocking_detail', '',
-    'terminal_outcome', 'none',
-    'attempt_state', 'running_attempt',
-    'public_state', 'active',
+  hset_pairs(keys[1], CLAIMED_VECTOR, {
     'current_attempt_index', idx_s,
     'total_attempt_count', tostring(idx + 1),
     'current_attempt_id', attempt_id,
@@ -409,7 +394,8 @@ redis.register_function('ff_claim_execution', function(keys, args)
     'pending_replay_requested_by', '',
     'pending_previous_attempt_index', '',
     'last_transition_at', now_s,
-    'last_mutation_at', now_s)
+    'last_mutation_at', now_s,
+  })
 
   redis.call('ZREM', keys[3], eid)
   redis.call('ZADD', keys[4], expires, eid)
@@ -959,28 +945,13 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
   redis.call('ZADD', keys[7], now, idx_s)
   redis.call('HSET', keyfmt.attempt(tag, eid, idx, 'usage'), 'last_usage_report_seq', '0')
 
-  redis.call('DEL', keys[8])
-  redis.call('HSET', keys[8],
-    'lease_id', lease_id,
-    'lease_epoch', epoch_s,
-    'execution_id', eid,
-    'attempt_id', attempt_id,
-    'worker_id', worker_id,
-    'worker_instance_id', wiid,
-    'acquired_at', now_s,
-    'expires_at', tostring(expires),
-    'last_renewed_at', now_s,
-    'renewal_deadline', tostring(renew_deadline))
+  write_lease_current(keys[8], {
+    lease_id = lease_id, lease_epoch = epoch_s, execution_id = eid,
+    attempt_id = attempt_id, worker_id = worker_id, worker_instance_id = wiid,
+    acquired_at = now_s, expires_at = tostring(expires), renewal_deadline = tostring(renew_deadline),
+  })
 
-  redis.call('HSET', keys[1],
-    'lifecycle_phase', 'active',
-    'ownership_state', 'leased',
-    'eligibility_state', 'not_applicable',
-    'blocking_reason', 'none',
-    'blocking_detail', '',
-    'terminal_outcome', 'none',
-    'attempt_state', 'running_attempt',
-    'public_state', 'active',
+  hset_pairs(keys[1], CLAIMED_VECTOR, {
     'current_attempt_index', idx_s,
     'total_attempt_count', tostring(idx + 1),
     'current_attempt_id', attempt_id,
@@ -998,7 +969,8 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
     'lease_revoke_reason', '',
     'lease_reclaim_count', tostring(reclaims + 1),
     'last_transition_at', now_s,
-    'last_mutation_at', now_s)
+    'last_mutation_at', now_s,
+  })
 
   redis.call('ZADD', keys[10], expires, eid)
   if old_wiid ~= '' and old_wiid ~= wiid then

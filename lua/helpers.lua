@@ -299,3 +299,33 @@ local function missing_caps(required, worker)
   table.sort(out)
   return table.concat(out, ',')
 end
+
+-- The state vector of a freshly acquired lease (claim, claim-resumed,
+-- reclaim, grant-and-claim), as HSET pairs for hset_pairs.
+local CLAIMED_VECTOR = {
+  'lifecycle_phase', 'active',
+  'ownership_state', 'leased',
+  'eligibility_state', 'not_applicable',
+  'blocking_reason', 'none',
+  'blocking_detail', '',
+  'terminal_outcome', 'none',
+  'attempt_state', 'running_attempt',
+  'public_state', 'active',
+}
+
+-- Recreates the lease_current hash of a freshly acquired lease (DEL, then
+-- HSET in FlowFabric's field order; last_renewed_at = acquired_at).
+local function write_lease_current(key, l)
+  redis.call('DEL', key)
+  redis.call('HSET', key,
+    'lease_id', l.lease_id,
+    'lease_epoch', l.lease_epoch,
+    'execution_id', l.execution_id,
+    'attempt_id', l.attempt_id,
+    'worker_id', l.worker_id,
+    'worker_instance_id', l.worker_instance_id,
+    'acquired_at', l.acquired_at,
+    'expires_at', l.expires_at,
+    'last_renewed_at', l.acquired_at,
+    'renewal_deadline', l.renewal_deadline)
+end

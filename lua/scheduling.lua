@@ -384,27 +384,12 @@ redis.register_function('ff_issue_grant_and_claim', function(keys, args)
       'worker_instance_id', wiid,
       'suspended_at', '',
       'suspension_id', '')
-    redis.call('DEL', K.lease_current)
-    redis.call('HSET', K.lease_current,
-      'lease_id', lease_id,
-      'lease_epoch', epoch_s,
-      'execution_id', eid,
-      'attempt_id', aid,
-      'worker_id', worker_id,
-      'worker_instance_id', wiid,
-      'acquired_at', now_s,
-      'expires_at', tostring(expires),
-      'last_renewed_at', now_s,
-      'renewal_deadline', tostring(renew_by))
-    redis.call('HSET', K.core,
-      'lifecycle_phase', 'active',
-      'ownership_state', 'leased',
-      'eligibility_state', 'not_applicable',
-      'blocking_reason', 'none',
-      'blocking_detail', '',
-      'terminal_outcome', 'none',
-      'attempt_state', 'running_attempt',
-      'public_state', 'active',
+    write_lease_current(K.lease_current, {
+      lease_id = lease_id, lease_epoch = epoch_s, execution_id = eid,
+      attempt_id = aid, worker_id = worker_id, worker_instance_id = wiid,
+      acquired_at = now_s, expires_at = tostring(expires), renewal_deadline = tostring(renew_by),
+    })
+    hset_pairs(K.core, CLAIMED_VECTOR, {
       'current_lease_id', lease_id,
       'current_lease_epoch', epoch_s,
       'current_worker_id', worker_id,
@@ -418,7 +403,8 @@ redis.register_function('ff_issue_grant_and_claim', function(keys, args)
       'lease_revoked_at', '',
       'lease_revoke_reason', '',
       'last_transition_at', now_s,
-      'last_mutation_at', now_s)
+      'last_mutation_at', now_s,
+    })
     redis.call('ZREM', K.eligible, eid)
     redis.call('ZADD', K.lease_expiry, expires, eid)
     redis.call('SADD', K.worker_leases, eid)
@@ -494,30 +480,15 @@ redis.register_function('ff_issue_grant_and_claim', function(keys, args)
     redis.call('HSET', att_key .. ':policy', unpack(policy_pairs))
   end
 
-  redis.call('DEL', K.lease_current)
-  redis.call('HSET', K.lease_current,
-    'lease_id', lease_id,
-    'lease_epoch', epoch_s,
-    'execution_id', eid,
-    'attempt_id', attempt_id,
-    'worker_id', worker_id,
-    'worker_instance_id', wiid,
-    'acquired_at', now_s,
-    'expires_at', tostring(expires),
-    'last_renewed_at', now_s,
-    'renewal_deadline', tostring(renew_by))
+  write_lease_current(K.lease_current, {
+    lease_id = lease_id, lease_epoch = epoch_s, execution_id = eid,
+    attempt_id = attempt_id, worker_id = worker_id, worker_instance_id = wiid,
+    acquired_at = now_s, expires_at = tostring(expires), renewal_deadline = tostring(renew_by),
+  })
 
   local started = core.started_at
   if not is_set(started) then started = now_s end
-  redis.call('HSET', K.core,
-    'lifecycle_phase', 'active',
-    'ownership_state', 'leased',
-    'eligibility_state', 'not_applicable',
-    'blocking_reason', 'none',
-    'blocking_detail', '',
-    'terminal_outcome', 'none',
-    'attempt_state', 'running_attempt',
-    'public_state', 'active',
+  hset_pairs(K.core, CLAIMED_VECTOR, {
     'current_attempt_index', idx_s,
     'total_attempt_count', tostring(idx + 1),
     'current_attempt_id', attempt_id,
@@ -536,7 +507,8 @@ redis.register_function('ff_issue_grant_and_claim', function(keys, args)
     'pending_replay_requested_by', '',
     'pending_previous_attempt_index', '',
     'last_transition_at', now_s,
-    'last_mutation_at', now_s)
+    'last_mutation_at', now_s,
+  })
 
   redis.call('ZREM', K.eligible, eid)
   redis.call('ZADD', K.lease_expiry, expires, eid)

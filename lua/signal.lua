@@ -303,27 +303,12 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
     'worker_instance_id', wiid,
     'suspended_at', '',
     'suspension_id', '')
-  redis.call('DEL', keys[7])
-  redis.call('HSET', keys[7],
-    'lease_id', lease_id,
-    'lease_epoch', epoch,
-    'execution_id', eid,
-    'attempt_id', att_id,
-    'worker_id', worker,
-    'worker_instance_id', wiid,
-    'acquired_at', tostring(now),
-    'expires_at', tostring(expires),
-    'last_renewed_at', tostring(now),
-    'renewal_deadline', tostring(renewal))
-  redis.call('HSET', keys[1],
-    'lifecycle_phase', 'active',
-    'ownership_state', 'leased',
-    'eligibility_state', 'not_applicable',
-    'blocking_reason', 'none',
-    'blocking_detail', '',
-    'terminal_outcome', 'none',
-    'attempt_state', 'running_attempt',
-    'public_state', 'active',
+  write_lease_current(keys[7], {
+    lease_id = lease_id, lease_epoch = epoch, execution_id = eid,
+    attempt_id = att_id, worker_id = worker, worker_instance_id = wiid,
+    acquired_at = tostring(now), expires_at = tostring(expires), renewal_deadline = tostring(renewal),
+  })
+  hset_pairs(keys[1], CLAIMED_VECTOR, {
     'current_lease_id', lease_id,
     'current_lease_epoch', epoch,
     'current_worker_id', worker,
@@ -337,7 +322,8 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
     'lease_revoked_at', '',
     'lease_revoke_reason', '',
     'last_transition_at', tostring(now),
-    'last_mutation_at', tostring(now))
+    'last_mutation_at', tostring(now),
+  })
   redis.call('ZREM', keys[3], eid)
   redis.call('ZADD', keys[4], expires, eid)
   redis.call('SADD', keys[5], eid)

@@ -19,8 +19,8 @@ func ExampleDueScan() {
 			keys := model.KeysOn(req.Partition)
 			return pdk.DueScan{
 				Indexes: func(abi.ScanRequest) []string { return []string{keys.AttemptTimeout()} },
-				Call: func(index, member string, nowMs int64) abi.Call {
-					return abi.Call{Function: "ff_expire", Keys: []string{index}, Args: []string{member, strconv.FormatInt(nowMs, 10)}}
+				Call: func(d pdk.Due) []abi.Call {
+					return []abi.Call{{Function: "ff_expire", Keys: []string{d.Index}, Args: []string{d.Member, strconv.FormatInt(d.NowMs, 10)}}}
 				},
 			}.Run(h, req)
 		},
@@ -28,10 +28,11 @@ func ExampleDueScan() {
 	h := pdktest.New(nil, plugin.Manifest)
 	part := model.Partition{Family: model.FamilyFlow, Index: 0}
 	h.NowMs = 100
-	h.ZAdd(model.KeysOn(part).AttemptTimeout(), 50, "due")
-	h.ZAdd(model.KeysOn(part).AttemptTimeout(), 150, "later")
+	due := string(model.NewExecutionID(part, model.NewUUID()))
+	h.ZAdd(model.KeysOn(part).AttemptTimeout(), 50, due)
+	h.ZAdd(model.KeysOn(part).AttemptTimeout(), 150, string(model.NewExecutionID(part, model.NewUUID())))
 	h.Handle("ff_expire", func(keys, args []string) abi.CallResult { return abi.CallResult{Status: "OK"} })
 	res := h.Scan(plugin, part, 1)
-	fmt.Printf("scanned %d, acted %d, called %s with %v\n", res.Scanned, res.Acted, h.Calls[0].Function, h.Calls[0].Args)
-	// Output: scanned 1, acted 1, called ff_expire with [due 100]
+	fmt.Printf("scanned %d, acted %d, called %s at %s for the due id: %v\n", res.Scanned, res.Acted, h.Calls[0].Function, h.Calls[0].Args[1], h.Calls[0].Args[0] == due)
+	// Output: scanned 1, acted 1, called ff_expire at 100 for the due id: true
 }

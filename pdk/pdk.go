@@ -36,7 +36,22 @@ type Host interface {
 	// Config returns a configuration value: the host's override, else the
 	// manifest's default.
 	Config(key string) (string, bool)
+	// Read runs one allow-listed read (abi.ReadSRandMember, ...) on key;
+	// see the typed helpers SRandMember, SCard, Exists, HGetAll, Get.
+	Read(op, key string, args ...string) ([]string, error)
+	// Write runs one allow-listed write (abi.WriteHSet, ...) on key and
+	// returns its integer reply.
+	Write(op, key string, args ...string) (int64, error)
+	// ReadBatch runs read-only single-key commands
+	// (abi.BatchReadCommands) in one pipelined round trip and returns one
+	// result per op; a failed command sets that result's Err, a refused
+	// batch returns an error.
+	ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error)
 }
+
+// DispatchFunc handles one batch of completions (a dispatcher's entry
+// point) and reports what it did.
+type DispatchFunc func(h Host, req abi.DispatchRequest) abi.ScanResult
 
 // ScanFunc scans one partition once and reports what it did. Failures are
 // folded into the counts, as in FlowFabric's scanners.
@@ -46,8 +61,10 @@ type ScanFunc func(h Host, req abi.ScanRequest) abi.ScanResult
 type Plugin struct {
 	// Manifest is the plugin's manifest. An empty ABI means abi.Version.
 	Manifest abi.Manifest
-	// Scan is the scanner entry point.
+	// Scan is the scanner entry point (a dispatcher's sweep, if any).
 	Scan ScanFunc
+	// Dispatch is the dispatcher entry point (abi.KindDispatcher).
+	Dispatch DispatchFunc
 }
 
 var registered *Plugin
@@ -56,14 +73,14 @@ var registered *Plugin
 //
 // # Notes
 //
-//   - Panics when called twice or with a nil Scan: both are wiring
-//     mistakes, not runtime conditions.
+//   - Panics when called twice, or with neither Scan nor Dispatch: both
+//     are wiring mistakes, not runtime conditions.
 func Register(p Plugin) {
 	if registered != nil {
 		panic("pdk: Register called twice")
 	}
-	if p.Scan == nil {
-		panic("pdk: Register: Plugin.Scan is nil")
+	if p.Scan == nil && p.Dispatch == nil {
+		panic("pdk: Register: Plugin.Scan and Plugin.Dispatch are nil")
 	}
 	if p.Manifest.ABI == "" {
 		p.Manifest.ABI = abi.Version
@@ -95,6 +112,23 @@ func (p *Plugin) HandleScan(h Host, input []byte) ([]byte, error) {
 	if err := req.UnmarshalBinary(input); err != nil {
 		return nil, fmt.Errorf("pdk: fabric_scan input: %w", err)
 	}
-	res := p.Scan(h, req)
+	var res abi.ScanResult
+	if p.Scan != nil {
+		res = p.Scan(h, req)
+	}
+	return res.MarshalBinary()
+}
+
+// HandleDispatch decodes a fabric_dispatch input, runs p.Dispatch against
+// h and encodes the result; a plugin without Dispatch acts on nothing.
+func (p *Plugin) HandleDispatch(h Host, input []byte) ([]byte, error) {
+	var req abi.DispatchRequest
+	if err := req.UnmarshalBinary(input); err != nil {
+		return nil, fmt.Errorf("pdk: fabric_dispatch input: %w", err)
+	}
+	var res abi.ScanResult
+	if p.Dispatch != nil {
+		res = p.Dispatch(h, req)
+	}
 	return res.MarshalBinary()
 }

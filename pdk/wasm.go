@@ -35,6 +35,15 @@ func hostLog(level int32, msg uint64)
 //go:wasmimport fabric:host/v1 metric
 func hostMetric(req uint64)
 
+//go:wasmimport fabric:host/v1 read
+func hostRead(req uint64) uint64
+
+//go:wasmimport fabric:host/v1 write
+func hostWrite(req uint64) uint64
+
+//go:wasmimport fabric:host/v1 read_batch
+func hostReadBatch(req uint64) uint64
+
 type marshaler interface{ MarshalBinary() ([]byte, error) }
 type unmarshaler interface{ UnmarshalBinary([]byte) error }
 
@@ -96,6 +105,14 @@ func (wasmHost) SScan(req abi.ScanCursorRequest) (abi.ScanCursorResponse, error)
 	return resp, err
 }
 
+func (wasmHost) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
+	var resp abi.BatchReadResponse
+	if err := roundTrip(hostReadBatch, &abi.BatchReadRequest{Ops: ops}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Results, nil
+}
+
 func (wasmHost) Now() (int64, error) {
 	v := hostNow()
 	if v < 0 {
@@ -119,6 +136,22 @@ func (wasmHost) Metric(m abi.Metric) {
 
 func (wasmHost) Config(key string) (string, bool) { return pdk.GetConfig(key) }
 
+func (wasmHost) Read(op, key string, args ...string) ([]string, error) {
+	var resp abi.Members
+	if err := roundTrip(hostRead, abi.ReadRequest(op, key, args...), &resp); err != nil {
+		return nil, err
+	}
+	return resp.Members, nil
+}
+
+func (wasmHost) Write(op, key string, args ...string) (int64, error) {
+	var resp abi.Count
+	if err := roundTrip(hostWrite, abi.WriteRequest(op, key, args...), &resp); err != nil {
+		return 0, err
+	}
+	return resp.N, nil
+}
+
 //go:wasmexport fabric_manifest
 func exportManifest() int32 {
 	if registered == nil {
@@ -141,6 +174,21 @@ func exportScan() int32 {
 		return 1
 	}
 	out, err := registered.HandleScan(wasmHost{}, pdk.Input())
+	if err != nil {
+		pdk.SetError(err)
+		return 1
+	}
+	pdk.Output(out)
+	return 0
+}
+
+//go:wasmexport fabric_dispatch
+func exportDispatch() int32 {
+	if registered == nil {
+		pdk.SetError(ErrNotRegistered)
+		return 1
+	}
+	out, err := registered.HandleDispatch(wasmHost{}, pdk.Input())
 	if err != nil {
 		pdk.SetError(err)
 		return 1

@@ -25,6 +25,9 @@ const (
 // embedded version; otherwise another process loaded a different version
 // concurrently and an error says so.
 func (c *Client) EnsureLibrary(ctx context.Context) (LibraryAction, error) {
+	if err := c.EnsureFabricLibrary(ctx); err != nil {
+		return "", err
+	}
 	got, err := c.probeVersion(ctx)
 	action := LibraryLoaded
 	switch {

@@ -104,12 +104,13 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	keys := model.KeysOn(req.Partition)
 	return pdk.DueScan{
 		Indexes: func(abi.ScanRequest) []string { return []string{keys.LaneDelayed("default")} },
-		Call: func(index, member string, nowMs int64) abi.Call {
-			return abi.Call{
+		Call: func(d pdk.Due) []abi.Call {
+			call := abi.Call{
 				Function: "ff_promote_delayed",
-				Keys:     []string{model.KeysFor(model.ExecutionID(member)).Core(), index, keys.LaneEligible("default")},
-				Args:     []string{member, strconv.FormatInt(nowMs, 10)},
+				Keys:     []string{model.KeysFor(model.ExecutionID(d.Member)).Core(), d.Index, keys.LaneEligible("default")},
+				Args:     []string{d.Member, strconv.FormatInt(d.NowMs, 10)},
 			}
+			return []abi.Call{call}
 		},
 	}.Run(h, req)
 }

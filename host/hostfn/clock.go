@@ -27,6 +27,9 @@ func nowFunction(cfg Config) extism.HostFunctionStackCallback {
 			c.Logger.Warn("plugin clock read failed", "plugin", c.Plugin, "error", err)
 			ms = codeNeg(abi.CodeBackend)
 		}
+		if err == nil && c.OnNow != nil {
+			c.OnNow(ms)
+		}
 		stack[0] = uint64(ms)
 	}
 }

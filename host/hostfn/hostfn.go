@@ -101,6 +101,9 @@ type Caller struct {
 	Stats *Stats
 	// Logger is the plugin's logger.
 	Logger *slog.Logger
+	// OnNow, when set, is told every server time the plugin reads (the
+	// due-time timers convert due scores to host time with it).
+	OnNow func(ms int64)
 }
 
 type callerKey struct{}
@@ -141,6 +144,7 @@ type subjects struct {
 	functions []string
 	reads     []string
 	sql       []string
+	writes    []string
 	keys      []string // every key, for the partition check
 }
 
@@ -160,6 +164,11 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 		}
 		for _, k := range s.reads {
 			if err := c.Caps.AllowRead(k); err != nil {
+				return err
+			}
+		}
+		for _, k := range s.writes {
+			if err := c.Caps.AllowWrite(k); err != nil {
 				return err
 			}
 		}
@@ -264,6 +273,9 @@ func Functions(cfg Config) []extism.HostFunction {
 		abi.FnSMembers:      smembersHandler(cfg),
 		abi.FnSScan:         sscanHandler(cfg),
 		abi.FnSQLQuery:      sqlHandler(cfg),
+		abi.FnReadBatch:     readHandler(cfg),
+		abi.FnRead:          commandHandler(cfg, false),
+		abi.FnWrite:         commandHandler(cfg, true),
 	}
 	plain := map[string]extism.HostFunctionStackCallback{
 		abi.FnNow:    nowFunction(cfg),

@@ -58,11 +58,17 @@ type Host struct {
 	Metrics map[string]float64
 	// Tracker, when set, returns true for items to report StatusSkipped.
 	Tracker func(item string) bool
+	// Reads are every read-batch op the plugin ran (granted ones only).
+	Reads []abi.ReadOp
+	// ReadErr, when set, returns a non-empty error message for ops that
+	// must fail.
+	ReadErr func(op abi.ReadOp) string
 
 	funcs  map[string]Func
 	zsets  map[string]map[string]float64
 	hashes map[string]map[string]string
 	sets   map[string]map[string]struct{}
+	strs   map[string]string
 }
 
 var _ pdk.Host = (*Host)(nil)
@@ -326,4 +332,95 @@ func (h *Host) Config(key string) (string, bool) {
 	}
 	v, ok := h.manifest.Config[key]
 	return v, ok
+}
+
+// ReadBatch implements pdk.Host over the in-memory data: GET, HGET, HMGET,
+// HGETALL, EXISTS, ZSCORE, ZCARD, ZCOUNT, SCARD, SISMEMBER, SMEMBERS and
+// ZRANGE key 0 -1.
+func (h *Host) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
+	for _, o := range ops {
+		if !abi.ValidBatchReadCommand(o.Cmd) {
+			return nil, abi.Errorf(abi.CodeBadRequest, "read: command "+o.Cmd)
+		}
+		if err := h.checkRead(o.Key); err != nil {
+			return nil, err
+		}
+	}
+	h.Reads = append(h.Reads, ops...)
+	out := make([]abi.ReadResult, len(ops))
+	for i, o := range ops {
+		r := &out[i]
+		add := func(v string, ok bool) { r.Values = append(r.Values, v); r.Present = append(r.Present, ok) }
+		if h.ReadErr != nil {
+			if msg := h.ReadErr(o); msg != "" {
+				r.Err = msg
+				continue
+			}
+		}
+		switch o.Cmd {
+		case "GET":
+			v, ok := h.strs[o.Key]
+			add(v, ok)
+		case "HGET", "HMGET":
+			for _, f := range o.Args {
+				v, ok := h.hashes[o.Key][f]
+				add(v, ok)
+			}
+		case "HGETALL":
+			keys := make([]string, 0, len(h.hashes[o.Key]))
+			for k := range h.hashes[o.Key] {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				add(k, true)
+				add(h.hashes[o.Key][k], true)
+			}
+		case "EXISTS":
+			_, a := h.strs[o.Key]
+			_, b := h.hashes[o.Key]
+			_, c := h.zsets[o.Key]
+			_, d := h.sets[o.Key]
+			n := 0
+			if a || b || c || d {
+				n = 1
+			}
+			add(strconv.Itoa(n), true)
+		case "ZSCORE":
+			s, ok := h.zsets[o.Key][o.Args[0]]
+			add(strconv.FormatFloat(s, 'f', -1, 64), ok)
+		case "ZCARD":
+			add(strconv.Itoa(len(h.zsets[o.Key])), true)
+		case "ZCOUNT":
+			lo, loEx, _ := parseBound(o.Args[0])
+			hi, hiEx, _ := parseBound(o.Args[1])
+			n := 0
+			for _, s := range h.zsets[o.Key] {
+				if (s > lo || (!loEx && s == lo)) && (s < hi || (!hiEx && s == hi)) {
+					n++
+				}
+			}
+			add(strconv.Itoa(n), true)
+		case "SCARD":
+			add(strconv.Itoa(len(h.sets[o.Key])), true)
+		case "SISMEMBER":
+			_, ok := h.sets[o.Key][o.Args[0]]
+			n := "0"
+			if ok {
+				n = "1"
+			}
+			add(n, true)
+		case "SMEMBERS":
+			ms, _ := h.SMembers(o.Key)
+			for _, m := range ms {
+				add(m, true)
+			}
+		case "ZRANGE":
+			m, _ := h.ZRangeByScore(abi.ZRangeRequest{Key: o.Key, Min: "-inf", Max: "+inf", Count: 1 << 30})
+			for _, v := range m.Members {
+				add(v, true)
+			}
+		}
+	}
+	return out, nil
 }

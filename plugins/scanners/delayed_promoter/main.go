@@ -2,15 +2,13 @@
 // delayed executions whose delay has passed: for each partition and lane it
 // reads ff:idx:{fp:N}:lane:<lane>:delayed up to now and runs
 // ff_promote_delayed for each due execution in one pipelined batch
-// (FlowFabric's delayed_promoter, engine spec §9.2).
+// (FlowFabric's delayed_promoter, engine spec §9.2: 750 ms, 50 per lane).
 //
-// Configuration: "lanes", a comma-separated lane list (default "default").
+// Configuration: "lanes", a comma-separated lane list (default "default");
+// "namespace" / "instance_tag" (the scanner filter).
 package main
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/pdk"
@@ -18,20 +16,9 @@ import (
 
 // Plugin is the delayed promoter, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: abi.Manifest{
-		Name:       "delayed_promoter",
-		Version:    "1.0.0",
-		Kind:       abi.KindScanner,
-		IntervalMs: 750,
-		Family:     "flow",
-		BatchSize:  50,
-		TimeoutMs:  5000,
-		Config:     map[string]string{"lanes": "default"},
-		Capabilities: abi.Capabilities{
-			FCall: []string{"ff_promote_delayed"},
-			Read:  []string{"ff:idx:*:lane:*:delayed"},
-		},
-	},
+	Manifest: pdk.Scanner("delayed_promoter", 750, 50,
+		[]string{"ff_promote_delayed"}, []string{"ff:idx:*:lane:*:delayed"},
+		map[string]string{"lanes": "default", pdk.ConfigWake: "ff:idx:*:lane:*:delayed"}),
 	Scan: scan,
 }
 
@@ -39,42 +26,24 @@ func init() { pdk.Register(Plugin) }
 
 func main() {}
 
-// lanes returns the configured lanes.
-func lanes(h pdk.Host) []string {
-	v, ok := h.Config("lanes")
-	if !ok || strings.TrimSpace(v) == "" {
-		return []string{"default"}
-	}
-	var out []string
-	for _, l := range strings.Split(v, ",") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	keys := model.KeysOn(req.Partition)
-	ls := lanes(h)
-	eligible := make(map[string]string, len(ls))
+	lanes := pdk.Lanes(h)
+	eligible := make(map[string]string, len(lanes))
+	indexes := make([]string, len(lanes))
+	for i, l := range lanes {
+		indexes[i] = keys.LaneDelayed(l)
+		eligible[indexes[i]] = keys.LaneEligible(l)
+	}
 	return pdk.DueScan{
-		Indexes: func(abi.ScanRequest) []string {
-			out := make([]string, len(ls))
-			for i, l := range ls {
-				out[i] = keys.LaneDelayed(l)
-				eligible[out[i]] = keys.LaneEligible(l)
-			}
-			return out
-		},
+		Indexes: func(abi.ScanRequest) []string { return indexes },
 		// KEYS: exec_core, lane_delayed, lane_eligible; ARGV: execution_id, now_ms.
-		Call: func(index, member string, nowMs int64) abi.Call {
-			return abi.Call{
+		Call: func(d pdk.Due) []abi.Call {
+			return []abi.Call{{
 				Function: "ff_promote_delayed",
-				Keys:     []string{model.KeysFor(model.ExecutionID(member)).Core(), index, eligible[index]},
-				Args:     []string{member, strconv.FormatInt(nowMs, 10)},
-				Item:     member,
-			}
+				Keys:     []string{model.KeysFor(model.ExecutionID(d.Member)).Core(), d.Index, eligible[d.Index]},
+				Args:     []string{d.Member, pdk.Itoa(d.NowMs)},
+			}}
 		},
 	}.Run(h, req)
 }

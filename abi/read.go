@@ -1,0 +1,139 @@
+package abi
+
+import "fmt"
+
+// Message tags of the read_batch host function.
+const (
+	tagBatchReadReq  = 0xBE
+	tagBatchReadResp = 0xBF
+)
+
+// ReadOp is one read-only command of a read batch. Cmd is one of
+// BatchReadCommands; Args follow the key (fields of HMGET, bounds of ZCOUNT...).
+type ReadOp struct {
+	Cmd  string
+	Key  string
+	Args []string
+}
+
+// BatchReadCommands are the commands a read batch may run: read-only, single
+// key, each checked against the plugin's read grant and partition.
+var BatchReadCommands = []string{"GET", "HGET", "HMGET", "HGETALL", "EXISTS", "ZSCORE", "ZCARD", "ZCOUNT", "SCARD", "SISMEMBER", "SMEMBERS", "ZRANGE"}
+
+// ValidBatchReadCommand reports whether cmd may appear in a read batch.
+func ValidBatchReadCommand(cmd string) bool {
+	for _, c := range BatchReadCommands {
+		if c == cmd {
+			return true
+		}
+	}
+	return false
+}
+
+// BatchReadRequest is the request of the read_batch host function: commands run in
+// one pipelined round trip.
+type BatchReadRequest struct{ Ops []ReadOp }
+
+// MarshalBinary encodes the request.
+func (r *BatchReadRequest) MarshalBinary() ([]byte, error) {
+	e := NewEncoder(make([]byte, 0, 48*len(r.Ops)+4))
+	e.Byte(tagBatchReadReq)
+	e.Uvarint(uint64(len(r.Ops)))
+	for _, o := range r.Ops {
+		e.String(o.Cmd)
+		e.String(o.Key)
+		e.Strings(o.Args)
+	}
+	return e.Bytes(), nil
+}
+
+// UnmarshalBinary decodes a request.
+func (r *BatchReadRequest) UnmarshalBinary(b []byte) error {
+	d := NewDecoder(b)
+	if err := expectTag(d, tagBatchReadReq, "read request"); err != nil {
+		return err
+	}
+	ops := make([]ReadOp, d.Count())
+	for i := range ops {
+		ops[i] = ReadOp{Cmd: d.String(), Key: d.String(), Args: d.Strings()}
+	}
+	if err := d.Finish("read request"); err != nil {
+		return err
+	}
+	r.Ops = ops
+	return nil
+}
+
+// ReadResult is the reply of one ReadOp, flattened to strings: a scalar is
+// one value, an integer its decimal form, an array its elements, a map its
+// field/value pairs. Present is parallel to Values: false for a nil (a
+// missing key or field). Err is set (and Values empty) when the command
+// failed.
+type ReadResult struct {
+	Err     string
+	Values  []string
+	Present []bool
+}
+
+// Value returns the first value and whether it is present.
+func (r ReadResult) Value() (string, bool) {
+	if r.Err != "" || len(r.Values) == 0 || !r.Present[0] {
+		return "", false
+	}
+	return r.Values[0], true
+}
+
+// Map returns field/value pairs (HGETALL) as a map.
+func (r ReadResult) Map() map[string]string {
+	m := make(map[string]string, len(r.Values)/2)
+	for i := 0; i+1 < len(r.Values); i += 2 {
+		m[r.Values[i]] = r.Values[i+1]
+	}
+	return m
+}
+
+// BatchReadResponse is the response of read, one result per op in order.
+type BatchReadResponse struct{ Results []ReadResult }
+
+// MarshalBinary encodes the response.
+func (r *BatchReadResponse) MarshalBinary() ([]byte, error) {
+	e := NewEncoder(make([]byte, 0, 32*len(r.Results)+4))
+	e.Byte(tagBatchReadResp)
+	e.Uvarint(uint64(len(r.Results)))
+	for _, res := range r.Results {
+		if len(res.Present) != len(res.Values) {
+			return nil, fmt.Errorf("read response: %d values, %d presence flags", len(res.Values), len(res.Present))
+		}
+		e.String(res.Err)
+		e.Uvarint(uint64(len(res.Values)))
+		for i, v := range res.Values {
+			e.Bool(res.Present[i])
+			e.String(v)
+		}
+	}
+	return e.Bytes(), nil
+}
+
+// UnmarshalBinary decodes a response.
+func (r *BatchReadResponse) UnmarshalBinary(b []byte) error {
+	d := NewDecoder(b)
+	if err := expectTag(d, tagBatchReadResp, "read response"); err != nil {
+		return err
+	}
+	out := make([]ReadResult, d.Count())
+	for i := range out {
+		out[i].Err = d.String()
+		n := d.Count()
+		out[i].Values = make([]string, n)
+		out[i].Present = make([]bool, n)
+		for j := range n {
+			out[i].Present[j] = d.Bool()
+			out[i].Values[j] = d.String()
+		}
+	}
+	if err := d.Finish("read response"); err != nil {
+		return err
+	}
+	r.Results = out
+	return nil
+}

@@ -1,0 +1,149 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fabric-host/fabric/abi"
+)
+
+// DispatchRecord is one dispatcher call: the batch it handled and what it
+// did. Latency tests read Start/End.
+type DispatchRecord struct {
+	Plugin      string         `json:"plugin"`
+	Batch       uint64         `json:"batch"`
+	Completions int            `json:"completions"`
+	Start       time.Time      `json:"start"`
+	End         time.Time      `json:"end"`
+	Result      abi.ScanResult `json:"result"`
+	Error       string         `json:"error,omitempty"`
+}
+
+// drive hands completions to the dispatchers: it blocks for the first
+// completion, takes whatever else is already queued (up to MaxBatch), and
+// calls every dispatcher once with that batch, in plugin-name order (so
+// "dependency" resolves edges before "edge_cancel" looks for the sibling
+// groups they queued). Nothing polls: an idle driver waits on the queue.
+func (h *Host) drive(ctx context.Context, queue <-chan abi.Completion) {
+	max := h.cfg.Completions.MaxBatch
+	var batchNo uint64
+	for {
+		var first abi.Completion
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-queue:
+		}
+		batch := []abi.Completion{first}
+		seen := map[abi.Completion]bool{first: true}
+	fill:
+		for len(batch) < max {
+			select {
+			case c := <-queue:
+				if !seen[c] { // every instance gets every publish; dedupe in-batch
+					seen[c] = true
+					batch = append(batch, c)
+				}
+			default:
+				break fill
+			}
+		}
+		batchNo++
+		for _, p := range h.dispatchers() {
+			h.dispatchTo(ctx, p, batchNo, batch)
+		}
+	}
+}
+
+// dispatchers returns the dispatcher plugins ready for a batch, by name.
+func (h *Host) dispatchers() []*plugin {
+	now := h.cfg.Clock.Now()
+	h.mu.Lock()
+	out := make([]*plugin, 0, 4)
+	for _, p := range h.plugins {
+		if p.mod.Load().Manifest().Kind != abi.KindDispatcher {
+			continue
+		}
+		p.mu.Lock()
+		ok := p.state == StateRunning || (p.state == StateQuarantined && !now.Before(p.quarantineUntil))
+		p.mu.Unlock()
+		if ok {
+			out = append(out, p)
+		} else {
+			h.cfg.Logger.Debug("dispatcher not ready; completions left to the reconcilers", "plugin", p.name)
+		}
+	}
+	h.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// dispatchTo calls p's fabric_dispatch once per chunk of its batch_size.
+func (h *Host) dispatchTo(ctx context.Context, p *plugin, batchNo uint64, batch []abi.Completion) {
+	m := p.mod.Load()
+	for !m.acquire() {
+		m = p.mod.Load()
+	}
+	defer m.release(context.WithoutCancel(ctx))
+	man := m.Manifest()
+	size := int(man.BatchSize)
+	for off := 0; off < len(batch); off += size {
+		chunk := batch[off:min(off+size, len(batch))]
+		if fault := h.dispatchChunk(ctx, p, m, batchNo, chunk); fault {
+			h.cfg.Logger.Warn("dispatcher faulted; the batch's remaining completions are left to the reconcilers",
+				"plugin", p.name, "batch", batchNo, "dropped", len(batch)-off)
+			return
+		}
+	}
+}
+
+func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo uint64, chunk []abi.Completion) bool {
+	man := m.Manifest()
+	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
+	req := abi.DispatchRequest{Batch: batchNo, Completions: chunk, DeadlineMs: man.TimeoutMs, Partitions: h.cfg.Partitions}
+	in, _ := req.MarshalBinary()
+	rec := DispatchRecord{Plugin: p.name, Batch: batchNo, Completions: len(chunk), Start: h.cfg.Clock.Now()}
+	cctx, cancel := context.WithTimeoutCause(ctx, timeout,
+		fmt.Errorf("%w: plugin.%s.fabric_dispatch after %s", ErrTimeout, p.name, timeout))
+	out, err := m.call(cctx, abi.ExportDispatch, in, p.caller(m, ""))
+	cancel()
+	var res abi.ScanResult
+	if err == nil {
+		if derr := res.UnmarshalBinary(out); derr != nil {
+			err = fmt.Errorf("%w: %w", ErrBadOutput, derr)
+		}
+	}
+	rec.End = h.cfg.Clock.Now()
+	if err != nil && ctx.Err() != nil {
+		return true
+	}
+	p.mu.Lock()
+	p.calls++
+	p.lastRun = rec.End
+	if err != nil {
+		rec.Error = err.Error()
+		p.faults++
+	} else {
+		rec.Result = res
+		p.lastResult = res
+		p.totals.Add(res)
+		p.quarantines = 0
+		if p.state == StateQuarantined {
+			p.state, p.reason = StateRunning, ""
+		}
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.quarantine(err)
+	} else if res.Acted > 0 || res.Errors > 0 {
+		h.cfg.Logger.Debug("dispatch batch done", "plugin", p.name, "batch", batchNo, "completions", len(chunk),
+			"acted", res.Acted, "errors", res.Errors, "elapsed_us", rec.End.Sub(rec.Start).Microseconds())
+	}
+	if s := h.cfg.Completions.Signals; s != nil {
+		s.Dispatched.Signal(rec)
+	}
+	h.statusChanged(false)
+	return err != nil
+}

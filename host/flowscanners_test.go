@@ -1,0 +1,169 @@
+package host_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/model"
+)
+
+func fast(names ...string) map[string]host.PluginConfig {
+	out := map[string]host.PluginConfig{}
+	for _, n := range names {
+		out[n] = host.PluginConfig{Interval: 100 * time.Millisecond}
+	}
+	return out
+}
+
+func (e *flowEnv) hgetall(key string) map[string]string {
+	m, err := e.c.Raw().Do(e.ctx, e.c.Raw().B().Hgetall().Key(key).Build()).AsStrMap()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+func (e *flowEnv) do(args ...string) {
+	e.t.Helper()
+	if err := e.c.Raw().Do(e.ctx, e.c.Raw().B().Arbitrary(args...).Build()).Error(); err != nil {
+		e.t.Fatalf("%v: %v", args, err)
+	}
+}
+
+// budget_reset zeroes the usage of a budget whose reset time came, and
+// reschedules it; budget_reconciler sets and clears breached_at on a
+// non-resetting budget from its usage against its hard limits, and drops
+// dangling policy-index entries.
+func TestBudgetScannersActOnRealState(t *testing.T) {
+	t.Parallel()
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"budget_reset", "budget_reconciler"}, config: fast("budget_reset", "budget_reconciler")})
+	resetting, fixed := model.NewUUID(), model.NewUUID()
+	for _, p := range []*valkey.CreateBudgetParams{
+		{BudgetID: resetting, ScopeType: "flow", ScopeID: "s", EnforcementMode: "strict", OnHardLimit: "block", OnSoftLimit: "warn",
+			ResetIntervalMs: 300, Dimensions: []valkey.BudgetDimension{{Name: "tokens", Hard: 100, Soft: 50}}},
+		{BudgetID: fixed, ScopeType: "flow", ScopeID: "s", EnforcementMode: "strict", OnHardLimit: "block", OnSoftLimit: "warn",
+			Dimensions: []valkey.BudgetDimension{{Name: "tokens", Hard: 10, Soft: 5}}},
+	} {
+		if _, err := e.c.CreateBudget(e.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rk := model.BudgetKeysFor(flowParts.BudgetPartition(resetting), resetting)
+	fk := model.BudgetKeysFor(flowParts.BudgetPartition(fixed), fixed)
+	e.do("HSET", rk.Usage(), "tokens", "70")
+	valkeytest.Eventually(t, 20*time.Second, "resetting budget reset", func() bool {
+		u := e.hgetall(rk.Usage())
+		d := e.hgetall(rk.Definition())
+		n, _ := strconv.Atoi(d["reset_count"])
+		return u["tokens"] == "0" && n >= 1
+	})
+	next, err := e.c.Raw().Do(e.ctx, e.c.Raw().B().Zscore().Key(rk.Resets()).Member(resetting.String()).Build()).AsFloat64()
+	if err != nil || next <= 0 {
+		t.Fatalf("budget not rescheduled: %v %v", next, err)
+	}
+
+	// Over the hard limit (usage drifted to 15 > 10): breached_at appears.
+	e.do("HSET", fk.Usage(), "tokens", "15")
+	valkeytest.Eventually(t, 20*time.Second, "breached_at set", func() bool { return e.hgetall(fk.Usage())["breached_at"] != "" })
+	e.do("HSET", fk.Usage(), "tokens", "3")
+	valkeytest.Eventually(t, 20*time.Second, "breached_at cleared", func() bool {
+		_, ok := e.hgetall(fk.Usage())["breached_at"]
+		return !ok
+	})
+	// A dangling index entry (no definition) is pruned.
+	ghost := model.NewUUID()
+	gk := model.BudgetKeysFor(flowParts.BudgetPartition(ghost), ghost)
+	e.do("SADD", gk.Policies(), ghost.String())
+	valkeytest.Eventually(t, 20*time.Second, "ghost pruned", func() bool {
+		ok, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Sismember().Key(gk.Policies()).Member(ghost.String()).Build()).AsBool()
+		return !ok
+	})
+}
+
+// quota_reconciler trims the request window to the policy's window and
+// rewrites a drifted concurrency counter to the live admissions (members
+// of admitted_set whose guard still exists), dropping dead members.
+func TestQuotaReconcilerActsOnRealState(t *testing.T) {
+	t.Parallel()
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"quota_reconciler"}, config: fast("quota_reconciler")})
+	q := model.NewUUID()
+	if _, err := e.c.CreateQuotaPolicy(e.ctx, &valkey.CreateQuotaPolicyParams{QuotaID: q, WindowSeconds: 60, MaxRequestsPerWindow: 100, MaxConcurrent: 5}); err != nil {
+		t.Fatal(err)
+	}
+	k := model.QuotaKeysFor(flowParts.QuotaPartition(q), q)
+	live, dead := "{fp:1}:11111111-1111-4111-8111-111111111111", "{fp:1}:22222222-2222-4222-8222-222222222222"
+	now, err := e.c.ServerTime(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := k.Window("requests_per_window")
+	e.do("ZADD", window, strconv.FormatInt(now-120_000, 10), "old", strconv.FormatInt(now, 10), "fresh")
+	e.do("SADD", k.AdmittedSet(), live, dead)
+	e.do("SET", k.Admitted(model.ExecutionID(live)), "1", "PX", "60000")
+	e.do("SET", k.Concurrency(), "7")
+	valkeytest.Eventually(t, 20*time.Second, "concurrency reconciled", func() bool {
+		v, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Get().Key(k.Concurrency()).Build()).ToString()
+		return v == "1"
+	})
+	ms, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Smembers().Key(k.AdmittedSet()).Build()).AsStrSlice()
+	if len(ms) != 1 || ms[0] != live {
+		t.Fatalf("admitted_set = %v", ms)
+	}
+	w, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Zrange().Key(window).Min("0").Max("-1").Build()).AsStrSlice()
+	if len(w) != 1 || w[0] != "fresh" {
+		t.Fatalf("window = %v", w)
+	}
+}
+
+// flow_projector writes the summary of a flow from its members' states
+// and prunes a deleted flow from the index; edge_cancel_reconciler drops
+// a stale pending group; cancel_reconciler cancels and acks the members
+// of a cancelled flow once its grace passed.
+func TestFlowScannersActOnRealState(t *testing.T) {
+	t.Parallel()
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"flow_projector", "edge_cancel_reconciler", "cancel_reconciler"},
+		config: fast("flow_projector", "edge_cancel_reconciler", "cancel_reconciler")})
+	flow := e.flow()
+	m := e.members(flow, 3)
+	e.complete(m[0])
+	fp := flowParts.FlowPartition(flow)
+	fk := model.FlowKeysFor(fp, flow)
+	valkeytest.Eventually(t, 20*time.Second, "summary projected", func() bool {
+		s := e.hgetall(fk.Summary())
+		return s["total_members"] == "3" && s["members_completed"] == "1" && s["members_waiting"] == "2" && s["public_flow_state"] == "open"
+	})
+	// A flow whose core is gone leaves the index.
+	ghost := model.NewUUID()
+	gidx := model.KeysOn(flowParts.FlowPartition(ghost)).FlowIndex()
+	e.do("SADD", gidx, ghost.String())
+	valkeytest.Eventually(t, 20*time.Second, "ghost flow pruned", func() bool {
+		ok, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Sismember().Key(gidx).Member(ghost.String()).Build()).AsBool()
+		return !ok
+	})
+	// A pending group without an edge group is stale.
+	pending := model.KeysOn(fp).PendingCancelGroups()
+	e.do("SADD", pending, flow.String()+"|"+string(m[1]))
+	valkeytest.Eventually(t, 20*time.Second, "stale group dropped", func() bool {
+		n, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Scard().Key(pending).Build()).AsInt64()
+		return n == 0
+	})
+	// Cancel the flow with no grace: the reconciler cancels the two
+	// live members and acks them; the flow leaves the backlog.
+	if _, err := e.c.CancelFlow(e.ctx, flow, "operator_stop", "cancel_all", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	valkeytest.Eventually(t, 20*time.Second, "members cancelled", func() bool {
+		return e.core(m[1], "terminal_outcome") == "cancelled" && e.core(m[2], "terminal_outcome") == "cancelled"
+	})
+	valkeytest.Eventually(t, 20*time.Second, "backlog drained", func() bool {
+		n, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Zcard().Key(model.KeysOn(fp).CancelBacklog()).Build()).AsInt64()
+		return n == 0
+	})
+	if e.core(m[0], "terminal_outcome") != "success" {
+		t.Fatal("completed member touched")
+	}
+}

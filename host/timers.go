@@ -1,0 +1,376 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/pdk"
+)
+
+// TimerConfig configures due-time timers: a due-index scanner reports the
+// earliest due score it saw (abi.ScanResult.NextDueMs), the host sleeps
+// that partition until then, and a ZADD to one of the plugin's wake
+// indexes (manifest config pdk.ConfigWake) wakes the partition at once.
+// Polling stays as the safety net. The zero value runs timers.
+//
+// # Notes
+//
+//   - Wake-ups come from Valkey keyspace notifications (keyevent "zadd"
+//     on the backend's database), so the host turns on the E and z flags
+//     of notify-keyspace-events at start unless NoConfigSet is set (then
+//     the operator must).
+//   - While the notification subscription is down, partitions are polled
+//     at the plugin's interval, as without timers; while it is up, a
+//     partition with nothing known due is polled every SafetyInterval.
+type TimerConfig struct {
+	// Disabled turns timers off: every scanner sweeps all partitions every
+	// interval (FlowFabric's fixed polling).
+	Disabled bool
+	// SafetyFactor: with the subscription up, a partition with nothing
+	// known due is polled every SafetyFactor × the plugin's interval
+	// (default 10).
+	SafetyFactor int
+	// NoConfigSet: do not CONFIG SET notify-keyspace-events.
+	NoConfigSet bool
+}
+
+// TimerSafetyFactorDefault is TimerConfig.SafetyFactor's default.
+const TimerSafetyFactorDefault = 10
+
+// timerRetryDelay is the pause before the notification subscription is
+// retried after it fails.
+const timerRetryDelay = time.Second
+
+// wakeState is a plugin's share of the timers: the partitions woken since
+// its loop last looked, and a channel that nudges the loop.
+type wakeState struct {
+	mu       sync.Mutex
+	woken    map[int]struct{}
+	all      bool
+	ch       chan struct{}
+	patterns []string
+
+	serverMs atomic.Int64 // last server time the plugin read
+	hostAt   atomic.Int64 // host clock (unix ns) when it read it
+}
+
+func newWakeState(m abi.Manifest) *wakeState {
+	w := &wakeState{woken: map[int]struct{}{}, ch: make(chan struct{}, 1)}
+	w.setPatterns(m)
+	return w
+}
+
+func (w *wakeState) setPatterns(m abi.Manifest) {
+	var pats []string
+	for _, p := range strings.Split(m.Config[pdk.ConfigWake], ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			pats = append(pats, p)
+		}
+	}
+	w.mu.Lock()
+	w.patterns = pats
+	w.mu.Unlock()
+}
+
+func (w *wakeState) timed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.patterns) > 0
+}
+
+func (w *wakeState) matches(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.patterns {
+		if ok, _ := path.Match(p, key); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// wake marks partition i (or every partition when i < 0) and nudges the
+// loop.
+func (w *wakeState) wake(i int) {
+	w.mu.Lock()
+	if i < 0 {
+		w.all = true
+	} else {
+		w.woken[i] = struct{}{}
+	}
+	w.mu.Unlock()
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// take returns and clears the woken partitions.
+func (w *wakeState) take(n int) []bool {
+	out := make([]bool, n)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.woken {
+		if i < n {
+			out[i] = true
+		}
+	}
+	if w.all {
+		for i := range out {
+			out[i] = true
+		}
+	}
+	clear(w.woken)
+	w.all = false
+	return out
+}
+
+// sawServerTime records a server-time read of the plugin.
+func (w *wakeState) sawServerTime(ms int64, at time.Time) {
+	w.serverMs.Store(ms)
+	w.hostAt.Store(at.UnixNano())
+}
+
+// dueAt converts a server due time into host clock time, using the last
+// server-time read as the offset.
+func (w *wakeState) dueAt(dueMs int64) (time.Time, bool) {
+	ms, at := w.serverMs.Load(), w.hostAt.Load()
+	if ms == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, at).Add(time.Duration(dueMs-ms) * time.Millisecond), true
+}
+
+// timerLoop drives a plugin with wake patterns: each partition is scanned
+// when its timer is due or it is woken; a full sweep still counts as one
+// failure-tracker cycle per interval.
+func (p *plugin) timerLoop(ctx context.Context) error {
+	clock := p.h.cfg.Clock
+	var next []time.Time
+	var cycleStart time.Time
+	var cycle uint64
+	for {
+		if until := p.quarantinedUntil(); !until.IsZero() {
+			if !sleep(ctx, until.Sub(clock.Now())) {
+				return nil
+			}
+		}
+		spec := p.spec()
+		if len(next) != spec.Partitions {
+			next = make([]time.Time, spec.Partitions)
+		}
+		now := clock.Now()
+		if cycleStart.IsZero() || now.Sub(cycleStart) >= spec.Interval {
+			cycleStart = now
+			p.mu.Lock()
+			p.cycles++
+			cycle = p.cycles
+			p.mu.Unlock()
+			p.tracker.AdvanceCycle()
+		}
+		woken := p.wake.take(spec.Partitions)
+		var sum abi.ScanResult
+		start := clock.Now()
+		for i := range next {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !woken[i] && now.Before(next[i]) {
+				continue
+			}
+			res, fault := p.scanPartition(ctx, cycle, i)
+			if fault {
+				break
+			}
+			sum.Add(res)
+			next[i] = p.nextScan(spec, res)
+		}
+		if sum.Acted > 0 || sum.Errors > 0 {
+			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", clock.Now().Sub(start).Milliseconds())
+		}
+		p.h.statusChanged(false)
+		earliest := cycleStart.Add(spec.Interval * time.Duration(p.h.cfg.Timers.SafetyFactor))
+		for _, t := range next {
+			if t.Before(earliest) {
+				earliest = t
+			}
+		}
+		if d := earliest.Sub(clock.Now()); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			case <-p.wake.ch:
+				t.Stop()
+			}
+		}
+	}
+}
+
+// nextScan is when a partition that returned res should be scanned next:
+// at once when its batch was full, at its next due time when it reported
+// one, else after the safety interval (the plain interval while wake-ups
+// are not flowing).
+func (p *plugin) nextScan(spec LoopSpec, res abi.ScanResult) time.Time {
+	now := p.h.cfg.Clock.Now()
+	if spec.BatchSize > 0 && res.Scanned >= spec.BatchSize && res.Acted > 0 {
+		return now
+	}
+	safety := spec.Interval
+	if p.h.wakeUp.Load() {
+		safety *= time.Duration(p.h.cfg.Timers.SafetyFactor)
+	}
+	t := now.Add(safety)
+	if res.NextDueMs > 0 {
+		if due, ok := p.wake.dueAt(res.NextDueMs); ok {
+			due = due.Add(time.Millisecond) // a hair past: the score must be <= server now
+			if due.Before(t) {
+				t = due
+			}
+		}
+	}
+	return t
+}
+
+// wakeListener subscribes to zadd keyevents of the backend's database and
+// wakes the partitions of plugins whose wake patterns match the key. It
+// reconnects after timerRetryDelay until ctx ends.
+func (h *Host) wakeListener(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := h.listenOnce(ctx)
+		h.wakeUp.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		h.cfg.Logger.Warn("due-timer wake subscription failed; polling at plugin intervals until it is back", "error", err, "retry_in_ms", timerRetryDelay.Milliseconds())
+		if !sleep(ctx, timerRetryDelay) {
+			return
+		}
+	}
+}
+
+func (h *Host) listenOnce(ctx context.Context) error {
+	raw := h.cfg.Backend.Raw()
+	if !h.cfg.Timers.NoConfigSet {
+		if err := ensureNotifyFlags(ctx, raw); err != nil {
+			return err
+		}
+	}
+	info, err := raw.Do(ctx, raw.B().ClientInfo().Build()).ToString()
+	if err != nil {
+		return fmt.Errorf("client info: %w", err)
+	}
+	db := 0
+	for _, f := range strings.Fields(info) {
+		if v, ok := strings.CutPrefix(f, "db="); ok {
+			db, _ = strconv.Atoi(v)
+		}
+	}
+	channel := "__keyevent@" + strconv.Itoa(db) + "__:zadd"
+	dc, cancel := raw.Dedicate()
+	defer cancel()
+	errs := dc.SetPubSubHooks(valkeygo.PubSubHooks{
+		OnMessage: func(m valkeygo.PubSubMessage) { h.routeWake(m.Message) },
+		OnSubscription: func(s valkeygo.PubSubSubscription) {
+			if s.Kind == "subscribe" {
+				h.wakeUp.Store(true)
+				h.wakeAll() // notifications may have been missed while down
+			}
+		},
+	})
+	if err := dc.Do(ctx, dc.B().Subscribe().Channel(channel).Build()).Error(); err != nil {
+		return fmt.Errorf("subscribe %s: %w", channel, err)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		return err
+	}
+}
+
+// ensureNotifyFlags adds E (keyevent) and z (sorted set) to
+// notify-keyspace-events, keeping the flags already set.
+func ensureNotifyFlags(ctx context.Context, raw valkeygo.Client) error {
+	kv, err := raw.Do(ctx, raw.B().ConfigGet().Parameter("notify-keyspace-events").Build()).AsStrMap()
+	if err != nil {
+		return fmt.Errorf("config get notify-keyspace-events: %w", err)
+	}
+	cur := kv["notify-keyspace-events"]
+	want := cur
+	if !strings.Contains(want, "E") {
+		want += "E"
+	}
+	if !strings.Contains(want, "z") && !strings.Contains(want, "A") {
+		want += "z"
+	}
+	if want == cur {
+		return nil
+	}
+	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", want).Build()).Error(); err != nil {
+		return fmt.Errorf("config set notify-keyspace-events %s: %w", want, err)
+	}
+	return nil
+}
+
+// routeWake wakes the partition named by key's hash tag in every plugin
+// whose wake patterns match key.
+func (h *Host) routeWake(key string) {
+	tag := abi.HashTag(key) // "{fp:7}"
+	_, num, ok := strings.Cut(strings.Trim(tag, "{}"), ":")
+	if !ok {
+		return
+	}
+	i, err := strconv.Atoi(num)
+	if err != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.plugins {
+		if p.wake != nil && p.wake.matches(key) {
+			p.wake.wake(i)
+		}
+	}
+}
+
+func (h *Host) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.plugins {
+		if p.wake != nil {
+			p.wake.wake(-1)
+		}
+	}
+}
+
+// timersOn reports whether this host runs due-time timers: on unless
+// disabled, and only with a Valkey backend to subscribe to.
+func (h *Host) timersOn() bool { return !h.cfg.Timers.Disabled && h.cfg.Backend != nil }
+
+// pluginConfig is the host's per-plugin config, plus the key telling
+// due-index scanners to report their next due time when timers run.
+func (h *Host) pluginConfig(name string) PluginConfig {
+	pc := h.cfg.Plugins[name]
+	if !h.timersOn() {
+		return pc
+	}
+	cfg := make(map[string]string, len(pc.Config)+1)
+	for k, v := range pc.Config {
+		cfg[k] = v
+	}
+	cfg[pdk.ConfigNextDue] = "1"
+	pc.Config = cfg
+	return pc
+}

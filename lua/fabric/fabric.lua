@@ -1,0 +1,151 @@
+-- fabric's own Valkey Functions, a library separate from flowfabric so a
+-- FlowFabric client sees exactly FlowFabric's function surface. Replies
+-- follow the flowfabric convention: {1, status, ...} / {0, code, ...}.
+
+local fab = {}
+
+function fab.ok(...) return {1, 'OK', ...} end
+function fab.err(code, ...) return {0, code, ...} end
+
+-- fab.tag_of returns the {fp:N} hash tag an execution id starts with.
+function fab.tag_of(eid)
+  return string.match(eid or '', '^({fp:%d+})')
+end
+
+function fab.del_chunks(keys)
+  local n = 0
+  local i = 1
+  while i <= #keys do
+    local j = math.min(i + 499, #keys)
+    n = n + redis.call('DEL', unpack(keys, i, j))
+    i = j + 1
+  end
+  return n
+end
+
+redis.register_function('fabric_version', function(keys, args) return '1' end)
+
+-- fabric_purge_execution deletes one terminal execution past its retention,
+-- atomically (FlowFabric's retention_trimmer deletes in chunks from the
+-- engine, so a crash halfway leaves a partial execution).
+--   KEYS[1] exec core  KEYS[2] lane terminal zset  KEYS[3] all_executions
+--   ARGV[1] execution id  ARGV[2] now_ms  ARGV[3] default retention ms
+-- Replies: ok('purged', deleted_key_count) | ok('not_yet', due_at_ms) |
+--   ok('gone') (core missing: index entries dropped) |
+--   ok('not_terminal') (stale terminal entry dropped) |
+--   ok('no_completed_at') (entry dropped, as FlowFabric does) |
+--   err('invalid_input', what)
+redis.register_function('fabric_purge_execution', function(keys, args)
+  local core, terminal, all = keys[1], keys[2], keys[3]
+  local eid = args[1]
+  local now = tonumber(args[2] or '')
+  local default_ret = tonumber(args[3] or '')
+  local tag = fab.tag_of(eid)
+  if not core or not terminal or not all then return fab.err('invalid_input', 'keys') end
+  if not tag then return fab.err('invalid_input', 'execution_id') end
+  if not now then return fab.err('invalid_input', 'now_ms') end
+  if not default_ret then return fab.err('invalid_input', 'default_retention_ms') end
+  if redis.call('EXISTS', core) == 0 then
+    redis.call('ZREM', terminal, eid)
+    redis.call('SREM', all, eid)
+    return fab.ok('gone')
+  end
+  local f = redis.call('HMGET', core, 'lifecycle_phase', 'completed_at', 'total_attempt_count')
+  if f[1] ~= 'terminal' then
+    redis.call('ZREM', terminal, eid)
+    return fab.ok('not_terminal')
+  end
+  local completed = tonumber(f[2] or '') or 0
+  if completed <= 0 then
+    redis.call('ZREM', terminal, eid)
+    return fab.ok('no_completed_at')
+  end
+  local x = 'ff:exec:' .. tag .. ':' .. eid .. ':'
+  local retention = default_ret
+  local pj = redis.call('GET', x .. 'policy')
+  if pj and pj ~= '' then
+    local okd, pol = pcall(cjson.decode, pj)
+    if okd and type(pol) == 'table' and type(pol.stream_policy) == 'table' then
+      local r = tonumber(pol.stream_policy.retention_ttl_ms)
+      if r and r >= 0 then retention = r end
+    end
+  end
+  if now < completed + retention then
+    return fab.ok('not_yet', tostring(math.floor(completed + retention)))
+  end
+  local del = {x .. 'payload', x .. 'result', x .. 'tags', x .. 'lease:current', x .. 'lease:history',
+    x .. 'claim_grant', x .. 'attempts', x .. 'suspension:current',
+    x .. 'suspension:current:satisfied_set', x .. 'suspension:current:member_map'}
+  local attempts = tonumber(f[3] or '') or 0
+  for i = 0, attempts - 1 do
+    local a = 'ff:attempt:' .. tag .. ':' .. eid .. ':' .. i
+    local s = 'ff:stream:' .. tag .. ':' .. eid .. ':' .. i
+    table.insert(del, a)
+    table.insert(del, a .. ':usage')
+    table.insert(del, a .. ':policy')
+    table.insert(del, a .. ':summary')
+    table.insert(del, s)
+    table.insert(del, s .. ':meta')
+  end
+  for _, edge in ipairs(redis.call('SMEMBERS', x .. 'deps:all_edges')) do
+    table.insert(del, x .. 'dep:' .. edge)
+  end
+  table.insert(del, x .. 'deps:meta')
+  table.insert(del, x .. 'deps:unresolved')
+  table.insert(del, x .. 'deps:all_edges')
+  for _, wp in ipairs(redis.call('SMEMBERS', x .. 'waitpoints')) do
+    local w = 'ff:wp:' .. tag .. ':' .. wp
+    table.insert(del, w)
+    table.insert(del, w .. ':signals')
+    table.insert(del, w .. ':condition')
+  end
+  table.insert(del, x .. 'waitpoints')
+  for _, sig in ipairs(redis.call('ZRANGE', x .. 'signals', 0, -1)) do
+    table.insert(del, 'ff:signal:' .. tag .. ':' .. sig)
+    table.insert(del, 'ff:signal:' .. tag .. ':' .. sig .. ':payload')
+  end
+  table.insert(del, x .. 'signals')
+  table.insert(del, core)
+  table.insert(del, x .. 'policy')
+  local n = fab.del_chunks(del)
+  redis.call('ZREM', terminal, eid)
+  redis.call('SREM', all, eid)
+  return fab.ok('purged', tostring(n))
+end)
+
+-- fabric_clear_lease_expiry drops a lease_expiry entry that has nothing
+-- left to detect: the core is gone, not active, unowned, or its lease is
+-- already marked expired or revoked (ff_mark_lease_expired_if_due leaves
+-- the entry, so the scanner would revisit it every cycle).
+--   KEYS[1] exec core  KEYS[2] lease_expiry zset  ARGV[1] execution id
+-- Replies: ok('cleared') | ok('kept') | err('invalid_input', what)
+redis.register_function('fabric_clear_lease_expiry', function(keys, args)
+  local core, idx, eid = keys[1], keys[2], args[1]
+  if not core or not idx then return fab.err('invalid_input', 'keys') end
+  if not eid or eid == '' then return fab.err('invalid_input', 'execution_id') end
+  local f = redis.call('HMGET', core, 'lifecycle_phase', 'ownership_state')
+  local own = f[2]
+  if f[1] ~= 'active' or own == 'unowned' or own == 'lease_expired_reclaimable' or own == 'lease_revoked' then
+    redis.call('ZREM', idx, eid)
+    return fab.ok('cleared')
+  end
+  return fab.ok('kept')
+end)
+
+-- fabric_clear_pending_waitpoint drops a pending-waitpoint expiry entry
+-- whose waitpoint hash is gone or already closed/expired
+-- (ff_close_waitpoint leaves those entries in place).
+--   KEYS[1] waitpoint hash  KEYS[2] pending_waitpoint_expiry zset
+--   ARGV[1] waitpoint id
+-- Replies: ok('cleared') | ok('kept') | err('invalid_input', what)
+redis.register_function('fabric_clear_pending_waitpoint', function(keys, args)
+  local wp, idx, id = keys[1], keys[2], args[1]
+  if not wp or not idx then return fab.err('invalid_input', 'keys') end
+  if not id or id == '' then return fab.err('invalid_input', 'waitpoint_id') end
+  local state = redis.call('HGET', wp, 'state')
+  if not state or state == 'closed' or state == 'expired' then
+    redis.call('ZREM', idx, id)
+    return fab.ok('cleared')
+  end
+  return fab.ok('kept')
+end)

@@ -1,0 +1,299 @@
+// Package flowlib is the flow engine's logic shared by the dispatch
+// plugins, the flow scanners and (through a native pdk.Host) Go callers:
+// FlowFabric's partition router cascade (engine spec §10.2), the
+// ff_resolve_dependency and ff_cancel_execution call builders, and the
+// sibling-cancel group dispatch (§9.16). It talks to Valkey only through
+// pdk.Host, so a wasm plugin and a native caller run the same code.
+package flowlib
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/pdk"
+)
+
+// MaxCascadeDepth bounds the recursion into skipped children: depths
+// 0..50 inclusive are processed, like FlowFabric's router.
+const MaxCascadeDepth = 50
+
+// NilSentinel stands for a missing flow id or downstream in the keys the
+// dependency reconciler builds for a member without flow_id.
+const NilSentinel = "_nil_"
+
+// FlowKey renders ff:flow:<tag>:<fid>:<suffix> from raw strings (the flow
+// id as stored, possibly the _nil_ sentinel).
+func FlowKey(tag, flowID, suffix string) string {
+	return "ff:flow:" + tag + ":" + flowID + ":" + suffix
+}
+
+// Resolve describes one ff_resolve_dependency call.
+type Resolve struct {
+	// Child is the downstream; Upstream the completed execution.
+	Child, Upstream model.ExecutionID
+	// Edge is the edge id as read from the adjacency / unresolved set.
+	Edge string
+	// Lane and Attempt are the child's lane_id and current_attempt_index.
+	Lane    string
+	Attempt int
+	// Outcome is the upstream's terminal_outcome.
+	Outcome string
+	// FlowTag is the hash tag of the flow keys (KEYS 12-14); FlowID the
+	// flow id string as received (ARGV 4) or NilSentinel for the keys.
+	FlowTag, FlowID string
+	NowMs           int64
+}
+
+// Call builds the 14-KEYS / 5-ARGV ff_resolve_dependency call.
+//
+//	KEYS[1] core  [2] deps:meta  [3] deps:unresolved  [4] dep:<edge>  [5] lane eligible
+//	[6] lane terminal  [7] lane blocked:dependencies  [8] attempt  [9] stream meta
+//	[10] payload  [11] upstream result on the child's tag  [12] edgegroup:<child>
+//	[13] in:<child>  [14] ff:idx:<flow tag>:pending_cancel_groups
+//	ARGV[1] edge  [2] outcome  [3] now_ms  [4] flow_id  [5] child eid
+func (r Resolve) Call() abi.Call {
+	ek := model.KeysFor(r.Child)
+	pk := model.KeysOn(r.Child.Partition())
+	up := model.KeysForOn(r.Child.Partition(), r.Upstream)
+	fid, child := r.FlowID, string(r.Child)
+	if fid == "" {
+		fid, child = NilSentinel, NilSentinel
+	}
+	return abi.Call{
+		Function: "ff_resolve_dependency",
+		Keys: []string{ek.Core(), ek.DepsMeta(), ek.DepsUnresolved(), ek.DepEdge(r.Edge),
+			pk.LaneEligible(r.Lane), pk.LaneTerminal(r.Lane), pk.LaneBlockedDependencies(r.Lane),
+			ek.Attempt(r.Attempt), ek.StreamMeta(r.Attempt), ek.Payload(), up.Result(),
+			FlowKey(r.FlowTag, fid, "edgegroup:"+child), FlowKey(r.FlowTag, fid, "in:"+child),
+			"ff:idx:" + r.FlowTag + ":pending_cancel_groups"},
+		Args: []string{r.Edge, r.Outcome, strconv.FormatInt(r.NowMs, 10), r.FlowID, string(r.Child)},
+	}
+}
+
+// ChildSkipped reports a reply that skipped the child: at least two
+// fields after the status, the second being child_skipped.
+func ChildSkipped(r abi.CallResult) bool {
+	return r.OK() && len(r.Fields) >= 2 && r.Fields[1] == "child_skipped"
+}
+
+// LaneAttempt reads a child's lane_id (default "default") and
+// current_attempt_index (default 0).
+func LaneAttempt(h pdk.Host, eid model.ExecutionID) (string, int, error) {
+	f, err := h.HMGet(model.KeysFor(eid).Core(), "lane_id", "current_attempt_index")
+	if err != nil {
+		return "", 0, err
+	}
+	lane := "default"
+	if f[0].Present && f[0].Value != "" {
+		lane = f[0].Value
+	}
+	att, perr := strconv.Atoi(f[1].Value)
+	if perr != nil || att < 0 {
+		att = 0
+	}
+	return lane, att, nil
+}
+
+// CascadeStats is what one cascade did.
+type CascadeStats struct {
+	// Resolved counts ff_resolve_dependency calls answered without a
+	// server error (Lua error tuples included, as upstream counts them).
+	Resolved int
+	// Skipped counts children skipped (and recursed into).
+	Skipped int
+	// Errors counts reads and calls that failed.
+	Errors int
+	// CapHit is set when the depth cap stopped a recursion.
+	CapHit bool
+}
+
+// Cascade is the partition router's post-completion cascade
+// (dispatch_dependency_resolution): re-read the upstream's
+// terminal_outcome, resolve every outgoing edge with
+// ff_resolve_dependency (one pipelined batch per level), and recurse into
+// each child the call skipped, to depth MaxCascadeDepth.
+//
+// # Notes
+//
+//   - nowMs must be server time (the now host function); FlowFabric used
+//     the engine host's wall clock here (spec §15.13), so a skewed engine
+//     wrote skewed last_resolved_at / completed_at stamps.
+//   - Failures are logged and counted; the dependency reconciler repairs
+//     what a failed cascade left.
+func Cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flowID string, nowMs int64) CascadeStats {
+	var st CascadeStats
+	cascade(h, parts, eid, flowID, nowMs, 0, &st)
+	return st
+}
+
+func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flowID string, nowMs int64, depth int, st *CascadeStats) {
+	if depth > MaxCascadeDepth {
+		st.CapHit = true
+		h.Log(abi.LogWarn, "cascade depth limit reached ("+strconv.Itoa(MaxCascadeDepth)+
+			"); the dependency reconciler will resolve the rest: execution "+string(eid)+" flow "+flowID)
+		return
+	}
+	if flowID == "" {
+		return
+	}
+	f, err := h.HMGet(model.KeysFor(eid).Core(), "terminal_outcome")
+	if err != nil {
+		st.Errors++
+		h.Log(abi.LogWarn, "cascade: read terminal_outcome of "+string(eid)+": "+err.Error())
+		return
+	}
+	outcome := f[0].Value
+	fid, err := model.ParseUUID(flowID)
+	if err != nil {
+		st.Errors++
+		h.Log(abi.LogWarn, "cascade: bad flow id "+strconv.Quote(flowID))
+		return
+	}
+	ftag := parts.FlowPartition(fid).Tag()
+	fk := model.FlowKeysFor(parts.FlowPartition(fid), fid)
+	edges, err := h.SMembers(fk.Outgoing(eid))
+	if err != nil {
+		st.Errors++
+		h.Log(abi.LogWarn, "cascade: read out edges of "+string(eid)+": "+err.Error())
+		return
+	}
+	if len(edges) == 0 {
+		return
+	}
+	calls := make([]abi.Call, 0, len(edges))
+	children := make([]model.ExecutionID, 0, len(edges))
+	for _, edge := range edges {
+		eu, err := model.ParseUUID(edge)
+		if err != nil {
+			h.Log(abi.LogWarn, "cascade: bad edge id "+strconv.Quote(edge))
+			continue
+		}
+		d, err := h.HMGet(fk.Edge(eu.String()), "downstream_execution_id")
+		if err != nil || d[0].Value == "" {
+			continue
+		}
+		child, err := model.ParseExecutionID(d[0].Value)
+		if err != nil {
+			continue
+		}
+		lane, att, err := LaneAttempt(h, child)
+		if err != nil { // fail closed: never default the lane on an error
+			st.Errors++
+			h.Log(abi.LogWarn, "cascade: read lane of "+string(child)+": "+err.Error())
+			continue
+		}
+		calls = append(calls, Resolve{Child: child, Upstream: eid, Edge: edge, Lane: lane, Attempt: att,
+			Outcome: outcome, FlowTag: ftag, FlowID: flowID, NowMs: nowMs}.Call())
+		children = append(children, child)
+	}
+	if len(calls) == 0 {
+		return
+	}
+	out, err := h.FCall(calls)
+	if err != nil {
+		st.Errors += len(calls)
+		h.Log(abi.LogWarn, "cascade: resolve batch of "+string(eid)+": "+err.Error())
+		return
+	}
+	var skipped []model.ExecutionID
+	for i, r := range out {
+		if r.Result == abi.StatusError || r.Result == abi.StatusSkipped {
+			st.Errors++
+			h.Log(abi.LogWarn, "cascade: resolve "+calls[i].Args[0]+" → "+string(children[i])+": "+r.Status)
+			continue
+		}
+		st.Resolved++
+		if ChildSkipped(r) {
+			skipped = append(skipped, children[i])
+		}
+	}
+	st.Skipped += len(skipped)
+	for _, child := range skipped {
+		cascade(h, parts, child, flowID, nowMs, depth+1, st)
+	}
+}
+
+// placeholderWaitpoint stands for "no waitpoint" in ff_cancel_execution's
+// KEYS 9-10 (FlowFabric mints a random id; Lua guards both keys with
+// EXISTS, so any id on the same tag is equivalent — spec §15.11).
+const placeholderWaitpoint = "00000000-0000-0000-0000-000000000000"
+
+// CancelTarget is the pre-read of one execution to cancel.
+type CancelTarget struct {
+	ID                    model.ExecutionID
+	Lane                  string
+	Attempt               int
+	Waitpoint, WorkerInst string
+}
+
+// ReadCancelTarget pre-reads lane_id, current_attempt_index,
+// current_waitpoint_id and current_worker_instance_id.
+func ReadCancelTarget(h pdk.Host, eid model.ExecutionID) (CancelTarget, error) {
+	f, err := h.HMGet(model.KeysFor(eid).Core(), "lane_id", "current_attempt_index", "current_waitpoint_id", "current_worker_instance_id")
+	if err != nil {
+		return CancelTarget{}, err
+	}
+	t := CancelTarget{ID: eid, Lane: "default", Waitpoint: f[2].Value, WorkerInst: f[3].Value}
+	if f[0].Value != "" {
+		t.Lane = f[0].Value
+	}
+	if a, perr := strconv.Atoi(f[1].Value); perr == nil && a >= 0 {
+		t.Attempt = a
+	}
+	if _, perr := model.ParseUUID(t.Waitpoint); perr != nil {
+		t.Waitpoint = placeholderWaitpoint
+	}
+	return t, nil
+}
+
+// CancelCall builds the 21-KEYS / 5-ARGV ff_cancel_execution call with
+// source operator_override and no lease.
+func CancelCall(t CancelTarget, reason string) abi.Call {
+	ek := model.KeysFor(t.ID)
+	pk := model.KeysOn(t.ID.Partition())
+	l := t.Lane
+	return abi.Call{
+		Function: "ff_cancel_execution",
+		Keys: []string{ek.Core(), ek.Attempt(t.Attempt), ek.StreamMeta(t.Attempt), ek.LeaseCurrent(), ek.LeaseHistory(),
+			pk.LeaseExpiry(), pk.WorkerLeases(t.WorkerInst), ek.SuspensionCurrent(), pk.Waitpoint(t.Waitpoint),
+			pk.WaitpointCondition(t.Waitpoint), pk.SuspensionTimeout(), pk.LaneTerminal(l), pk.AttemptTimeout(),
+			pk.ExecutionDeadline(), pk.LaneEligible(l), pk.LaneDelayed(l), pk.LaneBlockedDependencies(l),
+			pk.LaneBlockedBudget(l), pk.LaneBlockedQuota(l), pk.LaneBlockedRoute(l), pk.LaneBlockedOperator(l)},
+		Args: []string{string(t.ID), reason, "operator_override", "", ""},
+	}
+}
+
+// ParseGroupMember splits a pending_cancel_groups member
+// "<flow_id>|<downstream_eid>" at the first '|'.
+func ParseGroupMember(m string) (model.UUID, model.ExecutionID, bool) {
+	f, d, ok := strings.Cut(m, "|")
+	if !ok || f == "" || d == "" {
+		return model.UUID{}, "", false
+	}
+	fid, err := model.ParseUUID(f)
+	if err != nil {
+		return model.UUID{}, "", false
+	}
+	eid, err := model.ParseExecutionID(d)
+	if err != nil {
+		return model.UUID{}, "", false
+	}
+	return fid, eid, true
+}
+
+// Lanes returns the "lanes" config entry as a list (default ["default"]).
+func Lanes(h pdk.Host) []string {
+	v, _ := h.Config("lanes")
+	var out []string
+	for _, l := range strings.Split(v, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{"default"}
+	}
+	return out
+}

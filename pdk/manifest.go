@@ -1,0 +1,31 @@
+package pdk
+
+import (
+	"strconv"
+
+	"github.com/fabric-host/fabric/abi"
+)
+
+// ConfigWake is the manifest config key naming the index-key globs whose
+// ZADDs wake a partition early when the host runs due-time timers
+// (comma-separated, path.Match syntax, e.g. "ff:idx:*:lane:*:delayed").
+const ConfigWake = "fabric.wake"
+
+// FilterReads are the read grants the scanner filter needs (namespace on
+// exec core, instance tag on the tags hash).
+var FilterReads = []string{"ff:exec:*:core", "ff:exec:*:tags"}
+
+// Itoa formats an int64 (plugins build ARGV with it).
+func Itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// Scanner returns a scanner manifest with FlowFabric's shape: flow family,
+// the given interval and batch, a 5 s call budget, reads granted for the
+// filter plus reads, and FCALLs granted for fcall.
+func Scanner(name string, intervalMs, batch uint32, fcall, reads []string, config map[string]string) abi.Manifest {
+	return abi.Manifest{
+		Name: name, Version: "1.0.0", Kind: abi.KindScanner,
+		IntervalMs: intervalMs, Family: "flow", BatchSize: batch, TimeoutMs: 5000,
+		Config:       config,
+		Capabilities: abi.Capabilities{FCall: fcall, Read: append(append([]string{}, FilterReads...), reads...)},
+	}
+}
