@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,8 +52,7 @@ type runPostgresOpts struct {
 
 // runPostgres is `fabric run` on Postgres: it migrates the database (a
 // throwaway cluster without --postgres-url), runs the host with the pg_*
-// plugins on it (other plugins are loaded but disabled: they speak
-// Valkey), and the SDK workload on Postgres workers until Ctrl-C or
+// plugins on it (Valkey plugins are loaded but disabled by the host), and the SDK workload on Postgres workers until Ctrl-C or
 // --duration, then drains and prints a summary.
 func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFlags, o runPostgresOpts) error {
 	cfg, err := wf.config()
@@ -110,7 +108,7 @@ func parseLevel(s string) slog.Level {
 }
 
 // startPostgresHost starts the host on dir with the Postgres pool; only
-// pg_* plugins run.
+// plugins granted capabilities.sql (the pg_* scanners) run.
 func startPostgresHost(ctx context.Context, env *cliEnv, pc *postgres.Client, o runPostgresOpts, log *slog.Logger) (*host.Host, error) {
 	if o.pluginDir == "" {
 		return nil, nil
@@ -120,19 +118,14 @@ func startPostgresHost(ctx context.Context, env *cliEnv, pc *postgres.Client, o 
 		fmt.Fprintf(env.stdout, "no plugins in %s (run `make plugins`); running without plugins\n", o.pluginDir)
 		return nil, nil
 	}
-	plugins := map[string]host.PluginConfig{}
-	for _, p := range paths {
-		if name := strings.TrimSuffix(filepath.Base(p), ".wasm"); !strings.HasPrefix(name, "pg_") {
-			plugins[name] = host.PluginConfig{Disabled: true}
-		}
-	}
+	// Valkey plugins load disabled: the host runs on Postgres only.
 	if o.cacheDir != "" {
 		if err := os.MkdirAll(o.cacheDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--cache-dir: %w", err)
 		}
 	}
 	h, err := host.New(host.Config{PluginDir: o.pluginDir, CacheDir: o.cacheDir, Postgres: pc.Pool(),
-		Partitions: pc.Partitions(), Logger: log, StatusFile: o.statusFile, Plugins: plugins})
+		Partitions: pc.Partitions(), Logger: log, StatusFile: o.statusFile})
 	if err != nil {
 		return nil, err
 	}
