@@ -238,7 +238,6 @@ var dispatchers = []string{"dependency", "edge_cancel"}
 // by completions through the dependency dispatcher (no reconciler is
 // loaded); per-level completion→eligible latency is reported.
 func TestFlowEngineDiamondAndChain(t *testing.T) {
-	t.Parallel()
 	e := setupFlowEnv(t, flowOpts{plugins: dispatchers, listener: true})
 
 	flow := e.flow()
@@ -336,7 +335,6 @@ func TestFlowEngineImpossibleSkipsSubtree(t *testing.T) {
 // dispatcher cancels only the first 1,024 before draining, stranding 975
 // running siblings (engine spec §15.9); this test fails on that.
 func TestFlowEngineAnyOfCancelRemaining2000(t *testing.T) {
-	t.Parallel()
 	e := setupFlowEnv(t, flowOpts{plugins: dispatchers, listener: true})
 	flow := e.flow()
 	const n = 2000
@@ -494,5 +492,47 @@ func TestCompletionListenerResubscribes(t *testing.T) {
 	e.await("completion after resubscribe dispatched", func() bool { return e.eligible(m[1]) })
 	if !e.logs.Contains("completion listener lost its connection") {
 		t.Fatal("no reconnect log")
+	}
+}
+
+// The listener outlives a server restart: the subscription breaks, the
+// listener retries until the server is back, resubscribes, and the flow
+// engine works again on the new (empty) server.
+func TestCompletionListenerSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
+	s := valkeytest.NewServer(t)
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"dependency"}, listener: true, url: s.URL()})
+	if err := s.Restart(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.sig.Subscribed.WaitOrTimeout(t); n != 2 {
+		t.Fatalf("subscription count %d after restart", n)
+	}
+	if _, err := e.c.EnsureLibrary(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	flow := e.flow()
+	m := e.members(flow, 2)
+	e.edges(flow, [2]model.ExecutionID{m[0], m[1]})
+	e.complete(m[0])
+	e.await("child eligible after restart", func() bool { return e.eligible(m[1]) })
+}
+
+// A completion handled after its execution's core is gone (trimmed) still
+// resolves edges with the message's outcome: FlowFabric re-read an empty
+// terminal_outcome, treated it as "not success", and skipped the child of
+// a member that had succeeded (engine spec §15.14).
+func TestDependencyDispatcherUsesMessageOutcomeWhenCoreIsGone(t *testing.T) {
+	t.Parallel()
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"dependency"}, listener: true})
+	flow := e.flow()
+	m := e.members(flow, 2)
+	e.edges(flow, [2]model.ExecutionID{m[0], m[1]})
+	e.do("DEL", model.KeysFor(m[0]).Core())
+	msg := fmt.Sprintf(`{"execution_id":%q,"flow_id":%q,"outcome":"success"}`, m[0], flow)
+	e.do("PUBLISH", "ff:dag:completions", msg)
+	e.await("child eligible", func() bool { return e.eligible(m[1]) })
+	if got := e.core(m[1], "terminal_outcome"); got == "skipped" {
+		t.Fatal("child skipped")
 	}
 }

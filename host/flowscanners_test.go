@@ -1,10 +1,13 @@
 package host_test
 
 import (
+	"context"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
@@ -101,10 +104,13 @@ func TestQuotaReconcilerActsOnRealState(t *testing.T) {
 		t.Fatal(err)
 	}
 	window := k.Window("requests_per_window")
-	e.do("ZADD", window, strconv.FormatInt(now-120_000, 10), "old", strconv.FormatInt(now, 10), "fresh")
-	e.do("SADD", k.AdmittedSet(), live, dead)
-	e.do("SET", k.Admitted(model.ExecutionID(live)), "1", "PX", "60000")
-	e.do("SET", k.Concurrency(), "7")
+	// Written in one script so no sweep sees half of it.
+	e.do("EVAL", `redis.call('ZADD', KEYS[1], ARGV[1], 'old', ARGV[2], 'fresh')
+redis.call('SET', KEYS[3], '1', 'PX', 60000)
+redis.call('SADD', KEYS[2], ARGV[3], ARGV[4])
+redis.call('SET', KEYS[4], '7')
+return 1`, "4", window, k.AdmittedSet(), k.Admitted(model.ExecutionID(live)), k.Concurrency(),
+		strconv.FormatInt(now-120_000, 10), strconv.FormatInt(now, 10), live, dead)
 	valkeytest.Eventually(t, 20*time.Second, "concurrency reconciled", func() bool {
 		v, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Get().Key(k.Concurrency()).Build()).ToString()
 		return v == "1"
@@ -165,5 +171,51 @@ func TestFlowScannersActOnRealState(t *testing.T) {
 	})
 	if e.core(m[0], "terminal_outcome") != "success" {
 		t.Fatal("completed member touched")
+	}
+}
+
+// dependency_reconciler rotates through a blocked set larger than its
+// batch: executions blocked for long at the head of the set (their
+// upstream still runs) do not starve a later one whose upstream finished
+// unheard. FlowFabric always reads the lowest-score batch (engine spec
+// §15.3) and never repairs the target here.
+func TestDependencyReconcilerNoHeadOfLineStarvation(t *testing.T) {
+	t.Parallel()
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"dependency_reconciler"},
+		config: map[string]host.PluginConfig{"dependency_reconciler": {Interval: 100 * time.Millisecond, BatchSize: 5}}})
+	flow := e.flow()
+	m := e.members(flow, 9)
+	running, stuck, done, target := m[0], m[1:7], m[7], m[8]
+	for _, s := range stuck {
+		e.edges(flow, [2]model.ExecutionID{running, s})
+	}
+	e.edges(flow, [2]model.ExecutionID{done, target})
+	e.complete(done) // nobody listens: only the reconciler can resolve it
+	valkeytest.Eventually(t, 20*time.Second, "target resolved past the stuck head", func() bool { return e.eligible(target) })
+	for _, s := range stuck {
+		if e.eligible(s) {
+			t.Fatalf("%s eligible with its upstream running", s)
+		}
+	}
+}
+
+// TestBuiltPluginsValidate inspects every plugin under bin/plugins the way
+// the host loads it. `make plugins` runs it without -race beside
+// TestFixturesValidate, so the compilation cache holds every shipped
+// plugin before the -race tests load them (a cold compile under -race
+// takes seconds per module).
+func TestBuiltPluginsValidate(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join("..", "bin", "plugins", "*.wasm"))
+	if len(paths) == 0 {
+		t.Skip("no built plugins: run `make plugins`")
+	}
+	for _, p := range paths {
+		in, err := host.Inspect(context.Background(), p, host.InspectConfig{CacheDir: cacheDir})
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if in.Manifest.ABI != abi.Version {
+			t.Fatalf("%s: abi %s", p, in.Manifest.ABI)
+		}
 	}
 }

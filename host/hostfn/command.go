@@ -9,6 +9,7 @@ import (
 	valkeygo "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/backend/valkey"
 )
 
 // CommandStore is the optional part of Store serving the read and write
@@ -154,3 +155,7 @@ func (s ValkeyStore) Write(ctx context.Context, req *abi.CommandRequest) (int64,
 	}
 	return n, nil
 }
+
+// CallResult converts one FCALL outcome the way the fcall host function
+// does (for native pdk.Host implementations).
+func CallResult(r valkey.Result) abi.CallResult { return callResult(r) }

@@ -123,12 +123,27 @@ type CascadeStats struct {
 //   - Failures are logged and counted; the dependency reconciler repairs
 //     what a failed cascade left.
 func Cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flowID string, nowMs int64) CascadeStats {
+	return CascadeCompletion(h, parts, abi.Completion{ExecutionID: string(eid), FlowID: flowID}, nowMs)
+}
+
+// CascadeCompletion is Cascade for one completion message. The outcome is
+// re-read from storage, as upstream does; only when the stored
+// terminal_outcome is missing (the core was trimmed or deleted before the
+// message was handled) does the message's own outcome stand in for it.
+// FlowFabric resolved such edges with "" — "not success" — and so skipped
+// the children of a member that had succeeded (engine spec §15.14).
+func CascadeCompletion(h pdk.Host, parts model.PartitionConfig, c abi.Completion, nowMs int64) CascadeStats {
 	var st CascadeStats
-	cascade(h, parts, eid, flowID, nowMs, 0, &st)
+	eid, err := model.ParseExecutionID(c.ExecutionID)
+	if err != nil {
+		st.Errors++
+		return st
+	}
+	cascade(h, parts, eid, c.FlowID, c.Outcome, nowMs, 0, &st)
 	return st
 }
 
-func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flowID string, nowMs int64, depth int, st *CascadeStats) {
+func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flowID, hint string, nowMs int64, depth int, st *CascadeStats) {
 	if depth > MaxCascadeDepth {
 		st.CapHit = true
 		h.Log(abi.LogWarn, "cascade depth limit reached ("+strconv.Itoa(MaxCascadeDepth)+
@@ -145,6 +160,10 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 		return
 	}
 	outcome := f[0].Value
+	if outcome == "" && hint != "" {
+		h.Log(abi.LogInfo, "cascade: "+string(eid)+" has no stored terminal_outcome; using the message's "+strconv.Quote(hint))
+		outcome = hint
+	}
 	fid, err := model.ParseUUID(flowID)
 	if err != nil {
 		st.Errors++
@@ -211,7 +230,7 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 	}
 	st.Skipped += len(skipped)
 	for _, child := range skipped {
-		cascade(h, parts, child, flowID, nowMs, depth+1, st)
+		cascade(h, parts, child, flowID, "", nowMs, depth+1, st)
 	}
 }
 

@@ -58,12 +58,7 @@ func dispatch(h pdk.Host, req abi.DispatchRequest) abi.ScanResult {
 			continue
 		}
 		seen[c.ExecutionID] = true
-		eid, err := model.ParseExecutionID(c.ExecutionID)
-		if err != nil {
-			res.Errors++
-			continue
-		}
-		st := flowlib.Cascade(h, parts, eid, c.FlowID, now)
+		st := flowlib.CascadeCompletion(h, parts, c, now)
 		res.Acted += uint32(st.Resolved)
 		res.Errors += uint32(st.Errors)
 		if st.CapHit {

@@ -5,6 +5,10 @@
 // same ff_resolve_dependency call as the dependency dispatcher
 // (pdk/flowlib). It repairs completions the listener never saw.
 //
+// Unlike upstream, each sweep reads the next page of a blocked set larger
+// than one batch (see window), so long-blocked executions at the head of
+// the set cannot starve the rest.
+//
 // Configuration: "lanes", a comma-separated lane list (default "default").
 package main
 
@@ -49,8 +53,10 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	tag := req.Partition.Tag()
 	outcomes := map[string]string{} // upstream → terminal outcome or ""
 	var now int64
+	batch := max(req.BatchSize, 1)
 	for _, lane := range flowlib.Lanes(h) {
-		blocked, err := h.ZRangeByScore(abi.ZRangeRequest{Key: pk.LaneBlockedDependencies(lane), Min: "-inf", Max: "+inf", Count: max(req.BatchSize, 1)})
+		key := pk.LaneBlockedDependencies(lane)
+		blocked, err := h.ZRangeByScore(abi.ZRangeRequest{Key: key, Min: "-inf", Max: "+inf", Offset: window(h, key, batch, req.Cycle), Count: batch})
 		if err != nil {
 			h.Log(abi.LogWarn, "blocked:dependencies of "+lane+": "+err.Error())
 			res.Errors++
@@ -69,6 +75,25 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		}
 	}
 	return res
+}
+
+// window picks the offset of this sweep's page of a blocked set: sweep n
+// reads page n mod pages. FlowFabric always read the 50 lowest scores, so
+// 50 executions whose upstreams run for long starved every later entry,
+// even one whose upstream completed while the listener was away (engine
+// spec §15.3); rotating visits every entry within ceil(card/50) sweeps.
+func window(h pdk.Host, key string, batch uint32, cycle uint64) uint32 {
+	out, err := h.ReadBatch([]abi.ReadOp{{Cmd: "ZCARD", Key: key}})
+	if err != nil || len(out) != 1 {
+		return 0
+	}
+	v, _ := out[0].Value()
+	card, perr := atoi(v)
+	if perr != nil || uint32(card) <= batch || cycle == 0 {
+		return 0
+	}
+	pages := (uint64(card) + uint64(batch) - 1) / uint64(batch)
+	return uint32(((cycle - 1) % pages) * uint64(batch))
 }
 
 // upstreamOutcome returns the upstream's terminal outcome, or "" while it
