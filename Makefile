@@ -1,5 +1,5 @@
 # fabric — two commands do everything on a fresh Debian machine:
-#   make run    start a private redis-server, the host, the demo workload
+#   make run    start a private redis-server, the host, the demo workload, a live status view
 #   make test   gofmt + go vet + go test -race against real servers
 SHELL := /bin/bash
 GO ?= go
@@ -47,8 +47,10 @@ vet:
 test: deps plugins fmt-check vet
 	$(GO) test $(GOFLAGS_TEST) ./...
 
+# run: the embedded default with a live status view (progress lines when
+# stdout is not a terminal). RUN_ARGS adds flags: make run RUN_ARGS="--rate 500".
 run: build plugins
-	$(BIN)/fabric run
+	$(BIN)/fabric run $(RUN_ARGS)
 
 # bench runs the host benchmarks (reported, not asserted): per-call
 # overhead of an empty scan, host-function round trip, cold vs cached

@@ -93,6 +93,8 @@ type Config struct {
 	// after every change and at most once a second while plugins run, for
 	// `fabric plugins list --status`.
 	StatusFile string
+	// Observer, when set, is told of every finished sweep (metrics).
+	Observer Observer
 	// Timers configures due-time timers (timers.go); the zero value runs
 	// them when there is a Backend.
 	Timers TimerConfig

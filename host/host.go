@@ -230,6 +230,7 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		}
 		p.mu.Lock()
 		p.swaps++
+		p.lastSwap = h.cfg.Clock.Now()
 		if p.state == StateQuarantined {
 			p.state, p.reason, p.quarantines, p.quarantineUntil = StateRunning, "", 0, time.Time{}
 		}

@@ -52,6 +52,7 @@ type plugin struct {
 	calls, faults   int64
 	cycles          uint64
 	swaps           int
+	lastSwap        time.Time
 	quarantines     int
 	quarantineUntil time.Time
 	records         recordRing
@@ -143,6 +144,7 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 			sum.Add(res)
 		}
 		elapsed := clock.Now().Sub(start)
+		p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Cycle: cycle, Start: start, Duration: elapsed, Result: sum})
 		if sum.Acted > 0 || sum.Errors > 0 {
 			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", elapsed.Milliseconds())
 		}
@@ -275,7 +277,7 @@ func (p *plugin) status() PluginStatus {
 		Partitions: int(p.h.cfg.Partitions.Count(man.PartitionFamily())),
 		LastRun:    p.lastRun, LastResult: p.lastResult, Totals: p.totals,
 		Calls: p.calls, Faults: p.faults, HostCalls: p.stats.HostCalls.Load(), Denied: p.stats.Denied.Load(),
-		LastDenial: p.stats.LastDenial(), Cycles: p.cycles, Swaps: p.swaps, QuarantineUntil: p.quarantineUntil,
+		LastDenial: p.stats.LastDenial(), Cycles: p.cycles, Swaps: p.swaps, LastSwap: p.lastSwap, QuarantineUntil: p.quarantineUntil,
 		Metrics: p.stats.Metrics(),
 	}
 }

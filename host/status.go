@@ -59,6 +59,7 @@ type PluginStatus struct {
 	// Cycles is the number of sweeps started.
 	Cycles          uint64             `json:"cycles"`
 	Swaps           int                `json:"swaps"`
+	LastSwap        time.Time          `json:"last_swap,omitzero"`
 	QuarantineUntil time.Time          `json:"quarantine_until,omitzero"`
 	Metrics         map[string]float64 `json:"metrics,omitempty"`
 }

@@ -180,6 +180,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 		woken := p.wake.take(spec.Partitions)
 		var sum abi.ScanResult
 		start := clock.Now()
+		scanned := 0
 		for i := range next {
 			if ctx.Err() != nil {
 				return nil
@@ -187,12 +188,16 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			if !woken[i] && now.Before(next[i]) {
 				continue
 			}
+			scanned++
 			res, fault := p.scanPartition(ctx, cycle, i)
 			if fault {
 				break
 			}
 			sum.Add(res)
 			next[i] = p.nextScan(spec, res)
+		}
+		if scanned > 0 {
+			p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Cycle: cycle, Start: start, Duration: clock.Now().Sub(start), Result: sum})
 		}
 		if sum.Acted > 0 || sum.Errors > 0 {
 			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", clock.Now().Sub(start).Milliseconds())

@@ -4,22 +4,32 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
 	vk "github.com/valkey-io/valkey-go"
 )
 
 // backendFlags are the flags every command that talks to Valkey shares.
 type backendFlags struct {
-	url      string
-	logLevel string
+	url       string
+	logLevel  string
+	logFormat string
+	// partitions, when set, are the deployment's partition counts (fabric
+	// run's --partitions or config file); zero means FlowFabric's defaults.
+	partitions model.PartitionConfig
+	// logOut, when set, receives logs instead of stderr (the live view
+	// keeps them off the screen it draws).
+	logOut io.Writer
 }
 
 func addBackendFlags(fs *flag.FlagSet) *backendFlags {
 	b := &backendFlags{}
 	fs.StringVar(&b.url, "valkey-url", "", "Valkey/Redis URL (redis://host:port, unix:///path). Empty: start a private server child for this run.")
 	fs.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fs.StringVar(&b.logFormat, "log-format", "text", "log format: text or json (log/slog)")
 	return b
 }
 
@@ -45,7 +55,18 @@ func (b *backendFlags) logger(env *cliEnv) (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(b.logLevel)); err != nil {
 		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, b.logLevel)
 	}
-	return slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: lvl})), nil
+	out := env.stderr
+	if b.logOut != nil {
+		out = b.logOut
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch b.logFormat {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(out, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(out, opts)), nil
+	}
+	return nil, fmt.Errorf("%w: --log-format %q: want text or json", errUsage, b.logFormat)
 }
 
 func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, error) {
@@ -63,7 +84,7 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 		conn.Server, url = srv, srv.URL()
 		conn.Where = fmt.Sprintf("private %s (pid %d, %s)", srv.Binary(), srv.PID(), srv.Socket())
 	}
-	cl, err := valkey.Dial(ctx, valkey.ClientConfig{URL: url, Logger: log})
+	cl, err := valkey.Dial(ctx, valkey.ClientConfig{URL: url, Logger: log, Partitions: b.partitions})
 	if err != nil {
 		if conn.Server != nil {
 			conn.Server.Stop()

@@ -4,100 +4,310 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/statusview"
 	"github.com/fabric-host/fabric/model"
 )
 
 func init() {
 	register(&command{
 		name: "run",
-		summary: "Run the host: its plugins over a private server (or --valkey-url) with the demo workload, " +
+		summary: "Run the host: its plugins over a private server (or --valkey-url) with the demo workload and a live status view, " +
 			"until Ctrl-C or --duration, then drain and print a summary.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			b := addBackendFlags(fs)
 			wf := addWorkloadFlags(fs)
-			demo := fs.Bool("demo", true, "run the demo workload beside the host")
-			pluginDir := fs.String("plugins", filepath.Join("bin", "plugins"), "plugin directory the host loads and watches (\"\": run without plugins)")
-			cacheDir := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory (\"\": in memory)")
-			statusFile := fs.String("status-file", "", "write the host's plugin status here for `fabric plugins list --status`")
+			o := &runFlags{
+				config:     fs.String("config", "", "TOML config file (see runconfig.go); flags given on the command line win"),
+				demo:       fs.Bool("demo", true, "run the demo workload beside the host"),
+				pluginDir:  fs.String("plugins", filepath.Join("bin", "plugins"), "plugin directory the host loads and watches (\"\": run without plugins)"),
+				cacheDir:   fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory (\"\": in memory)"),
+				statusFile: fs.String("status-file", "", "write the host's plugin status here for `fabric plugins list --status`"),
+				adminAddr:  fs.String("admin-addr", admin.ServerAddrDefault, "admin HTTP address (/metrics, /healthz, /readyz, /plugins, /status); \"\" disables it"),
+				view:       fs.String("view", "auto", "status view: auto (live on a terminal, lines otherwise), tty, lines or off"),
+				refresh:    fs.Duration("refresh", 0, "status view refresh interval (default 1s live, 2s lines)"),
+				census:     fs.Duration("census-interval", admin.SamplerIntervalDefault, "keyspace census interval (executions by state, lag)"),
+			}
+			fs.Var(&o.partitions, "partitions", "partition counts of a new deployment, flow=N,budget=N,quota=N (default 256/32/32)")
 			pgf := addRunPostgresFlags(fs) // run_postgres.go
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
 				}
+				if *o.config != "" {
+					pcs, err := loadRunFile(fs, *o.config)
+					if err != nil {
+						return err
+					}
+					o.pluginCfg = pcs
+				}
 				if on, err := pgf.enabled(); err != nil || on {
 					if err != nil {
 						return err
 					}
-					return runPostgres(ctx, env, pgf, wf, runPostgresOpts{pluginDir: *pluginDir, cacheDir: *cacheDir,
-						statusFile: *statusFile, demo: *demo, logLevel: b.logLevel})
+					return runPostgres(ctx, env, pgf, wf, runPostgresOpts{pluginDir: *o.pluginDir, cacheDir: *o.cacheDir,
+						statusFile: *o.statusFile, demo: *o.demo, logLevel: b.logLevel})
 				}
-				cfg, err := wf.config()
-				if err != nil {
-					return err
-				}
-				conn, err := b.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer conn.Close()
-				fmt.Fprintf(env.stdout, "fabric %s on %s\n", Version, conn.Where)
-				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: cfg.Lanes, WaitpointHMACSecret: wf.secretFor(conn)}); err != nil {
-					return err
-				}
-				fmt.Fprintf(env.stdout, "flowfabric library %s loaded; partitions %+v\n", libraryVersion(ctx, conn.Client), conn.Client.Partitions())
-				h, err := startHost(ctx, env, conn, *pluginDir, *cacheDir, *statusFile, cfg.Lanes)
-				if err != nil {
-					return err
-				}
-				if h != nil {
-					defer func() {
-						printPlugins(env, h)
-						h.Stop()
-						h.Close(context.WithoutCancel(ctx))
-					}()
-				}
-				if !*demo {
-					fmt.Fprintln(env.stdout, "host running; Ctrl-C stops it")
-					<-ctx.Done()
-					return nil
-				}
-				// The workers stand in for scanners the host does not run.
-				_, promoter := hostPlugin(h, "delayed_promoter")
-				_, resolver := hostPlugin(h, "dependency")
-				cfg.PromoteInline, cfg.ResolveInline = !promoter, !resolver
-				cfg.Logger = conn.Logger
-				fmt.Fprintln(env.stdout, "demo workload running; Ctrl-C stops submitting, drains and exits")
-				sum, werr := runWorkload(ctx, conn.Client, cfg, env.stdout)
-				fmt.Fprintf(env.stdout, "demo: %s\n", sum)
-				counts, err := stateCounts(context.WithoutCancel(ctx), conn.Client)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(env.stdout, "executions by state: %s\n", counts)
-				return werr
+				return runHost(ctx, env, b, wf, o)
 			}
 		},
 	})
 }
 
+// runFlags are `fabric run`'s own flags.
+type runFlags struct {
+	config, pluginDir, cacheDir, statusFile, adminAddr, view *string
+	demo                                                     *bool
+	refresh, census                                          *time.Duration
+	partitions                                               partitionsFlag
+	// pluginCfg is the config file's per-plugin configuration.
+	pluginCfg map[string]host.PluginConfig
+}
+
+// errBrokenPipe ends a run whose output reader went away (`| head`).
+var errBrokenPipe = errors.New("output closed (broken pipe)")
+
+// runHost is `fabric run`: connect (or start a private server),
+// bootstrap, start the host, the census sampler, the admin server, the
+// status view and the demo workload; on Ctrl-C, SIGTERM or a closed
+// output, drain and stop everything in reverse, the private server last.
+func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlags, o *runFlags) error {
+	cfg, err := wf.config()
+	if err != nil {
+		return err
+	}
+	mode, err := viewMode(*o.view, env.stdout)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// A closed pipe must stop the run, not kill the process: Go exits on
+	// SIGPIPE from stdout unless it is notified, and a killed run would
+	// leave leases behind.
+	out := &breakWriter{w: env.stdout, broken: func() { cancel(errBrokenPipe) }}
+	if f, ok := env.stdout.(*os.File); ok && f == os.Stdout {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGPIPE)
+		defer signal.Stop(sig)
+		go func() {
+			select {
+			case <-sig:
+				cancel(errBrokenPipe)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	var events *statusview.Tail
+	if mode == "tty" {
+		events = statusview.NewTail(6)
+		b.logOut = events
+	}
+	b.partitions = o.partitions.PartitionConfig
+	conn, err := b.connect(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	fmt.Fprintf(out, "fabric %s on %s\n", Version, conn.Where)
+	if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: cfg.Lanes, WaitpointHMACSecret: wf.secretFor(conn)}); err != nil {
+		return err
+	}
+	lib := libraryVersion(ctx, conn.Client)
+	fmt.Fprintf(out, "flowfabric library %s loaded; partitions %+v\n", lib, conn.Client.Partitions())
+
+	metrics := admin.NewMetrics()
+	h, err := startHost(ctx, out, conn, hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
+		lanes: cfg.Lanes, plugins: o.pluginCfg, observer: metrics})
+	if err != nil {
+		return err
+	}
+	var src admin.PluginSource
+	if h != nil {
+		src = h
+		defer func() {
+			printPlugins(out, h)
+			h.Stop()
+			h.Close(context.WithoutCancel(ctx))
+		}()
+	}
+	sampler := admin.NewSampler(admin.SamplerConfig{Backend: conn.Client, Interval: *o.census, Logger: conn.Logger})
+	// Like the host, the sampler and the admin server serve the drain too.
+	life := context.WithoutCancel(ctx)
+	if err := sampler.Start(life); err != nil {
+		return err
+	}
+	defer sampler.Stop()
+	metrics.Attach(src, sampler)
+	adminURL := ""
+	if *o.adminAddr != "" {
+		srv := admin.NewServer(admin.ServerConfig{Addr: *o.adminAddr, Host: src, Backend: conn.Client, BackendName: conn.Where,
+			Sampler: sampler, Metrics: metrics, Logger: conn.Logger})
+		if err := srv.Start(life); err != nil {
+			// Another run holds the port: this one still runs, unobserved.
+			fmt.Fprintf(out, "admin server not started: %v\n", err)
+		} else {
+			defer srv.Stop()
+			adminURL = "http://" + srv.Addr().String()
+			fmt.Fprintf(out, "admin: %s/metrics /healthz /readyz /plugins /status\n", adminURL)
+		}
+	}
+
+	// The workload's rate lines go to the view on a terminal, to the
+	// output otherwise.
+	var wout io.Writer = out
+	var wtail *statusview.Tail
+	if mode == "tty" {
+		wtail = statusview.NewTail(1)
+		wout = wtail
+	}
+	stopView := func() {}
+	if mode != "off" {
+		title := fmt.Sprintf("fabric %s · %s · library %s", Version, conn.Where, lib)
+		sub := "Ctrl-C: stop submitting, drain and exit"
+		if adminURL != "" {
+			sub = "admin " + adminURL + " · " + sub
+		}
+		vc := statusview.Config{Out: out, TTY: mode == "tty", Interval: *o.refresh, Title: title, Subtitle: sub,
+			Report: func() admin.Report { return admin.BuildReport(time.Now(), conn.Where, src, sampler) }}
+		if mode == "tty" {
+			vc.Workload, vc.Events = wtail.Last, events.Lines
+			vc.Width = func() int { return termWidth(env.stdout) }
+		}
+		v := statusview.New(vc)
+		vctx, vcancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); v.Run(vctx) }()
+		stopView = func() { vcancel(); <-done; stopView = func() {} }
+		defer stopView()
+	}
+
+	if !*o.demo {
+		if mode == "off" {
+			fmt.Fprintln(out, "host running; Ctrl-C stops it")
+		}
+		<-ctx.Done()
+		stopView()
+		return nil
+	}
+	// The workers stand in for scanners the host does not run.
+	_, promoter := hostPlugin(h, "delayed_promoter")
+	_, resolver := hostPlugin(h, "dependency")
+	cfg.PromoteInline, cfg.ResolveInline = !promoter, !resolver
+	cfg.Logger = conn.Logger
+	if mode != "tty" {
+		fmt.Fprintln(out, "demo workload running; Ctrl-C stops submitting, drains and exits")
+	}
+	sum, werr := runWorkload(ctx, conn.Client, cfg, wout)
+	stopView()
+	if context.Cause(ctx) == errBrokenPipe {
+		conn.Logger.Info("output closed; stopped")
+	}
+	fmt.Fprintf(out, "demo: %s\n", sum)
+	counts, err := stateCounts(context.WithoutCancel(ctx), conn.Client)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "executions by state: %s\n", counts)
+	return werr
+}
+
+// viewMode resolves --view: "auto" is "tty" when out is a terminal.
+func viewMode(v string, out io.Writer) (string, error) {
+	switch v {
+	case "tty", "lines", "off":
+		return v, nil
+	case "auto":
+		if isTerminal(out) {
+			return "tty", nil
+		}
+		return "lines", nil
+	}
+	return "", fmt.Errorf("%w: --view %q: want auto, tty, lines or off", errUsage, v)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// termWidth is the terminal's column count (0 when unknown).
+func termWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0
+	}
+	return int(ws.Col)
+}
+
+// breakWriter forwards writes until the first failure (a closed pipe),
+// then calls broken once and discards the rest, so that a run whose
+// reader went away drains and stops cleanly.
+type breakWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	failed bool
+	broken func()
+}
+
+func (b *breakWriter) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failed {
+		return len(p), nil
+	}
+	if _, err := b.w.Write(p); err != nil {
+		b.failed = true
+		go b.broken()
+	}
+	return len(p), nil
+}
+
+// hostOptions configure startHost.
+type hostOptions struct {
+	dir, cacheDir, statusFile string
+	lanes                     []string
+	// plugins is per-plugin configuration from the config file; a
+	// lane-scanning plugin's "lanes" entry defaults to lanes.
+	plugins  map[string]host.PluginConfig
+	observer host.Observer
+}
+
 // startHost starts the plugin host on dir and waits for its first load.
 // An empty dir, or the default dir when it does not exist, runs without a
 // host (nil).
-func startHost(ctx context.Context, env *cliEnv, conn *backendConn, dir, cacheDir, statusFile string, lanes []string) (*host.Host, error) {
+func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOptions) (*host.Host, error) {
+	dir, cacheDir, statusFile, lanes := o.dir, o.cacheDir, o.statusFile, o.lanes
 	if dir == "" {
 		return nil, nil
 	}
 	if _, err := os.Stat(dir); err != nil {
 		if dir == filepath.Join("bin", "plugins") && os.IsNotExist(err) {
-			fmt.Fprintf(env.stdout, "no plugin directory %s (run `make plugins`); running without plugins\n", dir)
+			fmt.Fprintf(out, "no plugin directory %s (run `make plugins`); running without plugins\n", dir)
 			return nil, nil
 		}
 		return nil, fmt.Errorf("--plugins: %w", err)
@@ -108,17 +318,32 @@ func startHost(ctx context.Context, env *cliEnv, conn *backendConn, dir, cacheDi
 		}
 	}
 	// Lane-scanning plugins scan the deployment's lanes.
-	laneCfg := map[string]string{"lanes": strings.Join(lanes, ",")}
 	plugins := map[string]host.PluginConfig{}
+	for name, pc := range o.plugins {
+		plugins[name] = pc
+	}
 	for _, name := range laneScanningPlugins {
-		plugins[name] = host.PluginConfig{Config: laneCfg}
+		pc := plugins[name]
+		if _, ok := pc.Config["lanes"]; !ok {
+			c := map[string]string{"lanes": strings.Join(lanes, ",")}
+			for k, v := range pc.Config {
+				c[k] = v
+			}
+			pc.Config = c
+		}
+		plugins[name] = pc
 	}
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir, Backend: conn.Client,
-		Logger: conn.Logger, StatusFile: statusFile, Plugins: plugins})
+		Logger: conn.Logger, StatusFile: statusFile, Plugins: plugins, Observer: o.observer,
+		// The dispatchers (dependency, edge_cancel) run on completions.
+		Completions: host.CompletionConfig{Enabled: true}})
 	if err != nil {
 		return nil, err
 	}
-	if err := h.Start(ctx); err != nil {
+	// The host outlives ctx: after Ctrl-C its scanners (the delayed
+	// promoter among them) must keep running while the workload drains;
+	// the caller stops it.
+	if err := h.Start(context.WithoutCancel(ctx)); err != nil {
 		h.Close(ctx)
 		return nil, err
 	}
@@ -129,9 +354,9 @@ func startHost(ctx context.Context, env *cliEnv, conn *backendConn, dir, cacheDi
 		h.Close(context.WithoutCancel(ctx))
 		return nil, ctx.Err()
 	}
-	fmt.Fprintf(env.stdout, "host: %d plugins from %s\n", len(h.Plugins()), dir)
+	fmt.Fprintf(out, "host: %d plugins from %s\n", len(h.Plugins()), dir)
 	for _, p := range h.Plugins() {
-		fmt.Fprintf(env.stdout, "  %-22s %-8s %-10s %s\n", p.Name, p.Version, p.State, p.Reason)
+		fmt.Fprintf(out, "  %-22s %-8s %-10s %s\n", p.Name, p.Version, p.State, p.Reason)
 	}
 	return h, nil
 }
@@ -149,9 +374,9 @@ func hostPlugin(h *host.Host, name string) (host.PluginStatus, bool) {
 }
 
 // printPlugins prints what each plugin did during the run.
-func printPlugins(env *cliEnv, h *host.Host) {
+func printPlugins(out io.Writer, h *host.Host) {
 	for _, p := range h.Plugins() {
-		fmt.Fprintf(env.stdout, "plugin %s %s: %d sweeps, %d calls, %d faults, scanned %d, acted %d, errors %d\n",
+		fmt.Fprintf(out, "plugin %s %s: %d sweeps, %d calls, %d faults, scanned %d, acted %d, errors %d\n",
 			p.Name, p.Version, p.Cycles, p.Calls, p.Faults, p.Totals.Scanned, p.Totals.Acted, p.Totals.Errors)
 	}
 }

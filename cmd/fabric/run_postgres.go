@@ -80,7 +80,7 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 	}
 	if h != nil {
 		defer func() {
-			printPlugins(env, h)
+			printPlugins(env.stdout, h)
 			h.Stop()
 			h.Close(context.WithoutCancel(ctx))
 		}()

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+)
+
+// TestRunPipeClosedEarly runs the built binary the way `make run | head`
+// does: stdout is a pipe whose reader goes away after a few progress
+// lines. fabric must drain, exit 0 and take its redis-server child with
+// it.
+func TestRunPipeClosedEarly(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "fabric")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "run", "--plugins", "", "--admin-addr", "127.0.0.1:0", "--view", "auto",
+		"--rate", "20", "--refresh", "200ms", "--census-interval", "200ms", "--drain-timeout", "20s",
+		"--partitions", "flow=8,budget=2,quota=2")
+	// A file, not a buffer: Wait must not wait for a copy of stderr that a
+	// leaked child would keep open.
+	stderr, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	cmd.Stderr = stderr
+	r, w, err := os.Pipe()
+	logs := func() string { b, _ := os.ReadFile(stderr.Name()); return string(b) }
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	// Like head: read some lines, then close the pipe.
+	sc := bufio.NewScanner(r)
+	var lines []string
+	pid, progress, rates := 0, 0, 0
+	for (progress < 3 || rates < 1) && sc.Scan() {
+		l := sc.Text()
+		lines = append(lines, l)
+		if m := regexp.MustCompile(`redis-server \(pid (\d+),|valkey-server \(pid (\d+),`).FindStringSubmatch(l); m != nil {
+			pid, _ = strconv.Atoi(m[1] + m[2])
+		}
+		if strings.HasPrefix(l, "status ") && strings.Contains(l, "executions eligible=") {
+			progress++
+		}
+		if strings.HasPrefix(l, "run ") && strings.Contains(l, "completed") {
+			rates++
+		}
+	}
+	r.Close()
+	if pid == 0 || progress < 3 || rates < 1 {
+		t.Fatalf("want a server pid, 3 progress lines and a workload rate line; got:\n%s\nstderr:\n%s", strings.Join(lines, "\n"), logs())
+	}
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Fatalf("fabric run exited with %v after its output closed\nstderr:\n%s", waitErr, logs())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("fabric run still running 60s after its output closed\nstderr:\n%s", logs())
+	}
+	// fabric reaped its child on the way out: the pid is gone, not a
+	// zombie nor an orphan.
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("redis-server pid %d still exists after fabric exited (kill 0: %v)", pid, err)
+	}
+}
+
+func TestRunConfigFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "fabric.toml")
+	os.WriteFile(path, []byte(`
+admin_addr = "127.0.0.1:9999"
+log_format = "json"
+view = "lines"
+[partitions]
+flow = 8
+budget = 2
+quota = 2
+[demo]
+rate = 7
+lanes = ["x", "y"]
+[plugins.delayed_promoter]
+interval = "250ms"
+batch_size = 10
+config = { lanes = "x" }
+`), 0o644)
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	addBackendFlags(fs)
+	wf := addWorkloadFlags(fs)
+	admin := fs.String("admin-addr", "127.0.0.1:9480", "")
+	view := fs.String("view", "auto", "")
+	var parts partitionsFlag
+	fs.Var(&parts, "partitions", "")
+	if err := fs.Parse([]string{"--rate", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	pcs, err := loadRunFile(fs, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *admin != "127.0.0.1:9999" || *view != "lines" || parts.Flow != 8 || parts.Quota != 2 {
+		t.Errorf("file values not applied: admin %q view %q partitions %+v", *admin, *view, parts)
+	}
+	if *wf.rate != 3 || *wf.lanes != "x,y" {
+		t.Errorf("rate %v (the flag given must win), lanes %q", *wf.rate, *wf.lanes)
+	}
+	pc := pcs["delayed_promoter"]
+	if pc.Interval != 250*time.Millisecond || pc.BatchSize != 10 || pc.Config["lanes"] != "x" {
+		t.Errorf("plugin config %+v", pc)
+	}
+
+	t.Run("UnknownKeyIsAUsageError", func(t *testing.T) {
+		bad := filepath.Join(t.TempDir(), "bad.toml")
+		os.WriteFile(bad, []byte("admin_adr = \"x\"\n"), 0o644)
+		if _, err := loadRunFile(flag.NewFlagSet("run", flag.ContinueOnError), bad); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "admin_adr") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+// TestStatusFromKeyspace runs `fabric status --valkey-url` against a
+// deployment with one execution in a delayed index.
+func TestStatusFromKeyspace(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.NewServer(t)
+	c := valkeytest.Dial(t, srv.URL(), 0)
+	ctx := valkeytest.Context(t, 20*time.Second)
+	raw := c.Raw()
+	if err := raw.Do(ctx, raw.B().Sadd().Key("ff:idx:lanes").Member("l").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Do(ctx, raw.B().Zadd().Key("ff:idx:{fp:3}:lane:l:delayed").ScoreMember().ScoreMember(1, "e").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd(t, "status", "--valkey-url", srv.URL(), "--sample", "0", "--admin", "http://127.0.0.1:1")
+	if code != 0 {
+		t.Fatalf("status: code %d\n%s", code, errOut)
+	}
+	for _, want := range []string{"executions  eligible 0 · delayed 1 ·", "(no plugins loaded)", "throughput  0.0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+	code, _, errOut = runCmd(t, "status", "--admin", "http://127.0.0.1:1")
+	if code != 1 || !strings.Contains(errOut, "is `fabric run` running?") {
+		t.Fatalf("status without a host: code %d, %s", code, errOut)
+	}
+}

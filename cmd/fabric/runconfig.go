@@ -1,0 +1,219 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/model"
+)
+
+// runFile is the TOML config file of `fabric run --config`. Every key is
+// optional; a flag given on the command line wins over the file, the file
+// over the flag's default. Durations are Go duration strings ("250ms").
+//
+//	valkey_url = "redis://127.0.0.1:6379"   # "" or absent: a private server
+//	plugin_dir = "bin/plugins"
+//	cache_dir = "/var/cache/fabric"
+//	status_file = "/run/fabric/status.json"
+//	admin_addr = "127.0.0.1:9480"           # "" disables the admin server
+//	log_level = "info"
+//	log_format = "json"
+//	view = "auto"                           # auto, tty, lines or off
+//	refresh = "1s"
+//	census_interval = "2s"
+//
+//	[partitions]                            # fixed for a deployment
+//	flow = 256
+//	budget = 32
+//	quota = 32
+//
+//	[demo]
+//	enabled = true
+//	rate = 100
+//	lanes = ["demo-a", "demo-b"]
+//	workers = 4
+//	concurrency = 8
+//	duration = "0s"
+//	drain_timeout = "30s"
+//	mix = "immediate=50,delayed=15,retry=15,suspend=10,dag=10"
+//
+//	[plugins.delayed_promoter]              # per plugin, by manifest name
+//	interval = "250ms"
+//	timeout = "2s"
+//	batch_size = 100
+//	disabled = false
+//	sha256 = ""
+//	config = { lanes = "demo-a,demo-b" }
+type runFile struct {
+	ValkeyURL      *string `toml:"valkey_url"`
+	PluginDir      *string `toml:"plugin_dir"`
+	CacheDir       *string `toml:"cache_dir"`
+	StatusFile     *string `toml:"status_file"`
+	AdminAddr      *string `toml:"admin_addr"`
+	LogLevel       *string `toml:"log_level"`
+	LogFormat      *string `toml:"log_format"`
+	View           *string `toml:"view"`
+	Refresh        *string `toml:"refresh"`
+	CensusInterval *string `toml:"census_interval"`
+	Partitions     *struct {
+		Flow   uint16 `toml:"flow"`
+		Budget uint16 `toml:"budget"`
+		Quota  uint16 `toml:"quota"`
+	} `toml:"partitions"`
+	Demo struct {
+		Enabled      *bool    `toml:"enabled"`
+		Rate         *float64 `toml:"rate"`
+		Lanes        []string `toml:"lanes"`
+		Workers      *int     `toml:"workers"`
+		Concurrency  *int     `toml:"concurrency"`
+		Duration     *string  `toml:"duration"`
+		DrainTimeout *string  `toml:"drain_timeout"`
+		Mix          *string  `toml:"mix"`
+	} `toml:"demo"`
+	Plugins map[string]runFilePlugin `toml:"plugins"`
+}
+
+type runFilePlugin struct {
+	Interval  string            `toml:"interval"`
+	Timeout   string            `toml:"timeout"`
+	BatchSize uint32            `toml:"batch_size"`
+	Disabled  bool              `toml:"disabled"`
+	SHA256    string            `toml:"sha256"`
+	Config    map[string]string `toml:"config"`
+}
+
+// loadRunFile reads path and applies it to fs: each key sets its flag
+// unless that flag was given on the command line. It returns the
+// per-plugin configuration, which has no flags.
+func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, error) {
+	var f runFile
+	md, err := toml.DecodeFile(path, &f)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --config %s: %v", errUsage, path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("%w: --config %s: unknown keys %s", errUsage, path, strings.Join(keys, ", "))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	set := func(name string, v *string) error {
+		if v == nil || given[name] {
+			return nil
+		}
+		if err := fs.Set(name, *v); err != nil {
+			return fmt.Errorf("%w: --config %s: %s: %v", errUsage, path, name, err)
+		}
+		return nil
+	}
+	str := func(v any) *string {
+		switch x := v.(type) {
+		case *bool:
+			if x != nil {
+				s := strconv.FormatBool(*x)
+				return &s
+			}
+		case *float64:
+			if x != nil {
+				s := strconv.FormatFloat(*x, 'f', -1, 64)
+				return &s
+			}
+		case *int:
+			if x != nil {
+				s := strconv.Itoa(*x)
+				return &s
+			}
+		}
+		return nil
+	}
+	var lanes, parts *string
+	if len(f.Demo.Lanes) > 0 {
+		s := strings.Join(f.Demo.Lanes, ",")
+		lanes = &s
+	}
+	if p := f.Partitions; p != nil {
+		s := fmt.Sprintf("flow=%d,budget=%d,quota=%d", p.Flow, p.Budget, p.Quota)
+		parts = &s
+	}
+	for _, kv := range []struct {
+		name string
+		v    *string
+	}{
+		{"valkey-url", f.ValkeyURL}, {"plugins", f.PluginDir}, {"cache-dir", f.CacheDir}, {"status-file", f.StatusFile},
+		{"admin-addr", f.AdminAddr}, {"log-level", f.LogLevel}, {"log-format", f.LogFormat}, {"view", f.View},
+		{"refresh", f.Refresh}, {"census-interval", f.CensusInterval}, {"partitions", parts},
+		{"demo", str(f.Demo.Enabled)}, {"rate", str(f.Demo.Rate)}, {"lanes", lanes}, {"workers", str(f.Demo.Workers)},
+		{"concurrency", str(f.Demo.Concurrency)}, {"duration", f.Demo.Duration}, {"drain-timeout", f.Demo.DrainTimeout},
+		{"mix", f.Demo.Mix},
+	} {
+		if err := set(kv.name, kv.v); err != nil {
+			return nil, err
+		}
+	}
+	plugins := map[string]host.PluginConfig{}
+	for name, p := range f.Plugins {
+		pc := host.PluginConfig{BatchSize: p.BatchSize, Disabled: p.Disabled, SHA256: p.SHA256, Config: p.Config}
+		for _, d := range []struct {
+			key string
+			s   string
+			dst *time.Duration
+		}{{"interval", p.Interval, &pc.Interval}, {"timeout", p.Timeout, &pc.Timeout}} {
+			if d.s == "" {
+				continue
+			}
+			v, err := time.ParseDuration(d.s)
+			if err != nil || v < 0 {
+				return nil, fmt.Errorf("%w: --config %s: plugins.%s.%s: %q is not a duration", errUsage, path, name, d.key, d.s)
+			}
+			*d.dst = v
+		}
+		plugins[name] = pc
+	}
+	return plugins, nil
+}
+
+// partitionsFlag parses "flow=256,budget=32,quota=32" (missing counts
+// keep FlowFabric's defaults).
+type partitionsFlag struct{ model.PartitionConfig }
+
+func (p *partitionsFlag) String() string {
+	if p == nil || p.PartitionConfig == (model.PartitionConfig{}) {
+		return ""
+	}
+	return fmt.Sprintf("flow=%d,budget=%d,quota=%d", p.Flow, p.Budget, p.Quota)
+}
+
+func (p *partitionsFlag) Set(s string) error {
+	c := model.DefaultPartitionConfig()
+	for _, f := range splitList(s) {
+		k, v, _ := strings.Cut(f, "=")
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err != nil {
+			return fmt.Errorf("%q: want family=count", f)
+		}
+		switch k {
+		case "flow":
+			c.Flow = uint16(n)
+		case "budget":
+			c.Budget = uint16(n)
+		case "quota":
+			c.Quota = uint16(n)
+		default:
+			return fmt.Errorf("%q: family is flow, budget or quota", f)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	p.PartitionConfig = c
+	return nil
+}

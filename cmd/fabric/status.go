@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/statusview"
+)
+
+func init() {
+	register(&command{
+		name: "status",
+		summary: "Show a running deployment like `fabric run`'s live view: plugins (version, state, cycles, items, errors, lag, last swap), " +
+			"executions by state and throughput, from a host's admin server or from --valkey-url.",
+		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
+			addr := fs.String("admin", "http://"+admin.ServerAddrDefault, "admin server of a running host; its /status has everything")
+			url := fs.String("valkey-url", "", "read the keyspace directly (executions, lag, throughput); plugins then come from --admin or --status-file when reachable")
+			statusFile := fs.String("status-file", "", "a host's status file (fabric run --status-file) for the plugins")
+			sample := fs.Duration("sample", time.Second, "with --valkey-url: time between the two censuses throughput is measured over")
+			asJSON := fs.Bool("json", false, "print the report as JSON")
+			partitions := &partitionsFlag{}
+			fs.Var(partitions, "partitions", "with --valkey-url: the deployment's partition counts, flow=N,budget=N,quota=N (default 256/32/32)")
+			return func(ctx context.Context, env *cliEnv, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				var rep admin.Report
+				var err error
+				if *url == "" {
+					rep, err = fetchReport(ctx, strings.TrimSuffix(*addr, "/")+"/status")
+					if err != nil {
+						return fmt.Errorf("%w (is `fabric run` running? pass --admin or --valkey-url)", err)
+					}
+				} else {
+					rep, err = keyspaceReport(ctx, env, *url, partitions, *statusFile, *addr, *sample)
+					if err != nil {
+						return err
+					}
+				}
+				if *asJSON {
+					enc := json.NewEncoder(env.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(rep)
+				}
+				title := "fabric status"
+				if rep.Backend != "" {
+					title += " · " + rep.Backend
+				}
+				statusview.Render(env.stdout, statusview.Frame{Title: title, Now: rep.At, Report: rep})
+				return nil
+			}
+		},
+	})
+}
+
+// fetchReport GETs a running host's /status.
+func fetchReport(ctx context.Context, url string) (admin.Report, error) {
+	var rep admin.Report
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return rep, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return rep, fmt.Errorf("status: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return rep, fmt.Errorf("status: GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		return rep, fmt.Errorf("status: decode %s: %w", url, err)
+	}
+	return rep, nil
+}
+
+// keyspaceReport takes two censuses of the deployment at url, sample
+// apart, and adds the plugins of a status file or of a reachable admin
+// server.
+func keyspaceReport(ctx context.Context, env *cliEnv, url string, parts *partitionsFlag, statusFile, addr string, sample time.Duration) (admin.Report, error) {
+	b := &backendFlags{url: url, logLevel: "error", partitions: parts.PartitionConfig}
+	conn, err := b.connect(ctx, env)
+	if err != nil {
+		return admin.Report{}, err
+	}
+	defer conn.Close()
+	s := admin.NewSampler(admin.SamplerConfig{Backend: conn.Client, Logger: conn.Logger})
+	s.Sample(ctx)
+	if _, _, err := s.Latest(); err == nil && sample > 0 {
+		t := time.NewTimer(sample)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return admin.Report{}, ctx.Err()
+		case <-t.C:
+		}
+		s.Sample(ctx)
+	}
+	var src admin.PluginSource
+	switch {
+	case statusFile != "":
+		b, err := os.ReadFile(statusFile)
+		if err != nil {
+			return admin.Report{}, fmt.Errorf("--status-file: %w", err)
+		}
+		var snap host.Snapshot
+		if err := json.Unmarshal(b, &snap); err != nil {
+			return admin.Report{}, fmt.Errorf("--status-file %s: %w", statusFile, err)
+		}
+		src = staticPlugins(snap.Plugins)
+	default:
+		if rep, err := fetchReport(ctx, strings.TrimSuffix(addr, "/")+"/status"); err == nil {
+			src = staticPlugins(rep.Plugins)
+		}
+	}
+	rep := admin.BuildReport(time.Now(), conn.Where, src, s)
+	if rep.Census == nil && rep.Error != "" {
+		return rep, errors.New(rep.Error)
+	}
+	return rep, nil
+}
+
+// staticPlugins is a fixed plugin list read from elsewhere.
+type staticPlugins []host.PluginStatus
+
+func (p staticPlugins) Plugins() []host.PluginStatus { return p }
+
+func (staticPlugins) Started() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}

@@ -1,0 +1,225 @@
+package admin_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/model"
+	vk "github.com/valkey-io/valkey-go"
+)
+
+func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
+
+// cacheDir is the compilation cache `make plugins` prewarms.
+func cacheDir(t *testing.T) string {
+	t.Helper()
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(base, "fabric", "wazero")
+}
+
+func fixture(t *testing.T, name string) string {
+	t.Helper()
+	p, _ := filepath.Abs(filepath.Join("..", "..", "testdata", "plugins", name+".wasm"))
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("fixture %s.wasm is missing: run `make plugins` first", name)
+	}
+	return p
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func startServer(t *testing.T, cfg admin.ServerConfig) string {
+	t.Helper()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.Logger = valkeytest.Logger()
+	srv := admin.NewServer(cfg)
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	return "http://" + srv.Addr().String()
+}
+
+// metric returns the value of the first sample of series (a name with its
+// label set) in a scrape, or -1.
+func metric(body, series string) float64 {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	client := valkeytest.Client(t)
+	dir := t.TempDir()
+	b, err := os.ReadFile(fixture(t, "healthy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "healthy.wasm"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := admin.NewMetrics()
+	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir(t), Backend: client, Logger: valkeytest.Logger(),
+		Partitions: model.PartitionConfig{Flow: 2, Budget: 1, Quota: 1}, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Stop(); h.Close(context.Background()) })
+	s := admin.NewSampler(admin.SamplerConfig{Backend: client, Interval: 100 * time.Millisecond, Logger: valkeytest.Logger()})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	url := startServer(t, admin.ServerConfig{Host: h, Backend: client, Sampler: s, Metrics: m})
+
+	series := []string{
+		`fabric_plugin_cycles_total{plugin="healthy"}`,
+		`fabric_plugin_calls_total{plugin="healthy"}`,
+		`fabric_plugin_items_total{outcome="scanned",plugin="healthy"}`,
+		`fabric_plugin_cycle_duration_seconds_count{plugin="healthy"}`,
+		`fabric_plugin_host_calls_total{plugin="healthy"}`,
+	}
+	var first string
+	valkeytest.Eventually(t, 60*time.Second, "healthy's series appear", func() bool {
+		_, first = get(t, url+"/metrics")
+		return metric(first, series[3]) > 0
+	})
+	for _, want := range []string{
+		`fabric_plugin_info{plugin="healthy",state="running",version="1.0.0"} 1`,
+		`fabric_plugin_swaps_total{plugin="healthy"} 0`,
+		`fabric_plugin_host_calls_refused_total{plugin="healthy"} 0`,
+		`fabric_plugin_quarantines_total{plugin="healthy"} 0`,
+		`fabric_backend_up 1`,
+		`fabric_executions{state="active"} 0`,
+	} {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(want) + `$`).MatchString(first) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	valkeytest.Eventually(t, 30*time.Second, "every per-plugin series moves", func() bool {
+		_, next := get(t, url+"/metrics")
+		for _, s := range series {
+			if metric(next, s) <= metric(first, s) {
+				return false
+			}
+		}
+		return true
+	})
+
+	code, body := get(t, url+"/plugins")
+	if code != http.StatusOK || !regexp.MustCompile(`"name": "healthy"`).MatchString(body) {
+		t.Fatalf("/plugins: %d %s", code, body)
+	}
+	code, body = get(t, url+"/readyz")
+	if code != http.StatusOK {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+}
+
+func TestHealthz(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.NewServer(t)
+	client := valkeytest.Dial(t, srv.URL(), 0)
+	url := startServer(t, admin.ServerConfig{Backend: client, ProbeTimeout: 500 * time.Millisecond})
+
+	if code, body := get(t, url+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz with the server up: %d %s", code, body)
+	}
+	// No library loaded yet: alive, not ready.
+	if code, body := get(t, url+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz without the library: %d %s", code, body)
+	}
+	srv.Kill()
+	if code, body := get(t, url+"/healthz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz with the server gone: %d %s", code, body)
+	}
+	ctx := valkeytest.Context(t, 20*time.Second)
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	valkeytest.Eventually(t, 10*time.Second, "/healthz healthy again after restart", func() bool {
+		code, _ := get(t, url+"/healthz")
+		return code == http.StatusOK
+	})
+	if _, err := client.EnsureLibrary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, url+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz with the library: %d %s", code, body)
+	}
+}
+
+func TestSamplerCensus(t *testing.T) {
+	t.Parallel()
+	ctx := valkeytest.Context(t, 20*time.Second)
+	client := valkeytest.Client(t)
+	raw := client.Raw()
+	now, err := client.ServerTime(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := model.KeysOn(model.Partition{Family: model.FamilyFlow, Index: 7})
+	for _, c := range []valkeyCmd{
+		raw.B().Sadd().Key(model.KeyLanesIndex).Member("l1").Build(),
+		raw.B().Zadd().Key(k.LaneDelayed("l1")).ScoreMember().ScoreMember(float64(now-5000), "a").ScoreMember(float64(now+60000), "b").Build(),
+		raw.B().Zadd().Key(k.LaneActive("l1")).ScoreMember().ScoreMember(1, "c").Build(),
+		raw.B().Zadd().Key(k.LeaseExpiry()).ScoreMember().ScoreMember(float64(now+60000), "c").Build(),
+		raw.B().Zadd().Key(k.LaneBlockedBudget("l1")).ScoreMember().ScoreMember(1, "d").Build(),
+	} {
+		if err := raw.Do(ctx, c).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := admin.NewSampler(admin.SamplerConfig{Backend: client, Logger: valkeytest.Logger()})
+	s.Sample(ctx)
+	cen, _, err := s.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"eligible": 0, "delayed": 2, "active": 1, "suspended": 0, "blocked": 1, "terminal": 0}
+	for st, n := range want {
+		if cen.Executions[st] != n {
+			t.Errorf("executions[%s] = %d, want %d (all %v)", st, cen.Executions[st], n, cen.Executions)
+		}
+	}
+	if lag := cen.LagMs["delayed_promoter"]; lag < 5000 || lag > 15000 {
+		t.Errorf("delayed_promoter lag %d ms, want about 5000", lag)
+	}
+	if lag, ok := cen.LagMs["lease_expiry"]; !ok || lag != 0 {
+		t.Errorf("lease_expiry lag %d (%v), want 0: nothing due", lag, ok)
+	}
+}
+
+type valkeyCmd = vk.Completed

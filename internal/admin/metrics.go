@@ -1,0 +1,163 @@
+package admin
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/census"
+)
+
+// PluginSource is what metrics and the admin server read from a host;
+// *host.Host implements it.
+type PluginSource interface {
+	Plugins() []host.PluginStatus
+	Started() <-chan struct{}
+}
+
+// Metrics is the Prometheus registry of one host. It is the host's
+// Observer (sweep durations) and reads everything else at scrape time
+// from the host's plugin snapshots and the sampler's latest census.
+//
+// Series (plugin counters restart from zero when a plugin is unloaded and
+// loaded again, which Prometheus reads as a counter reset):
+//
+//	fabric_plugin_cycle_duration_seconds{plugin}       histogram of sweep durations
+//	fabric_plugin_cycles_total{plugin}                 sweeps started
+//	fabric_plugin_calls_total{plugin}                  partition calls
+//	fabric_plugin_items_total{plugin,outcome}          scanned, acted, skipped
+//	fabric_plugin_errors_total{plugin}                 item errors the plugin reported
+//	fabric_plugin_quarantines_total{plugin}            faults (trap, timeout, bad output), each a quarantine
+//	fabric_plugin_quarantined{plugin}                  1 while quarantined
+//	fabric_plugin_host_calls_total{plugin}             host-function calls
+//	fabric_plugin_host_calls_refused_total{plugin}     host-function calls refused (capability, budget)
+//	fabric_plugin_swaps_total{plugin}                  hot swaps
+//	fabric_plugin_info{plugin,version,state}           1 per loaded plugin
+//	fabric_plugin_lag_seconds{plugin}                  age of the oldest due item of its indexes
+//	fabric_executions{state}                           executions by lane index
+//	fabric_executions_terminal_per_second              terminal throughput
+//	fabric_backend_up                                  1 when the last census succeeded
+//
+// # Notes
+//
+//   - Safe for concurrent use. Attach may be called after the host was
+//     built with the Metrics as its Observer.
+type Metrics struct {
+	reg   *prometheus.Registry
+	cycle *prometheus.HistogramVec
+
+	mu      sync.Mutex
+	src     PluginSource
+	sampler *Sampler
+}
+
+var (
+	descCycles     = prometheus.NewDesc("fabric_plugin_cycles_total", "Sweeps started by the plugin's loop.", []string{"plugin"}, nil)
+	descCalls      = prometheus.NewDesc("fabric_plugin_calls_total", "Partition calls made to the plugin.", []string{"plugin"}, nil)
+	descItems      = prometheus.NewDesc("fabric_plugin_items_total", "Items the plugin scanned, acted on or skipped.", []string{"plugin", "outcome"}, nil)
+	descErrors     = prometheus.NewDesc("fabric_plugin_errors_total", "Item errors the plugin reported.", []string{"plugin"}, nil)
+	descQuarantine = prometheus.NewDesc("fabric_plugin_quarantines_total", "Plugin faults (trap, timeout, bad output); each quarantines the plugin.", []string{"plugin"}, nil)
+	descQuarNow    = prometheus.NewDesc("fabric_plugin_quarantined", "1 while the plugin is quarantined.", []string{"plugin"}, nil)
+	descHostCalls  = prometheus.NewDesc("fabric_plugin_host_calls_total", "Host-function calls made by the plugin.", []string{"plugin"}, nil)
+	descRefused    = prometheus.NewDesc("fabric_plugin_host_calls_refused_total", "Host-function calls refused (capability not granted, budget).", []string{"plugin"}, nil)
+	descSwaps      = prometheus.NewDesc("fabric_plugin_swaps_total", "Hot swaps of the plugin.", []string{"plugin"}, nil)
+	descInfo       = prometheus.NewDesc("fabric_plugin_info", "1 per loaded plugin, labelled with its version and state.", []string{"plugin", "version", "state"}, nil)
+	descLag        = prometheus.NewDesc("fabric_plugin_lag_seconds", "How long ago the oldest item of the plugin's due indexes became due (0: none due).", []string{"plugin"}, nil)
+	descExecs      = prometheus.NewDesc("fabric_executions", "Executions by state (lane index).", []string{"state"}, nil)
+	descThroughput = prometheus.NewDesc("fabric_executions_terminal_per_second", "Executions reaching a terminal state per second, between the last two censuses.", nil, nil)
+	descUp         = prometheus.NewDesc("fabric_backend_up", "1 when the last keyspace census succeeded.", nil, nil)
+)
+
+// NewMetrics returns a registry with fabric's series plus the Go runtime
+// and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		cycle: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fabric_plugin_cycle_duration_seconds",
+			Help:    "Duration of one sweep of the plugin over its partitions.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14), // 0.5 ms .. ~75 s
+		}, []string{"plugin"}),
+	}
+	m.reg.MustRegister(m.cycle, (*snapshotCollector)(m),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Attach makes scrapes read src's plugins and s's census (either may be
+// nil).
+func (m *Metrics) Attach(src PluginSource, s *Sampler) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.src, m.sampler = src, s
+}
+
+// SweepDone implements host.Observer.
+func (m *Metrics) SweepDone(ev host.SweepEvent) {
+	m.cycle.WithLabelValues(ev.Plugin).Observe(ev.Duration.Seconds())
+}
+
+// Registry returns the registry (for tests and extra collectors).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// snapshotCollector turns snapshots into const metrics at scrape time.
+type snapshotCollector Metrics
+
+func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCycles, descCalls, descItems, descErrors, descQuarantine, descQuarNow,
+		descHostCalls, descRefused, descSwaps, descInfo, descLag, descExecs, descThroughput, descUp} {
+		ch <- d
+	}
+}
+
+func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	src, s := c.src, c.sampler
+	c.mu.Unlock()
+	var cen *census.Census
+	var tput float64
+	if s != nil {
+		var err error
+		cen, tput, err = s.Latest()
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, boolFloat(err == nil && cen != nil))
+	}
+	if src != nil {
+		counter := func(d *prometheus.Desc, v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+		}
+		for _, p := range src.Plugins() {
+			counter(descCycles, float64(p.Cycles), p.Name)
+			counter(descCalls, float64(p.Calls), p.Name)
+			counter(descItems, float64(p.Totals.Scanned), p.Name, "scanned")
+			counter(descItems, float64(p.Totals.Acted), p.Name, "acted")
+			counter(descItems, float64(p.Totals.Skipped), p.Name, "skipped")
+			counter(descErrors, float64(p.Totals.Errors), p.Name)
+			counter(descQuarantine, float64(p.Faults), p.Name)
+			counter(descHostCalls, float64(p.HostCalls), p.Name)
+			counter(descRefused, float64(p.Denied), p.Name)
+			counter(descSwaps, float64(p.Swaps), p.Name)
+			ch <- prometheus.MustNewConstMetric(descQuarNow, prometheus.GaugeValue, boolFloat(p.State == host.StateQuarantined), p.Name)
+			ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, p.Name, p.Version, string(p.State))
+			if cen != nil {
+				if lag, ok := cen.LagMs[p.Name]; ok {
+					ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(lag)/1000, p.Name)
+				}
+			}
+		}
+	}
+	if cen != nil {
+		for _, st := range census.States {
+			ch <- prometheus.MustNewConstMetric(descExecs, prometheus.GaugeValue, float64(cen.Executions[st]), st)
+		}
+		ch <- prometheus.MustNewConstMetric(descThroughput, prometheus.GaugeValue, tput)
+	}
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

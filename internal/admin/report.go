@@ -1,0 +1,43 @@
+package admin
+
+import (
+	"time"
+
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/census"
+)
+
+// Report is the state of a running deployment, as the live view of
+// `fabric run` draws it and `fabric status` prints it: the host's plugins
+// and the keyspace census.
+type Report struct {
+	// At is when the report was assembled.
+	At time.Time `json:"at"`
+	// Backend says where the deployment lives.
+	Backend string `json:"backend,omitempty"`
+	// Plugins are the host's plugins, by name (none without a host).
+	Plugins []host.PluginStatus `json:"plugins"`
+	// Census is the latest keyspace census (nil before the first).
+	Census *census.Census `json:"census,omitempty"`
+	// Throughput is executions reaching a terminal state per second.
+	Throughput float64 `json:"throughput"`
+	// Error is the latest census failure ("" when it succeeded).
+	Error string `json:"error,omitempty"`
+}
+
+// BuildReport assembles a report from src's plugins and s's latest
+// census; either may be nil.
+func BuildReport(at time.Time, backend string, src PluginSource, s *Sampler) Report {
+	r := Report{At: at, Backend: backend, Plugins: []host.PluginStatus{}}
+	if src != nil {
+		r.Plugins = src.Plugins()
+	}
+	if s != nil {
+		var err error
+		r.Census, r.Throughput, err = s.Latest()
+		if err != nil {
+			r.Error = err.Error()
+		}
+	}
+	return r
+}

@@ -1,0 +1,425 @@
+// Package statusview draws a running deployment for people: a live,
+// redrawn table on a terminal, or periodic progress lines when the output
+// is a pipe or a file.
+//
+//	v := statusview.New(statusview.Config{Out: os.Stdout, TTY: true, Report: func() admin.Report { ... }})
+//	go v.Run(ctx)
+//
+// Frames are pure functions of a Frame (Render, Lines), so tests render a
+// fixed snapshot into a buffer; the View only adds the timing, the rates
+// between two frames and, on a terminal, the escape codes.
+package statusview
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/census"
+)
+
+// Frame is everything one drawing shows.
+type Frame struct {
+	// Title is the first line (what runs, where).
+	Title string
+	// Subtitle is the second line (admin address, hints); optional.
+	Subtitle string
+	// Now is the frame's time; Elapsed the time since the view started.
+	Now     time.Time
+	Elapsed time.Duration
+	// Report is the deployment's state.
+	Report admin.Report
+	// ActedPerSec is, per plugin, items acted on per second since the
+	// previous frame.
+	ActedPerSec map[string]float64
+	// Workload is the latest line of the workload (optional).
+	Workload string
+	// Events are recent log lines, oldest first (optional).
+	Events []string
+	// Width is the terminal width; lines are cut to it (0: no limit).
+	Width int
+}
+
+// Render writes a full-screen frame: header, the plugin table,
+// executions by state, throughput, the workload and recent events. It
+// writes plain lines; the View adds cursor control on a terminal.
+func Render(w io.Writer, f Frame) {
+	var b strings.Builder
+	line := func(format string, a ...any) {
+		s := fmt.Sprintf(format, a...)
+		if r := []rune(s); f.Width > 0 && len(r) > f.Width {
+			s = string(r[:f.Width])
+		}
+		b.WriteString(s)
+		b.WriteByte('\n')
+	}
+	if f.Elapsed > 0 {
+		line("%s  %s  up %s", f.Title, f.Now.Format("15:04:05"), fmtDur(f.Elapsed))
+	} else {
+		line("%s  %s", f.Title, f.Now.Format("15:04:05"))
+	}
+	if f.Subtitle != "" {
+		line("%s", f.Subtitle)
+	}
+	line("")
+	line("%-22s %-8s %-12s %8s %9s %8s %7s %7s %8s  %s", "PLUGIN", "VERSION", "STATE", "CYCLES", "ACTED", "ACTED/S", "ERRORS", "FAULTS", "LAG", "LAST SWAP")
+	if len(f.Report.Plugins) == 0 {
+		line("  (no plugins loaded)")
+	}
+	for _, p := range f.Report.Plugins {
+		line("%-22s %-8s %-12s %8d %9d %8.1f %7d %7d %8s  %s", p.Name, p.Version, p.State, p.Cycles, p.Totals.Acted,
+			f.ActedPerSec[p.Name], p.Totals.Errors, p.Faults, lagOf(f.Report.Census, p.Name), swapOf(p, f.Now))
+	}
+	line("")
+	if c := f.Report.Census; c != nil {
+		var parts []string
+		for _, st := range census.States {
+			parts = append(parts, fmt.Sprintf("%s %d", st, c.Executions[st]))
+		}
+		line("executions  %s", strings.Join(parts, " · "))
+	} else {
+		line("executions  (no census yet)")
+	}
+	line("throughput  %.1f executions/s reaching a terminal state", f.Report.Throughput)
+	if f.Report.Error != "" {
+		line("backend     %s", f.Report.Error)
+	}
+	if f.Workload != "" {
+		line("workload    %s", strings.TrimSpace(f.Workload))
+	}
+	if len(f.Events) > 0 {
+		line("")
+		line("recent events")
+		for _, e := range f.Events {
+			line("  %s", e)
+		}
+	}
+	io.WriteString(w, b.String())
+}
+
+// Lines returns the progress lines of a frame for a pipe: one status line,
+// then one line per plugin event since prev (a plugin loaded, swapped,
+// changed state or unloaded). prev may be nil (first frame).
+func Lines(prev *admin.Report, f Frame) []string {
+	var out []string
+	if prev != nil {
+		out = append(out, pluginEvents(prev.Plugins, f.Report.Plugins)...)
+	}
+	var states []string
+	if c := f.Report.Census; c != nil {
+		for _, st := range census.States {
+			states = append(states, fmt.Sprintf("%s=%d", st, c.Executions[st]))
+		}
+	} else {
+		states = append(states, "n/a")
+	}
+	running, acted, errs, faults := 0, uint64(0), uint64(0), int64(0)
+	rate := 0.0
+	worst, worstLag := "", int64(-1)
+	for _, p := range f.Report.Plugins {
+		if p.State == host.StateRunning {
+			running++
+		}
+		acted += uint64(p.Totals.Acted)
+		errs += uint64(p.Totals.Errors)
+		faults += p.Faults
+		rate += f.ActedPerSec[p.Name]
+		if c := f.Report.Census; c != nil {
+			if l, ok := c.LagMs[p.Name]; ok && l > worstLag {
+				worst, worstLag = p.Name, l
+			}
+		}
+	}
+	s := fmt.Sprintf("status %6.1fs  throughput %.1f/s  executions %s  plugins %d/%d running acted %d (%.1f/s) errors %d faults %d",
+		f.Elapsed.Seconds(), f.Report.Throughput, strings.Join(states, " "), running, len(f.Report.Plugins), acted, rate, errs, faults)
+	if worst != "" {
+		s += fmt.Sprintf("  max lag %s (%s)", fmtDur(time.Duration(worstLag)*time.Millisecond), worst)
+	}
+	if f.Report.Error != "" {
+		s += "  backend: " + f.Report.Error
+	}
+	return append(out, s)
+}
+
+// pluginEvents describes what changed between two plugin lists.
+func pluginEvents(prev, cur []host.PluginStatus) []string {
+	old := map[string]host.PluginStatus{}
+	for _, p := range prev {
+		old[p.Name] = p
+	}
+	var out []string
+	for _, p := range cur {
+		o, ok := old[p.Name]
+		delete(old, p.Name)
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("plugin %s %s loaded (%s)", p.Name, p.Version, p.State))
+		case o.SHA256 != p.SHA256 || o.Swaps != p.Swaps:
+			out = append(out, fmt.Sprintf("plugin %s swapped %s -> %s (sha256 %.12s)", p.Name, o.Version, p.Version, p.SHA256))
+		case o.State != p.State:
+			s := fmt.Sprintf("plugin %s %s -> %s", p.Name, o.State, p.State)
+			if p.Reason != "" {
+				s += ": " + p.Reason
+			}
+			out = append(out, s)
+		}
+	}
+	gone := make([]string, 0, len(old))
+	for n := range old {
+		gone = append(gone, n)
+	}
+	sort.Strings(gone)
+	for _, n := range gone {
+		out = append(out, fmt.Sprintf("plugin %s unloaded", n))
+	}
+	return out
+}
+
+func lagOf(c *census.Census, plugin string) string {
+	if c == nil {
+		return "?"
+	}
+	l, ok := c.LagMs[plugin]
+	if !ok {
+		return "-"
+	}
+	return fmtDur(time.Duration(l) * time.Millisecond)
+}
+
+func swapOf(p host.PluginStatus, now time.Time) string {
+	if p.Swaps == 0 || p.LastSwap.IsZero() {
+		return "-"
+	}
+	s := fmtDur(now.Sub(p.LastSwap)) + " ago"
+	if p.Swaps > 1 {
+		s += fmt.Sprintf(" (%d swaps)", p.Swaps)
+	}
+	return s
+}
+
+// fmtDur prints a duration compactly: 0s, 850ms, 3.2s, 4m05s, 2h10m.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+// Config configures a View.
+type Config struct {
+	// Out receives the frames. Required.
+	Out io.Writer
+	// TTY draws a redrawn full-screen frame; false prints Lines.
+	TTY bool
+	// Interval is the time between frames (default 1 s on a terminal, 2 s
+	// on a pipe).
+	Interval time.Duration
+	// Title and Subtitle head every TTY frame.
+	Title, Subtitle string
+	// Report returns the deployment's state. Required.
+	Report func() admin.Report
+	// Width returns the terminal width (nil or 0: no limit).
+	Width func() int
+	// Workload returns the latest workload line (optional).
+	Workload func() string
+	// Events returns recent log lines (optional).
+	Events func() []string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// View draws frames on an interval until its context ends.
+//
+// # Notes
+//
+//   - Run blocks; on a terminal it switches to the alternate screen and
+//     hides the cursor, and restores both before it returns.
+type View struct {
+	cfg   Config
+	mu    sync.Mutex
+	start time.Time
+	prev  *admin.Report
+	prevT time.Time
+}
+
+// New fills cfg's defaults; a nil Out or Report is a wiring mistake and
+// panics.
+func New(cfg Config) *View {
+	if cfg.Out == nil || cfg.Report == nil {
+		panic("statusview: Config.Out and Config.Report are required")
+	}
+	def := 2 * time.Second
+	if cfg.TTY {
+		def = time.Second
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, def)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &View{cfg: cfg}
+}
+
+// Frame builds the next frame (and advances the rate baseline).
+func (v *View) Frame() Frame {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := v.cfg.Now()
+	if v.start.IsZero() {
+		v.start = now
+	}
+	r := v.cfg.Report()
+	f := Frame{Title: v.cfg.Title, Subtitle: v.cfg.Subtitle, Now: now, Elapsed: now.Sub(v.start), Report: r,
+		ActedPerSec: map[string]float64{}}
+	if v.prev != nil {
+		if dt := now.Sub(v.prevT).Seconds(); dt > 0 {
+			old := map[string]host.PluginStatus{}
+			for _, p := range v.prev.Plugins {
+				old[p.Name] = p
+			}
+			for _, p := range r.Plugins {
+				if o, ok := old[p.Name]; ok && p.Totals.Acted >= o.Totals.Acted {
+					f.ActedPerSec[p.Name] = float64(p.Totals.Acted-o.Totals.Acted) / dt
+				}
+			}
+		}
+	}
+	if v.cfg.Width != nil {
+		f.Width = v.cfg.Width()
+	}
+	if v.cfg.Workload != nil {
+		f.Workload = v.cfg.Workload()
+	}
+	if v.cfg.Events != nil {
+		f.Events = v.cfg.Events()
+	}
+	return f
+}
+
+// advance records f as the baseline of the next frame and returns the
+// previous report.
+func (v *View) advance(f Frame) *admin.Report {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	prev := v.prev
+	r := f.Report
+	v.prev, v.prevT = &r, f.Now
+	return prev
+}
+
+// Escape sequences of the terminal frame.
+const (
+	enterScreen = "\x1b[?1049h\x1b[?25l" // alternate screen, hide cursor
+	leaveScreen = "\x1b[?25h\x1b[?1049l" // show cursor, main screen
+	home        = "\x1b[H"
+	eraseLine   = "\x1b[K"
+	eraseBelow  = "\x1b[J"
+)
+
+// Run draws a frame at once and then every Interval until ctx ends.
+func (v *View) Run(ctx context.Context) {
+	out := v.cfg.Out
+	if v.cfg.TTY {
+		io.WriteString(out, enterScreen)
+		defer io.WriteString(out, leaveScreen)
+	}
+	t := time.NewTicker(v.cfg.Interval)
+	defer t.Stop()
+	for {
+		v.Draw()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Draw draws one frame now.
+func (v *View) Draw() {
+	f := v.Frame()
+	prev := v.advance(f)
+	out := v.cfg.Out
+	if !v.cfg.TTY {
+		io.WriteString(out, strings.Join(Lines(prev, f), "\n")+"\n")
+		return
+	}
+	var b strings.Builder
+	Render(&b, f)
+	var s strings.Builder
+	s.WriteString(home)
+	for _, l := range strings.SplitAfter(b.String(), "\n") {
+		if l == "" {
+			continue
+		}
+		s.WriteString(strings.TrimSuffix(l, "\n"))
+		s.WriteString(eraseLine + "\n")
+	}
+	s.WriteString(eraseBelow)
+	io.WriteString(out, s.String())
+}
+
+// Tail keeps the last lines written to it: the sink of a workload's
+// progress lines and of logs while a terminal view owns the screen.
+//
+// # Notes
+//
+//   - Safe for concurrent use.
+type Tail struct {
+	mu      sync.Mutex
+	keep    int
+	partial []byte
+	lines   []string
+}
+
+// NewTail keeps the last n complete lines.
+func NewTail(n int) *Tail { return &Tail{keep: max(1, n)} }
+
+// Write implements io.Writer.
+func (t *Tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.partial = append(t.partial, p...)
+	for {
+		i := strings.IndexByte(string(t.partial), '\n')
+		if i < 0 {
+			break
+		}
+		t.lines = append(t.lines, string(t.partial[:i]))
+		t.partial = t.partial[i+1:]
+	}
+	if over := len(t.lines) - t.keep; over > 0 {
+		t.lines = append([]string(nil), t.lines[over:]...)
+	}
+	return len(p), nil
+}
+
+// Lines returns the kept lines, oldest first.
+func (t *Tail) Lines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.lines...)
+}
+
+// Last returns the last complete line ("" before the first).
+func (t *Tail) Last() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.lines) == 0 {
+		return ""
+	}
+	return t.lines[len(t.lines)-1]
+}

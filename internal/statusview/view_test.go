@@ -1,0 +1,119 @@
+package statusview_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/census"
+	"github.com/fabric-host/fabric/internal/statusview"
+)
+
+var t0 = time.Date(2025, 6, 1, 12, 30, 0, 0, time.UTC)
+
+// fixedReport is a deployment with one busy, one swapped and one
+// quarantined plugin.
+func fixedReport() admin.Report {
+	return admin.Report{
+		At: t0,
+		Plugins: []host.PluginStatus{
+			{Name: "delayed_promoter", Version: "1.0.0", State: host.StateRunning, Cycles: 120, SHA256: "aa",
+				Totals: abi.ScanResult{Scanned: 900, Acted: 850, Errors: 2}},
+			{Name: "lease_expiry", Version: "1.0.1", State: host.StateRunning, Cycles: 40, Swaps: 1, SHA256: "bbbbbbbbbbbbbbbb",
+				LastSwap: t0.Add(-12 * time.Second)},
+			{Name: "unblock", Version: "0.9.0", State: host.StateQuarantined, Reason: "trap: unreachable", Cycles: 7, Faults: 3, SHA256: "cc"},
+		},
+		Census: &census.Census{At: t0,
+			Executions: map[string]int64{"eligible": 12, "delayed": 30, "active": 8, "suspended": 3, "blocked": 4, "terminal": 5400},
+			LagMs:      map[string]int64{"delayed_promoter": 250, "lease_expiry": 0}},
+		Throughput: 95.5,
+	}
+}
+
+func TestRender(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	statusview.Render(&b, statusview.Frame{
+		Title: "fabric dev on private redis-server", Subtitle: "admin http://127.0.0.1:9480",
+		Now: t0, Elapsed: 65 * time.Second, Report: fixedReport(),
+		ActedPerSec: map[string]float64{"delayed_promoter": 14.25},
+		Workload:    "run    65.0s  created 100/s  completed 98/s",
+		Events:      []string{`level=ERROR msg="plugin quarantined" plugin=unblock`},
+	})
+	want := `fabric dev on private redis-server  12:30:00  up 1m05s
+admin http://127.0.0.1:9480
+
+PLUGIN                 VERSION  STATE          CYCLES     ACTED  ACTED/S  ERRORS  FAULTS      LAG  LAST SWAP
+delayed_promoter       1.0.0    running           120       850     14.2       2       0    250ms  -
+lease_expiry           1.0.1    running            40         0      0.0       0       0       0s  12.0s ago
+unblock                0.9.0    quarantined         7         0      0.0       0       3        -  -
+
+executions  eligible 12 · delayed 30 · active 8 · suspended 3 · blocked 4 · terminal 5400
+throughput  95.5 executions/s reaching a terminal state
+workload    run    65.0s  created 100/s  completed 98/s
+
+recent events
+  level=ERROR msg="plugin quarantined" plugin=unblock
+`
+	if got := b.String(); got != want {
+		t.Fatalf("frame (-want, +got):\n%s\n---\n%s", want, got)
+	}
+
+	t.Run("CutToWidth", func(t *testing.T) {
+		var b bytes.Buffer
+		statusview.Render(&b, statusview.Frame{Title: "fabric", Now: t0, Report: fixedReport(), Width: 40})
+		for _, l := range strings.Split(b.String(), "\n") {
+			if len([]rune(l)) > 40 {
+				t.Fatalf("line longer than 40: %q", l)
+			}
+		}
+	})
+}
+
+func TestLines(t *testing.T) {
+	t.Parallel()
+	prev := fixedReport()
+	cur := fixedReport()
+	cur.Plugins[1].Swaps, cur.Plugins[1].Version, cur.Plugins[1].SHA256 = 2, "1.0.2", "dddddddddddddddddddd"
+	cur.Plugins[2].State, cur.Plugins[2].Reason = host.StateRunning, ""
+	cur.Plugins = append(cur.Plugins[:2], cur.Plugins[2], host.PluginStatus{Name: "zz_new", Version: "0.1.0", State: host.StateIdle})
+	prev.Plugins = append(prev.Plugins, host.PluginStatus{Name: "gone", Version: "1.0.0"})
+	got := statusview.Lines(&prev, statusview.Frame{Now: t0, Elapsed: 4 * time.Second, Report: cur,
+		ActedPerSec: map[string]float64{"delayed_promoter": 10}})
+	want := []string{
+		"plugin lease_expiry swapped 1.0.1 -> 1.0.2 (sha256 dddddddddddd)",
+		"plugin unblock quarantined -> running",
+		"plugin zz_new 0.1.0 loaded (idle)",
+		"plugin gone unloaded",
+		"status    4.0s  throughput 95.5/s  executions eligible=12 delayed=30 active=8 suspended=3 blocked=4 terminal=5400  plugins 3/4 running acted 850 (10.0/s) errors 2 faults 3  max lag 250ms (delayed_promoter)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("lines (-want, +got):\n%s\n---\n%s", strings.Join(want, "\n"), strings.Join(got, "\n"))
+	}
+}
+
+func TestViewDrawsTerminalFrame(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	v := statusview.New(statusview.Config{Out: &b, TTY: true, Title: "fabric", Report: fixedReport,
+		Now: func() time.Time { return t0 }})
+	v.Draw()
+	out := b.String()
+	if !strings.HasPrefix(out, "\x1b[H") || !strings.HasSuffix(out, "\x1b[J") || !strings.Contains(out, "delayed_promoter") {
+		t.Fatalf("terminal frame: %q", out)
+	}
+}
+
+func TestTail(t *testing.T) {
+	t.Parallel()
+	tl := statusview.NewTail(2)
+	tl.Write([]byte("a\nb"))
+	tl.Write([]byte("\nc\nd"))
+	if got := strings.Join(tl.Lines(), ","); got != "b,c" || tl.Last() != "c" {
+		t.Fatalf("tail %q last %q", got, tl.Last())
+	}
+}
