@@ -380,8 +380,20 @@ func TestScannerPlugins(t *testing.T) {
 	}
 
 	every := host.PluginConfig{Interval: 100 * time.Millisecond}
-	startHost(t, c, map[string]host.PluginConfig{
+	h, _, _ := startHost(t, c, map[string]host.PluginConfig{
 		"pg_lease_expiry": every, "pg_delayed_promoter": every, "pg_suspension_timeout": every, "pg_retention": every,
+		"delayed_promoter": every, // a Valkey plugin: loads disabled on a Postgres-only host
+	})
+
+	t.Run("ValkeyPluginDisabled", func(t *testing.T) {
+		<-h.Started()
+		st, ok := h.Plugin("delayed_promoter")
+		if !ok || st.State != host.StateDisabled || st.Reason == "" {
+			t.Fatalf("delayed_promoter on a Postgres-only host: %+v", st)
+		}
+		if st, _ := h.Plugin("pg_lease_expiry"); st.State != host.StateRunning {
+			t.Fatalf("pg_lease_expiry: %+v", st)
+		}
 	})
 
 	t.Run("LeaseExpiryReleasesForResume", func(t *testing.T) {
