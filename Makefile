@@ -27,6 +27,7 @@ deps:
 		|| DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
 	fi
 	@$(GO) mod download
+	@cd bench/peers && $(GO) mod download
 
 build: deps
 	@mkdir -p $(BIN)
@@ -52,11 +53,16 @@ test: deps plugins fmt-check vet
 run: build plugins
 	$(BIN)/fabric run $(RUN_ARGS)
 
-# bench runs the host benchmarks (reported, not asserted): per-call
-# overhead of an empty scan, host-function round trip, cold vs cached
-# compile, instance memory, and the delayed promoter native vs wasm.
+# bench runs cmd/fabric-bench: the eight scenarios of BENCHMARKS.md side by
+# side with the raw backend, asynq and River (bench/peers, a separate Go
+# module so the product never depends on them) on throwaway servers, plus
+# the Go benchmarks of host/ and plugins/, and rewrites BENCHMARKS.md.
+# Bounded to ~10 minutes on 2 cores; numbers are reported, never asserted.
 bench: deps plugins
-	$(GO) test -run '^$$' -bench . -benchtime 1s -count 1 ./host/ ./plugins/...
+	@mkdir -p $(BIN)
+	cd bench/peers && $(GO) build -o ../../$(BIN)/fabric-bench-peers .
+	$(GO) build -o $(BIN)/fabric-bench ./cmd/fabric-bench
+	$(BIN)/fabric-bench -peers $(BIN)/fabric-bench-peers -out BENCHMARKS.md
 
 clean:
 	rm -rf $(BIN) testdata/plugins/*.wasm

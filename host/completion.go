@@ -73,6 +73,9 @@ func (c CompletionConfig) withDefaults() CompletionConfig {
 	return c
 }
 
+// ListenerClientName is the CLIENT SETNAME of the listener's connection.
+const ListenerClientName = "fabric:completions"
+
 // completions is the running listener and driver of one Start.
 type completions struct {
 	wg sync.WaitGroup
@@ -152,6 +155,11 @@ func (h *Host) subscribeOnce(ctx context.Context, queue chan<- abi.Completion, o
 	client := h.cfg.Backend.Raw()
 	dc, release := client.Dedicate()
 	defer release()
+	// Named so operators (and tests) can tell it from other subscribers.
+	if err := dc.Do(ctx, dc.B().ClientSetname().ConnectionName(ListenerClientName).Build()).Error(); err != nil {
+		dc.Close()
+		return false, err
+	}
 	var once sync.Once
 	confirmed := make(chan struct{})
 	broken := dc.SetPubSubHooks(valkeygo.PubSubHooks{

@@ -469,7 +469,7 @@ func TestCompletionListenerResubscribes(t *testing.T) {
 	}
 	var id string
 	for _, line := range strings.Split(list, "\n") {
-		if strings.Contains(line, " db="+strconv.Itoa(db)+" ") && strings.Contains(line, " sub=1 ") {
+		if strings.Contains(line, " db="+strconv.Itoa(db)+" ") && strings.Contains(line, " name="+host.ListenerClientName+" ") {
 			id = strings.TrimPrefix(strings.Fields(line)[0], "id=")
 		}
 	}

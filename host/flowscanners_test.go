@@ -1,13 +1,10 @@
 package host_test
 
 import (
-	"context"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
@@ -195,27 +192,6 @@ func TestDependencyReconcilerNoHeadOfLineStarvation(t *testing.T) {
 	for _, s := range stuck {
 		if e.eligible(s) {
 			t.Fatalf("%s eligible with its upstream running", s)
-		}
-	}
-}
-
-// TestBuiltPluginsValidate inspects every plugin under bin/plugins the way
-// the host loads it. `make plugins` runs it without -race beside
-// TestFixturesValidate, so the compilation cache holds every shipped
-// plugin before the -race tests load them (a cold compile under -race
-// takes seconds per module).
-func TestBuiltPluginsValidate(t *testing.T) {
-	paths, _ := filepath.Glob(filepath.Join("..", "bin", "plugins", "*.wasm"))
-	if len(paths) == 0 {
-		t.Skip("no built plugins: run `make plugins`")
-	}
-	for _, p := range paths {
-		in, err := host.Inspect(context.Background(), p, host.InspectConfig{CacheDir: cacheDir})
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		if in.Manifest.ABI != abi.Version {
-			t.Fatalf("%s: abi %s", p, in.Manifest.ABI)
 		}
 	}
 }

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/host"
+)
+
+// childEnv names the child mode: the bench program re-executes itself so
+// the host's RSS is measured in a process of its own.
+const childEnv = "FABRIC_BENCH_CHILD"
+
+func isChild() bool { return os.Getenv(childEnv) == "host" }
+
+// childResult is what a host child prints.
+type childResult struct {
+	RSSKiB  int64 `json:"rss_kib"`
+	HWMKiB  int64 `json:"hwm_kib"`
+	Plugins int   `json:"plugins"`
+	Running int   `json:"running"`
+	Calls   int64 `json:"calls"`
+	HeapKiB int64 `json:"heap_kib"`
+}
+
+// runChild runs a host on -plugins over -url/-db for -hold, then prints
+// its resident set.
+func runChild(args []string) int {
+	fs := flag.NewFlagSet("child", flag.ContinueOnError)
+	url := fs.String("url", "", "server URL")
+	db := fs.Int("db", 0, "logical database")
+	dir := fs.String("plugins", "", "plugin directory")
+	cache := fs.String("cache", "", "compilation cache")
+	hold := fs.Duration("hold", 3*time.Second, "how long the host runs")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	vc, err := valkey.Dial(ctx, valkey.ClientConfig{URL: *url, DB: *db, Logger: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer vc.Close()
+	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{benchLane}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	h, err := host.New(host.Config{PluginDir: *dir, CacheDir: *cache, Backend: vc, Logger: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := h.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	<-h.Started()
+	time.Sleep(*hold) // the measured window: the host runs its plugins
+	var r childResult
+	for _, p := range h.Plugins() {
+		r.Plugins++
+		if p.State == host.StateRunning {
+			r.Running++
+		}
+		r.Calls += p.Calls
+	}
+	r.RSSKiB, r.HWMKiB = procStatus("VmRSS:"), procStatus("VmHWM:")
+	stopHost(h)
+	_ = json.NewEncoder(os.Stdout).Encode(r)
+	return 0
+}
+
+// procStatus reads a kB field of /proc/self/status.
+func procStatus(field string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// hostChild runs the bench binary as a host child on dir.
+func (e *benchEnv) hostChild(ctx context.Context, dir string, hold time.Duration) (*childResult, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, "-url", e.vsrv.URL(), "-db", strconv.Itoa(e.freshDB()), "-plugins", dir,
+		"-cache", e.cache, "-hold", hold.String())
+	cmd.Env = append(os.Environ(), childEnv+"=host")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("host child: %w: %s", err, lastLines(stderr.Bytes(), 5))
+	}
+	var r childResult
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		return nil, fmt.Errorf("host child: decode %q: %w", out, err)
+	}
+	return &r, nil
+}
+
+// runMemory measures the resident set of a host process running the
+// default plugin set (bin/plugins, what `fabric run` loads) on an idle
+// deployment, beside the same host with no plugins and an idle asynq
+// server process.
+func runMemory(ctx context.Context, e *benchEnv, sc *Scenario) error {
+	files, err := e.defaultPlugins()
+	if err != nil {
+		return err
+	}
+	if err := e.prewarm(ctx, files...); err != nil {
+		return err
+	}
+	dir, err := pluginDir(files...)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	empty, err := pluginDir()
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(empty)
+	hold := e.size.IdleHold
+	sc.Size = fmt.Sprintf("%d plugins, %s running after the initial load", len(files), hold)
+	full, err := e.hostChild(ctx, dir, hold)
+	if err != nil {
+		return err
+	}
+	bare, err := e.hostChild(ctx, empty, hold)
+	if err != nil {
+		return err
+	}
+	mib := func(k int64) float64 { return float64(k) / 1024 }
+	row := Row{Measure: fmt.Sprintf("host RSS, %d plugins loaded and running", full.Plugins), Fabric: mib(full.RSSKiB), Unit: "MiB", Goal: "≤ 150 MiB",
+		Versus: "asynq idle server process", Peer: nan(),
+		Note: fmt.Sprintf("peak (VmHWM) %s; %d of %d plugins running, %d partition calls in the window", fmtNum(mib(full.HWMKiB), "MiB"), full.Running, full.Plugins, full.Calls)}
+	pr, err := e.peer(ctx, "asynq-idle", "-socket", e.vsrv.Socket(), "-db", strconv.Itoa(e.freshDB()), "-hold", hold.String())
+	if err != nil {
+		row.Note += "; asynq failed: " + err.Error()
+	} else {
+		row.Versus, row.Peer = "asynq "+pr.Version+" idle server process", mib(pr.RSSKiB)
+	}
+	sc.Rows = append(sc.Rows, row,
+		Row{Measure: "host RSS, no plugins", Fabric: mib(bare.RSSKiB), Unit: "MiB", Versus: "", Peer: nan(),
+			Note: "the same host process with an empty plugin directory: the plugins' share is the difference"})
+	sc.Notes = append(sc.Notes, "Each host runs in a child process of its own (the bench binary re-executed) with a warm compilation cache; RSS is VmRSS at the end of the window.")
+	return nil
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/model"
+)
+
+// runPostgresE2E measures create→claim→complete executions/s with W
+// handlers on the throwaway cluster: fabric's backend/postgres operations
+// (producers CreateExecution, workers ClaimForWorker + CompleteExecution)
+// vs River (Insert + a Worker) in its own database of the same cluster.
+func runPostgresE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
+	n := e.size.PGJobs
+	sc.Size = fmt.Sprintf("%d jobs per run, %d producers, W ∈ %v, cap %s per run", n, e.size.Producers, e.size.PGWorkers, e.size.RunCap)
+	for _, w := range e.size.PGWorkers {
+		fab, err := fabricPG(ctx, e, n, w)
+		if err != nil {
+			return fmt.Errorf("fabric W=%d: %w", w, err)
+		}
+		row := Row{Measure: fmt.Sprintf("executions/s, W=%d", w), Fabric: fab.rate(), Unit: "/s", HigherIsBetter: true,
+			Versus: "River", Note: fab.cappedNote(), Goal: "(none set)"}
+		// River twice: its default FetchCooldown (100 ms between fetches,
+		// so at most W jobs per 100 ms for instant jobs) and its minimum.
+		for _, cd := range []time.Duration{time.Millisecond, 0} {
+			r := row
+			name := "River " + "(FetchCooldown 1 ms, its minimum)"
+			if cd == 0 {
+				name, r.Measure = "River (default config)", r.Measure+", River defaults"
+			}
+			url, err := e.postgresURL(ctx)
+			if err != nil {
+				return err
+			}
+			pr, err := e.peer(ctx, "river-e2e", "-url", url, "-jobs", strconv.Itoa(n), "-workers", strconv.Itoa(w),
+				"-producers", strconv.Itoa(e.size.Producers), "-fetch-cooldown", cd.String(), "-timeout", capArg(e.size.RunCap))
+			if err != nil {
+				r.Versus, r.Peer, r.Note = name, nan(), "River failed: "+err.Error()
+			} else {
+				r.Versus, r.Peer = strings.Replace(name, "River", "River "+pr.Version, 1), pr.PerSec
+				if pr.Capped {
+					r.Note += fmt.Sprintf("; River capped at %s after %d of %d", e.size.RunCap, pr.Jobs, n)
+				}
+			}
+			sc.Rows = append(sc.Rows, r)
+		}
+	}
+	sc.Notes = append(sc.Notes,
+		"fabric has no Postgres worker SDK yet: its workers call ClaimForWorker + CompleteExecution in a loop and sleep 1 ms when nothing is eligible; River (riverpgxv5) runs its own client with MaxWorkers W, once with FetchCooldown at its 1 ms minimum and once with its defaults (100 ms cooldown, 1 s poll).",
+		"The cluster is a throwaway one: fsync and synchronous_commit off for both.")
+	return nil
+}
+
+func fabricPG(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, error) {
+	url, err := e.postgresURL(ctx)
+	if err != nil {
+		return e2eResult{}, err
+	}
+	c, err := postgres.Connect(ctx, postgres.ClientConfig{URL: url, MaxConns: int32(workers + e.size.Producers + 2), Logger: e.log})
+	if err != nil {
+		return e2eResult{}, err
+	}
+	defer c.Close()
+	if _, err := postgres.Migrate(ctx, c.Pool(), postgres.MigrateConfig{}); err != nil {
+		return e2eResult{}, err
+	}
+	parts := model.DefaultPartitionConfig()
+	rctx, cancel := context.WithTimeout(ctx, e.size.RunCap)
+	defer cancel()
+	var done atomic.Int64
+	all := make(chan struct{})
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rctx.Err() == nil && done.Load() < int64(n) {
+				r, err := c.ClaimForWorker(rctx, &postgres.ClaimForWorkerParams{LaneID: benchLane, WorkerID: "bench",
+					WorkerInstanceID: fmt.Sprint("bench-", i), LeaseTTLMs: 30_000})
+				if errors.Is(err, postgres.CodeNoEligibleExecution) {
+					sleepCtx(rctx, time.Millisecond)
+					continue
+				}
+				if err != nil {
+					if rctx.Err() == nil {
+						firstErr.CompareAndSwap(nil, err)
+					}
+					return
+				}
+				if err := c.CompleteExecution(rctx, &postgres.CompleteExecutionParams{ExecutionID: r.ExecutionID, Fence: r.Fence()}); err != nil {
+					if rctx.Err() == nil {
+						firstErr.CompareAndSwap(nil, err)
+					}
+					return
+				}
+				if done.Add(1) == int64(n) {
+					close(all)
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	start := time.Now()
+	err = produce(rctx, n, e.size.Producers, func(int) error {
+		_, err := c.CreateExecution(rctx, &postgres.CreateExecutionParams{ExecutionID: parts.NewSoloExecutionID(benchLane),
+			LaneID: benchLane, Namespace: "default", Payload: []byte("x")})
+		return err
+	})
+	if err != nil && rctx.Err() == nil {
+		return e2eResult{}, err
+	}
+	r := e2eResult{want: n}
+	select {
+	case <-all:
+	case <-rctx.Done():
+		r.capped = true
+	}
+	r.elapsed, r.done = time.Since(start), done.Load()
+	if err, ok := firstErr.Load().(error); ok {
+		return r, err
+	}
+	return r, nil
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

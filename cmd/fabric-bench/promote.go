@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+// promoteMode is one way of running the delayed promoter.
+type promoteMode struct {
+	name string
+	// timers configures the host's due-time timers.
+	timers host.TimerConfig
+}
+
+// runPromotion measures due→eligible lateness of delayed executions
+// spread over the flow partitions with due times spread evenly over
+// PromoteSpread: fabric's delayed promoter plugin polling at its fixed
+// interval, fabric's due-time timers, and asynq's forwarder (its 5 s
+// default check interval) on the same server.
+func runPromotion(ctx context.Context, e *benchEnv, sc *Scenario) error {
+	n, spread := e.size.PromoteJobs, e.size.PromoteSpread
+	sc.Size = fmt.Sprintf("%d delayed executions over 256 partitions, due evenly over %s", n, spread)
+	pr, perr := e.peer(ctx, "asynq-delay", "-socket", e.vsrv.Socket(), "-db", strconv.Itoa(e.freshDB()), "-jobs", strconv.Itoa(n),
+		"-spread", spread.String(), "-check-interval", e.size.AsynqCheck.String(), "-timeout", (spread + 30*time.Second).String())
+	peer := func(p50 bool) (string, float64) {
+		if perr != nil {
+			return "asynq (failed)", nan()
+		}
+		if p50 {
+			return fmt.Sprintf("asynq %s forwarder (%s poll)", pr.Version, e.size.AsynqCheck), pr.P50Ms
+		}
+		return fmt.Sprintf("asynq %s forwarder (%s poll)", pr.Version, e.size.AsynqCheck), pr.P99Ms
+	}
+	modes := []promoteMode{
+		{name: "due-time timers (default)"},
+		{name: "fixed polling (750 ms interval)", timers: host.TimerConfig{Disabled: true}},
+	}
+	for _, m := range modes {
+		lat, note, err := promotionLateness(ctx, e, m)
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		p50, p99, mx := percentiles(lat)
+		v50, pp50 := peer(true)
+		v99, pp99 := peer(false)
+		goal := "p99 ≤ 10 ms"
+		if m.timers.Disabled {
+			goal = "(FlowFabric's polling)"
+		}
+		sc.Rows = append(sc.Rows,
+			Row{Measure: m.name + ": due → eligible, p50", Fabric: p50, Versus: v50, Peer: pp50, Unit: "ms", Goal: goal},
+			Row{Measure: m.name + ": due → eligible, p99", Fabric: p99, Versus: v99, Peer: pp99, Unit: "ms", Goal: goal,
+				Note: fmt.Sprintf("max %s, %d of %d observed%s", fmtNum(mx, "ms"), len(lat), n, note)})
+	}
+	if perr != nil {
+		sc.Notes = append(sc.Notes, "asynq failed: "+perr.Error())
+	} else {
+		sc.Notes = append(sc.Notes, fmt.Sprintf("asynq: due → handler start (the forwarder moves due tasks from its scheduled set to the queue, then a worker dequeues), %d of %d observed, max %s. asynq scores its scheduled set in whole seconds, so a task can also run up to 1 s early (negative lateness).", pr.Jobs, n, fmtNum(pr.MaxMs, "ms")))
+	}
+	sc.Notes = append(sc.Notes, "fabric: due (delay_until) → the ZADD of the execution into its eligible index, observed through keyspace notifications (notify-keyspace-events Kz, on for this scenario only); no workers run, so eligible means ready to claim.")
+	return nil
+}
+
+// promotionLateness creates the delayed executions, runs the promoter in
+// a host, and returns each execution's lateness in ms.
+func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode) ([]float64, string, error) {
+	n, spread := e.size.PromoteJobs, e.size.PromoteSpread
+	db := e.freshDB()
+	vc, err := e.dialDB(ctx, db)
+	if err != nil {
+		return nil, "", err
+	}
+	defer vc.Close()
+	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{benchLane}}); err != nil {
+		return nil, "", err
+	}
+	cl, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: e.log})
+	if err != nil {
+		return nil, "", err
+	}
+	f, err := e.pluginFile("delayed_promoter")
+	if err != nil {
+		return nil, "", err
+	}
+	if err := e.prewarm(ctx, f); err != nil {
+		return nil, "", err
+	}
+	dir, err := pluginDir(f)
+	if err != nil {
+		return nil, "", err
+	}
+	defer os.RemoveAll(dir)
+
+	// Watch eligible indexes: every ZADD is one promotion.
+	raw := e.stats.Raw()
+	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "Kz").Build()).Error(); err != nil {
+		return nil, "", err
+	}
+	defer raw.Do(context.WithoutCancel(ctx), raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "").Build())
+	opt, err := vk.ParseURL(e.vsrv.URL())
+	if err != nil {
+		return nil, "", err
+	}
+	opt.DisableCache = true
+	sub, err := vk.NewClient(opt)
+	if err != nil {
+		return nil, "", err
+	}
+	defer sub.Close()
+	type event struct {
+		key string
+		at  time.Time
+	}
+	events := make(chan event, n+16)
+	subCtx, stopSub := context.WithCancel(ctx)
+	defer stopSub()
+	prefix := fmt.Sprintf("__keyspace@%d__:", db)
+	subscribed := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_ = sub.Receive(subCtx, sub.B().Psubscribe().Pattern(prefix+"ff:idx:*:lane:"+benchLane+":eligible").Build(), func(msg vk.PubSubMessage) {
+			if msg.Message == "zadd" {
+				events <- event{key: strings.TrimPrefix(msg.Channel, prefix), at: time.Now()}
+			}
+		})
+	}()
+	go func() {
+		// Receive has no subscribed hook: confirm with a probe ZADD.
+		probe := model.KeysOn(model.Partition{Family: model.FamilyFlow, Index: 0}).LaneEligible(benchLane)
+		for try := 0; subCtx.Err() == nil; try++ {
+			// A new score each time: a ZADD that changes nothing is silent.
+			_ = vc.Raw().Do(subCtx, vc.Raw().B().Zadd().Key(probe).ScoreMember().ScoreMember(float64(try), "probe").Build()).Error()
+			select {
+			case ev := <-events:
+				if ev.key == probe {
+					_ = vc.Raw().Do(subCtx, vc.Raw().B().Zrem().Key(probe).Member("probe").Build()).Error()
+					once.Do(func() { close(subscribed) })
+					return
+				}
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	select {
+	case <-subscribed:
+	case <-time.After(10 * time.Second):
+		return nil, "", fmt.Errorf("keyspace subscription never confirmed")
+	}
+	for len(events) > 0 {
+		<-events
+	}
+
+	// The promoter runs while the executions are created, as in
+	// production (with timers, each new delayed entry wakes its partition).
+	plugins := map[string]host.PluginConfig{"delayed_promoter": {Config: map[string]string{"lanes": benchLane}}}
+	h, err := e.startHost(ctx, dir, vc, hostOpts{plugins: plugins, timers: m.timers})
+	if err != nil {
+		return nil, "", err
+	}
+	defer stopHost(h)
+
+	// Calibrate the create rate so every execution is created before its
+	// due time (one created late would count its creation as lateness).
+	parts := int(cl.Partitions().Flow)
+	const calib = 200
+	t0 := time.Now()
+	if err := produce(ctx, calib, 8, func(i int) error {
+		_, err := cl.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "calib", Payload: []byte("x"), Delay: time.Hour})
+		return err
+	}); err != nil {
+		return nil, "", err
+	}
+	perItem := time.Since(t0) / calib
+
+	// Create the executions in due order, round-robin over partitions, so
+	// within a partition eligible-index order is due order.
+	lead := 500*time.Millisecond + 2*time.Duration(n)*perItem
+	base := time.Now().Add(lead).Truncate(time.Millisecond)
+	due := make(map[string]int64, n)
+	var dmu sync.Mutex
+	err = produce(ctx, n, 8, func(i int) error {
+		at := base.Add(time.Duration(int64(spread) * int64(i) / int64(n)))
+		id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: uint16(i % parts)}, model.NewUUID())
+		dmu.Lock()
+		due[string(id)] = at.UnixMilli()
+		dmu.Unlock()
+		_, err := cl.CreateExecution(ctx, sdk.ExecutionSpec{ID: id, Lane: benchLane, Payload: []byte("x"), Delay: time.Until(at)})
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	note := fmt.Sprintf("; all created %s before the first due time", time.Until(base).Round(time.Millisecond))
+	if late := time.Since(base); late > 0 {
+		note = fmt.Sprintf("; creating ran %s past the first due time (those early ones count creation as lateness)", late.Round(time.Millisecond))
+	}
+
+	var lat []float64
+	deadline := time.After(time.Until(base) + spread + 15*time.Second)
+	for len(lat) < n {
+		select {
+		case ev := <-events:
+			r2, err := vc.Raw().Do(ctx, vc.Raw().B().Zpopmin().Key(ev.key).Count(1).Build()).AsZScores()
+			if err != nil || len(r2) == 0 {
+				continue
+			}
+			if d, ok := due[r2[0].Member]; ok {
+				lat = append(lat, float64(ev.at.UnixMicro()-d*1000)/1000)
+			}
+		case <-deadline:
+			return lat, note + "; capped", nil
+		case <-ctx.Done():
+			return lat, note + "; capped", nil
+		}
+	}
+	return lat, note, nil
+}
