@@ -33,7 +33,8 @@ func TestRunWorkload(t *testing.T) {
 	if sum.Unfinished != 0 || sum.Executions == 0 || sum.Terminal["completed"] != sum.Executions {
 		t.Fatalf("summary: %s", sum)
 	}
-	if !strings.Contains(out.String(), "completed") || sum.Workers.Retried == 0 {
+	// A slow machine may submit only a dozen items, none of them a retry.
+	if !strings.Contains(out.String(), "completed") || (sum.Submitted[kindRetry] > 0 && sum.Workers.Retried == 0) {
 		t.Fatalf("output:\n%s\nsummary: %s", out.String(), sum)
 	}
 }

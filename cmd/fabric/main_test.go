@@ -84,7 +84,7 @@ func TestCLI(t *testing.T) {
 func TestRunDemoOnPrivateServer(t *testing.T) {
 	t.Parallel()
 	code, out, errOut := runCmd(t, "run", "--plugins", "", "--duration", "1s", "--rate", "40",
-		"--mix", "immediate=3,delayed=1,retry=1")
+		"--mix", "immediate=3,delayed=1,retry=1", "--admin-addr", "127.0.0.1:0")
 	if code != 0 {
 		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -114,7 +114,7 @@ func TestRunWithPluginHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut := runCmd(t, "run", "--plugins", dir, "--duration", "1s", "--rate", "40",
-		"--mix", "immediate=1,delayed=1")
+		"--mix", "immediate=1,delayed=1", "--admin-addr", "127.0.0.1:0", "--partitions", "flow=16,budget=4,quota=4")
 	if code != 0 {
 		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}

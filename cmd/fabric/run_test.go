@@ -181,3 +181,22 @@ func TestStatusFromKeyspace(t *testing.T) {
 		t.Fatalf("status without a host: code %d, %s", code, errOut)
 	}
 }
+
+func TestLogFormat(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := runCmd(t, "lua", "load", "--log-format", "xml")
+	if code != 2 || !strings.Contains(errOut, "--log-format") {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	b := &backendFlags{logLevel: "info", logFormat: "json"}
+	var buf strings.Builder
+	b.logOut = &buf
+	log, err := b.logger(&cliEnv{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hello", "plugin", "x")
+	if !strings.HasPrefix(buf.String(), `{"time":`) || !strings.Contains(buf.String(), `"plugin":"x"`) {
+		t.Fatalf("json log: %q", buf.String())
+	}
+}
