@@ -18,8 +18,8 @@ const (
 	CapFCall
 	// CapRead: every key read must match a glob in Capabilities.Read.
 	CapRead
-	// CapSQL: the statement name must be in Capabilities.SQL (host functions
-	// for Postgres arrive with the Postgres backend).
+	// CapSQL: the statement name, and every table the statement touches
+	// (as "table.<name>"), must be in Capabilities.SQL.
 	CapSQL
 	// CapWrite: every key written must match a glob in Capabilities.Write
 	// (ABI 1.1).
@@ -53,8 +53,9 @@ func (c Capability) String() string {
 //   - Read lists key-family globs (path.Match syntax: '*' matches any run
 //     of characters, colons and braces included), e.g.
 //     "ff:idx:*:lane:*:delayed" or "ff:exec:*:core".
-//   - SQL lists named statements a plugin may run; the statements
-//     themselves are the host's, so a plugin never sends SQL text.
+//   - SQL lists named statements a plugin may run and, as "table.<name>"
+//     entries, the tables they may touch; the statements themselves are
+//     the host's (model/pgsql), so a plugin never sends SQL text.
 //   - Unless CrossPartition is set, every key a call names must carry the
 //     hash tag of the partition being scanned: a scanner of {fp:7} cannot
 //     touch {fp:8}.

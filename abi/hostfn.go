@@ -69,7 +69,7 @@ var HostFuncs = []HostFunc{
 		Request: "Metric", Summary: "add to a per-plugin counter or set a gauge"},
 	{Name: FnSQLQuery, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapSQL,
 		Request: "SQLRequest", Response: "SQLResponse",
-		Summary: "run a host-defined named statement (reserved: answers CodeUnavailable until the Postgres backend lands)"},
+		Summary: "run named statements of the host's SQL catalog (model/pgsql) with bound parameters: a batch in one transaction, or begin/exec/commit of the call's own transaction, rolled back if the call ends with it open"},
 	// ABI 1.1: the flow-engine plugins' reads and writes.
 	{Name: FnRead, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
 		Request: "CommandRequest", Response: "Members",

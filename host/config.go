@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host/hostfn"
 	"github.com/fabric-host/fabric/internal/testsignal"
@@ -54,6 +56,10 @@ type Config struct {
 	Backend *valkey.Client
 	// Store overrides the host functions' backend (tests and benchmarks).
 	Store hostfn.Store
+	// Postgres is the pool the sql_query host function runs plugins'
+	// statements on; nil answers CodeUnavailable. A host with Postgres and
+	// no Valkey Backend reads plugins' time from Clock.
+	Postgres *pgxpool.Pool
 	// Now is the plugins' clock in milliseconds; default Backend's server
 	// TIME.
 	Now func(ctx context.Context) (int64, error)
@@ -153,6 +159,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Now == nil && c.Backend != nil {
 		c.Now = c.Backend.ServerTime
+	}
+	if c.Now == nil && c.Postgres != nil {
+		clock := c.Clock
+		c.Now = func(context.Context) (int64, error) { return clock.Now().UnixMilli(), nil }
 	}
 	if c.Partitions == (model.PartitionConfig{}) {
 		if c.Backend != nil {

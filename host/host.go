@@ -79,7 +79,7 @@ func newLoaderConfig(cache wazero.CompilationCache, store hostfn.Store, now func
 	var stats hostfn.Stats
 	return loaderConfig{
 		cache: cache,
-		fns:   hostfn.Functions(hostfn.Config{Store: store, Now: now}),
+		fns:   hostfn.Functions(hostfn.Config{Store: store, Now: now, SQL: cfg.Postgres}),
 		caller: func(m *Module, tag string) *hostfn.Caller {
 			return &hostfn.Caller{Plugin: m.declared.Name, Version: m.declared.Version, Caps: &abi.Capabilities{}, Tag: tag, Stats: &stats, Logger: cfg.Logger}
 		},
@@ -255,6 +255,10 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 	switch {
 	case h.cfg.Plugins[man.Name].Disabled:
 		p.state = StateDisabled
+	case len(man.Capabilities.SQL) > 0 && h.cfg.Postgres == nil:
+		p.state, p.reason = StateDisabled, "needs Postgres (capabilities.sql) and this host has none"
+	case len(man.Capabilities.FCall)+len(man.Capabilities.Read)+len(man.Capabilities.Write) > 0 && h.cfg.Store == nil && h.cfg.Postgres != nil:
+		p.state, p.reason = StateDisabled, "needs Valkey (capabilities fcall/read/write) and this host runs on Postgres only"
 	case man.Kind == abi.KindDispatcher && h.cfg.Completions.Enabled && h.cfg.Backend != nil && !man.Sweeps():
 		p.state = StateRunning // driven by completions (dispatch.go), no sweep loop
 	case man.Kind != abi.KindScanner && !man.Sweeps():

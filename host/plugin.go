@@ -389,6 +389,7 @@ func (m *Module) call(ctx context.Context, export string, input []byte, c *hostf
 
 func (m *Module) callInstance(ctx context.Context, inst *instance, export string, input []byte, c *hostfn.Caller) ([]byte, error) {
 	inst.stderr.Reset()
+	defer hostfn.EndCall(ctx, c) // roll back an sql transaction the call left open
 	rc, out, err := inst.p.CallWithContext(hostfn.WithCaller(ctx, c), export, input)
 	if err != nil {
 		if ctx.Err() != nil {

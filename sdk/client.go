@@ -11,6 +11,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
@@ -24,6 +25,9 @@ type ClientConfig struct {
 	// Backend is the connected Valkey client (required). The SDK does not
 	// close it.
 	Backend *valkey.Client
+	// Postgres, instead of Backend, makes the client create executions on
+	// the Postgres backend (see NewClient); the SDK does not close it.
+	Postgres *postgres.Client
 	// Namespace is the default namespace of created executions
 	// (DefaultNamespace when empty).
 	Namespace string
@@ -40,6 +44,7 @@ type ClientConfig struct {
 // for concurrent use; create one per process and share it.
 type Client struct {
 	vc    *valkey.Client
+	pg    *postgres.Client
 	parts model.PartitionConfig
 	ns    string
 	who   string
@@ -51,16 +56,20 @@ type Client struct {
 // read from ff:config:partitions. A missing hash falls back to the
 // defaults (256/32/32) with a warning, as FlowFabric's SDK does.
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	if cfg.Backend == nil {
+	if cfg.Backend == nil && cfg.Postgres == nil {
 		return nil, invalid("ClientConfig.Backend", "is required")
 	}
-	c := &Client{vc: cfg.Backend, ns: cmp.Or(cfg.Namespace, DefaultNamespace),
+	c := &Client{vc: cfg.Backend, pg: cfg.Postgres, ns: cmp.Or(cfg.Namespace, DefaultNamespace),
 		who: cmp.Or(cfg.Creator, "fabric-sdk"), clock: cfg.Clock, log: cfg.Logger}
 	if c.clock == nil {
 		c.clock = time.Now
 	}
 	if c.log == nil {
 		c.log = slog.Default()
+	}
+	if c.vc == nil {
+		c.parts = c.pg.Partitions()
+		return c, nil
 	}
 	parts, err := readPartitions(ctx, cfg.Backend, c.log)
 	if err != nil {
@@ -155,6 +164,9 @@ func (c *Client) CreateExecution(ctx context.Context, spec ExecutionSpec) (model
 	if err != nil {
 		return "", err
 	}
+	if c.vc == nil {
+		return c.pgCreate(ctx, p, &spec)
+	}
 	res, err := c.vc.CreateExecution(ctx, p)
 	if err != nil {
 		return "", fmt.Errorf("sdk: %w", err)
@@ -231,6 +243,9 @@ func (s *ExecutionState) Terminal() bool { return s.LifecyclePhase == model.Phas
 
 // State reads an execution's state (one HGETALL of exec_core).
 func (c *Client) State(ctx context.Context, id model.ExecutionID) (*ExecutionState, error) {
+	if c.vc == nil {
+		return nil, errNotOnPostgres("Client.State")
+	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
@@ -262,6 +277,9 @@ func stateFrom(id model.ExecutionID, m map[string]string) *ExecutionState {
 // Result returns a completed execution's result payload (nil when none
 // was stored).
 func (c *Client) Result(ctx context.Context, id model.ExecutionID) ([]byte, error) {
+	if c.vc == nil {
+		return nil, errNotOnPostgres("Client.Result")
+	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, invalid("id", "%v", err)
 	}

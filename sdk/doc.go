@@ -19,6 +19,12 @@
 //		return send(ctx, job.Payload) // nil completes, an error fails (retry per policy)
 //	})
 //
+// On Postgres the same Worker, Lease, Job and Run work over a
+// *postgres.Client: create with [ConnectPostgres] and produce with a
+// Client whose ClientConfig.Postgres is set. Claims are SELECT … FOR
+// UPDATE SKIP LOCKED transactions; suspension, streams, cancel and flows
+// answer [ErrNotOnPostgres].
+//
 // # Notes
 //
 //   - Inputs are validated before any network call: a bad lane, priority,

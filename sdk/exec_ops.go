@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
@@ -45,6 +46,9 @@ func (l *Lease) Fail(ctx context.Context, reason, category string, retry bool) (
 		if !retry {
 			p.RetryPolicyJSON = `{"max_retries":0}`
 		}
+		if l.w.pg != nil {
+			return l.pgFail(ctx, p, out)
+		}
 		res, err := l.w.vc.FailExecution(ctx, p)
 		if err != nil {
 			return err
@@ -66,6 +70,9 @@ func (l *Lease) Fail(ctx context.Context, reason, category string, retry bool) (
 // it after the delayed promoter made it eligible again.
 func (l *Lease) Delay(ctx context.Context, at time.Time) error {
 	return l.finishCall(ctx, "delay", "", func(ctx context.Context) error {
+		if l.w.pg != nil {
+			return l.w.pg.DelayExecution(ctx, &postgres.DelayExecutionParams{ExecutionID: l.ID, Fence: l.pgFence, DelayUntil: at.UnixMilli()})
+		}
 		return l.w.vc.DelayExecution(ctx, &valkey.DelayExecutionParams{ExecutionID: l.ID, Fence: l.fence,
 			DelayUntil: at.UnixMilli()})
 	})
@@ -75,6 +82,9 @@ func (l *Lease) Delay(ctx context.Context, at time.Time) error {
 // source "worker").
 func (l *Lease) Cancel(ctx context.Context, reason string) error {
 	err := l.finishCall(ctx, "cancel", model.OutcomeCancelled, func(ctx context.Context) error {
+		if l.w.pg != nil {
+			return errNotOnPostgres("Lease.Cancel")
+		}
 		_, err := l.w.vc.CancelExecution(ctx, &valkey.CancelExecutionParams{ExecutionID: l.ID, Reason: reason,
 			Source: "worker", LeaseID: l.fence.LeaseID, LeaseEpoch: l.fence.LeaseEpoch})
 		return err
@@ -181,6 +191,9 @@ func (w *Worker) promoteDue(ctx context.Context, c candidate, p model.Partition)
 // phase, lease or not. Cancelling a terminal execution returns an error
 // matching valkey.CodeExecutionNotActive.
 func (c *Client) CancelExecution(ctx context.Context, id model.ExecutionID, reason string) error {
+	if c.vc == nil {
+		return errNotOnPostgres("Client.CancelExecution")
+	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return invalid("id", "%v", err)
 	}

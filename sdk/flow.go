@@ -29,6 +29,9 @@ type Flow struct {
 // errFlowPartitions reports a backend client routing flows with another
 // partition count than the deployment's.
 func (c *Client) checkFlowRouting() error {
+	if c.vc == nil {
+		return errNotOnPostgres("flows")
+	}
 	if c.vc.Partitions().Flow != c.parts.Flow {
 		return fmt.Errorf("sdk: backend client routes flows over %d partitions but ff:config:partitions says %d; dial it with the deployment's PartitionConfig",
 			c.vc.Partitions().Flow, c.parts.Flow)

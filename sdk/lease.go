@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
@@ -45,6 +46,7 @@ type Lease struct {
 
 	flow      string
 	fence     valkey.LeaseFence
+	pgFence   postgres.LeaseFence // Postgres workers
 	expiresAt atomic.Int64
 
 	ctx       context.Context
@@ -90,6 +92,9 @@ func (l *Lease) ExpiresAt() time.Time { return time.UnixMilli(l.expiresAt.Load()
 
 // leaseGone reports renewal errors that mean the lease cannot come back.
 func leaseGone(err error) bool {
+	if pgLeaseGone(err) {
+		return true
+	}
 	switch valkey.CodeOf(err) {
 	case valkey.CodeStaleLease, valkey.CodeLeaseExpired, valkey.CodeLeaseRevoked,
 		valkey.CodeExecutionNotActive, valkey.CodeNoActiveLease, valkey.CodeExecutionNotFound:
@@ -133,6 +138,9 @@ func (l *Lease) renewLoop() {
 // loop calls it; calling it directly is only needed by code that blocks
 // the loop's schedule (it never does by itself).
 func (l *Lease) Renew(ctx context.Context) error {
+	if l.w.pg != nil {
+		return l.pgRenew(ctx)
+	}
 	exp, err := l.w.vc.RenewLease(ctx, &valkey.RenewLeaseParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex,
 		AttemptID: l.fence.AttemptID, LeaseID: l.fence.LeaseID, LeaseEpoch: l.fence.LeaseEpoch,
 		LeaseTTLMs: l.w.cfg.LeaseTTL.Milliseconds(), HistoryGraceMs: 5000})
@@ -195,7 +203,7 @@ func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call 
 		if err = call(ctx); err == nil {
 			return nil
 		}
-		if valkey.CodeOf(err) != "" || ctx.Err() != nil {
+		if valkey.CodeOf(err) != "" || pgCode(err) || ctx.Err() != nil {
 			break
 		}
 	}
@@ -212,6 +220,9 @@ func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call 
 // stores result when non-empty.
 func (l *Lease) Complete(ctx context.Context, result []byte) error {
 	err := l.finishCall(ctx, "complete", model.OutcomeSuccess, func(ctx context.Context) error {
+		if l.w.pg != nil {
+			return l.w.pg.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.pgFence, Result: result})
+		}
 		return l.w.vc.CompleteExecution(ctx, &valkey.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.fence,
 			Result: string(result)})
 	})
@@ -225,7 +236,7 @@ func (l *Lease) Complete(ctx context.Context, result []byte) error {
 // worker is configured to (WorkerConfig.ResolveDependencies). Best
 // effort: the engine's dependency reconciler is the safety net.
 func (l *Lease) cascade(ctx context.Context) {
-	if !l.w.cfg.ResolveDependencies || l.flow == "" {
+	if !l.w.cfg.ResolveDependencies || l.flow == "" || l.w.vc == nil {
 		return
 	}
 	flow, err := model.ParseUUID(l.flow)

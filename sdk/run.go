@@ -133,6 +133,9 @@ func (w *Worker) Run(ctx context.Context, handler Handler) error {
 		empty    = 0
 		perSweep = (int(w.parts.Flow) + PartitionScanChunk - 1) / PartitionScanChunk
 	)
+	if w.pg != nil {
+		perSweep = 1 // one ClaimNext already tries every lane on every partition
+	}
 	hctx, hcancel = context.WithCancelCause(w.life)
 	defer hcancel(nil)
 	var err error

@@ -91,6 +91,9 @@ type Suspension struct {
 // worker claims it again (AttemptType "resumed", same attempt). Unless
 // the result says AlreadySatisfied, the lease is finished.
 func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, error) {
+	if l.w.pg != nil {
+		return nil, errNotOnPostgres("Lease.Suspend")
+	}
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
@@ -148,6 +151,9 @@ type Frame struct {
 // AppendFrame appends an output frame to the attempt's durable stream
 // (ff_append_frame) and returns its stream entry id.
 func (l *Lease) AppendFrame(ctx context.Context, f Frame) (string, error) {
+	if l.w.pg != nil {
+		return "", errNotOnPostgres("Lease.AppendFrame")
+	}
 	if f.Type == "" {
 		return "", invalid("frame.type", "must not be empty")
 	}
@@ -199,6 +205,9 @@ type SignalResult struct {
 // signal that satisfies the resume condition makes the execution
 // claimable again.
 func (c *Client) DeliverSignal(ctx context.Context, id model.ExecutionID, s Signal) (*SignalResult, error) {
+	if c.vc == nil {
+		return nil, errNotOnPostgres("Client.DeliverSignal")
+	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
@@ -235,6 +244,9 @@ type StreamFrame struct {
 // stream, after entry id after ("" = from the start). closed reports a
 // stream whose attempt ended.
 func (c *Client) ReadAttemptStream(ctx context.Context, id model.ExecutionID, attempt int, after string, count int) (frames []StreamFrame, closed bool, err error) {
+	if c.vc == nil {
+		return nil, false, errNotOnPostgres("Client.ReadAttemptStream")
+	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, false, invalid("id", "%v", err)
 	}

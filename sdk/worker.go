@@ -13,6 +13,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
@@ -132,6 +133,7 @@ var ErrDuplicateInstance = errors.New("sdk: worker instance id already registere
 // for concurrent use.
 type Worker struct {
 	vc      *valkey.Client
+	pg      *postgres.Client // set by ConnectPostgres; vc is nil then
 	cfg     WorkerConfig
 	parts   model.PartitionConfig
 	caps    []string
@@ -282,6 +284,8 @@ func (w *Worker) Close(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if w.life.Err() == nil && w.vc != nil {
 		raw := w.vc.Raw()
 		if err := raw.Do(ctx, raw.B().Del().Key(model.WorkerAliveKey(w.cfg.Namespace, w.cfg.InstanceID)).Build()).Error(); err != nil {
 			errs = append(errs, fmt.Errorf("sdk: delete alive key: %w", err))
@@ -320,6 +324,9 @@ type candidate struct {
 func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	if w.isClosed() {
 		return nil, ErrWorkerClosed
+	}
+	if w.pg != nil {
+		return w.pgClaimNext(ctx)
 	}
 	n := uint64(w.parts.Flow)
 	chunk := min(uint64(PartitionScanChunk), n)

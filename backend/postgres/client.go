@@ -51,6 +51,13 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
+	// Every hot table has 256 hash partitions. A generic plan of a
+	// prepared statement prunes only at run time, and Postgres 15 still
+	// locks every partition of it on each execution; custom plans prune
+	// while planning. Measured: several times faster claims.
+	if _, set := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
@@ -74,6 +81,10 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 
 // Close closes the pool.
 func (c *Client) Close() { c.pool.Close() }
+
+// Partitions returns the partition config the client mints and claims
+// with.
+func (c *Client) Partitions() model.PartitionConfig { return c.parts }
 
 // Pool is the underlying pgx pool, for tests and migrations.
 func (c *Client) Pool() *pgxpool.Pool { return c.pool }

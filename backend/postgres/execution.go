@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/pgsql"
 )
 
 // Lease event types written to ff_lease_event.
@@ -27,13 +28,7 @@ const (
 // from the execution row when it exists (the value of its
 // cairn.instance_id tag), NULL otherwise; the row is written either way.
 func emitLeaseEvent(ctx context.Context, tx pgx.Tx, k execKey, eventType string, now int64) error {
-	_, err := tx.Exec(ctx, `
-INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
-SELECT $1::text, NULL, $2, $3, $4::int, c.raw_fields->>'namespace', c.raw_fields->'tags'->>'cairn.instance_id'
-  FROM (SELECT 1) AS one
-  LEFT JOIN ff_exec_core c ON c.partition_key = $4::smallint AND c.execution_id = $1::uuid`,
-		k.id(), eventType, now, k.part)
-	if err != nil {
+	if _, err := tx.Exec(ctx, pgsql.LeaseEventInsert.SQL, k.id(), eventType, now, k.part); err != nil {
 		return fmt.Errorf("lease event %s: %w", eventType, err)
 	}
 	return nil
@@ -45,15 +40,7 @@ SELECT $1::text, NULL, $2, $3, $4::int, c.raw_fields->>'namespace', c.raw_fields
 // complete does; every other upstream producer writes NULL.
 func emitCompletion(ctx context.Context, tx pgx.Tx, k execKey, outcome string, now int64, withNamespace bool) (int64, error) {
 	var id int64
-	err := tx.QueryRow(ctx, `
-INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
-SELECT partition_key, execution_id, flow_id, $3,
-       CASE WHEN $5 THEN raw_fields->>'namespace' END,
-       CASE WHEN $5 THEN raw_fields->>'instance_tag' END,
-       $4
-  FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2
-RETURNING event_id`, k.part, [16]byte(k.uuid), outcome, now, withNamespace).Scan(&id)
-	if err != nil {
+	if err := tx.QueryRow(ctx, pgsql.CompletionInsert.SQL, k.part, k.id(), outcome, now, withNamespace).Scan(&id); err != nil {
 		return 0, fmt.Errorf("completion event %s: %w", outcome, err)
 	}
 	return id, nil
@@ -214,6 +201,12 @@ type ClaimResult struct {
 	// AttemptType is initial, retry or resumed (a delayed or otherwise
 	// interrupted attempt continuing under a new lease epoch).
 	AttemptType string
+	// LaneID, Kind, Namespace, Payload and FlowID describe the claimed
+	// execution (read in the claim's own round trip), so a worker needs no
+	// second read.
+	LaneID, Kind, Namespace string
+	Payload                 []byte
+	FlowID                  string
 }
 
 // Fence returns the fence of the acquired lease.
@@ -349,17 +342,30 @@ func (c *Client) claimPass(ctx context.Context, p *ClaimForWorkerParams, parts [
 		var uuid [16]byte
 		var idx int
 		var attemptState string
+		// One text per partition shape, so the planner prunes partitions
+		// (a "$1 IS NULL OR partition_key = ANY($1)" predicate would make it
+		// probe all 256 children on every claim).
+		var where string
+		var pk any
+		switch len(parts) {
+		case 0:
+			where, pk = "$1::smallint IS NULL", nil
+		case 1:
+			where, pk = "partition_key = $1::smallint", parts[0]
+		default:
+			where, pk = "partition_key = ANY($1::smallint[])", parts
+		}
 		err := tx.QueryRow(ctx, `
 SELECT partition_key, execution_id, attempt_index, attempt_state
   FROM ff_exec_core
- WHERE ($1::smallint[] IS NULL OR partition_key = ANY($1))
+ WHERE `+where+`
    AND lane_id = $2
    AND lifecycle_phase = 'runnable'
    AND eligibility_state = 'eligible_now'
    AND required_capabilities <@ $3::text[]
  ORDER BY priority DESC, created_at_ms ASC
  LIMIT 1
- FOR UPDATE SKIP LOCKED`, parts, p.LaneID, caps).Scan(&k.part, &uuid, &idx, &attemptState)
+ FOR UPDATE SKIP LOCKED`, pk, p.LaneID, caps).Scan(&k.part, &uuid, &idx, &attemptState)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return CodeNoEligibleExecution
 		}
@@ -390,7 +396,9 @@ ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
 RETURNING lease_epoch`, k.part, [16]byte(k.uuid), idx, worker, instance, expires, now).Scan(&epoch); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, `
+	var lane, kind, ns, flow string
+	var payload []byte
+	if err := tx.QueryRow(ctx, `
 UPDATE ff_exec_core
    SET lifecycle_phase = 'active', ownership_state = 'leased', eligibility_state = 'not_applicable',
        public_state = 'running', attempt_state = 'running_attempt', blocking_reason = NULL,
@@ -399,7 +407,9 @@ UPDATE ff_exec_core
            'last_mutation_at', $3::bigint::text,
            'current_worker_instance_id', $4::text,
            'total_attempt_count', (COALESCE((raw_fields->>'total_attempt_count')::bigint, 0) + 1)::text)
- WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, instance); err != nil {
+ WHERE partition_key = $1 AND execution_id = $2
+RETURNING lane_id, COALESCE(raw_fields->>'execution_kind', ''), COALESCE(raw_fields->>'namespace', ''), payload,
+          COALESCE(flow_id::text, '')`, k.part, [16]byte(k.uuid), now, instance).Scan(&lane, &kind, &ns, &payload, &flow); err != nil {
 		return nil, err
 	}
 	if err := emitLeaseEvent(ctx, tx, k, LeaseEventAcquired, now); err != nil {
@@ -414,7 +424,8 @@ UPDATE ff_exec_core
 	}
 	f := newFence(k, idx, uint64(epoch))
 	return &ClaimResult{ExecutionID: k.execID(), LeaseID: f.LeaseID, LeaseEpoch: f.LeaseEpoch, ExpiresAt: expires,
-		AttemptID: f.AttemptID, AttemptIndex: idx, AttemptType: typ}, nil
+		AttemptID: f.AttemptID, AttemptIndex: idx, AttemptType: typ,
+		LaneID: lane, Kind: kind, Namespace: ns, Payload: payload, FlowID: flow}, nil
 }
 
 // fencedRow is the exec_core and attempt state a fenced operation read

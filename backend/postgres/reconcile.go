@@ -2,13 +2,13 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/pgsql"
 )
 
 // ReconcileBatchDefault is the candidate limit of one reconciler pass when
@@ -48,19 +48,21 @@ func partitionKey(partition uint16) (int16, error) {
 	return int16(partition), nil
 }
 
-// scanCandidates runs an autocommit candidate query returning
-// (partition_key, execution_id) rows.
-func (c *Client) scanCandidates(ctx context.Context, sql string, args ...any) ([]execKey, error) {
+// scanCandidates runs an autocommit candidate query of partition pk whose
+// first column is the execution id as text (the model/pgsql scans).
+func (c *Client) scanCandidates(ctx context.Context, pk int16, sql string, args ...any) ([]execKey, error) {
 	rows, err := c.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (execKey, error) {
-		var k execKey
-		var u [16]byte
-		err := r.Scan(&k.part, &u)
-		k.uuid = u
-		return k, err
+		vals, err := r.Values()
+		if err != nil {
+			return execKey{}, err
+		}
+		s, _ := vals[0].(string)
+		u, err := model.ParseUUID(s)
+		return execKey{part: pk, uuid: u}, err
 	})
 }
 
@@ -92,16 +94,7 @@ func (c *Client) ReconcileAttemptTimeouts(ctx context.Context, partition uint16,
 	if limit <= 0 {
 		limit = ReconcileBatchDefault
 	}
-	cands, err := c.scanCandidates(ctx, `
-SELECT a.partition_key, a.execution_id
-  FROM ff_attempt a
-  JOIN ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
- WHERE a.partition_key = $1
-   AND a.lease_expires_at_ms IS NOT NULL
-   AND a.lease_expires_at_ms < $2
-   AND c.lifecycle_phase = 'active'
- ORDER BY a.lease_expires_at_ms ASC
- LIMIT $3`, pk, now, limit)
+	cands, err := c.scanCandidates(ctx, pk, pgsql.AttemptTimeoutScan.SQL, pk, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile attempt timeouts on partition %d: %w", partition, err)
 	}
@@ -140,34 +133,17 @@ func (c *Client) ExpireAttemptTimeout(ctx context.Context, p *ExpireAttemptTimeo
 	return acted, nil
 }
 
-// policyMaxRetries reads policy.retry_policy.max_retries (0 when absent or
-// not a non-negative integer).
-func policyMaxRetries(policy []byte) int {
-	var doc struct {
-		RetryPolicy struct {
-			MaxRetries json.Number `json:"max_retries"`
-		} `json:"retry_policy"`
-	}
-	if len(policy) == 0 || json.Unmarshal(policy, &doc) != nil {
-		return 0
-	}
-	n, err := doc.RetryPolicy.MaxRetries.Int64()
-	if err != nil || n < 0 || n > 1<<31 {
-		return 0
-	}
-	return int(n)
-}
-
+// expireAttempt is the per-row transaction of the attempt-timeout
+// reconciler, in the statements of model/pgsql that the pg_attempt_timeout
+// plugin runs too.
 func (c *Client) expireAttempt(ctx context.Context, k execKey, now int64) (bool, error) {
 	acted := false
 	err := c.inTx(ctx, func(tx pgx.Tx) error {
-		var idx int
+		var idx, maxRetries int
 		var phase string
-		var policy []byte
 		// Lock order exec_core, then attempt: the worker operations take
 		// the same order, so the two never deadlock.
-		err := tx.QueryRow(ctx, `SELECT attempt_index, lifecycle_phase, policy FROM ff_exec_core
- WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, k.part, [16]byte(k.uuid)).Scan(&idx, &phase, &policy)
+		err := tx.QueryRow(ctx, pgsql.ExecCoreLock.SQL, k.part, k.id()).Scan(&idx, &phase, &maxRetries)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -178,9 +154,7 @@ func (c *Client) expireAttempt(ctx context.Context, k execKey, now int64) (bool,
 			return nil
 		}
 		var expires *int64
-		err = tx.QueryRow(ctx, `SELECT lease_expires_at_ms FROM ff_attempt
- WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 FOR UPDATE`,
-			k.part, [16]byte(k.uuid), idx).Scan(&expires)
+		err = tx.QueryRow(ctx, pgsql.AttemptLockLease.SQL, k.part, k.id(), idx).Scan(&expires)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -190,27 +164,15 @@ func (c *Client) expireAttempt(ctx context.Context, k execKey, now int64) (bool,
 		if expires == nil || *expires >= now {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET outcome = 'interrupted', lease_expires_at_ms = NULL, terminal_at_ms = $4
- WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), idx, now); err != nil {
+		if _, err := tx.Exec(ctx, pgsql.AttemptInterrupt.SQL, k.part, k.id(), idx, now); err != nil {
 			return err
 		}
-		if idx < policyMaxRetries(policy) {
-			if _, err := tx.Exec(ctx, `
-UPDATE ff_exec_core
-   SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'eligible_now',
-       public_state = 'waiting', attempt_state = 'pending_retry_attempt', attempt_index = attempt_index + 1,
-       raw_fields = raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout', 'last_mutation_at', $3::bigint::text)
- WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now); err != nil {
+		if idx < maxRetries {
+			if _, err := tx.Exec(ctx, pgsql.ExecCoreRetryAfterTimeout.SQL, k.part, k.id(), now); err != nil {
 				return err
 			}
 		} else {
-			if _, err := tx.Exec(ctx, `
-UPDATE ff_exec_core
-   SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
-       public_state = 'expired', attempt_state = 'attempt_terminal', terminal_at_ms = $3,
-       raw_fields = raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout', 'last_mutation_at', $3::bigint::text,
-           'terminal_outcome', 'expired')
- WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now); err != nil {
+			if _, err := tx.Exec(ctx, pgsql.ExecCoreExpireAfterTimeout.SQL, k.part, k.id(), now); err != nil {
 				return err
 			}
 			if _, err := emitCompletion(ctx, tx, k, model.OutcomeExpired, now, false); err != nil {
@@ -315,12 +277,7 @@ func (c *Client) PromoteDelayedDue(ctx context.Context, partition uint16, now in
 	if limit <= 0 {
 		limit = ReconcileBatchDefault
 	}
-	cands, err := c.scanCandidates(ctx, `
-SELECT partition_key, execution_id FROM ff_exec_core
- WHERE partition_key = $1 AND deadline_at_ms IS NOT NULL AND deadline_at_ms <= $2
-   AND lifecycle_phase = 'runnable' AND eligibility_state = 'not_eligible_until_time'
- ORDER BY deadline_at_ms ASC
- LIMIT $3`, pk, now, limit)
+	cands, err := c.scanCandidates(ctx, pk, pgsql.DelayedScan.SQL, pk, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("promote delayed on partition %d: %w", partition, err)
 	}
@@ -354,11 +311,7 @@ func (c *Client) PromoteSubmitted(ctx context.Context, partition uint16, now int
 	if limit <= 0 {
 		limit = ReconcileBatchDefault
 	}
-	cands, err := c.scanCandidates(ctx, `
-SELECT partition_key, execution_id FROM ff_exec_core
- WHERE partition_key = $1 AND lifecycle_phase = 'submitted' AND created_at_ms <= $2
- ORDER BY created_at_ms ASC
- LIMIT $3`, pk, now, limit)
+	cands, err := c.scanCandidates(ctx, pk, pgsql.SubmittedScan.SQL, pk, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("promote submitted on partition %d: %w", partition, err)
 	}
@@ -369,11 +322,7 @@ SELECT partition_key, execution_id FROM ff_exec_core
 		}
 		var acted bool
 		err := c.inTx(ctx, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, `
-UPDATE ff_exec_core
-   SET lifecycle_phase = 'runnable',
-       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text)
- WHERE partition_key = $1 AND execution_id = $2 AND lifecycle_phase = 'submitted'`, k.part, [16]byte(k.uuid), now)
+			tag, err := tx.Exec(ctx, pgsql.PromoteSubmitted.SQL, k.part, k.id(), now)
 			acted = err == nil && tag.RowsAffected() == 1
 			return err
 		})

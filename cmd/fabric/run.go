@@ -45,6 +45,7 @@ func init() {
 				census:     fs.Duration("census-interval", admin.SamplerIntervalDefault, "keyspace census interval (executions by state, lag)"),
 			}
 			fs.Var(&o.partitions, "partitions", "partition counts of a new deployment, flow=N,budget=N,quota=N (default 256/32/32)")
+			pgf := addRunPostgresFlags(fs) // run_postgres.go
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
@@ -55,6 +56,13 @@ func init() {
 						return err
 					}
 					o.pluginCfg = pcs
+				}
+				if on, err := pgf.enabled(); err != nil || on {
+					if err != nil {
+						return err
+					}
+					return runPostgres(ctx, env, pgf, wf, runPostgresOpts{pluginDir: *o.pluginDir, cacheDir: *o.cacheDir,
+						statusFile: *o.statusFile, demo: *o.demo, logLevel: b.logLevel})
 				}
 				return runHost(ctx, env, b, wf, o)
 			}

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 
 	extism "github.com/extism/go-sdk"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fabric-host/fabric/abi"
 )
@@ -133,6 +134,9 @@ type Config struct {
 	MaxCalls int
 	// MaxLogBytes truncates guest log lines (default 4096).
 	MaxLogBytes int
+	// SQL is the Postgres pool sql_query runs on; nil answers
+	// CodeUnavailable.
+	SQL *pgxpool.Pool
 }
 
 // subjects is what a request asks to touch, for authorize.
@@ -268,7 +272,7 @@ func Functions(cfg Config) []extism.HostFunction {
 		abi.FnZRangeByScore: zrangeHandler(cfg),
 		abi.FnSMembers:      smembersHandler(cfg),
 		abi.FnSScan:         sscanHandler(cfg),
-		abi.FnSQLQuery:      sqlHandler(),
+		abi.FnSQLQuery:      sqlHandler(cfg),
 		abi.FnReadBatch:     readHandler(cfg),
 		abi.FnRead:          commandHandler(cfg, false),
 		abi.FnWrite:         commandHandler(cfg, true),

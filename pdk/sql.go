@@ -1,0 +1,147 @@
+package pdk
+
+import (
+	"fmt"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/model/pgsql"
+)
+
+// SQLHost is the Postgres side of a host: the sql_query host function.
+// The wasm host implements it; so does a native test host that embeds a
+// pdktest.Host and a hostfn.SQLSession. Reach it with SQLOf.
+type SQLHost interface {
+	// SQL runs one sql_query request (see abi.SQLOp).
+	SQL(req abi.SQLRequest) (abi.SQLResponse, error)
+}
+
+// SQLOf returns h's SQL side, or a CodeUnavailable error when h has none.
+func SQLOf(h Host) (SQLHost, error) {
+	if s, ok := h.(SQLHost); ok {
+		return s, nil
+	}
+	return nil, abi.Errorf(abi.CodeUnavailable, "host has no sql_query")
+}
+
+// Q binds args to statement s of the catalog. Args may be nil (NULL),
+// int, int16, int32, int64, uint16, uint32, string, bool, float64 or an
+// abi.SQLValue.
+//
+// # Notes
+//
+//   - Panics on another argument type: a plugin wiring mistake.
+func Q(s pgsql.Statement, args ...any) abi.SQLStatement {
+	ps := make([]abi.SQLValue, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case nil:
+			ps[i] = abi.Null()
+		case abi.SQLValue:
+			ps[i] = v
+		case int:
+			ps[i] = abi.Int64(int64(v))
+		case int16:
+			ps[i] = abi.Int64(int64(v))
+		case int32:
+			ps[i] = abi.Int64(int64(v))
+		case int64:
+			ps[i] = abi.Int64(v)
+		case uint16:
+			ps[i] = abi.Int64(int64(v))
+		case uint32:
+			ps[i] = abi.Int64(int64(v))
+		case string:
+			ps[i] = abi.Text(v)
+		case bool:
+			ps[i] = abi.Bool(v)
+		case float64:
+			ps[i] = abi.SQLValue{Kind: abi.SQLFloat, F: v}
+		default:
+			panic(fmt.Sprintf("pdk.Q(%s): argument %d has unsupported type %T", s.Name, i+1, a))
+		}
+	}
+	return abi.SQLStatement{Name: s.Name, Params: ps}
+}
+
+// Exec runs stmts in order: in the open transaction of Tx, else in one
+// transaction of their own (all or nothing).
+func Exec(s SQLHost, stmts ...abi.SQLStatement) ([]abi.SQLResult, error) {
+	resp, err := s.SQL(abi.SQLRequest{Op: abi.SQLExec, Statements: stmts})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != len(stmts) {
+		return nil, abi.Errorf(abi.CodeBackend, fmt.Sprintf("sql: %d results for %d statements", len(resp.Results), len(stmts)))
+	}
+	return resp.Results, nil
+}
+
+// Tx runs fn inside the call's transaction: committed when fn returns
+// nil, rolled back when it returns an error. If the plugin traps or
+// overruns its deadline inside fn, the host rolls the transaction back.
+func Tx(s SQLHost, fn func() error) error {
+	if _, err := s.SQL(abi.SQLRequest{Op: abi.SQLBegin}); err != nil {
+		return err
+	}
+	if err := fn(); err != nil {
+		// A failed statement has already ended the transaction host-side;
+		// the rollback then reports "no open transaction", which is fine.
+		s.SQL(abi.SQLRequest{Op: abi.SQLRollback})
+		return err
+	}
+	_, err := s.SQL(abi.SQLRequest{Op: abi.SQLCommit})
+	return err
+}
+
+// RowScan is the skeleton of a Postgres reconciler: one unlocked
+// candidate query, then each candidate handled in its own transaction
+// that re-reads it under lock (upstream's per-row transactions).
+type RowScan struct {
+	// Candidates is the candidate query (run outside any transaction).
+	Candidates abi.SQLStatement
+	// Handle acts on one candidate row inside its transaction and reports
+	// whether it changed anything (false: no longer qualified, counted as
+	// skipped). An error rolls the row's transaction back and is counted.
+	Handle func(s SQLHost, row []abi.SQLValue) (bool, error)
+	// OnError, when set, is told each failure (e.g. to log it).
+	OnError func(row []abi.SQLValue, err error)
+}
+
+// Run runs the scan on h.
+func (r RowScan) Run(h Host) abi.ScanResult {
+	var res abi.ScanResult
+	s, err := SQLOf(h)
+	if err != nil {
+		res.Errors++
+		return res
+	}
+	rs, err := Exec(s, r.Candidates)
+	if err != nil {
+		res.Errors++
+		if r.OnError != nil {
+			r.OnError(nil, err)
+		}
+		return res
+	}
+	for _, row := range rs[0].Rows {
+		res.Scanned++
+		var acted bool
+		err := Tx(s, func() error {
+			var err error
+			acted, err = r.Handle(s, row)
+			return err
+		})
+		switch {
+		case err != nil:
+			res.Errors++
+			if r.OnError != nil {
+				r.OnError(row, err)
+			}
+		case acted:
+			res.Acted++
+		default:
+			res.Skipped++
+		}
+	}
+	return res
+}

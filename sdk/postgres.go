@@ -1,0 +1,153 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
+)
+
+// ErrNotOnPostgres is returned (wrapped) by SDK calls the Postgres backend
+// does not offer yet (suspension, streams, cancel, flows).
+var ErrNotOnPostgres = errors.New("sdk: not available on the Postgres backend")
+
+func errNotOnPostgres(op string) error { return fmt.Errorf("%w: %s", ErrNotOnPostgres, op) }
+
+// ConnectPostgres is Connect on the Postgres backend: the same Worker,
+// Lease, Job and Run, over pc. A claim is one transaction per lane
+// (SELECT … FOR UPDATE SKIP LOCKED of the best eligible execution, highest
+// priority then oldest, whose required capabilities the worker offers), so
+// concurrent workers never claim one execution twice.
+//
+//	w, _ := sdk.ConnectPostgres(ctx, pc, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}})
+//	defer w.Close(context.Background())
+//	err := w.Run(ctx, handler)
+//
+// # Notes
+//
+//   - Leases renew, complete, fail (retry per the stored policy, delayed
+//     by its backoff), delay and hand back as on Valkey. Suspend, streams,
+//     Cancel and dependency resolution answer ErrNotOnPostgres.
+//   - There is no worker registry on Postgres yet: InstanceID is used as
+//     the lease's worker_instance_id only, and duplicates are not
+//     detected.
+//   - Expired leases are released by the pg_lease_expiry scanner (the
+//     execution becomes claimable again and the attempt resumes), delayed
+//     executions by pg_delayed_promoter; WorkerConfig.DisableReclaim and
+//     PromoteDelayed have no effect.
+func ConnectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig) (*Worker, error) {
+	if pc == nil {
+		return nil, invalid("backend", "a *postgres.Client is required")
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	w := &Worker{pg: pc, cfg: cfg, parts: pc.Partitions(), log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
+		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{}}
+	for _, c := range cfg.Capabilities {
+		w.capSet[c] = true
+	}
+	w.caps = append([]string(nil), cfg.Capabilities...)
+	w.life, w.lifeCancel = context.WithCancel(ctx)
+	w.log.Info("worker connected (postgres)", "worker_id", cfg.WorkerID, "lanes", cfg.Lanes, "caps", w.capsCSV)
+	return w, nil
+}
+
+// pgFullScanEvery is how often (in ClaimNext rounds) a Postgres worker
+// claims across every partition rather than the lanes' solo partitions.
+const pgFullScanEvery = 8
+
+// pgClaimNext tries each lane once, starting at a rotating lane.
+func (w *Worker) pgClaimNext(ctx context.Context) (*Lease, error) {
+	lanes := w.cfg.Lanes
+	start := w.laneRR.Add(1)
+	// Solo executions of a lane all live on its solo partition: a cheap,
+	// pruned claim. Every pgFullScanEvery-th round also looks at every
+	// partition (flow members of the lane), which costs a probe per
+	// partition.
+	full := w.cursor.Add(1)%pgFullScanEvery == 0
+	for i := range lanes {
+		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
+		p := &postgres.ClaimForWorkerParams{LaneID: lane, WorkerID: w.cfg.WorkerID,
+			WorkerInstanceID: w.cfg.InstanceID, Capabilities: w.caps, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds()}
+		if !full {
+			p.Partitions = []uint16{w.parts.SoloPartition(lane).Index}
+		}
+		cr, err := w.pg.ClaimForWorker(ctx, p)
+		if errors.Is(err, postgres.CodeNoEligibleExecution) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sdk: %w", err)
+		}
+		ji := &jobInfo{kind: cr.Kind, namespace: cr.Namespace, lane: cr.LaneID, flow: cr.FlowID, payload: string(cr.Payload)}
+		l := w.newLease(cr.ExecutionID, cr.LaneID, ji, &valkey.ClaimResult{LeaseID: cr.LeaseID, LeaseEpoch: cr.LeaseEpoch,
+			ExpiresAt: cr.ExpiresAt, AttemptID: cr.AttemptID, AttemptIndex: cr.AttemptIndex, AttemptType: cr.AttemptType})
+		l.pgFence = cr.Fence()
+		return l, nil
+	}
+	return nil, nil
+}
+
+func (l *Lease) pgRenew(ctx context.Context) error {
+	exp, err := l.w.pg.RenewLease(ctx, &postgres.RenewLeaseParams{ExecutionID: l.ID, Fence: l.pgFence,
+		LeaseTTLMs: l.w.cfg.LeaseTTL.Milliseconds()})
+	if err != nil {
+		return fmt.Errorf("sdk: renew %s: %w", l.ID, err)
+	}
+	l.expiresAt.Store(exp)
+	return nil
+}
+
+func (l *Lease) pgFail(ctx context.Context, p *valkey.FailExecutionParams, out *FailResult) error {
+	res, err := l.w.pg.FailExecution(ctx, &postgres.FailExecutionParams{ExecutionID: l.ID, Fence: l.pgFence,
+		FailureReason: p.FailureReason, FailureCategory: p.FailureCategory, RetryPolicyJSON: p.RetryPolicyJSON})
+	if err != nil {
+		return err
+	}
+	out.RetryScheduled = res.RetryScheduled
+	if res.RetryScheduled {
+		out.RetryAt = time.UnixMilli(res.DelayUntil)
+	}
+	return nil
+}
+
+// pgCode reports a logical error of the Postgres backend (not worth
+// retrying as a transport failure).
+func pgCode(err error) bool {
+	var code postgres.ErrorCode
+	return errors.As(err, &code)
+}
+
+// pgLeaseGone reports Postgres errors that mean the lease cannot come
+// back.
+func pgLeaseGone(err error) bool {
+	for _, c := range []postgres.ErrorCode{postgres.CodeStaleLease, postgres.CodeLeaseExpired,
+		postgres.CodeExecutionNotActive, postgres.CodeExecutionNotFound} {
+		if errors.Is(err, c) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Client) pgCreate(ctx context.Context, p *valkey.CreateExecutionParams, spec *ExecutionSpec) (model.ExecutionID, error) {
+	var caps []string
+	if spec.Policy != nil {
+		caps = spec.Policy.RequiredCapabilities
+	}
+	_, err := c.pg.CreateExecution(ctx, &postgres.CreateExecutionParams{
+		ExecutionID: p.ExecutionID, Namespace: p.Namespace, LaneID: p.LaneID, ExecutionKind: p.ExecutionKind,
+		Priority: p.Priority, CreatorIdentity: p.CreatorIdentity, PolicyJSON: p.PolicyJSON, Payload: []byte(p.Payload),
+		RequiredCapabilities: caps, DelayUntil: p.DelayUntil, IdempotencyKey: p.IdempotencyKey, Tags: p.Tags,
+		ExecutionDeadlineAt: p.ExecutionDeadlineAt,
+	})
+	if err != nil {
+		return "", fmt.Errorf("sdk: %w", err)
+	}
+	return p.ExecutionID, nil
+}
