@@ -657,10 +657,16 @@ func (wl *workload) describePending(ctx context.Context, n int) {
 		st, err := wl.c.State(ctx, id)
 		if err != nil {
 			fmt.Fprintf(wl.out, "demo: unfinished %s: %v\n", id, err)
+			wl.cfg.Logger.Warn("demo: unfinished execution", "id", id, "error", err)
 			continue
 		}
 		fmt.Fprintf(wl.out, "demo: unfinished %s kind=%s state=%s/%s/%s/%s/%s attempts=%d detail=%q\n", id, st.Kind,
 			st.LifecyclePhase, st.OwnershipState, st.EligibilityState, st.BlockingReason, st.AttemptState,
 			st.AttemptCount, st.Fields["blocking_detail"])
+		// The output may be a closed pipe: the log says it too.
+		wl.cfg.Logger.Warn("demo: unfinished execution", "id", id, "kind", st.Kind, "phase", st.LifecyclePhase,
+			"ownership", st.OwnershipState, "eligibility", st.EligibilityState, "blocking", st.BlockingReason,
+			"attempt_state", st.AttemptState, "attempts", st.AttemptCount, "detail", st.Fields["blocking_detail"],
+			"flow", st.Fields["flow_id"])
 	}
 }
