@@ -446,7 +446,7 @@ func TestDependencyReconcilerRepairsLostCompletion(t *testing.T) {
 	if st.Calls != 0 {
 		t.Fatalf("dispatcher ran %d times without a listener", st.Calls)
 	}
-	valkeytest.Eventually(t, 10*time.Second, "reconciler counts the resolution", func() bool {
+	valkeytest.Eventually(t, 30*time.Second, "reconciler counts the resolution", func() bool {
 		rec, _ := e.h.Plugin("dependency_reconciler")
 		return rec.Totals.Acted > 0
 	})

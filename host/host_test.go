@@ -20,7 +20,7 @@ func TestHost(t *testing.T) {
 	t.Run("RunsHealthyPluginOnEveryPartition", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, setupOpts{fixtures: []string{"healthy"}})
-		valkeytest.Eventually(t, 10*time.Second, "healthy completes two sweeps", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "healthy completes two sweeps", func() bool {
 			return b.callsOf("healthy") >= 8
 		})
 		st, _ := b.host.Plugin("healthy")
@@ -74,7 +74,7 @@ func TestFaultMatrix(t *testing.T) {
 			}
 			requireCadence(t, b, "healthy", 4)
 			// The broken plugin is retried after its backoff and faults again.
-			valkeytest.Eventually(t, 15*time.Second, tc.plugin+" retried after backoff", func() bool {
+			valkeytest.Eventually(t, 30*time.Second, tc.plugin+" retried after backoff", func() bool {
 				st, _ := b.host.Plugin(tc.plugin)
 				return st.Faults >= 2
 			})
@@ -185,7 +185,7 @@ func TestHostLifecycle(t *testing.T) {
 		t.Parallel()
 		// looper never returns; with a 30 s timeout only Stop can end its call.
 		b := setup(t, setupOpts{fixtures: []string{"loop"}, plugins: map[string]host.PluginConfig{"looper": {Timeout: 30 * time.Second}}})
-		valkeytest.Eventually(t, 10*time.Second, "looper is running", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "looper is running", func() bool {
 			st, ok := b.host.Plugin("looper")
 			return ok && st.State == host.StateRunning
 		})
@@ -225,7 +225,7 @@ func TestHostLifecycle(t *testing.T) {
 		}
 		t.Cleanup(h.Stop)
 		<-h.Started()
-		valkeytest.Eventually(t, 10*time.Second, "status file lists healthy with runs and the invalid file", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "status file lists healthy with runs and the invalid file", func() bool {
 			raw, err := os.ReadFile(status)
 			if err != nil {
 				return false

@@ -55,7 +55,7 @@ func TestDelayedPromoterOnValkey(t *testing.T) {
 	b.start(t)
 
 	for _, id := range []model.ExecutionID{due, soon} {
-		valkeytest.Eventually(t, 10*time.Second, string(id)+" promoted", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, string(id)+" promoted", func() bool {
 			core, err := c.ExecutionCore(ctx, id)
 			return err == nil && core["eligibility_state"] == "eligible_now" && !in(t, c, model.KeysOn(id.Partition()).LaneDelayed("default"), id)
 		})
@@ -77,7 +77,7 @@ func TestDelayedPromoterOnValkey(t *testing.T) {
 	}
 	// The promotions land in Valkey before their calls return and are
 	// counted, so wait for the counts.
-	valkeytest.Eventually(t, 5*time.Second, "two promotions counted", func() bool {
+	valkeytest.Eventually(t, 30*time.Second, "two promotions counted", func() bool {
 		st, _ := b.host.Plugin("delayed_promoter")
 		return st.Totals.Acted >= 2
 	})
@@ -102,7 +102,7 @@ func in(t *testing.T, c *valkey.Client, key string, id model.ExecutionID) bool {
 func TestCapabilities(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{fixtures: []string{"ungranted"}, store: true})
-	valkeytest.Eventually(t, 10*time.Second, "refusals counted", func() bool {
+	valkeytest.Eventually(t, 30*time.Second, "refusals counted", func() bool {
 		st, _ := b.host.Plugin("ungranted")
 		return st.Denied >= 2 && st.Calls >= 1
 	})
@@ -120,6 +120,6 @@ func TestCapabilities(t *testing.T) {
 		// what the host logged
 		"plugin host call refused",
 	} {
-		valkeytest.Eventually(t, 5*time.Second, "log mentions "+want, func() bool { return b.logs.Contains(want) })
+		valkeytest.Eventually(t, 30*time.Second, "log mentions "+want, func() bool { return b.logs.Contains(want) })
 	}
 }

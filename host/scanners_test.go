@@ -223,7 +223,7 @@ func TestScannersOnValkey(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.waitActed("index_reconciler", 1)
-		valkeytest.Eventually(t, 5*time.Second, "inconsistency logged", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "inconsistency logged", func() bool {
 			return f.logs.Contains("execution " + string(eid) + " is missing from its expected index")
 		})
 	})
@@ -237,7 +237,7 @@ func TestScannersOnValkey(t *testing.T) {
 		// fabric drops the entry once marked (FlowFabric leaves it, re-marks
 		// and re-counts it every sweep, and 50 of them starve newer ones).
 		pk := model.KeysOn(eid.Partition())
-		valkeytest.Eventually(t, 5*time.Second, "lease_expiry entry cleared", func() bool { return !f.zmember(pk.LeaseExpiry(), string(eid)) })
+		valkeytest.Eventually(t, 30*time.Second, "lease_expiry entry cleared", func() bool { return !f.zmember(pk.LeaseExpiry(), string(eid)) })
 		st := f.waitActed("lease_expiry", 1)
 		// Another worker reclaims and completes it.
 		if _, err := f.c.IssueReclaimGrant(f.ctx, &valkey.IssueClaimGrantParams{ExecutionID: eid, WorkerID: "w-2", WorkerInstanceID: "w-2-1", Lane: "default", GrantTTLMs: 10_000}); err != nil {
@@ -278,11 +278,11 @@ func TestScannersOnValkey(t *testing.T) {
 		if err := raw.Do(f.ctx, raw.B().Zadd().Key(pk.PendingWaitpointExpiry()).ScoreMember().ScoreMember(1, stale).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		valkeytest.Eventually(t, 15*time.Second, "pending waitpoint closed", func() bool { return f.hash(pk.Waitpoint(wp))["state"] == "closed" })
+		valkeytest.Eventually(t, 30*time.Second, "pending waitpoint closed", func() bool { return f.hash(pk.Waitpoint(wp))["state"] == "closed" })
 		if h := f.hash(pk.Waitpoint(wp)); h["close_reason"] != "never_committed" {
 			t.Fatalf("waitpoint = %v", h)
 		}
-		valkeytest.Eventually(t, 5*time.Second, "both entries gone from the index", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "both entries gone from the index", func() bool {
 			return !f.zmember(pk.PendingWaitpointExpiry(), wp) && !f.zmember(pk.PendingWaitpointExpiry(), stale)
 		})
 		f.waitActed("pending_wp_expiry", 2)
@@ -306,7 +306,7 @@ func TestScannersOnValkey(t *testing.T) {
 		active := f.create(&valkey.CreateExecutionParams{Namespace: "rt"})
 		k := model.KeysFor(short)
 		pk := model.KeysOn(short.Partition())
-		valkeytest.Eventually(t, 15*time.Second, "short-retention execution purged", func() bool { return !f.exists(k.Core()) })
+		valkeytest.Eventually(t, 30*time.Second, "short-retention execution purged", func() bool { return !f.exists(k.Core()) })
 		for _, key := range []string{k.Payload(), k.Result(), k.Policy(), k.Attempt(0), k.LeaseHistory(), k.Attempts()} {
 			if f.exists(key) {
 				t.Errorf("%s survived the purge", key)
@@ -374,7 +374,7 @@ func TestScannersOnValkey(t *testing.T) {
 		}
 		// While the budget is at its hard limit, sweeps leave it blocked.
 		calls := f.callsOf("unblock")
-		valkeytest.Eventually(t, 10*time.Second, "two unblock sweeps", func() bool { return f.callsOf("unblock") >= calls+8 })
+		valkeytest.Eventually(t, 30*time.Second, "two unblock sweeps", func() bool { return f.callsOf("unblock") >= calls+8 })
 		if c := f.core(eid); c["eligibility_state"] != "blocked_by_budget" {
 			t.Fatalf("unblocked while breached: %v", c)
 		}

@@ -280,7 +280,7 @@ func TestWorker(t *testing.T) {
 			}
 			t.Fatal("not all executions ran")
 		}
-		valkeytest.Eventually(t, 10*time.Second, "all completed", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "all completed", func() bool {
 			for _, id := range ids {
 				if b.state(t, id).PublicState != model.PublicCompleted {
 					return false
@@ -320,7 +320,7 @@ func TestWorker(t *testing.T) {
 		go func() {
 			cpuDone <- cpu.Run(cpuCtx, func(ctx context.Context, j *sdk.Job) error { cpuRan.Store(j.ID, true); return nil })
 		}()
-		valkeytest.Eventually(t, 10*time.Second, "plain work done, gpu work blocked", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "plain work done, gpu work blocked", func() bool {
 			for _, id := range plainIDs {
 				if b.state(t, id).PublicState != model.PublicCompleted {
 					return false
@@ -351,7 +351,7 @@ func TestWorker(t *testing.T) {
 		ctx, cancel := context.WithCancel(b.ctx)
 		defer cancel()
 		go g.Run(ctx, func(ctx context.Context, j *sdk.Job) error { return nil })
-		valkeytest.Eventually(t, 10*time.Second, "gpu work done by the gpu worker", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "gpu work done by the gpu worker", func() bool {
 			for _, id := range gpuIDs {
 				if b.state(t, id).PublicState != model.PublicCompleted {
 					return false
@@ -375,7 +375,7 @@ func TestWorker(t *testing.T) {
 		id := b.create(t, sdk.ExecutionSpec{Lane: "l"})
 		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, LeaseTTL: 300 * time.Millisecond})
 		var l *sdk.Lease
-		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "claimed", func() bool {
 			l = b.claim(t, w)
 			return l != nil
 		})
@@ -404,12 +404,12 @@ func TestWorker(t *testing.T) {
 		id := b.create(t, sdk.ExecutionSpec{Lane: "l"})
 		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, LeaseTTL: 200 * time.Millisecond})
 		var l *sdk.Lease
-		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "claimed", func() bool {
 			l = b.claim(t, w)
 			return l != nil
 		})
 		first := l.ExpiresAt()
-		valkeytest.Eventually(t, 5*time.Second, "renewed twice", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "renewed twice", func() bool {
 			return l.ExpiresAt().Sub(first) >= 250*time.Millisecond
 		})
 		if err := l.Complete(b.ctx, []byte("ok")); err != nil {
@@ -436,7 +436,7 @@ func TestWorker(t *testing.T) {
 		}
 		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}})
 		var l *sdk.Lease
-		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
+		valkeytest.Eventually(t, 30*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
 		if l.ID != id {
 			t.Fatalf("claimed %s", l.ID)
 		}
@@ -459,7 +459,7 @@ func TestWorker(t *testing.T) {
 		if err := raw.Do(b.ctx, raw.B().Del().Key(alive).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		valkeytest.Eventually(t, 5*time.Second, "re-registered", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "re-registered", func() bool {
 			n, err := raw.Do(b.ctx, raw.B().Exists().Key(alive).Build()).AsInt64()
 			return err == nil && n == 1
 		})
@@ -501,7 +501,7 @@ func TestWorkerOutcomes(t *testing.T) {
 			t.Fatal(err)
 		}
 		var l *sdk.Lease
-		valkeytest.Eventually(t, 5*time.Second, "a claims", func() bool { l = b.claim(t, a); return l != nil })
+		valkeytest.Eventually(t, 30*time.Second, "a claims", func() bool { l = b.claim(t, a); return l != nil })
 		kill() // no cleanup: renewals stop, the lease stays
 		<-l.Context().Done()
 		if err := a.Close(b.ctx); err != nil {
@@ -511,7 +511,7 @@ func TestWorkerOutcomes(t *testing.T) {
 			t.Fatalf("after kill: ownership %s", s.OwnershipState)
 		}
 		// Stand in for the lease-expiry scanner.
-		valkeytest.Eventually(t, 5*time.Second, "lease marked expired", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "lease marked expired", func() bool {
 			r, err := b.vc.MarkLeaseExpiredIfDue(b.ctx, &valkey.MarkLeaseExpiredIfDueParams{ExecutionID: id})
 			if err != nil {
 				t.Fatal(err)
@@ -525,7 +525,7 @@ func TestWorkerOutcomes(t *testing.T) {
 		if j.ID != id || j.AttemptType != "reclaim" || j.Attempt != 1 || string(j.Payload) != "x" {
 			t.Fatalf("job = %+v", j)
 		}
-		valkeytest.Eventually(t, 5*time.Second, "completed", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "completed", func() bool {
 			return b.state(t, id).PublicState == model.PublicCompleted
 		})
 		if err := stop(); err != nil {
@@ -558,7 +558,7 @@ func TestWorkerOutcomes(t *testing.T) {
 			}
 			return nil
 		})
-		valkeytest.Eventually(t, 10*time.Second, "all terminal", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "all terminal", func() bool {
 			return b.state(t, retry).Terminal() && b.state(t, perm).Terminal() && b.state(t, none).Terminal()
 		})
 		if err := stop(); err != nil {
@@ -596,7 +596,7 @@ func TestWorkerOutcomes(t *testing.T) {
 			}
 			return nil
 		})
-		valkeytest.Eventually(t, 10*time.Second, "completed", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "completed", func() bool {
 			return b.state(t, id).PublicState == model.PublicCompleted
 		})
 		if err := stop(); err != nil {
@@ -647,7 +647,7 @@ func TestWorkerOutcomes(t *testing.T) {
 			t.Fatal(err)
 		}
 		var l *sdk.Lease
-		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
+		valkeytest.Eventually(t, 30*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
 		if err := w.Close(b.ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -722,7 +722,7 @@ func TestSuspendAndSignal(t *testing.T) {
 	if j.ID != id || j.Attempt != 0 || string(j.Payload) != "req" {
 		t.Fatalf("resumed job = %+v", j)
 	}
-	valkeytest.Eventually(t, 5*time.Second, "completed", func() bool {
+	valkeytest.Eventually(t, 30*time.Second, "completed", func() bool {
 		return b.state(t, id).PublicState == model.PublicCompleted
 	})
 	if err := stop(); err != nil {
@@ -782,7 +782,7 @@ func TestFlow(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})
-		valkeytest.Eventually(t, 10*time.Second, "z completed", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "z completed", func() bool {
 			return b.state(t, z).PublicState == model.PublicCompleted
 		})
 		if err := stop(); err != nil {
@@ -806,7 +806,7 @@ func TestFlow(t *testing.T) {
 		}
 		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"late"}})
 		var l *sdk.Lease
-		valkeytest.Eventually(t, 5*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
+		valkeytest.Eventually(t, 30*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
 		if err := l.Complete(b.ctx, nil); err != nil {
 			t.Fatal(err)
 		}

@@ -86,7 +86,7 @@ func TestReconcileAttemptTimeouts(t *testing.T) {
 			if ev.ExecutionID != retry || ev.Outcome != "expired" || ev.FlowID != flow || ev.OccurredAtMs != r2.ExpiresAt+1 {
 				t.Fatalf("event %+v", ev)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatalf("LISTENing subscriber received no completion event (err %v)", sub.Err())
 		}
 	})

@@ -92,7 +92,7 @@ func TestServerDiesWithHost(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	pgtest.Eventually(t, 15*time.Second, fmt.Sprintf("postmaster %d and its backends gone after the host was killed", pid), func() bool {
+	pgtest.Eventually(t, 30*time.Second, fmt.Sprintf("postmaster %d and its backends gone after the host was killed", pid), func() bool {
 		return pgtest.CheckGone(pid, "/nonexistent") == nil
 	})
 }

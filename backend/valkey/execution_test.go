@@ -459,7 +459,7 @@ func (b *execBundle) awaitCompletion(msgs <-chan string, eid model.ExecutionID) 
 			if got["execution_id"] == string(eid) {
 				return got
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			b.t.Fatalf("no completion published for %s", eid)
 			return nil
 		}
@@ -485,7 +485,7 @@ func (b *execBundle) noCompletion(msgs <-chan string, eid model.ExecutionID, mar
 			if got["execution_id"] == string(marker) {
 				return
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			b.t.Fatal("marker not received")
 		}
 	}

@@ -111,7 +111,7 @@ func famCompletions(t *testing.T, c *valkey.Client) func(eid model.ExecutionID) 
 	return func(eid model.ExecutionID) map[string]string {
 		t.Helper()
 		var msg map[string]string
-		valkeytest.Eventually(t, 5*time.Second, "completion of "+string(eid), func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "completion of "+string(eid), func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, raw := range got {

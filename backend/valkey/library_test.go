@@ -60,7 +60,7 @@ func TestLibrary(t *testing.T) {
 		if err := srv.Restart(ctx); err != nil {
 			t.Fatal(err)
 		}
-		valkeytest.Eventually(t, 10*time.Second, "library reloaded after restart", func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "library reloaded after restart", func() bool {
 			c.FCall(ctx, "ff_version_probe_missing", nil, nil)
 			v, err := c.LibraryVersion(ctx)
 			return err == nil && v == lua.Version

@@ -50,7 +50,7 @@ func TestServerDiesWithHost(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	valkeytest.Eventually(t, 10*time.Second, fmt.Sprintf("server pid %d gone after its host was killed", pid), func() bool {
+	valkeytest.Eventually(t, 30*time.Second, fmt.Sprintf("server pid %d gone after its host was killed", pid), func() bool {
 		// A zombie would still answer kill(0); reap through /proc state.
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		return err != nil || strings.Contains(string(b), ") Z ")
