@@ -268,21 +268,14 @@ func (h *Host) wakeListener(ctx context.Context) {
 func (h *Host) listenOnce(ctx context.Context) error {
 	raw := h.cfg.Backend.Raw()
 	if !h.cfg.Timers.NoConfigSet {
-		if err := ensureNotifyFlags(ctx, raw); err != nil {
+		if err := h.cfg.Backend.EnableZaddKeyevents(ctx); err != nil {
 			return err
 		}
 	}
-	info, err := raw.Do(ctx, raw.B().ClientInfo().Build()).ToString()
+	channel, err := h.cfg.Backend.ZaddKeyeventChannel(ctx)
 	if err != nil {
-		return fmt.Errorf("client info: %w", err)
+		return err
 	}
-	db := 0
-	for _, f := range strings.Fields(info) {
-		if v, ok := strings.CutPrefix(f, "db="); ok {
-			db, _ = strconv.Atoi(v)
-		}
-	}
-	channel := "__keyevent@" + strconv.Itoa(db) + "__:zadd"
 	dc, cancel := raw.Dedicate()
 	defer cancel()
 	errs := dc.SetPubSubHooks(valkeygo.PubSubHooks{
@@ -303,30 +296,6 @@ func (h *Host) listenOnce(ctx context.Context) error {
 	case err := <-errs:
 		return err
 	}
-}
-
-// ensureNotifyFlags adds E (keyevent) and z (sorted set) to
-// notify-keyspace-events, keeping the flags already set.
-func ensureNotifyFlags(ctx context.Context, raw valkeygo.Client) error {
-	kv, err := raw.Do(ctx, raw.B().ConfigGet().Parameter("notify-keyspace-events").Build()).AsStrMap()
-	if err != nil {
-		return fmt.Errorf("config get notify-keyspace-events: %w", err)
-	}
-	cur := kv["notify-keyspace-events"]
-	want := cur
-	if !strings.Contains(want, "E") {
-		want += "E"
-	}
-	if !strings.Contains(want, "z") && !strings.Contains(want, "A") {
-		want += "z"
-	}
-	if want == cur {
-		return nil
-	}
-	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", want).Build()).Error(); err != nil {
-		return fmt.Errorf("config set notify-keyspace-events %s: %w", want, err)
-	}
-	return nil
 }
 
 // routeWake wakes the partition named by key's hash tag in every plugin

@@ -3,6 +3,9 @@ package sdk_test
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,6 +44,7 @@ func BenchmarkCreateClaimComplete(b *testing.B) {
 					})
 				}()
 			}
+			cmds0 := serverCalls(b, tb)
 			b.ResetTimer()
 			start := time.Now()
 			var pwg sync.WaitGroup
@@ -62,10 +66,44 @@ func BenchmarkCreateClaimComplete(b *testing.B) {
 			el := time.Since(start)
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/el.Seconds(), "execs/s")
+			cmds1 := serverCalls(b, tb)
+			b.ReportMetric(float64(cmds1[""]-cmds0[""])/float64(b.N), "cmds/exec")
+			var top []string
+			for k, v := range cmds1 {
+				if d := v - cmds0[k]; k != "" && d > int64(b.N) {
+					top = append(top, fmt.Sprintf("%s=%.1f", k, float64(d)/float64(b.N)))
+				}
+			}
+			sort.Strings(top)
+			b.Logf("server commands per execution: %s", strings.Join(top, " "))
 			cancel()
 			wg.Wait()
 		})
 	}
+}
+
+// serverCalls is the server's command counts by command, and their total
+// under "" (INFO commandstats, commands run inside FCALLs included). The server is shared by the
+// package's tests, so the figure is exact only when the benchmark runs
+// alone, as `-run '^$'` does.
+func serverCalls(tb testing.TB, b *testBundle) map[string]int64 {
+	raw := b.vc.Raw()
+	info, err := raw.Do(b.ctx, raw.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	calls := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		v, _ := strconv.ParseInt(n, 10, 64)
+		calls[strings.TrimPrefix(name, "cmdstat_")] += v
+		calls[""] += v
+	}
+	return calls
 }
 
 // stuck describes the executions left on the lanes' eligible sets.

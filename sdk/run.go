@@ -182,6 +182,7 @@ loop:
 		case <-ctx.Done():
 		case <-w.life.Done():
 		case <-t.C:
+		case <-w.wakeCh(): // eligible work was just indexed on a lane of ours
 		}
 		t.Stop()
 		idle = min(idle*2, w.cfg.IdlePollMax)
@@ -223,6 +224,15 @@ loop:
 		}
 	}
 	return err
+}
+
+// wakeCh is the channel that nudges an idle Run (nil, never ready,
+// without notifications).
+func (w *Worker) wakeCh() <-chan struct{} {
+	if w.wake == nil {
+		return nil
+	}
+	return w.wake.ch
 }
 
 // handle runs one handler and ends the lease by its result.

@@ -36,6 +36,20 @@ const (
 	// a window that produced work before moving on (fairness across
 	// partitions).
 	stickyRounds = 16
+	// candidateMaxAge bounds how long eligible heads found by one scan
+	// round are kept for the next claims before a fresh scan: older heads
+	// have likely been taken by other workers.
+	candidateMaxAge = 250 * time.Millisecond
+	// reclaimReadEvery is how often a scan round also reads a window's
+	// due lease_expiry head. Reclaiming expired leases is the lease-expiry
+	// scanner's job; the worker's own read is a fallback and stays off
+	// the hot path.
+	reclaimReadEvery = time.Second
+	// notifiedWindowEvery is how often ClaimNext reads a window of
+	// partitions while eligible-work notifications are up and the last
+	// window read found nothing: notifications point at new work, the
+	// windows only catch what they missed.
+	notifiedWindowEvery = 100 * time.Millisecond
 )
 
 // WorkerConfig configures a Worker. WorkerID and Lanes are required.
@@ -78,6 +92,12 @@ type WorkerConfig struct {
 	// deployments without the engine. Resolution is idempotent, so
 	// running both is safe.
 	ResolveDependencies bool
+	// DisableNotifications stops the worker from subscribing to ZADD
+	// keyevents (and from turning them on with CONFIG SET). With them,
+	// the worker reads the partitions that just got eligible work on its
+	// lanes and an idle worker wakes at once; without them it finds work
+	// by polling windows of partitions only.
+	DisableNotifications bool
 	// Clock is the worker's time source (time.Now when nil).
 	Clock func() time.Time
 	// Logger receives worker logs (slog.Default() when nil).
@@ -149,6 +169,15 @@ type Worker struct {
 	sticky atomic.Int32
 	laneRR atomic.Uint64
 
+	// scanMu guards the candidate buffer and the reclaim-read times.
+	scanMu      sync.Mutex
+	buffered    []candidate // eligible heads left by the last scan round
+	bufferedAt  time.Time
+	reclaimRead map[uint64]time.Time // window start → last lease_expiry read
+	wake        *eligibleWatch       // nil with DisableNotifications or on Postgres
+	lastWindow  time.Time            // last window read
+	windowFound bool                 // the last window read found work
+
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
 	closed bool
@@ -176,7 +205,8 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 		return nil, err
 	}
 	w := &Worker{vc: vc, cfg: cfg, parts: parts, log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
-		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{}}
+		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{},
+		reclaimRead: map[uint64]time.Time{}}
 	for _, c := range cfg.Capabilities {
 		w.capSet[c] = true
 	}
@@ -203,6 +233,11 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 	w.life, w.lifeCancel = context.WithCancel(ctx)
 	w.bg.Add(1)
 	go w.heartbeat()
+	if !cfg.DisableNotifications {
+		w.wake = newEligibleWatch(cfg.Lanes, parts.Flow)
+		w.bg.Add(1)
+		go w.watchEligible()
+	}
 	w.log.Info("worker connected", "worker_id", cfg.WorkerID, "lanes", cfg.Lanes, "caps", w.capsCSV,
 		"flow_partitions", parts.Flow)
 	return w, nil
@@ -310,14 +345,19 @@ type candidate struct {
 	promote *model.Partition // due delayed member of this partition
 }
 
-// ClaimNext scans the next window of PartitionScanChunk partitions (one
+// ClaimNext claims the next execution it can. It first tries the eligible
+// heads the previous scan round left over (for up to candidateMaxAge),
+// then scans the next window of PartitionScanChunk partitions: one
 // pipelined round trip of ZRANGEBYSCORE lane:eligible LIMIT 0 1 per
-// partition and lane, plus the due head of lease_expiry unless
-// DisableReclaim) and claims the first execution it can. It returns
-// (nil, nil) when the window had nothing claimable; the next call reads
-// the next window. A window that produced work is read again on the next
-// call (up to 16 rounds in a row) because work tends to cluster on
-// partitions.
+// partition and lane, plus, at most once per reclaimReadEvery per window
+// and unless DisableReclaim, the due head of lease_expiry. It returns
+// (nil, nil) when nothing was claimable; the next call reads the next
+// window. A window that produced work is read again on the next call (up
+// to 16 rounds in a row) because work tends to cluster on partitions.
+//
+// One scan round thus feeds many claims: under load the scan costs a
+// few server commands per execution instead of one per partition and
+// lane.
 //
 // The returned lease renews itself until it is finished (Complete, Fail,
 // Delay, Suspend) or lost.
@@ -328,16 +368,48 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	if w.pg != nil {
 		return w.pgClaimNext(ctx)
 	}
+	for {
+		c, ok := w.nextBuffered()
+		if !ok {
+			break
+		}
+		l, err := w.tryClaim(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			return l, nil
+		}
+	}
+	if w.wake != nil {
+		if hot := w.wake.take(); len(hot) > 0 {
+			cands, err := w.scan(ctx, hot, false)
+			if err != nil {
+				return nil, err
+			}
+			return w.claimFrom(ctx, cands)
+		}
+	}
+	if !w.windowDue() {
+		return nil, nil
+	}
 	n := uint64(w.parts.Flow)
 	chunk := min(uint64(PartitionScanChunk), n)
 	cur := w.cursor.Load()
 	start := cur % n
-	cands, err := w.scan(ctx, start, chunk)
+	window := make([]model.Partition, chunk)
+	for s := range window {
+		window[s] = model.Partition{Family: model.FamilyFlow, Index: uint16((start + uint64(s)) % n)}
+	}
+	cands, err := w.scan(ctx, window, w.readReclaim(start))
 	if err != nil {
 		return nil, err
 	}
+	w.scanMu.Lock()
+	w.windowFound = len(cands) > 0
+	w.scanMu.Unlock()
 	promoted := false
-	for _, c := range cands {
+	for i, c := range cands {
 		var l *Lease
 		if c.promote != nil {
 			promoted = w.promoteDue(ctx, c, *c.promote) || promoted
@@ -352,6 +424,7 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 			return nil, err
 		}
 		if l != nil {
+			w.keepBuffered(cands[i+1:])
 			if w.sticky.Add(1) >= stickyRounds {
 				w.sticky.Store(0)
 				w.cursor.CompareAndSwap(cur, cur+chunk)
@@ -367,40 +440,125 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	return nil, nil
 }
 
-// scan reads the window in one DoMulti and returns candidates: reclaims
-// first (older work), then eligible heads, lanes rotated per call.
-func (w *Worker) scan(ctx context.Context, start, chunk uint64) ([]candidate, error) {
+// claimFrom tries the eligible candidates of a scan of notified
+// partitions and buffers the rest.
+func (w *Worker) claimFrom(ctx context.Context, cands []candidate) (*Lease, error) {
+	for i, c := range cands {
+		l, err := w.tryClaim(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			w.keepBuffered(cands[i+1:])
+			return l, nil
+		}
+	}
+	return nil, nil
+}
+
+// nextBuffered pops the oldest buffered eligible head, if the buffer is
+// still fresh.
+func (w *Worker) nextBuffered() (candidate, bool) {
+	w.scanMu.Lock()
+	defer w.scanMu.Unlock()
+	if len(w.buffered) == 0 {
+		return candidate{}, false
+	}
+	if w.cfg.Clock().Sub(w.bufferedAt) > candidateMaxAge {
+		w.buffered = nil
+		return candidate{}, false
+	}
+	c := w.buffered[0]
+	w.buffered = w.buffered[1:]
+	return c, true
+}
+
+// keepBuffered stores the eligible heads a scan round did not use.
+func (w *Worker) keepBuffered(rest []candidate) {
+	var keep []candidate
+	for _, c := range rest {
+		if c.promote == nil && !c.reclaim {
+			keep = append(keep, c)
+		}
+	}
+	w.scanMu.Lock()
+	w.buffered, w.bufferedAt = keep, w.cfg.Clock()
+	w.scanMu.Unlock()
+}
+
+// headsPerKey is how many eligible heads a scan reads per partition and
+// lane: enough to feed this worker's concurrency for a few claims from
+// one round trip.
+func (w *Worker) headsPerKey() int64 {
+	return int64(min(max(2*w.cfg.Concurrency, 4), 32))
+}
+
+// windowDue reports whether ClaimNext reads a window now: always without
+// notifications or after a window that found work (a backlog), else at
+// most every notifiedWindowEvery.
+func (w *Worker) windowDue() bool {
+	w.scanMu.Lock()
+	defer w.scanMu.Unlock()
+	now := w.cfg.Clock()
+	if w.wake != nil && w.wake.up.Load() && !w.windowFound &&
+		now.Sub(w.lastWindow) < notifiedWindowEvery && !now.Before(w.lastWindow) {
+		return false
+	}
+	w.lastWindow = now
+	return true
+}
+
+// readReclaim reports whether this round reads the window's lease_expiry
+// heads, and records the read.
+func (w *Worker) readReclaim(start uint64) bool {
+	if w.cfg.DisableReclaim {
+		return false
+	}
+	now := w.cfg.Clock()
+	w.scanMu.Lock()
+	defer w.scanMu.Unlock()
+	if last, ok := w.reclaimRead[start]; ok && now.Sub(last) < reclaimReadEvery && !now.Before(last) {
+		return false
+	}
+	w.reclaimRead[start] = now
+	return true
+}
+
+// scan reads the heads of parts in one DoMulti and returns candidates:
+// due delayed heads to promote first (with PromoteDelayed), then
+// reclaims (older work; only when reclaim is set), then eligible heads,
+// lanes rotated per call.
+func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool) ([]candidate, error) {
 	raw := w.vc.Raw()
 	lanes := w.cfg.Lanes
 	rot := int(w.laneRR.Add(1) % uint64(len(lanes)))
 	now := strconv.FormatInt(w.cfg.Clock().UnixMilli(), 10)
 	per := len(lanes)
-	if !w.cfg.DisableReclaim {
+	if reclaim {
 		per++
 	}
 	if w.cfg.PromoteDelayed {
 		per += len(lanes)
 	}
-	cmds := make(vk.Commands, 0, int(chunk)*per)
+	cmds := make(vk.Commands, 0, len(parts)*per)
 	type slot struct {
 		part             model.Partition
 		lane             string
 		reclaim, delayed bool
 	}
 	slots := make([]slot, 0, cap(cmds))
-	for s := uint64(0); s < chunk; s++ {
-		p := model.Partition{Family: model.FamilyFlow, Index: uint16((start + s) % uint64(w.parts.Flow))}
+	for _, p := range parts {
 		pk := model.KeysOn(p)
 		for i := range lanes {
 			lane := lanes[(rot+i)%len(lanes)]
-			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneEligible(lane)).Min("-inf").Max("+inf").Limit(0, 1).Build())
+			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneEligible(lane)).Min("-inf").Max("+inf").Limit(0, w.headsPerKey()).Build())
 			slots = append(slots, slot{part: p, lane: lane})
 			if w.cfg.PromoteDelayed {
 				cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneDelayed(lane)).Min("-inf").Max(now).Limit(0, 1).Build())
 				slots = append(slots, slot{part: p, lane: lane, delayed: true})
 			}
 		}
-		if !w.cfg.DisableReclaim {
+		if reclaim {
 			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LeaseExpiry()).Min("-inf").Max(now).Limit(0, 1).Build())
 			slots = append(slots, slot{part: p, reclaim: true})
 		}
