@@ -50,6 +50,11 @@ type Config struct {
 	// CacheDir holds wazero's compilation cache; "" keeps it in memory (so
 	// a restart compiles every plugin again, 0.5–1 s each).
 	CacheDir string
+	// CacheMaxBytes bounds CacheDir: after its initial load the host
+	// deletes the least recently used entries beyond it (see
+	// PruneCompilationCache). 0 means HostCacheMaxBytesDefault; negative
+	// never prunes.
+	CacheMaxBytes int64
 	// Backend is the Valkey client plugins reach through host functions.
 	// Nil is allowed only with Store (tests) or for a host that loads and
 	// lists plugins without running them.
@@ -144,6 +149,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.PoolSize = cmp.Or(c.PoolSize, HostPoolSizeDefault)
 	c.RecycleCalls = cmp.Or(c.RecycleCalls, HostRecycleCallsDefault)
 	c.Records = cmp.Or(c.Records, HostRecordsDefault)
+	c.CacheMaxBytes = cmp.Or(c.CacheMaxBytes, HostCacheMaxBytesDefault)
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, HostMaxOutputBytesDefault)
 	c.QuarantineBase = cmp.Or(c.QuarantineBase, HostQuarantineBaseDefault)
 	c.Timers.SafetyFactor = cmp.Or(c.Timers.SafetyFactor, TimerSafetyFactorDefault)

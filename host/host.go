@@ -120,6 +120,7 @@ func (h *Host) Start(ctx context.Context) error {
 			defer func() { <-done }()
 		}
 		h.scanDir(ctx)
+		h.pruneCache()
 		cc := h.startCompletions(ctx) // after the initial load: dispatchers are in place
 		defer cc.wait()
 		started()
@@ -130,6 +131,21 @@ func (h *Host) Start(ctx context.Context) error {
 
 // Close releases the compilation cache; call it after the last Stop.
 func (h *Host) Close(ctx context.Context) error { return h.cache.Close(ctx) }
+
+// pruneCache keeps the compilation cache within CacheMaxBytes.
+func (h *Host) pruneCache() {
+	if h.cfg.CacheDir == "" || h.cfg.CacheMaxBytes < 0 {
+		return
+	}
+	res, err := PruneCompilationCache(h.cfg.CacheDir, h.cfg.CacheMaxBytes, time.Now())
+	switch {
+	case err != nil:
+		h.cfg.Logger.Warn("compilation cache not pruned", "dir", h.cfg.CacheDir, "error", err)
+	case res.Removed > 0:
+		h.cfg.Logger.Info("compilation cache pruned", "dir", h.cfg.CacheDir, "removed", res.Removed,
+			"freed_bytes", res.Freed, "entries", res.Entries, "bytes", res.Bytes)
+	}
+}
 
 // scanDir loads every *.wasm present, in name order.
 func (h *Host) scanDir(ctx context.Context) {
