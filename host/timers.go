@@ -2,7 +2,7 @@ package host
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"path"
 	"strconv"
 	"strings"
@@ -10,9 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	valkeygo "github.com/valkey-io/valkey-go"
-
 	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -250,13 +249,19 @@ func (p *plugin) nextScan(spec LoopSpec, res abi.ScanResult) time.Time {
 
 // wakeListener subscribes to zadd keyevents of the backend's database and
 // wakes the partitions of plugins whose wake patterns match the key. It
-// reconnects after timerRetryDelay until ctx ends.
+// reconnects after timerRetryDelay until ctx ends; on a cluster it
+// subscribes on every primary and starts over at once when the primaries
+// change (a restarted node gets its notify flags back then).
 func (h *Host) wakeListener(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := h.listenOnce(ctx)
 		h.wakeUp.Store(false)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, valkey.ErrPrimariesChanged) {
+			h.cfg.Logger.Info("due-timer wake subscription: cluster primaries changed; resubscribing", "error", err)
+			continue
 		}
 		h.cfg.Logger.Warn("due-timer wake subscription failed; polling at plugin intervals until it is back", "error", err, "retry_in_ms", timerRetryDelay.Milliseconds())
 		if !sleep(ctx, timerRetryDelay) {
@@ -266,36 +271,15 @@ func (h *Host) wakeListener(ctx context.Context) {
 }
 
 func (h *Host) listenOnce(ctx context.Context) error {
-	raw := h.cfg.Backend.Raw()
 	if !h.cfg.Timers.NoConfigSet {
 		if err := h.cfg.Backend.EnableZaddKeyevents(ctx); err != nil {
 			return err
 		}
 	}
-	channel, err := h.cfg.Backend.ZaddKeyeventChannel(ctx)
-	if err != nil {
-		return err
-	}
-	dc, cancel := raw.Dedicate()
-	defer cancel()
-	errs := dc.SetPubSubHooks(valkeygo.PubSubHooks{
-		OnMessage: func(m valkeygo.PubSubMessage) { h.routeWake(m.Message) },
-		OnSubscription: func(s valkeygo.PubSubSubscription) {
-			if s.Kind == "subscribe" {
-				h.wakeUp.Store(true)
-				h.wakeAll() // notifications may have been missed while down
-			}
-		},
+	return h.cfg.Backend.WatchZaddKeyevents(ctx, h.routeWake, func() {
+		h.wakeUp.Store(true)
+		h.wakeAll() // notifications may have been missed while down
 	})
-	if err := dc.Do(ctx, dc.B().Subscribe().Channel(channel).Build()).Error(); err != nil {
-		return fmt.Errorf("subscribe %s: %w", channel, err)
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errs:
-		return err
-	}
 }
 
 // routeWake wakes the partition named by key's hash tag in every plugin

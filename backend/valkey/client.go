@@ -17,10 +17,12 @@ import (
 // ClientConfig configures a Client.
 type ClientConfig struct {
 	// URL is a valkey-go URL: "unix:///path/sock", "redis://host:port/db",
-	// "valkey://...". Required.
+	// "valkey://...", or a Valkey Cluster: "valkey+cluster://host:port,
+	// host:port,..." (seed nodes; a redis:// URL naming one cluster node is
+	// detected as a cluster too). Required.
 	URL string
 	// DB selects a logical database (0 by default). Ignored when URL names
-	// one.
+	// one. A cluster has only database 0.
 	DB int
 	// Partitions is the deployment's partition config (default 256/32/32).
 	Partitions model.PartitionConfig
@@ -32,9 +34,11 @@ type ClientConfig struct {
 // library loaded on demand, and one typed method per ff_* function.
 // It is safe for concurrent use.
 type Client struct {
-	c     vk.Client
-	parts model.PartitionConfig
-	log   *slog.Logger
+	c       vk.Client
+	parts   model.PartitionConfig
+	log     *slog.Logger
+	cluster bool   // c is valkey-go's cluster client
+	where   string // the URL, for messages
 
 	reloadMu sync.Mutex
 }
@@ -54,23 +58,31 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err := cfg.Partitions.Validate(); err != nil {
 		return nil, err
 	}
-	opt, err := vk.ParseURL(cfg.URL)
+	opt, wantCluster, err := parseURL(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("valkey: parse url %q: %w", cfg.URL, err)
 	}
 	if opt.SelectDB == 0 {
 		opt.SelectDB = cfg.DB
 	}
+	if wantCluster && opt.SelectDB != 0 {
+		return nil, fmt.Errorf("valkey: url %q: a cluster has only database 0 (asked for %d)", cfg.URL, opt.SelectDB)
+	}
 	// Client-side caching needs RESP3 tracking, which fabric does not use.
 	opt.DisableCache = true
+	opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
 	c, err := vk.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("valkey: connect %s: %w", cfg.URL, err)
 	}
-	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger}
+	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: cfg.URL}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("valkey: ping %s: %w", cfg.URL, err)
+	}
+	if err := cl.checkClusterMode(ctx, wantCluster, opt); err != nil {
+		c.Close()
+		return nil, err
 	}
 	return cl, nil
 }
@@ -104,6 +116,9 @@ func (c *Client) fcallCmd(fn string, keys, args []string) vk.Completed {
 // FCallRaw runs FCALL fn and returns the raw reply, reloading the library
 // once and retrying when the server says the function does not exist.
 func (c *Client) FCallRaw(ctx context.Context, fn string, keys, args []string) (vk.ValkeyMessage, error) {
+	if err := c.sameSlot(keys); err != nil {
+		return vk.ValkeyMessage{}, fmt.Errorf("valkey: FCALL %s: %w", fn, err)
+	}
 	res := c.c.Do(ctx, c.fcallCmd(fn, keys, args))
 	if err := res.Error(); isFunctionMissing(err) {
 		if lerr := c.reload(ctx, err); lerr != nil {
@@ -143,38 +158,79 @@ type Result struct {
 
 // FCallBatch pipelines calls in one round trip (valkey-go DoMulti) and
 // decodes each reply. If any call found the library missing, the library is
-// reloaded and only those calls are retried.
+// reloaded and only those calls are retried. On a cluster a call whose keys
+// span slots fails alone with ErrCrossSlot.
 func (c *Client) FCallBatch(ctx context.Context, calls []Call) []Result {
 	out := make([]Result, len(calls))
 	if len(calls) == 0 {
 		return out
 	}
-	cmds := make(vk.Commands, len(calls))
+	sent := make([]int, 0, len(calls)) // calls that pass the slot check
 	for i, call := range calls {
-		cmds[i] = c.fcallCmd(call.Function, call.Keys, call.Args)
+		if err := c.sameSlot(call.Keys); err != nil {
+			out[i] = Result{Err: fmt.Errorf("valkey: FCALL %s: %w", call.Function, err)}
+			continue
+		}
+		sent = append(sent, i)
 	}
-	res := c.c.DoMulti(ctx, cmds...)
+	if len(sent) == 0 {
+		return out
+	}
 	var retry []int
-	for i, r := range res {
+	var missing error
+	for j, r := range c.doFCalls(ctx, calls, sent) {
+		i := sent[j]
 		if err := r.Error(); isFunctionMissing(err) {
-			retry = append(retry, i)
+			retry, missing = append(retry, i), err
 			continue
 		}
 		out[i] = decodeResult(calls[i].Function, r)
 	}
 	if len(retry) > 0 {
-		if err := c.reload(ctx, res[retry[0]].Error()); err != nil {
+		if err := c.reload(ctx, missing); err != nil {
 			for _, i := range retry {
 				out[i] = Result{Err: err}
 			}
 			return out
 		}
-		again := make(vk.Commands, len(retry))
-		for j, i := range retry {
-			again[j] = c.fcallCmd(calls[i].Function, calls[i].Keys, calls[i].Args)
-		}
-		for j, r := range c.c.DoMulti(ctx, again...) {
+		for j, r := range c.doFCalls(ctx, calls, retry) {
 			out[retry[j]] = decodeResult(calls[retry[j]].Function, r)
+		}
+	}
+	return out
+}
+
+// doFCalls pipelines the calls at indexes idx and returns their results in
+// that order. On a cluster, keyless calls (which go to any node) are sent
+// apart from keyed ones: valkey-go refuses a pipeline that mixes the two
+// across slots.
+func (c *Client) doFCalls(ctx context.Context, calls []Call, idx []int) []vk.ValkeyResult {
+	build := func(ii []int) vk.Commands {
+		cmds := make(vk.Commands, len(ii))
+		for j, i := range ii {
+			cmds[j] = c.fcallCmd(calls[i].Function, calls[i].Keys, calls[i].Args)
+		}
+		return cmds
+	}
+	var keyed, keyless []int // positions in idx
+	for j, i := range idx {
+		if len(calls[i].Keys) == 0 {
+			keyless = append(keyless, j)
+		} else {
+			keyed = append(keyed, j)
+		}
+	}
+	if !c.cluster || len(keyless) == 0 || len(keyed) == 0 {
+		return c.c.DoMulti(ctx, build(idx)...)
+	}
+	out := make([]vk.ValkeyResult, len(idx))
+	for _, group := range [][]int{keyed, keyless} {
+		ii := make([]int, len(group))
+		for k, j := range group {
+			ii[k] = idx[j]
+		}
+		for k, r := range c.c.DoMulti(ctx, build(ii)...) {
+			out[group[k]] = r
 		}
 	}
 	return out

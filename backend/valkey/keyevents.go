@@ -2,9 +2,14 @@ package valkey
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
 )
 
 // EnableZaddKeyevents adds the E (keyevent) and z (sorted set) flags to
@@ -12,10 +17,24 @@ import (
 // that every ZADD publishes its key on ZaddKeyeventChannel. Due-time
 // timers and workers use it to learn which partition has new work
 // without polling. It fails where CONFIG is not permitted (managed
-// servers); callers then fall back to polling.
+// servers); callers then fall back to polling. On a cluster it sets the
+// flags on every reachable primary (CONFIG is per node, and a restarted
+// node comes back without them).
 func (c *Client) EnableZaddKeyevents(ctx context.Context) error {
-	raw := c.Raw()
-	kv, err := raw.Do(ctx, raw.B().ConfigGet().Parameter("notify-keyspace-events").Build()).AsStrMap()
+	nodes, err := c.Primaries(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if err := enableZaddKeyeventsOn(ctx, n.Client); err != nil {
+			return c.onNode(n, err)
+		}
+	}
+	return nil
+}
+
+func enableZaddKeyeventsOn(ctx context.Context, node vk.Client) error {
+	kv, err := node.Do(ctx, node.B().ConfigGet().Parameter("notify-keyspace-events").Build()).AsStrMap()
 	if err != nil {
 		return fmt.Errorf("config get notify-keyspace-events: %w", err)
 	}
@@ -30,14 +49,15 @@ func (c *Client) EnableZaddKeyevents(ctx context.Context) error {
 	if want == cur {
 		return nil
 	}
-	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", want).Build()).Error(); err != nil {
+	if err := node.Do(ctx, node.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", want).Build()).Error(); err != nil {
 		return fmt.Errorf("config set notify-keyspace-events %s: %w", want, err)
 	}
 	return nil
 }
 
 // ZaddKeyeventChannel returns the keyevent channel ZADDs of the client's
-// database are published on ("__keyevent@<db>__:zadd").
+// database are published on ("__keyevent@<db>__:zadd"; a cluster has only
+// database 0).
 func (c *Client) ZaddKeyeventChannel(ctx context.Context) (string, error) {
 	raw := c.Raw()
 	info, err := raw.Do(ctx, raw.B().ClientInfo().Build()).ToString()
@@ -51,4 +71,129 @@ func (c *Client) ZaddKeyeventChannel(ctx context.Context) (string, error) {
 		}
 	}
 	return "__keyevent@" + strconv.Itoa(db) + "__:zadd", nil
+}
+
+// ErrPrimariesChanged ends a WatchZaddKeyevents whose set of cluster
+// primaries is out of date; the caller subscribes again (and sets the
+// notify flags again: a node that is new or restarted lacks them).
+var ErrPrimariesChanged = errors.New("cluster primaries changed")
+
+// primariesWatchInterval is how often WatchZaddKeyevents checks the set of
+// reachable cluster primaries.
+const primariesWatchInterval = 2 * time.Second
+
+// WatchZaddKeyevents subscribes to the ZADD keyevents of the client's
+// database and calls onKey with every key ZADDed to, until a subscription
+// breaks (its error), the cluster's primaries change (ErrPrimariesChanged)
+// or ctx ends (nil). onUp runs once every subscription is confirmed.
+//
+// Keyspace notifications are node-local: on a cluster only the node that
+// owns a key announces its ZADD, so there is one subscription per
+// primary, each on a dedicated connection.
+func (c *Client) WatchZaddKeyevents(ctx context.Context, onKey func(key string), onUp func()) error {
+	channel, err := c.ZaddKeyeventChannel(ctx)
+	if err != nil {
+		return err
+	}
+	nodes, err := c.Primaries(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(nodes)+1)
+	var confirmed atomic.Int32
+	for _, n := range nodes {
+		go func() {
+			err := subscribeOn(ctx, n.Client, channel, onKey, func() {
+				if int(confirmed.Add(1)) == len(nodes) {
+					onUp()
+				}
+			})
+			if err != nil {
+				err = c.onNode(n, err)
+			}
+			errs <- err
+		}()
+	}
+	if c.cluster {
+		go func() { errs <- c.watchPrimaries(ctx, nodes) }()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("keyevent subscription ended")
+		}
+		return err
+	}
+}
+
+// subscribeOn holds one SUBSCRIBE to channel on node until the connection
+// breaks or ctx ends.
+func subscribeOn(ctx context.Context, node vk.Client, channel string, onKey func(string), onConfirmed func()) error {
+	dc, release := node.Dedicate()
+	defer release()
+	broken := dc.SetPubSubHooks(vk.PubSubHooks{
+		OnMessage: func(m vk.PubSubMessage) { onKey(m.Message) },
+		OnSubscription: func(s vk.PubSubSubscription) {
+			if s.Kind == "subscribe" {
+				onConfirmed()
+			}
+		},
+	})
+	if err := dc.Do(ctx, dc.B().Subscribe().Channel(channel).Build()).Error(); err != nil {
+		return fmt.Errorf("subscribe %s: %w", channel, err)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-broken:
+		return err
+	}
+}
+
+// watchPrimaries returns ErrPrimariesChanged once the reachable primaries
+// differ from nodes (nil when ctx ends first).
+func (c *Client) watchPrimaries(ctx context.Context, nodes []Node) error {
+	t := time.NewTicker(primariesWatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now, err := c.Primaries(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if !sameAddrs(now, nodes) {
+			return fmt.Errorf("%w: %s -> %s", ErrPrimariesChanged, addrList(nodes), addrList(now))
+		}
+	}
+}
+
+func sameAddrs(a, b []Node) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a { // Primaries sorts by address
+		if a[i].Addr != b[i].Addr {
+			return false
+		}
+	}
+	return true
+}
+
+func addrList(ns []Node) string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.Addr
+	}
+	return strings.Join(out, ",")
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	vk "github.com/valkey-io/valkey-go"
+
 	"github.com/fabric-host/fabric/lua"
 	"github.com/fabric-host/fabric/model"
 )
@@ -23,12 +25,42 @@ const (
 // it probes ff_version, and loads (or replaces) the library when the probe
 // fails or returns another version. The probe after loading must return the
 // embedded version; otherwise another process loaded a different version
-// concurrently and an error says so.
+// concurrently and an error says so. On a cluster it does this on every
+// primary (a library lives on each shard; replicas get it from theirs) and
+// reports the strongest action taken on any of them.
 func (c *Client) EnsureLibrary(ctx context.Context) (LibraryAction, error) {
-	if err := c.EnsureFabricLibrary(ctx); err != nil {
+	nodes, err := c.Primaries(ctx)
+	if err != nil {
 		return "", err
 	}
-	got, err := c.probeVersion(ctx)
+	overall := LibraryUpToDate
+	for _, n := range nodes {
+		act, err := c.ensureLibraryOn(ctx, n)
+		if err != nil {
+			return "", c.onNode(n, err)
+		}
+		if actionRank[act] > actionRank[overall] {
+			overall = act
+		}
+	}
+	return overall, nil
+}
+
+var actionRank = map[LibraryAction]int{LibraryUpToDate: 0, LibraryLoaded: 1, LibraryReplaced: 2}
+
+// onNode names the node in err on a cluster.
+func (c *Client) onNode(n Node, err error) error {
+	if !c.cluster {
+		return err
+	}
+	return fmt.Errorf("node %s: %w", n.Addr, err)
+}
+
+func (c *Client) ensureLibraryOn(ctx context.Context, n Node) (LibraryAction, error) {
+	if err := ensureFabricLibraryOn(ctx, n.Client); err != nil {
+		return "", err
+	}
+	got, err := probeVersion(ctx, n.Client)
 	action := LibraryLoaded
 	switch {
 	case err == nil && got == libraryVersion:
@@ -36,33 +68,46 @@ func (c *Client) EnsureLibrary(ctx context.Context) (LibraryAction, error) {
 	case err == nil:
 		action = LibraryReplaced
 	}
-	load := c.c.B().FunctionLoad().Replace().FunctionCode(lua.Source()).Build()
-	if err := c.c.Do(ctx, load).Error(); err != nil {
+	load := n.Client.B().FunctionLoad().Replace().FunctionCode(lua.Source()).Build()
+	if err := n.Client.Do(ctx, load).Error(); err != nil {
 		return "", fmt.Errorf("valkey: FUNCTION LOAD flowfabric: %w", err)
 	}
-	got, err = c.probeVersion(ctx)
+	got, err = probeVersion(ctx, n.Client)
 	if err != nil {
 		return "", fmt.Errorf("valkey: probe ff_version after load: %w", err)
 	}
 	if got != libraryVersion {
 		return "", fmt.Errorf("valkey: library version mismatch after load: expected %s, got %s", libraryVersion, got)
 	}
-	c.log.Info("flowfabric library loaded", "version", got, "action", string(action))
+	c.log.Info("flowfabric library loaded", "version", got, "action", string(action), "node", n.Addr)
 	return action, nil
 }
 
-func (c *Client) probeVersion(ctx context.Context) (string, error) {
-	cmd := c.c.B().Fcall().Function("ff_version").Numkeys(0).Build()
-	return c.c.Do(ctx, cmd).ToString()
+func probeVersion(ctx context.Context, node vk.Client) (string, error) {
+	cmd := node.B().Fcall().Function("ff_version").Numkeys(0).Build()
+	return node.Do(ctx, cmd).ToString()
 }
 
-// LibraryVersion returns what ff_version answers on the server.
+// LibraryVersion returns what ff_version answers on the server; on a
+// cluster every primary must answer the same.
 func (c *Client) LibraryVersion(ctx context.Context) (string, error) {
-	v, err := c.probeVersion(ctx)
+	nodes, err := c.Primaries(ctx)
 	if err != nil {
-		return "", fmt.Errorf("valkey: FCALL ff_version: %w", err)
+		return "", err
 	}
-	return v, nil
+	var first string
+	for i, n := range nodes {
+		v, err := probeVersion(ctx, n.Client)
+		if err != nil {
+			return "", c.onNode(n, fmt.Errorf("valkey: FCALL ff_version: %w", err))
+		}
+		if i == 0 {
+			first = v
+		} else if v != first {
+			return "", fmt.Errorf("valkey: primaries run different library versions: %s has %s, %s has %s", nodes[0].Addr, first, n.Addr, v)
+		}
+	}
+	return first, nil
 }
 
 // BootstrapConfig is the deployment init a host runs at start.

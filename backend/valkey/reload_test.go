@@ -9,6 +9,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/model"
 )
 
 // TestLibraryFlushMidWorkload runs create → grant → claim → complete loops
@@ -59,7 +60,11 @@ func TestLibraryFlushMidWorkload(t *testing.T) {
 }
 
 func oneJob(ctx context.Context, c *valkey.Client, lane string) error {
-	id := c.Partitions().NewSoloExecutionID(lane)
+	return jobOn(ctx, c, c.Partitions().NewSoloExecutionID(lane), lane)
+}
+
+// jobOn runs create → grant → claim → complete for execution id.
+func jobOn(ctx context.Context, c *valkey.Client, id model.ExecutionID, lane string) error {
 	if _, err := c.CreateExecution(ctx, &valkey.CreateExecutionParams{ExecutionID: id, Namespace: "t", LaneID: lane, ExecutionKind: "k"}); err != nil {
 		return err
 	}

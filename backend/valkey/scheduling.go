@@ -222,7 +222,8 @@ type RegisterWorkerParams struct {
 // RegisterWorker registers (or refreshes) a worker instance: alive key
 // SET "1" PX ttl, caps hash with the same TTL, instance id added to the
 // namespace's workers set. It returns WorkerRegistered when the alive key
-// did not exist, else WorkerRefreshed. The keys have no hash tag.
+// did not exist, else WorkerRefreshed. The keys have no hash tag, so on a
+// cluster the writes go as single-key commands (registry_cluster.go).
 //
 //	KEYS[1] ff:worker:<ns>:<wiid>:alive  KEYS[2] ff:worker:<ns>:<wiid>:caps
 //	KEYS[3] ff:idx:<ns>:workers
@@ -232,6 +233,9 @@ type RegisterWorkerParams struct {
 // Reply: ok("registered" | "refreshed").
 func (c *Client) RegisterWorker(ctx context.Context, p *RegisterWorkerParams) (string, error) {
 	const fn = "ff_register_worker"
+	if c.cluster {
+		return c.registerWorkerSplit(ctx, p)
+	}
 	keys := []string{
 		model.WorkerAliveKey(p.Namespace, p.InstanceID), model.WorkerCapsKey(p.Namespace, p.InstanceID),
 		model.WorkersIndexKey(p.Namespace),
@@ -266,6 +270,9 @@ type HeartbeatResult struct {
 // Reply: ok("refreshed", "<ttl_ms>") or ok("not_registered").
 func (c *Client) HeartbeatWorker(ctx context.Context, ns, instanceID string, nowMs int64) (*HeartbeatResult, error) {
 	const fn = "ff_heartbeat_worker"
+	if c.cluster {
+		return c.heartbeatWorkerSplit(ctx, ns, instanceID, nowMs)
+	}
 	keys := []string{model.WorkerAliveKey(ns, instanceID), model.WorkerCapsKey(ns, instanceID)}
 	rep, err := c.FCall(ctx, fn, keys, []string{schedMS(nowMs)})
 	if err != nil {

@@ -35,7 +35,8 @@ var (
 	loaded  bool
 )
 
-// Run runs the tests and stops the shared server afterwards.
+// Run runs the tests and stops the shared server (and the shared cluster,
+// if a test started it) afterwards.
 func Run(m *testing.M) int {
 	code := m.Run()
 	mu.Lock()
@@ -43,6 +44,7 @@ func Run(m *testing.M) int {
 		shared.Stop()
 	}
 	mu.Unlock()
+	stopSharedCluster()
 	return code
 }
 
