@@ -176,20 +176,63 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// clusterInfo runs CLUSTER INFO on node i over its unix socket.
-func (c *Cluster) clusterInfo(ctx context.Context, i int) (string, error) {
+// NodeClient returns a plain client on node i alone (over its unix
+// socket); the caller closes it.
+func (c *Cluster) NodeClient(i int) (vk.Client, error) {
 	opt, err := vk.ParseURL(c.Nodes[i].URL())
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	opt.ForceSingleClient = true
 	opt.DisableCache = true
-	cl, err := vk.NewClient(opt)
+	return vk.NewClient(opt)
+}
+
+// clusterInfo runs CLUSTER INFO on node i.
+func (c *Cluster) clusterInfo(ctx context.Context, i int) (string, error) {
+	cl, err := c.NodeClient(i)
 	if err != nil {
 		return "", err
 	}
 	defer cl.Close()
 	return cl.Do(ctx, cl.B().ClusterInfo().Build()).ToString()
+}
+
+// NodeOf returns the index in Nodes of the primary that serves key, from
+// CLUSTER SLOTS as node 0 sees it.
+func (c *Cluster) NodeOf(ctx context.Context, key string) (int, error) {
+	cl, err := c.NodeClient(0)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ranges, err := cl.Do(ctx, cl.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return 0, fmt.Errorf("valkeytest: CLUSTER SLOTS: %w", err)
+	}
+	slot := int64(valkey.KeySlot(key))
+	for _, r := range ranges {
+		f, err := r.ToArray()
+		if err != nil || len(f) < 3 {
+			continue
+		}
+		lo, _ := f[0].AsInt64()
+		hi, _ := f[1].AsInt64()
+		if slot < lo || slot > hi {
+			continue
+		}
+		primary, _ := f[2].ToArray()
+		if len(primary) < 2 {
+			break
+		}
+		port, _ := primary[1].AsInt64()
+		for i, n := range c.Nodes {
+			if strings.HasSuffix(n.TCPAddr(), ":"+strconv.FormatInt(port, 10)) {
+				return i, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("valkeytest: no node serves slot %d of %s", slot, key)
 }
 
 // WaitOK polls every node until each reports cluster_state:ok.
