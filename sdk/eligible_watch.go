@@ -1,15 +1,14 @@
 package sdk
 
 import (
-	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	vk "github.com/valkey-io/valkey-go"
-
+	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -99,23 +98,27 @@ func (w *Worker) NotificationsUp() bool {
 }
 
 // watchEligible keeps the worker subscribed to ZADD keyevents until the
-// worker's life ends.
+// worker's life ends. The notify flags are set again before every
+// subscription: a restarted server (or cluster node) comes back without
+// them. On a cluster it subscribes on every primary.
 func (w *Worker) watchEligible() {
 	defer w.bg.Done()
-	configured := false
+	warned := false
 	for w.life.Err() == nil {
-		if !configured {
-			if err := w.vc.EnableZaddKeyevents(w.life); err != nil {
-				// Subscribe anyway: the operator (or a fabric host) may
-				// have set the flags already.
-				w.log.Info("could not enable keyspace notifications; relying on polling unless they are on", "error", err)
-			}
-			configured = true
+		if err := w.vc.EnableZaddKeyevents(w.life); err != nil && !warned {
+			// Subscribe anyway: the operator (or a fabric host) may have
+			// set the flags already.
+			w.log.Info("could not enable keyspace notifications; relying on polling unless they are on", "error", err)
+			warned = true
 		}
-		err := w.subscribeEligible(w.life)
+		err := w.vc.WatchZaddKeyevents(w.life, w.wake.note, func() { w.wake.up.Store(true) })
 		w.wake.up.Store(false)
 		if w.life.Err() != nil {
 			return
+		}
+		if errors.Is(err, valkey.ErrPrimariesChanged) {
+			w.log.Info("eligible-work notifications: cluster primaries changed; resubscribing", "error", err)
+			continue
 		}
 		w.log.Warn("eligible-work notifications lost; polling until resubscribed", "error", err)
 		t := time.NewTimer(eligibleWatchRetry)
@@ -125,31 +128,5 @@ func (w *Worker) watchEligible() {
 			return
 		case <-t.C:
 		}
-	}
-}
-
-func (w *Worker) subscribeEligible(ctx context.Context) error {
-	channel, err := w.vc.ZaddKeyeventChannel(ctx)
-	if err != nil {
-		return err
-	}
-	dc, cancel := w.vc.Raw().Dedicate()
-	defer cancel()
-	errs := dc.SetPubSubHooks(vk.PubSubHooks{
-		OnMessage: func(m vk.PubSubMessage) { w.wake.note(m.Message) },
-		OnSubscription: func(s vk.PubSubSubscription) {
-			if s.Kind == "subscribe" {
-				w.wake.up.Store(true)
-			}
-		},
-	})
-	if err := dc.Do(ctx, dc.B().Subscribe().Channel(channel).Build()).Error(); err != nil {
-		return err
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errs:
-		return err
 	}
 }
