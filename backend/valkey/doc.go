@@ -6,4 +6,16 @@
 // Wrappers never hand-assemble key names: every key comes from package
 // model. Logical errors returned by the library ({0, code, details...}) come
 // back as *LuaError, which matches its ErrorCode with errors.Is.
+//
+// # Valkey Cluster
+//
+// A valkey+cluster:// URL (or a plain URL naming one cluster node) gives a
+// cluster client. Every fabric key carries its partition's hash tag, so
+// every FCALL is single-slot; what is per node — Functions libraries,
+// CONFIG, keyspace notifications — runs on every primary (Primaries,
+// EnsureLibrary, EnableZaddKeyevents, WatchZaddKeyevents). The worker
+// registry keys carry no hash tag (upstream too), so on a cluster
+// RegisterWorker and HeartbeatWorker write them with single-key commands
+// (registry_cluster.go). An FCALL whose keys span slots fails with
+// ErrCrossSlot instead of reaching valkey-go, which panics on one.
 package valkey
