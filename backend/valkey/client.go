@@ -76,6 +76,9 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return nil, fmt.Errorf("valkey: connect %s: %w", cfg.URL, err)
 	}
 	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: cfg.URL}
+	if cl.cluster {
+		cl.c = newSlotSafeClient(c)
+	}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("valkey: ping %s: %w", cfg.URL, err)
@@ -176,9 +179,13 @@ func (c *Client) FCallBatch(ctx context.Context, calls []Call) []Result {
 	if len(sent) == 0 {
 		return out
 	}
+	cmds := make(vk.Commands, len(sent))
+	for j, i := range sent {
+		cmds[j] = c.fcallCmd(calls[i].Function, calls[i].Keys, calls[i].Args)
+	}
 	var retry []int
 	var missing error
-	for j, r := range c.doFCalls(ctx, calls, sent) {
+	for j, r := range c.c.DoMulti(ctx, cmds...) {
 		i := sent[j]
 		if err := r.Error(); isFunctionMissing(err) {
 			retry, missing = append(retry, i), err
@@ -193,44 +200,12 @@ func (c *Client) FCallBatch(ctx context.Context, calls []Call) []Result {
 			}
 			return out
 		}
-		for j, r := range c.doFCalls(ctx, calls, retry) {
+		again := make(vk.Commands, len(retry))
+		for j, i := range retry {
+			again[j] = c.fcallCmd(calls[i].Function, calls[i].Keys, calls[i].Args)
+		}
+		for j, r := range c.c.DoMulti(ctx, again...) {
 			out[retry[j]] = decodeResult(calls[retry[j]].Function, r)
-		}
-	}
-	return out
-}
-
-// doFCalls pipelines the calls at indexes idx and returns their results in
-// that order. On a cluster, keyless calls (which go to any node) are sent
-// apart from keyed ones: valkey-go refuses a pipeline that mixes the two
-// across slots.
-func (c *Client) doFCalls(ctx context.Context, calls []Call, idx []int) []vk.ValkeyResult {
-	build := func(ii []int) vk.Commands {
-		cmds := make(vk.Commands, len(ii))
-		for j, i := range ii {
-			cmds[j] = c.fcallCmd(calls[i].Function, calls[i].Keys, calls[i].Args)
-		}
-		return cmds
-	}
-	var keyed, keyless []int // positions in idx
-	for j, i := range idx {
-		if len(calls[i].Keys) == 0 {
-			keyless = append(keyless, j)
-		} else {
-			keyed = append(keyed, j)
-		}
-	}
-	if !c.cluster || len(keyless) == 0 || len(keyed) == 0 {
-		return c.c.DoMulti(ctx, build(idx)...)
-	}
-	out := make([]vk.ValkeyResult, len(idx))
-	for _, group := range [][]int{keyed, keyless} {
-		ii := make([]int, len(group))
-		for k, j := range group {
-			ii[k] = idx[j]
-		}
-		for k, r := range c.c.DoMulti(ctx, build(ii)...) {
-			out[group[k]] = r
 		}
 	}
 	return out

@@ -185,3 +185,48 @@ func (c *Client) sameSlot(keys []string) error {
 	}
 	return nil
 }
+
+// slotSafeClient is valkey-go's cluster client except for DoMulti: a
+// pipeline that mixes keyless commands (TIME, a keyless FCALL) with keyed
+// commands of more than one slot, which valkey-go refuses with a panic,
+// goes as two pipelines, keyed commands first. Every other pipeline, and
+// every other method, is the cluster client's own (it groups keyed
+// commands per slot itself). Raw hands this client out, so no caller can
+// trip the panic.
+type slotSafeClient struct {
+	vk.Client
+	keyless uint16 // the slot valkey-go gives keyless commands
+}
+
+func newSlotSafeClient(c vk.Client) *slotSafeClient {
+	probe := c.B().Time().Build()
+	return &slotSafeClient{Client: c, keyless: probe.Slot()}
+}
+
+// DoMulti implements vk.Client.
+func (s *slotSafeClient) DoMulti(ctx context.Context, multi ...vk.Completed) []vk.ValkeyResult {
+	var keyless, keyed []int
+	slots := map[uint16]struct{}{}
+	for i := range multi {
+		if sl := multi[i].Slot(); sl == s.keyless {
+			keyless = append(keyless, i)
+		} else {
+			keyed = append(keyed, i)
+			slots[sl] = struct{}{}
+		}
+	}
+	if len(keyless) == 0 || len(slots) < 2 {
+		return s.Client.DoMulti(ctx, multi...)
+	}
+	out := make([]vk.ValkeyResult, len(multi))
+	for _, group := range [][]int{keyed, keyless} {
+		cmds := make(vk.Commands, len(group))
+		for j, i := range group {
+			cmds[j] = multi[i]
+		}
+		for j, r := range s.Client.DoMulti(ctx, cmds...) {
+			out[group[j]] = r
+		}
+	}
+	return out
+}

@@ -140,6 +140,23 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("PipelineMixingKeylessAndSlots", func(t *testing.T) {
+		// valkey-go panics on such a pipeline; Raw splits it.
+		raw := c.Raw()
+		k0 := model.KeysOn(model.Partition{Family: model.FamilyFlow, Index: 0}).LaneEligible("none")
+		k1 := model.KeysOn(model.Partition{Family: model.FamilyFlow, Index: 1}).LaneEligible("none")
+		res := raw.DoMulti(ctx, raw.B().Zcard().Key(k0).Build(), raw.B().Time().Build(), raw.B().Zcard().Key(k1).Build())
+		if n, err := res[0].AsInt64(); err != nil || n != 0 {
+			t.Fatalf("ZCARD %s = %d, %v", k0, n, err)
+		}
+		if tm, err := res[1].AsIntSlice(); err != nil || len(tm) != 2 {
+			t.Fatalf("TIME = %v, %v", tm, err)
+		}
+		if n, err := res[2].AsInt64(); err != nil || n != 0 {
+			t.Fatalf("ZCARD %s = %d, %v", k1, n, err)
+		}
+	})
+
 	t.Run("WorkerRegistry", func(t *testing.T) {
 		p := &valkey.RegisterWorkerParams{Namespace: "cl", InstanceID: model.NewUUID().String(), WorkerID: "w",
 			Lanes: []string{"b", "a"}, Capabilities: []string{"gpu"}, TTLMs: 30000, NowMs: 1000}

@@ -17,5 +17,7 @@
 // registry keys carry no hash tag (upstream too), so on a cluster
 // RegisterWorker and HeartbeatWorker write them with single-key commands
 // (registry_cluster.go). An FCALL whose keys span slots fails with
-// ErrCrossSlot instead of reaching valkey-go, which panics on one.
+// ErrCrossSlot instead of reaching valkey-go, which panics on one; Raw's
+// DoMulti splits a pipeline that mixes keyless commands with several slots,
+// another valkey-go panic.
 package valkey
