@@ -62,6 +62,12 @@ func (m *meteredRun) done(ids []model.ExecutionID) bool {
 	return true
 }
 
+func (m *meteredRun) statusOf(id model.ExecutionID) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status[id]
+}
+
 // budgetOnOtherPartition returns a budget id whose partition under the
 // host's 2 budget partitions differs from its partition under the default
 // 32, so a plugin that routes budgets with the default count looks in the
@@ -99,11 +105,11 @@ func TestBudgetResetUnblocksOverLimitExecutionsEndToEnd(t *testing.T) {
 		interval = 4000 // ms: long enough that admission happens before the first reset
 		lane     = "metered"
 	)
-	fast := 100 * time.Millisecond
+	sweep := 100 * time.Millisecond
 	e, client := setupSDKFlowEnv(t, flowOpts{plugins: []string{"budget_reset", "unblock"},
 		config: map[string]host.PluginConfig{
-			"budget_reset": {Interval: fast},
-			"unblock":      {Interval: fast, Config: map[string]string{"lanes": lane}},
+			"budget_reset": {Interval: sweep},
+			"unblock":      {Interval: sweep, Config: map[string]string{"lanes": lane}},
 		}})
 	raw := e.c.Raw()
 	bid := budgetOnOtherPartition()
@@ -145,7 +151,7 @@ func TestBudgetResetUnblocksOverLimitExecutionsEndToEnd(t *testing.T) {
 	valkeytest.Eventually(t, 30*time.Second, "first executions done", func() bool { return run.done(spend) })
 	stop()
 	for _, id := range spend {
-		if st := run.status[id]; st != valkey.BudgetOK {
+		if st := run.statusOf(id); st != valkey.BudgetOK {
 			t.Fatalf("report of %s: %s", id, st)
 		}
 		if out := e.core(id, "terminal_outcome"); out != "success" {
@@ -231,7 +237,7 @@ func TestBudgetResetUnblocksOverLimitExecutionsEndToEnd(t *testing.T) {
 	e.runWorkers(1, worker, run.handler(e.c, bid, tokens))
 	valkeytest.Eventually(t, 30*time.Second, "unblocked executions done", func() bool { return run.done(blocked) })
 	for _, id := range blocked {
-		if st := run.status[id]; st != valkey.BudgetOK {
+		if st := run.statusOf(id); st != valkey.BudgetOK {
 			t.Fatalf("report of %s after reset: %s", id, st)
 		}
 		if out := e.core(id, "terminal_outcome"); out != "success" {
