@@ -154,6 +154,10 @@ func (f *scannerFixture) exists(key string) bool {
 func TestScannersOnValkey(t *testing.T) {
 	f := newScannerFixture(t, host.TimerConfig{}, map[string]host.PluginConfig{
 		"retention_trimmer": {Interval: 100 * time.Millisecond, Config: map[string]string{"lanes": "default"}},
+		// The fixture's client routes budgets and quotas over the default
+		// 32 partitions while the host runs 2: the operator entries tell
+		// unblock where the client wrote them.
+		"unblock": {Interval: 100 * time.Millisecond, Config: map[string]string{"budget_partitions": "32", "quota_partitions": "32"}},
 	})
 	// Nine Go modules instantiate at start: ~3 s each under -race on a
 	// loaded machine, so this start gets more than setup's 60 s.

@@ -317,18 +317,23 @@ func (h *Host) wakeAll() {
 // disabled, and only with a Valkey backend to subscribe to.
 func (h *Host) timersOn() bool { return !h.cfg.Timers.Disabled && h.cfg.Backend != nil }
 
-// pluginConfig is the host's per-plugin config, plus the key telling
-// due-index scanners to report their next due time when timers run.
+// pluginConfig is the host's per-plugin config: the deployment's budget
+// and quota partition counts (pdk.ConfigBudgetPartitions and
+// pdk.ConfigQuotaPartitions, so a plugin locating budgets or quotas from
+// another family routes like the host; an operator entry wins), plus the
+// key telling due-index scanners to report their next due time when
+// timers run.
 func (h *Host) pluginConfig(name string) PluginConfig {
 	pc := h.cfg.Plugins[name]
-	if !h.timersOn() {
-		return pc
-	}
-	cfg := make(map[string]string, len(pc.Config)+1)
+	cfg := make(map[string]string, len(pc.Config)+3)
+	cfg[pdk.ConfigBudgetPartitions] = strconv.Itoa(int(h.cfg.Partitions.Budget))
+	cfg[pdk.ConfigQuotaPartitions] = strconv.Itoa(int(h.cfg.Partitions.Quota))
 	for k, v := range pc.Config {
 		cfg[k] = v
 	}
-	cfg[pdk.ConfigNextDue] = "1"
+	if h.timersOn() {
+		cfg[pdk.ConfigNextDue] = "1"
+	}
 	pc.Config = cfg
 	return pc
 }

@@ -57,7 +57,11 @@ func (c *Client) CreateFlow(ctx context.Context, kind string) (*Flow, error) {
 // empty: the id is minted on the flow's partition.
 //
 // A member with parents is created delayed and then blocked by its
-// dependencies, so no worker can claim it before its edges exist.
+// dependencies, so no worker can claim it before its edges exist. Its
+// edges are staged one by one, then applied to it together in one
+// transaction, and only then are parents that already finished resolved:
+// a child is never runnable while one of its edges is missing, whichever
+// of its parents finish while Add runs.
 func (f *Flow) Add(ctx context.Context, spec ExecutionSpec, after ...model.ExecutionID) (model.ExecutionID, error) {
 	if spec.ID != "" {
 		return "", invalid("id", "flow members are minted on the flow's partition; leave ID empty")
@@ -83,38 +87,49 @@ func (f *Flow) Add(ctx context.Context, spec ExecutionSpec, after ...model.Execu
 	if _, _, err := f.c.vc.AddExecutionToFlow(ctx, f.ID, id, now); err != nil {
 		return id, fmt.Errorf("sdk: %w", err)
 	}
-	for _, parent := range after {
-		if err := f.edge(ctx, parent, id); err != nil {
+	if len(after) == 0 {
+		return id, nil
+	}
+	edges := make([]*valkey.EdgeParams, len(after))
+	for i, parent := range after {
+		if edges[i], err = f.stage(ctx, parent, id); err != nil {
 			return id, err
 		}
 	}
-	if len(after) > 0 {
-		// Applying the edges moved the member off its hold (blocked on
-		// dependencies, or eligible when every parent had finished), but
-		// ff_apply_dependency_to_child only leaves the eligible index, so
-		// the hold's lane:delayed entry would linger for a day.
-		raw := f.c.vc.Raw()
-		lane, err := raw.Do(ctx, raw.B().Hget().Key(model.KeysFor(id).Core()).Field("lane_id").Build()).ToString()
-		if err != nil {
-			return id, fmt.Errorf("sdk: read lane of %s: %w", id, err)
+	if _, err := f.c.vc.ApplyDependenciesToChild(ctx, id, edges); err != nil {
+		return id, fmt.Errorf("sdk: %w", err)
+	}
+	for _, e := range edges {
+		if err := f.resolveFinished(ctx, e); err != nil {
+			return id, err
 		}
-		if err := raw.Do(ctx, raw.B().Zrem().Key(model.KeysOn(p).LaneDelayed(lane)).Member(string(id)).Build()).Error(); err != nil {
-			return id, fmt.Errorf("sdk: clear hold of %s: %w", id, err)
-		}
+	}
+	// Applying the edges moved the member off its hold (blocked on
+	// dependencies, or eligible when every parent had finished), but
+	// ff_apply_dependency_to_child only leaves the eligible index, so the
+	// hold's lane:delayed entry would linger for a day.
+	raw := f.c.vc.Raw()
+	lane, err := raw.Do(ctx, raw.B().Hget().Key(model.KeysFor(id).Core()).Field("lane_id").Build()).ToString()
+	if err != nil {
+		return id, fmt.Errorf("sdk: read lane of %s: %w", id, err)
+	}
+	if err := raw.Do(ctx, raw.B().Zrem().Key(model.KeysOn(p).LaneDelayed(lane)).Member(string(id)).Build()).Error(); err != nil {
+		return id, fmt.Errorf("sdk: clear hold of %s: %w", id, err)
 	}
 	return id, nil
 }
 
-// edge stages parent → child at the current graph revision (retrying on
-// stale_graph_revision) and applies it to the child.
-func (f *Flow) edge(ctx context.Context, parent, child model.ExecutionID) error {
+// stage stages parent → child on the flow at the current graph revision
+// (retrying on stale_graph_revision) and returns the edge, carrying the
+// revision it was staged at, ready to apply.
+func (f *Flow) stage(ctx context.Context, parent, child model.ExecutionID) (*valkey.EdgeParams, error) {
 	raw := f.c.vc.Raw()
 	fk := model.FlowKeysFor(f.c.parts.FlowPartition(f.ID), f.ID)
 	ep := &valkey.EdgeParams{Flow: f.ID, EdgeID: model.NewUUID(), Upstream: parent, Downstream: child}
 	for try := 0; ; try++ {
 		rev, err := raw.Do(ctx, raw.B().Hget().Key(fk.Core()).Field("graph_revision").Build()).AsInt64()
 		if err != nil {
-			return fmt.Errorf("sdk: read graph revision of flow %s: %w", f.ID, err)
+			return nil, fmt.Errorf("sdk: read graph revision of flow %s: %w", f.ID, err)
 		}
 		ep.GraphRevision, ep.NowMs = rev, f.c.clock().UnixMilli()
 		newRev, err := f.c.vc.StageDependencyEdge(ctx, ep)
@@ -122,28 +137,31 @@ func (f *Flow) edge(ctx context.Context, parent, child model.ExecutionID) error 
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("sdk: %w", err)
+			return nil, fmt.Errorf("sdk: %w", err)
 		}
 		ep.GraphRevision = newRev
-		break
+		return ep, nil
 	}
-	if _, _, err := f.c.vc.ApplyDependencyToChild(ctx, ep); err != nil {
-		return fmt.Errorf("sdk: %w", err)
-	}
-	// The parent may have finished before the edge existed: its
-	// completion then resolved nothing. Resolve the edge now, as the
-	// engine's dependency reconciler would later (idempotent).
-	vals, err := raw.Do(ctx, raw.B().Hmget().Key(model.KeysFor(parent).Core()).
+}
+
+// resolveFinished resolves an applied edge whose parent is already
+// terminal. Such a parent's completion was handled before the edge
+// existed on the child and resolved nothing; the engine's dependency
+// reconciler would repair it only on its next sweep. Resolution is
+// idempotent, so racing the dispatcher is harmless.
+func (f *Flow) resolveFinished(ctx context.Context, ep *valkey.EdgeParams) error {
+	raw := f.c.vc.Raw()
+	vals, err := raw.Do(ctx, raw.B().Hmget().Key(model.KeysFor(ep.Upstream).Core()).
 		Field("lifecycle_phase", "terminal_outcome").Build()).ToArray()
 	if err != nil || len(vals) != 2 {
-		return fmt.Errorf("sdk: read parent %s: %w", parent, err)
+		return fmt.Errorf("sdk: read parent %s: %w", ep.Upstream, err)
 	}
 	if phase, _ := vals[0].ToString(); phase != model.PhaseTerminal {
 		return nil
 	}
 	outcome, _ := vals[1].ToString()
 	if _, err := f.c.vc.ResolveDependency(ctx, &valkey.ResolveDependencyParams{Flow: f.ID, EdgeID: ep.EdgeID.String(),
-		Upstream: parent, Downstream: child, UpstreamOutcome: outcome, NowMs: f.c.clock().UnixMilli()}); err != nil {
+		Upstream: ep.Upstream, Downstream: ep.Downstream, UpstreamOutcome: outcome, NowMs: f.c.clock().UnixMilli()}); err != nil {
 		return fmt.Errorf("sdk: %w", err)
 	}
 	return nil

@@ -196,22 +196,116 @@ func (c *Client) ApplyDependencyToChild(ctx context.Context, p *EdgeParams) (uns
 	if err != nil {
 		return 0, false, err
 	}
-	lane := famLane(f[0])
+	call := c.applyDependencyCall(famLane(f[0]), p)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return 0, false, fmt.Errorf("apply edge %s to %s: %w", p.EdgeID, p.Downstream, err)
+	}
+	return applyDependencyResult(rep)
+}
+
+func (c *Client) applyDependencyCall(lane string, p *EdgeParams) Call {
 	ek := model.KeysFor(p.Downstream)
 	pk := model.KeysOn(p.Downstream.Partition())
 	edge := p.EdgeID.String()
-	rep, err := c.FCall(ctx, "ff_apply_dependency_to_child",
-		[]string{ek.Core(), ek.DepsMeta(), ek.DepsUnresolved(), ek.DepEdge(edge), pk.LaneEligible(lane),
+	return Call{Function: "ff_apply_dependency_to_child",
+		Keys: []string{ek.Core(), ek.DepsMeta(), ek.DepsUnresolved(), ek.DepEdge(edge), pk.LaneEligible(lane),
 			pk.LaneBlockedDependencies(lane), ek.DepsAllEdges(), c.flowKeys(p.Flow).EdgeGroup(p.Downstream)},
-		[]string{p.Flow.String(), edge, string(p.Upstream), famItoa(p.GraphRevision), p.kind(), p.DataPassingRef, famItoa(p.NowMs)})
-	if err != nil {
-		return 0, false, fmt.Errorf("apply edge %s to %s: %w", edge, p.Downstream, err)
-	}
+		Args: []string{p.Flow.String(), edge, string(p.Upstream), famItoa(p.GraphRevision), p.kind(), p.DataPassingRef, famItoa(p.NowMs)}}
+}
+
+func applyDependencyResult(rep *Reply) (int64, bool, error) {
 	if rep.Field(0) == "already_applied" {
 		return 0, true, nil
 	}
 	n, err := rep.Int(0)
 	return n, false, err
+}
+
+// ApplyDependenciesToChild applies staged edges that all lead to one
+// child in a single MULTI/EXEC transaction (the child and its flow share a
+// slot), so nothing runs between them: no resolution of one edge can make
+// the child eligible while another of its edges is not applied yet. It
+// returns the child's unsatisfied count after the last edge (already
+// applied edges are skipped by the function and leave it unchanged).
+func (c *Client) ApplyDependenciesToChild(ctx context.Context, child model.ExecutionID, edges []*EdgeParams) (int64, error) {
+	if len(edges) == 0 {
+		return 0, nil
+	}
+	for _, p := range edges {
+		if p.Downstream != child {
+			return 0, fmt.Errorf("apply edges to %s: edge %s leads to %s", child, p.EdgeID, p.Downstream)
+		}
+	}
+	f, err := c.famCoreFields(ctx, child, "lane_id")
+	if err != nil {
+		return 0, err
+	}
+	replies, err := c.applyEdgesTx(ctx, famLane(f[0]), edges, true)
+	if err != nil {
+		return 0, fmt.Errorf("apply %d edges to %s: %w", len(edges), child, err)
+	}
+	var unsatisfied int64
+	for i, msg := range replies {
+		if err := msg.Error(); err != nil {
+			return 0, fmt.Errorf("apply edge %s to %s: %w", edges[i].EdgeID, child, err)
+		}
+		rep, err := parseReply("ff_apply_dependency_to_child", msg)
+		if err != nil {
+			return 0, fmt.Errorf("apply edge %s to %s: %w", edges[i].EdgeID, child, err)
+		}
+		n, already, err := applyDependencyResult(rep)
+		if err != nil {
+			return 0, fmt.Errorf("apply edge %s to %s: %w", edges[i].EdgeID, child, err)
+		}
+		if !already {
+			unsatisfied = n
+		}
+	}
+	return unsatisfied, nil
+}
+
+// applyEdgesTx sends MULTI, one FCALL per edge, EXEC, and returns EXEC's
+// replies. When the server lacks the library (a queued command or a reply
+// says so) it reloads it and, if reload is set, runs the transaction once
+// more: applying is idempotent.
+func (c *Client) applyEdgesTx(ctx context.Context, lane string, edges []*EdgeParams, reload bool) ([]vk.ValkeyMessage, error) {
+	cmds := make(vk.Commands, 0, len(edges)+2)
+	cmds = append(cmds, c.c.B().Multi().Build())
+	for _, p := range edges {
+		call := c.applyDependencyCall(lane, p)
+		cmds = append(cmds, c.fcallCmd(call.Function, call.Keys, call.Args))
+	}
+	cmds = append(cmds, c.c.B().Exec().Build())
+	res := c.c.DoMulti(ctx, cmds...)
+	replies, err := res[len(res)-1].ToArray()
+	missing := err
+	if !isFunctionMissing(missing) {
+		missing = nil
+		for _, r := range res[:len(res)-1] {
+			if isFunctionMissing(r.Error()) {
+				missing = r.Error()
+			}
+		}
+		for _, m := range replies {
+			if isFunctionMissing(m.Error()) {
+				missing = m.Error()
+			}
+		}
+	}
+	if missing != nil && reload {
+		if err := c.reload(ctx, missing); err != nil {
+			return nil, err
+		}
+		return c.applyEdgesTx(ctx, lane, edges, false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("MULTI/EXEC: %w", err)
+	}
+	if len(replies) != len(edges) {
+		return nil, fmt.Errorf("%w: EXEC returned %d replies for %d calls", ErrMalformedReply, len(replies), len(edges))
+	}
+	return replies, nil
 }
 
 // ResolveDependencyParams are the inputs of ResolveDependency.

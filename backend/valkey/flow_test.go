@@ -999,3 +999,55 @@ func TestSetFlowTags(t *testing.T) {
 	_, err = c.SetFlowTags(ctx, model.NewUUID(), "a.b", "c")
 	famWantCode(t, err, valkey.CodeFlowNotFound)
 }
+
+// ApplyDependenciesToChild applies several staged edges of one child in
+// one transaction: every dep edge exists and counts, a repeat is skipped,
+// and an edge leading elsewhere is refused before anything is sent.
+func TestApplyDependenciesToChild(t *testing.T) {
+	t.Parallel()
+	c := valkeytest.Client(t)
+	ctx := valkeytest.Context(t, 10*time.Second)
+	flow, _ := famFlow(t, c)
+	a := famMember(t, c, flow, "default", 1)
+	b := famMember(t, c, flow, "default", 2)
+	d := famMember(t, c, flow, "lane-x", 3)
+	var edges []*valkey.EdgeParams
+	for _, up := range []model.ExecutionID{a, b} {
+		p := &valkey.EdgeParams{Flow: flow, EdgeID: model.NewUUID(), Upstream: up, Downstream: d,
+			GraphRevision: famRevision(t, c, flow), NowMs: famNow}
+		rev, err := c.StageDependencyEdge(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.GraphRevision = rev
+		edges = append(edges, p)
+	}
+	n, err := c.ApplyDependenciesToChild(ctx, d, edges)
+	if err != nil || n != 2 {
+		t.Fatalf("apply = %d %v", n, err)
+	}
+	dk := model.KeysFor(d)
+	famWantFields(t, c, dk.DepsMeta(), map[string]string{"unsatisfied_required_count": "2"})
+	famWantFields(t, c, dk.Core(), map[string]string{"eligibility_state": "blocked_by_dependencies"})
+	for _, e := range edges {
+		if !famIsMember(t, c, dk.DepsUnresolved(), e.EdgeID.String()) {
+			t.Fatalf("edge %s not unresolved", e.EdgeID)
+		}
+	}
+	if s, ok := famScore(t, c, model.KeysOn(d.Partition()).LaneBlockedDependencies("lane-x"), string(d)); !ok || s != 3 {
+		t.Fatalf("blocked:dependencies score %v %v", s, ok)
+	}
+	// A repeat changes nothing.
+	if _, err := c.ApplyDependenciesToChild(ctx, d, edges); err != nil {
+		t.Fatal(err)
+	}
+	famWantFields(t, c, dk.DepsMeta(), map[string]string{"unsatisfied_required_count": "2"})
+	// An edge of another child is refused.
+	if _, err := c.ApplyDependenciesToChild(ctx, b, edges); err == nil {
+		t.Fatal("edges of another child applied")
+	}
+	// A Lua error names the edge.
+	ghost := c.Partitions().NewFlowExecutionID(flow)
+	_, err = c.ApplyDependenciesToChild(ctx, ghost, []*valkey.EdgeParams{{Flow: flow, EdgeID: model.NewUUID(), Upstream: a, Downstream: ghost, NowMs: famNow}})
+	famWantCode(t, err, valkey.CodeExecutionNotFound)
+}

@@ -17,7 +17,8 @@
 //     without a namespace is skipped and counted as an error.
 //
 // Configuration: "lanes", "namespace" / "instance_tag" (filter),
-// "budget_partitions" and "quota_partitions" (default 32 each).
+// "budget_partitions" and "quota_partitions" (the host fills them with the
+// deployment's counts; 32 each under a host that does not).
 package main
 
 import (
@@ -34,7 +35,7 @@ var Plugin = pdk.Plugin{
 	Manifest: func() abi.Manifest {
 		m := pdk.Scanner("unblock", 5000, 100, []string{"ff_unblock_execution"},
 			[]string{"ff:idx:*:lane:*:blocked:*", "ff:budget:*", "ff:quota:*", "ff:idx:*:workers", "ff:worker:*:caps"},
-			map[string]string{"lanes": "default", "budget_partitions": "32", "quota_partitions": "32"})
+			map[string]string{"lanes": "default", pdk.ConfigBudgetPartitions: "32", pdk.ConfigQuotaPartitions: "32"})
 		m.Capabilities.CrossPartition = true // budgets, quotas and workers live elsewhere
 		return m
 	}(),
@@ -57,7 +58,7 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		return res
 	}
 	pk := model.KeysOn(req.Partition)
-	u := &unblocker{h: h, req: req, now: now, pk: pk, parts: partitions(h, req), breached: map[string]bool{}, filter: pdk.FilterFromConfig(h)}
+	u := &unblocker{h: h, req: req, now: now, pk: pk, parts: pdk.PartitionsFromConfig(h, req.Partitions), breached: map[string]bool{}, filter: pdk.FilterFromConfig(h)}
 	for _, lane := range pdk.Lanes(h) {
 		for _, s := range []set{
 			{pk.LaneBlockedBudget(lane), "waiting_for_budget"},
@@ -68,19 +69,6 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		}
 	}
 	return res
-}
-
-func partitions(h pdk.Host, req abi.ScanRequest) model.PartitionConfig {
-	c := model.DefaultPartitionConfig()
-	c.Flow = req.Partitions
-	for key, dst := range map[string]*uint16{"budget_partitions": &c.Budget, "quota_partitions": &c.Quota} {
-		if v, ok := h.Config(key); ok {
-			if n, err := strconv.ParseUint(v, 10, 16); err == nil && n > 0 {
-				*dst = uint16(n)
-			}
-		}
-	}
-	return c
 }
 
 type unblocker struct {
