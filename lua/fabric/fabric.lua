@@ -113,25 +113,6 @@ redis.register_function('fabric_purge_execution', function(keys, args)
   return fab.ok('purged', tostring(n))
 end)
 
--- fabric_clear_lease_expiry drops a lease_expiry entry that has nothing
--- left to detect: the core is gone, not active, unowned, or its lease is
--- already marked expired or revoked (ff_mark_lease_expired_if_due leaves
--- the entry, so the scanner would revisit it every cycle).
---   KEYS[1] exec core  KEYS[2] lease_expiry zset  ARGV[1] execution id
--- Replies: ok('cleared') | ok('kept') | err('invalid_input', what)
-redis.register_function('fabric_clear_lease_expiry', function(keys, args)
-  local core, idx, eid = keys[1], keys[2], args[1]
-  if not core or not idx then return fab.err('invalid_input', 'keys') end
-  if not eid or eid == '' then return fab.err('invalid_input', 'execution_id') end
-  local f = redis.call('HMGET', core, 'lifecycle_phase', 'ownership_state')
-  local own = f[2]
-  if f[1] ~= 'active' or own == 'unowned' or own == 'lease_expired_reclaimable' or own == 'lease_revoked' then
-    redis.call('ZREM', idx, eid)
-    return fab.ok('cleared')
-  end
-  return fab.ok('kept')
-end)
-
 -- fabric_clear_pending_waitpoint drops a pending-waitpoint expiry entry
 -- whose waitpoint hash is gone or already closed/expired
 -- (ff_close_waitpoint leaves those entries in place).
