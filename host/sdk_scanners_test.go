@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
@@ -114,53 +113,66 @@ func TestLeaseExpiryWithSDKWorkers(t *testing.T) {
 	}
 }
 
-// TestLeaseExpiryBacklogDoesNotStarve runs the lease_expiry .wasm with a
-// batch of 2 over leases that expire and are never reclaimed. FlowFabric
-// re-marks the two oldest every sweep (counting each as processed) and
-// never reaches a third; fabric marks each lease once, counts it once,
-// leaves it in lease_expiry for a worker to reclaim and reaches newer
-// expirations past them.
-func TestLeaseExpiryBacklogDoesNotStarve(t *testing.T) {
+// TestDelayedPromotionWithSDKWorker: an execution created with a delay is
+// promoted by the loaded delayed_promoter .wasm, whose poll interval is an
+// hour (the zadd wake-up and its due-time timer do it), then run once by
+// an SDK worker that does not promote anything itself.
+func TestDelayedPromotionWithSDKWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{store: true, noStart: true, plugins: map[string]host.PluginConfig{
-		"lease_expiry": {Interval: 100 * time.Millisecond, BatchSize: 2}}})
-	copyFile(t, fixture(t, "lease_expiry"), filepath.Join(b.dir, "lease_expiry.wasm"))
-	f := &scannerFixture{testBundle: b, c: b.backend(t), ctx: valkeytest.Context(t, 2*time.Minute), t: t}
-	part := model.Partition{Family: model.FamilyFlow, Index: 0}
-	pk := model.KeysOn(part)
-	expiring := func() model.ExecutionID {
-		eid := f.create(&valkey.CreateExecutionParams{ExecutionID: model.NewExecutionID(part, model.NewUUID())})
-		f.claim(eid, "w-gone", 50, 0)
-		return eid
+		"delayed_promoter": {Interval: time.Hour}}})
+	copyFile(t, fixture(t, "delayed_promoter"), filepath.Join(b.dir, "delayed_promoter.wasm"))
+	c := b.backend(t)
+	ctx := valkeytest.Context(t, 2*time.Minute)
+	raw := c.Raw()
+	if err := raw.Do(ctx, raw.B().Hset().Key(model.KeyConfigPartitions).FieldValue().
+		FieldValue(model.ConfigFieldFlowPartitions, "4").FieldValue(model.ConfigFieldBudgetPartitions, "2").
+		FieldValue(model.ConfigFieldQuotaPartitions, "2").Build()).Error(); err != nil {
+		t.Fatal(err)
 	}
-	marked := func(eid model.ExecutionID) {
-		t.Helper()
-		f.waitCore(eid, "lease marked expired", func(c map[string]string) bool { return c["ownership_state"] == "lease_expired_reclaimable" })
+	b.start(t)
+	// The first sweep is done once every partition was called.
+	valkeytest.Eventually(t, 30*time.Second, "first sweep", func() bool { return b.callsOf("delayed_promoter") >= 4 })
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: c})
+	if err != nil {
+		t.Fatal(err)
 	}
-	var ids []model.ExecutionID
-	for range 3 {
-		ids = append(ids, expiring())
+	const delay = 500 * time.Millisecond
+	created := time.Now()
+	eid, err := client.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "default", Kind: "job", Delay: delay})
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.start(t)
-	for _, eid := range ids {
-		marked(eid)
+	w, err := sdk.Connect(ctx, c, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"default"}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// A newer expiry behind three marked ones (a batch and a half).
-	ids = append(ids, expiring())
-	marked(ids[3])
-	st := f.waitActed("lease_expiry", 4)
-	calls := f.callsOf("lease_expiry")
-	valkeytest.Eventually(t, 30*time.Second, "two more sweeps", func() bool { return f.callsOf("lease_expiry") >= calls+8 })
-	later, _ := f.host.Plugin("lease_expiry")
-	if st.Totals.Acted != 4 || later.Totals.Acted != 4 || later.Totals.Errors != 0 {
-		t.Fatalf("acted %d then %d (errors %d), want 4: one mark per lease", st.Totals.Acted, later.Totals.Acted, later.Totals.Errors)
+	var runs atomic.Int32
+	var startedAt atomic.Int64
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() {
+		ran <- w.Run(runCtx, func(_ context.Context, job *sdk.Job) error {
+			runs.Add(1)
+			startedAt.Store(time.Now().UnixNano())
+			return nil
+		})
+	}()
+	valkeytest.Eventually(t, 30*time.Second, "the delayed execution completed", func() bool {
+		core, err := c.ExecutionCore(ctx, eid)
+		return err == nil && core["terminal_outcome"] == "success"
+	})
+	stop()
+	if err := <-ran; err != nil && ctx.Err() == nil {
+		t.Fatalf("Run: %v", err)
 	}
-	if later.Totals.Skipped <= st.Totals.Skipped {
-		t.Fatalf("sweeps did not look at the marked leases: skipped %d then %d", st.Totals.Skipped, later.Totals.Skipped)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
 	}
-	for _, eid := range ids {
-		if !f.zmember(pk.LeaseExpiry(), string(eid)) {
-			t.Fatalf("%s left lease_expiry: no worker can find it to reclaim", eid)
-		}
+	if started := time.Unix(0, startedAt.Load()); started.Before(created.Add(delay)) {
+		t.Fatalf("ran %s after creation, before its %s delay", started.Sub(created), delay)
+	}
+	if st, _ := b.host.Plugin("delayed_promoter"); st.Totals.Acted != 1 {
+		t.Fatalf("delayed_promoter acted %d times, want 1", st.Totals.Acted)
 	}
 }
