@@ -171,6 +171,8 @@ func TestScannersOnValkey(t *testing.T) {
 			t.Fatalf("%s is not running: %+v", name, st)
 		}
 	}
+	// The subtests' deadline starts now: loading may take minutes.
+	f.ctx = valkeytest.Context(t, 3*time.Minute)
 
 	t.Run("AttemptTimeout", func(t *testing.T) {
 		f := *f
