@@ -21,6 +21,17 @@ import (
 // deadlines, cadence). Inject a fake for deterministic tests.
 type Clock interface{ Now() time.Time }
 
+// WaitClock is a Clock that also drives the scanner loops' waits: the
+// sweep cadence, due-time timer sleeps and quarantine backoff. With a
+// Clock that is not a WaitClock those waits run on real time. Tests inject
+// one to move time by hand.
+type WaitClock interface {
+	Clock
+	// After returns a channel that receives once the clock has reached
+	// Now()+d.
+	After(d time.Duration) <-chan time.Time
+}
+
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
@@ -68,7 +79,8 @@ type Config struct {
 	// Now is the plugins' clock in milliseconds; default Backend's server
 	// TIME.
 	Now func(ctx context.Context) (int64, error)
-	// Clock is the host's clock; default the system clock.
+	// Clock is the host's clock; default the system clock. A WaitClock
+	// also paces the scanner loops.
 	Clock Clock
 	// Logger receives logs; default slog.Default().
 	Logger *slog.Logger

@@ -89,6 +89,33 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// after returns a channel that fires once d has passed on the host's
+// clock (real time unless the Clock is a WaitClock), and a func releasing
+// it early.
+func (h *Host) after(d time.Duration) (<-chan time.Time, func()) {
+	if wc, ok := h.cfg.Clock.(WaitClock); ok {
+		return wc.After(d), func() {}
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}
+
+// wait waits d on the host's clock or until ctx ends; false when ctx
+// ended.
+func (h *Host) wait(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	ch, stop := h.after(d)
+	defer stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-ch:
+		return true
+	}
+}
+
 // supervise runs the loop, restarting it after a recovered panic (a host
 // bug: plugin faults never panic the host).
 func (p *plugin) supervise(ctx context.Context) {
@@ -121,7 +148,7 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 	clock := p.h.cfg.Clock
 	for {
 		if until := p.quarantinedUntil(); !until.IsZero() {
-			if !sleep(ctx, until.Sub(clock.Now())) {
+			if !p.h.wait(ctx, until.Sub(clock.Now())) {
 				return nil
 			}
 		}
@@ -150,7 +177,7 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 		}
 		p.h.statusChanged(false)
 		// Re-read the interval: a swap during the sweep may have changed it.
-		if !sleep(ctx, p.spec().Interval-elapsed) {
+		if !p.h.wait(ctx, p.spec().Interval-elapsed) {
 			return nil
 		}
 	}

@@ -159,7 +159,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 	var cycle uint64
 	for {
 		if until := p.quarantinedUntil(); !until.IsZero() {
-			if !sleep(ctx, until.Sub(clock.Now())) {
+			if !p.h.wait(ctx, until.Sub(clock.Now())) {
 				return nil
 			}
 		}
@@ -209,14 +209,14 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			}
 		}
 		if d := earliest.Sub(clock.Now()); d > 0 {
-			t := time.NewTimer(d)
+			due, stop := p.h.after(d)
 			select {
 			case <-ctx.Done():
-				t.Stop()
+				stop()
 				return nil
-			case <-t.C:
+			case <-due:
 			case <-p.wake.ch:
-				t.Stop()
+				stop()
 			}
 		}
 	}

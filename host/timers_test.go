@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,5 +141,158 @@ func TestDueTimers(t *testing.T) {
 		if r[0] < 0 {
 			t.Errorf("promoted %d ms before its due time", -r[0])
 		}
+	}
+}
+
+// manualClock is a host.WaitClock that stands still until the test moves
+// it: the host's waits fire only when AdvanceTo reaches them.
+type manualClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []manualWaiter
+}
+
+type manualWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, manualWaiter{at: c.now.Add(d), ch: ch})
+	return ch
+}
+
+// AdvanceTo sets the time to t and fires every wait due by then.
+func (c *manualClock) AdvanceTo(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at.After(t) {
+			kept = append(kept, w)
+		} else {
+			w.ch <- t
+		}
+	}
+	c.waiters = kept
+}
+
+// pending reports whether a wait is pending at exactly at (a wait
+// abandoned by a wake-up stays listed; it never fires anything).
+func (c *manualClock) pending(at time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.waiters {
+		if w.at.Equal(at) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDueTimerOnFakeClock runs the delayed_promoter .wasm with its poll
+// interval at one hour, on a host whose clock (the loop's waits and the
+// plugins' now_ms) stands still until the test moves it. The host arms a
+// wait for exactly the due time of a delayed execution it saw in its first
+// sweep, and one for an execution created later, which the zadd
+// notification made it scan at once; moving the clock to each due time
+// promotes that execution then, stamped with that time, while the next
+// poll is an hour away. With timers off (polling only) no wait is armed
+// before the next poll and the test fails.
+func TestDueTimerOnFakeClock(t *testing.T) {
+	t.Parallel()
+	ctx := valkeytest.Context(t, 2*time.Minute)
+	c := valkeytest.Client(t)
+	serverNow, err := c.ServerTime(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(serverNow)
+	clock := &manualClock{now: start}
+	const interval = time.Hour
+	dir := t.TempDir()
+	copyFile(t, fixture(t, "delayed_promoter"), filepath.Join(dir, "delayed_promoter.wasm"))
+	logs := &logBuffer{}
+	h, err := host.New(host.Config{
+		PluginDir: dir, CacheDir: cacheDir, Backend: c, Clock: clock,
+		Now:        func(context.Context) (int64, error) { return clock.Now().UnixMilli(), nil },
+		Partitions: model.PartitionConfig{Flow: 4, Budget: 2, Quota: 2},
+		Plugins:    map[string]host.PluginConfig{"delayed_promoter": {Interval: interval}},
+		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Due times lie ahead of the server's own clock too, so
+	// ff_create_execution (server TIME) indexes both as delayed.
+	create := func(part uint16, due int64) model.ExecutionID {
+		id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: part}, model.NewUUID())
+		if _, err := c.CreateExecution(ctx, &valkey.CreateExecutionParams{ExecutionID: id, Namespace: "ns", LaneID: "default", ExecutionKind: "k", DelayUntil: due}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	// The host schedules a hair (1 ms) past the due score.
+	wakeAt := func(due int64) time.Time { return time.UnixMilli(due + 1) }
+	promotedAt := func(id model.ExecutionID) string {
+		core, err := c.ExecutionCore(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if core["eligibility_state"] != "eligible_now" {
+			return ""
+		}
+		return core["last_transition_at"]
+	}
+
+	first := create(1, serverNow+120_000)
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	<-h.Started()
+	valkeytest.Eventually(t, 30*time.Second, "a wait armed for the first due time", func() bool {
+		return clock.pending(wakeAt(serverNow + 120_000))
+	})
+	// Created after the first sweep: only the zadd wake-up can make the
+	// host see it before the next poll.
+	second := create(2, serverNow+60_000)
+	valkeytest.Eventually(t, 30*time.Second, "a wait armed for the second due time", func() bool {
+		return clock.pending(wakeAt(serverNow + 60_000))
+	})
+	if promotedAt(first) != "" || promotedAt(second) != "" {
+		t.Fatal("promoted before the clock moved")
+	}
+
+	clock.AdvanceTo(wakeAt(serverNow + 60_000))
+	valkeytest.Eventually(t, 30*time.Second, "second promoted at its due time", func() bool { return promotedAt(second) != "" })
+	if got, want := promotedAt(second), strconv.FormatInt(serverNow+60_001, 10); got != want {
+		t.Fatalf("second promoted at %s, want %s", got, want)
+	}
+	if promotedAt(first) != "" {
+		t.Fatal("first promoted before its due time")
+	}
+
+	clock.AdvanceTo(wakeAt(serverNow + 120_000))
+	valkeytest.Eventually(t, 30*time.Second, "first promoted at its due time", func() bool { return promotedAt(first) != "" })
+	if got, want := promotedAt(first), strconv.FormatInt(serverNow+120_001, 10); got != want {
+		t.Fatalf("first promoted at %s, want %s", got, want)
+	}
+	if elapsed := clock.Now().Sub(start); elapsed >= interval {
+		t.Fatalf("the clock moved %s, past the poll interval", elapsed)
 	}
 }

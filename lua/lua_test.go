@@ -49,3 +49,10 @@ func TestFunctionsAreUnique(t *testing.T) {
 		}
 	}
 }
+
+func TestFabricVersionMatches(t *testing.T) {
+	want := "redis.register_function('fabric_version', function(keys, args) return '" + FabricVersion + "' end)"
+	if !strings.Contains(FabricSource(), want) {
+		t.Fatalf("fabric_version must return FabricVersion %q (bump both when fabric.lua changes)", FabricVersion)
+	}
+}

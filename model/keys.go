@@ -162,6 +162,24 @@ func (k PartitionKeys) LaneBlockedOperator(lane string) string {
 	return k.lane(lane, "blocked:operator")
 }
 
+// LaneIndexNames are the suffixes of a lane's execution indexes, in the
+// order LaneIndexes returns them (and fabric_reconcile_execution_index
+// takes them as KEYS).
+var LaneIndexNames = []string{
+	"eligible", "delayed", "active", "suspended", "terminal",
+	"blocked:dependencies", "blocked:budget", "blocked:quota", "blocked:route", "blocked:operator",
+}
+
+// LaneIndexes returns the keys of every execution index of lane, in
+// LaneIndexNames order.
+func (k PartitionKeys) LaneIndexes(lane string) []string {
+	out := make([]string, len(LaneIndexNames))
+	for i, n := range LaneIndexNames {
+		out[i] = k.lane(lane, n)
+	}
+	return out
+}
+
 // WaitpointHMACSecrets is the per-partition HMAC keystore.
 func (k PartitionKeys) WaitpointHMACSecrets() string { return "ff:sec:" + k.tag + ":waitpoint_hmac" }
 

@@ -23,7 +23,7 @@ function fab.del_chunks(keys)
   return n
 end
 
-redis.register_function('fabric_version', function(keys, args) return '1' end)
+redis.register_function('fabric_version', function(keys, args) return '2' end)
 
 -- fabric_purge_execution deletes one terminal execution past its retention,
 -- atomically (FlowFabric's retention_trimmer deletes in chunks from the
@@ -113,25 +113,6 @@ redis.register_function('fabric_purge_execution', function(keys, args)
   return fab.ok('purged', tostring(n))
 end)
 
--- fabric_clear_lease_expiry drops a lease_expiry entry that has nothing
--- left to detect: the core is gone, not active, unowned, or its lease is
--- already marked expired or revoked (ff_mark_lease_expired_if_due leaves
--- the entry, so the scanner would revisit it every cycle).
---   KEYS[1] exec core  KEYS[2] lease_expiry zset  ARGV[1] execution id
--- Replies: ok('cleared') | ok('kept') | err('invalid_input', what)
-redis.register_function('fabric_clear_lease_expiry', function(keys, args)
-  local core, idx, eid = keys[1], keys[2], args[1]
-  if not core or not idx then return fab.err('invalid_input', 'keys') end
-  if not eid or eid == '' then return fab.err('invalid_input', 'execution_id') end
-  local f = redis.call('HMGET', core, 'lifecycle_phase', 'ownership_state')
-  local own = f[2]
-  if f[1] ~= 'active' or own == 'unowned' or own == 'lease_expired_reclaimable' or own == 'lease_revoked' then
-    redis.call('ZREM', idx, eid)
-    return fab.ok('cleared')
-  end
-  return fab.ok('kept')
-end)
-
 -- fabric_clear_pending_waitpoint drops a pending-waitpoint expiry entry
 -- whose waitpoint hash is gone or already closed/expired
 -- (ff_close_waitpoint leaves those entries in place).
@@ -148,4 +129,165 @@ redis.register_function('fabric_clear_pending_waitpoint', function(keys, args)
     return fab.ok('cleared')
   end
   return fab.ok('kept')
+end)
+
+-- The lane indexes of one lane, in the order fabric_reconcile_execution_index
+-- takes them as KEYS[3..12].
+fab.LANE_INDEXES = {'eligible', 'delayed', 'active', 'suspended', 'terminal',
+  'blocked:dependencies', 'blocked:budget', 'blocked:quota', 'blocked:route', 'blocked:operator'}
+
+-- Runnable eligibility states and the lane index each one lives in.
+fab.RUNNABLE_INDEX = {
+  eligible_now = 'eligible',
+  not_eligible_until_time = 'delayed',
+  blocked_by_dependencies = 'blocked:dependencies',
+  blocked_by_budget = 'blocked:budget',
+  blocked_by_quota = 'blocked:quota',
+  blocked_by_route = 'blocked:route',
+  blocked_by_operator = 'blocked:operator',
+}
+
+-- flowfabric's constants (lua/helpers.lua): the priority weight of the
+-- eligible score and the lane:suspended score of a suspension without a
+-- timeout.
+fab.PRIORITY_FACTOR = 1000000000000
+fab.SUSPENDED_NO_TIMEOUT = 9999999999999
+
+fab.EXEC_ID = '^({fp:%d+}):%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x$'
+
+function fab.score_str(n)
+  return string.format('%.17g', n)
+end
+
+-- fab.lane_score returns the lane index and score an execution's core
+-- belongs in, as the flowfabric functions write them, and whether that
+-- score follows from the core alone (then a different score is wrong).
+-- Where the score records a moment the core no longer holds, the score
+-- already in the index is kept (current), else the closest record is used:
+--   active: the lease expiry at claim/reclaim (ff_renew_lease moves only
+--     lease_expiry), else lease_expires_at;
+--   delayed: delay_until; a resume delay (ff_deliver_signal /
+--     ff_resume_execution) scores now+delay without writing delay_until,
+--     so then the current score, else last_transition_at;
+--   suspended: the suspension's timeout_at, else 9999999999999; an
+--     escalated timeout clears timeout_at and keeps the score, so the
+--     current score wins;
+--   blocked:budget|quota|route|operator: the time of the block, else
+--     last_transition_at.
+-- Returns nil when the state has no lane index (e.g. submitted, or
+-- runnable blocked_by_lane_state).
+function fab.lane_score(c, suspension_key, current)
+  local phase = c.lifecycle_phase
+  if phase == 'runnable' then
+    local kind = fab.RUNNABLE_INDEX[c.eligibility_state or '']
+    if not kind then return nil end
+    if kind == 'eligible' then
+      -- helpers.lua eligible_score: -(priority * 1e12) + created_at
+      return kind, -((tonumber(c.priority) or 0) * fab.PRIORITY_FACTOR) + (tonumber(c.created_at) or 0), true
+    end
+    if kind == 'blocked:dependencies' then
+      return kind, tonumber(c.created_at) or 0, true
+    end
+    if kind == 'delayed' then
+      local at = tonumber(c.delay_until or '')
+      if at then return kind, at, true end
+    end
+    return kind, current[kind] or tonumber(c.last_transition_at or '') or 0, false
+  elseif phase == 'active' then
+    local own = c.ownership_state
+    if own == 'unowned' or not own or own == '' then return nil end
+    local at = current.active or tonumber(c.lease_expires_at or '')
+    if not at then return nil end
+    return 'active', at, false
+  elseif phase == 'suspended' then
+    if current.suspended then return 'suspended', current.suspended, false end
+    local at = tonumber(redis.call('HGET', suspension_key, 'timeout_at') or '')
+    return 'suspended', at or fab.SUSPENDED_NO_TIMEOUT, false
+  elseif phase == 'terminal' then
+    local at = tonumber(c.completed_at or '')
+    if at then return 'terminal', at, true end
+    return 'terminal', current.terminal or tonumber(c.last_transition_at or '') or 0, false
+  end
+  return nil
+end
+
+-- fabric_reconcile_execution_index puts one execution back in the one
+-- lane index its core state says it belongs in, with the score the
+-- flowfabric functions give it there, and takes it out of every other
+-- index of its lane, atomically (FlowFabric's index_reconciler only logs
+-- what is wrong). A missing core is left alone: nothing is written.
+--   KEYS[1] exec core  KEYS[2] suspension:current
+--   KEYS[3..12] the lanes indexes of ARGV[2]: eligible, delayed, active,
+--     suspended, terminal, blocked:dependencies, blocked:budget,
+--     blocked:quota, blocked:route, blocked:operator
+--   ARGV[1] execution id  ARGV[2] lane id (the core's lane_id)
+-- Replies (fields after 'OK'; index names are the lane index suffixes):
+--   ok('consistent', index, score)
+--   ok('repaired', index, score, added, old_score, removed) -- added '1'
+--     when the member was missing from index; old_score the replaced
+--     score ('' if none); removed the other indexes it was taken out of,
+--     comma-separated ('' if none)
+--   ok('missing')  -- no core: nothing written
+--   ok('unknown', phase, eligibility, ownership)  -- no lane index fits
+--     the state: nothing written
+--   err('lane_mismatch', core_lane) | err('invalid_input', what)
+redis.register_function('fabric_reconcile_execution_index', function(keys, args)
+  local eid, lane = args[1] or '', args[2] or ''
+  local tag = string.match(eid, fab.EXEC_ID)
+  if not tag then return fab.err('invalid_input', 'execution_id') end
+  if lane == '' then return fab.err('invalid_input', 'lane_id') end
+  if #keys ~= 2 + #fab.LANE_INDEXES then return fab.err('invalid_input', 'keys') end
+  local x = 'ff:exec:' .. tag .. ':' .. eid .. ':'
+  if keys[1] ~= x .. 'core' or keys[2] ~= x .. 'suspension:current' then
+    return fab.err('invalid_input', 'keys')
+  end
+  local index = {}
+  for i, kind in ipairs(fab.LANE_INDEXES) do
+    if keys[2 + i] ~= 'ff:idx:' .. tag .. ':lane:' .. lane .. ':' .. kind then
+      return fab.err('invalid_input', 'keys')
+    end
+    index[kind] = keys[2 + i]
+  end
+
+  if redis.call('EXISTS', keys[1]) == 0 then return fab.ok('missing') end
+  local names = {'lifecycle_phase', 'eligibility_state', 'ownership_state', 'lane_id', 'priority',
+    'created_at', 'delay_until', 'lease_expires_at', 'completed_at', 'last_transition_at'}
+  local vals = redis.call('HMGET', keys[1], unpack(names))
+  local c = {}
+  for i, n in ipairs(names) do
+    if vals[i] then c[n] = vals[i] end
+  end
+  local core_lane = c.lane_id
+  if not core_lane or core_lane == '' then core_lane = 'default' end
+  if core_lane ~= lane then return fab.err('lane_mismatch', core_lane) end
+
+  local current = {}
+  for _, kind in ipairs(fab.LANE_INDEXES) do
+    local s = redis.call('ZSCORE', index[kind], eid)
+    if s then current[kind] = tonumber(s) end
+  end
+  local want, score, derived = fab.lane_score(c, keys[2], current)
+  if not want then
+    return fab.ok('unknown', c.lifecycle_phase or '', c.eligibility_state or '', c.ownership_state or '')
+  end
+
+  local removed = {}
+  for _, kind in ipairs(fab.LANE_INDEXES) do
+    if kind ~= want and current[kind] then
+      redis.call('ZREM', index[kind], eid)
+      removed[#removed + 1] = kind
+    end
+  end
+  local added, old = '0', ''
+  if not current[want] then
+    added = '1'
+    redis.call('ZADD', index[want], score, eid)
+  elseif derived and current[want] ~= score then
+    old = fab.score_str(current[want])
+    redis.call('ZADD', index[want], score, eid)
+  end
+  if added == '0' and old == '' and #removed == 0 then
+    return fab.ok('consistent', want, fab.score_str(score))
+  end
+  return fab.ok('repaired', want, fab.score_str(score), added, old, table.concat(removed, ','))
 end)

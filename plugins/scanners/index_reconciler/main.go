@@ -1,15 +1,31 @@
-// Command index_reconciler is the fabric scanner plugin that checks every
-// execution of a partition is in the index its state says it belongs to
+// Command index_reconciler is the fabric scanner plugin that keeps every
+// execution of a partition in the lane index its state says it belongs to
 // (FlowFabric's index_reconciler, engine spec §9.3: 45 s, SSCAN pages of
-// 100 over the whole all_executions set). It is log-only, as FlowFabric's:
-// an inconsistency is logged and counted as acted, nothing is written.
+// 100 over the whole all_executions set).
 //
-// Per page: one pipelined HMGET of lifecycle_phase, eligibility_state,
-// ownership_state and lane_id for every member, then one pipelined ZSCORE
-// of every expected index (FlowFabric: one round trip each, per member).
+// Configuration: "mode" is "repair" (the default) or "log";
+// "namespace" / "instance_tag" (the scanner filter).
+//
+//   - repair: per page, one pipelined HMGET of lifecycle_phase and lane_id
+//     per member, then one pipelined FCALL of
+//     fabric_reconcile_execution_index (fabric's library) per member with
+//     a core: it moves the execution into its one right lane index, with
+//     the score the flowfabric functions give it, atomically, and reports
+//     what it changed. A repair is counted as acted (and logged); a
+//     consistent member is not; a member without core, or whose id is not
+//     of this partition, is logged and skipped (nothing is written); a Lua
+//     error reply is an error. FlowFabric has no repair: it only logs.
+//   - log: FlowFabric's behaviour, read-only: per page, one pipelined HMGET
+//     of lifecycle_phase, eligibility_state, ownership_state and lane_id
+//     per member, then one pipelined ZSCORE of every expected index; an
+//     inconsistency (missing from its index, core missing, malformed id) is
+//     logged and counted as acted. FlowFabric makes one round trip each,
+//     per member.
 package main
 
 import (
+	"strings"
+
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/pdk"
@@ -17,10 +33,19 @@ import (
 
 // Plugin is the index reconciler, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: pdk.Scanner("index_reconciler", 45000, 100, nil,
-		[]string{"ff:idx:*:all_executions", "ff:idx:*:lane:*"}, nil),
+	Manifest: pdk.Scanner("index_reconciler", 45000, 100, []string{reconcileFunction},
+		[]string{"ff:idx:*:all_executions", "ff:idx:*:lane:*"}, map[string]string{"mode": modeRepair}),
 	Scan: scan,
 }
+
+// reconcileFunction is fabric's one-execution index repair.
+const reconcileFunction = "fabric_reconcile_execution_index"
+
+// Modes of the "mode" config key.
+const (
+	modeRepair = "repair"
+	modeLog    = "log"
+)
 
 func init() { pdk.Register(Plugin) }
 
@@ -63,6 +88,16 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	var res abi.ScanResult
 	pk := model.KeysOn(req.Partition)
 	filter := pdk.FilterFromConfig(h)
+	check := repair
+	switch mode, _ := h.Config("mode"); mode {
+	case "", modeRepair:
+	case modeLog:
+		check = logOnly
+	default:
+		h.Log(abi.LogError, "config mode="+mode+": want "+modeRepair+" or "+modeLog+"; nothing scanned")
+		res.Errors++
+		return res
+	}
 	cursor := "0"
 	for {
 		page, err := h.SScan(abi.ScanCursorRequest{Key: pk.AllExecutions(), Cursor: cursor, Count: 100})
@@ -78,7 +113,8 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	}
 }
 
-func check(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk.Filter, members []string) abi.ScanResult {
+// logOnly is FlowFabric's check of one page: it writes nothing.
+func logOnly(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk.Filter, members []string) abi.ScanResult {
 	res := abi.ScanResult{Scanned: uint32(len(members))}
 	var ids []string
 	for _, m := range members {
@@ -146,4 +182,117 @@ func check(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk.F
 		}
 	}
 	return res
+}
+
+// repair reconciles one page: every member with a core gets one
+// fabric_reconcile_execution_index call in one pipelined batch.
+func repair(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk.Filter, members []string) abi.ScanResult {
+	res := abi.ScanResult{Scanned: uint32(len(members))}
+	var ids []string
+	for _, m := range members {
+		if pdk.OnPartition(m, req.Partition) {
+			ids = append(ids, m)
+		} else {
+			h.Log(abi.LogWarn, "all_executions holds a malformed id "+m+"; left as is")
+			res.Skipped++
+		}
+	}
+	keep := filter.Keep(h, req.Partition, ids)
+	var ops []abi.ReadOp
+	var kept []string
+	for i, id := range ids {
+		if !keep[i] {
+			res.Skipped++
+			continue
+		}
+		kept = append(kept, id)
+		ops = append(ops, abi.ReadOp{Cmd: "HMGET", Key: model.KeysFor(model.ExecutionID(id)).Core(),
+			Args: []string{"lifecycle_phase", "lane_id"}})
+	}
+	if len(ops) == 0 {
+		return res
+	}
+	cores, err := h.ReadBatch(ops)
+	if err != nil {
+		h.Log(abi.LogWarn, "read cores: "+err.Error())
+		res.Errors += uint32(len(kept))
+		return res
+	}
+	var calls []abi.Call
+	for i, id := range kept {
+		c := cores[i]
+		switch {
+		case c.Err != "":
+			res.Errors++
+		case !c.Present[0]:
+			h.Log(abi.LogWarn, "execution "+id+" is in all_executions but its core hash is missing; left as is")
+			res.Skipped++
+		default:
+			eid := model.ExecutionID(id)
+			k := model.KeysFor(eid)
+			lane := pdk.FieldOr(c, 1, "default")
+			// KEYS: exec core, suspension:current, the lane's indexes;
+			// ARGV: execution id, lane id.
+			calls = append(calls, abi.Call{Function: reconcileFunction,
+				Keys: append([]string{k.Core(), k.SuspensionCurrent()}, pk.LaneIndexes(lane)...),
+				Args: []string{id, lane}, Item: id})
+		}
+	}
+	if len(calls) == 0 {
+		return res
+	}
+	out, err := h.FCall(calls)
+	if err != nil {
+		h.Log(abi.LogWarn, "fcall batch: "+err.Error())
+		res.Errors += uint32(len(calls))
+		return res
+	}
+	for i, r := range out {
+		id := calls[i].Args[0]
+		switch r.Result {
+		case abi.StatusSkipped:
+			res.Skipped++
+		case abi.StatusOK:
+			res.Add(counted(h, id, r.Fields))
+		default:
+			h.Log(abi.LogWarn, reconcileFunction+" "+id+": "+r.Status+" "+strings.Join(r.Fields, " "))
+			res.Errors++
+		}
+	}
+	return res
+}
+
+// counted turns one fabric_reconcile_execution_index reply into counts:
+// a repair is acted, a member whose core vanished since the read is
+// skipped, a consistent member or a state without lane index counts
+// nothing (as FlowFabric's check treats it).
+func counted(h pdk.Host, id string, f []string) abi.ScanResult {
+	field := func(i int) string {
+		if i < len(f) {
+			return f[i]
+		}
+		return ""
+	}
+	switch field(0) {
+	case "repaired":
+		msg := "repaired the lane index of execution " + id + ": in " + field(1) + " with score " + field(2)
+		if field(3) == "1" {
+			msg += ", added"
+		}
+		if field(4) != "" {
+			msg += ", was scored " + field(4)
+		}
+		if field(5) != "" {
+			msg += ", removed from " + field(5)
+		}
+		h.Log(abi.LogWarn, msg)
+		return abi.ScanResult{Acted: 1}
+	case "missing":
+		h.Log(abi.LogWarn, "execution "+id+" is in all_executions but its core hash is missing; left as is")
+		return abi.ScanResult{Skipped: 1}
+	case "consistent", "unknown":
+		return abi.ScanResult{}
+	}
+	h.Log(abi.LogWarn, reconcileFunction+" "+id+": unexpected reply "+strings.Join(f, " "))
+	return abi.ScanResult{Errors: 1}
 }

@@ -3,11 +3,15 @@
 // ff_mark_lease_expired_if_due per due execution (FlowFabric's
 // lease_expiry, engine spec §9.1: 1.5 s, 50 per partition).
 //
-// Unlike FlowFabric, each mark is followed in the same pipeline by
-// fabric_clear_lease_expiry, which drops the index entry once the lease is
-// marked expired or revoked (or the execution is gone or no longer
-// active): FlowFabric leaves it, so it is re-marked and re-counted every
-// sweep and 50 such entries starve newer expirations.
+// A marked execution stays in lease_expiry, as FlowFabric leaves it: that
+// entry is how workers find work to reclaim (the SDK's ClaimNext reads
+// the due head of lease_expiry, ff_reclaim_execution re-scores it). Unlike
+// FlowFabric, the scanner pre-reads every due member's core in one
+// pipelined read and does not call ff_mark_lease_expired_if_due again for
+// a lease already marked expired or revoked: such a member is skipped,
+// not re-counted as processed every sweep, and up to 10 pages are read
+// past such members, so a backlog awaiting reclaim does not starve newer
+// expirations (FlowFabric re-marks the same 50 oldest entries forever).
 package main
 
 import (
@@ -19,7 +23,7 @@ import (
 // Plugin is the lease-expiry scanner, registered in init.
 var Plugin = pdk.Plugin{
 	Manifest: pdk.Scanner("lease_expiry", 1500, 50,
-		[]string{"ff_mark_lease_expired_if_due", "fabric_clear_lease_expiry"}, []string{"ff:idx:*:lease_expiry"},
+		[]string{"ff_mark_lease_expired_if_due"}, []string{"ff:idx:*:lease_expiry"},
 		map[string]string{pdk.ConfigWake: "ff:idx:*:lease_expiry"}),
 	Scan: scan,
 }
@@ -28,18 +32,33 @@ func init() { pdk.Register(Plugin) }
 
 func main() {}
 
+// awaitingReclaim reports a core whose lease is already marked expired or
+// revoked: nothing is left to detect until a worker reclaims it.
+func awaitingReclaim(r abi.ReadResult) bool {
+	if r.Err != "" || pdk.FieldOr(r, 0, "") != model.PhaseActive {
+		return false
+	}
+	own := pdk.FieldOr(r, 1, "")
+	return own == model.OwnershipLeaseExpiredReclaimable || own == model.OwnershipLeaseRevoked
+}
+
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	index := model.KeysOn(req.Partition).LeaseExpiry()
 	return pdk.DueScan{
 		Indexes: func(abi.ScanRequest) []string { return []string{index} },
+		Pages:   10,
+		PreRead: func(_, member string) []abi.ReadOp {
+			return []abi.ReadOp{{Cmd: "HMGET", Key: model.KeysFor(model.ExecutionID(member)).Core(),
+				Args: []string{"lifecycle_phase", "ownership_state"}}}
+		},
 		Call: func(d pdk.Due) []abi.Call {
-			k := model.KeysFor(model.ExecutionID(d.Member))
-			return []abi.Call{
-				// KEYS: exec_core, lease_current, lease_expiry, lease_history; ARGV: execution_id.
-				{Function: "ff_mark_lease_expired_if_due", Keys: []string{k.Core(), k.LeaseCurrent(), index, k.LeaseHistory()}, Args: []string{d.Member}},
-				// KEYS: exec_core, lease_expiry; ARGV: execution_id.
-				{Function: "fabric_clear_lease_expiry", Keys: []string{k.Core(), index}, Args: []string{d.Member}},
+			if awaitingReclaim(d.Reads[0]) {
+				return nil
 			}
+			k := model.KeysFor(model.ExecutionID(d.Member))
+			// KEYS: exec_core, lease_current, lease_expiry, lease_history; ARGV: execution_id.
+			return []abi.Call{{Function: "ff_mark_lease_expired_if_due",
+				Keys: []string{k.Core(), k.LeaseCurrent(), index, k.LeaseHistory()}, Args: []string{d.Member}}}
 		},
 	}.Run(h, req)
 }
