@@ -60,7 +60,7 @@ func TestFlowAddHoldsChildUntilEveryEdgeApplied(t *testing.T) {
 	run := func(want model.ExecutionID) {
 		t.Helper()
 		var l *sdk.Lease
-		valkeytest.Eventually(t, 10*time.Second, "claimed "+string(want), func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "claimed "+string(want), func() bool {
 			var err error
 			l, err = w.ClaimNext(ctx)
 			if err != nil {
@@ -100,7 +100,7 @@ func TestFlowAddHoldsChildUntilEveryEdgeApplied(t *testing.T) {
 	seen := func(marker string) []string {
 		t.Helper()
 		var out []string
-		valkeytest.Eventually(t, 10*time.Second, "marker "+marker, func() bool {
+		valkeytest.Eventually(t, 30*time.Second, "marker "+marker, func() bool {
 			if err := raw.Do(ctx, raw.B().Publish().Channel(channel).Message(marker).Build()).Error(); err != nil {
 				t.Fatal(err)
 			}
