@@ -230,5 +230,39 @@ var flowStatements = []Statement{
 	DependencyScan, DependencyClaim, DependencyOutEdges, EdgeGroupLock, EdgeGroupWriteCounters,
 	DependencyReleaseChild, DependencySkipChild, EdgeGroupFlagSiblings, PendingCancelEnqueue,
 	EdgeCancelScan, EdgeCancelLockGroup, EdgeCancelGroupExists, EdgeCancelMembers,
-	EdgeCancelReleaseAttempt, EdgeCancelClearGroup, EdgeCancelDequeue,
+	EdgeCancelReleaseAttempt, EdgeCancelClearGroup, EdgeCancelDequeue, WorkerRegistrySweep,
+}
+
+// Worker-registry tables.
+const (
+	TWorkerRegistry      = "ff_worker_registry"
+	TWorkerRegistryEvent = "ff_worker_registry_event"
+)
+
+// WorkerRegistryPartitions is the worker registry's partition_key space
+// (FNV-1a of the instance id modulo 256), independent of the flow
+// partition count.
+const WorkerRegistryPartitions = 256
+
+// WorkerRegistrySweep deletes the registrations of one registry partition
+// whose TTL lapsed before now and appends a 'ttl_swept' event for each, in
+// one statement; it returns the number swept (upstream
+// worker_registry::ttl_sweep_tick). Its first parameter is a registry
+// partition (0..255), not a flow partition: a scanner call for flow
+// partition i sweeps the registry partitions p with p % flow count = i.
+var WorkerRegistrySweep = Statement{
+	Name: "worker_registry.ttl_sweep",
+	SQL: `WITH swept AS (
+  DELETE FROM ff_worker_registry
+   WHERE partition_key = $1 AND last_heartbeat_ms + liveness_ttl_ms < $2
+  RETURNING partition_key, namespace, worker_instance_id
+), logged AS (
+  INSERT INTO ff_worker_registry_event (partition_key, namespace, worker_instance_id, event_kind, event_at_ms, reason)
+  SELECT partition_key, namespace, worker_instance_id, 'ttl_swept', $2, NULL FROM swept
+  ON CONFLICT DO NOTHING
+  RETURNING 1
+)
+SELECT count(*) FROM swept`,
+	Params: []string{"registry_partition", "now_ms"},
+	Tables: []string{TWorkerRegistry, TWorkerRegistryEvent},
 }
