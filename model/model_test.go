@@ -162,3 +162,12 @@ func TestDerivePublicState(t *testing.T) {
 		}
 	}
 }
+
+func TestFNV1a64(t *testing.T) {
+	// Published FNV-1a 64 test vectors.
+	for in, want := range map[string]uint64{"": 0xcbf29ce484222325, "a": 0xaf63dc4c8601ec8c, "foobar": 0x85944171f73967e8} {
+		if got := FNV1a64(in); got != want {
+			t.Errorf("FNV1a64(%q) = %#x, want %#x", in, got, want)
+		}
+	}
+}

@@ -32,9 +32,12 @@ func errNotOnPostgres(op string) error { return fmt.Errorf("%w: %s", ErrNotOnPos
 //   - Leases renew, complete, fail (retry per the stored policy, delayed
 //     by its backoff), delay and hand back as on Valkey. Suspend, streams,
 //     Cancel and dependency resolution answer ErrNotOnPostgres.
-//   - There is no worker registry on Postgres yet: InstanceID is used as
-//     the lease's worker_instance_id only, and duplicates are not
-//     detected.
+//   - The instance registers in ff_worker_registry (upstream's RFC-025
+//     worker registry: namespace, worker id, lanes, capabilities, TTL
+//     twice the lease TTL), heartbeats every third of the TTL (registering
+//     again when the registration lapsed) and is marked dead on Close. An
+//     instance id with a live registration is refused
+//     (ErrDuplicateInstance); one registered under another worker id too.
 //   - Expired leases are released by the pg_lease_expiry scanner (the
 //     execution becomes claimable again and the attempt resumes), delayed
 //     executions by pg_delayed_promoter; WorkerConfig.DisableReclaim and
@@ -52,9 +55,27 @@ func ConnectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig)
 		w.capSet[c] = true
 	}
 	w.caps = append([]string(nil), cfg.Capabilities...)
+	p := w.pgRegisterParams()
+	p.RefuseLive = true
+	status, err := pc.RegisterWorker(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: register worker: %w", err)
+	}
+	if status == postgres.WorkerAlive {
+		return nil, fmt.Errorf("%w: %s (ff_worker_registry has a live registration; wait %s or pick another id)",
+			ErrDuplicateInstance, cfg.InstanceID, w.registryTTL())
+	}
 	w.life, w.lifeCancel = context.WithCancel(ctx)
+	w.bg.Add(1)
+	go w.heartbeat()
 	w.log.Info("worker connected (postgres)", "worker_id", cfg.WorkerID, "lanes", cfg.Lanes, "caps", w.capsCSV)
 	return w, nil
+}
+
+func (w *Worker) pgRegisterParams() *postgres.RegisterWorkerParams {
+	return &postgres.RegisterWorkerParams{Namespace: w.cfg.Namespace, InstanceID: w.cfg.InstanceID,
+		WorkerID: w.cfg.WorkerID, Lanes: w.cfg.Lanes, Capabilities: w.cfg.Capabilities,
+		TTLMs: w.registryTTL().Milliseconds(), NowMs: w.cfg.Clock().UnixMilli()}
 }
 
 // pgFullScanEvery is how often (in ClaimNext rounds) a Postgres worker

@@ -211,7 +211,7 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 		w.capSet[c] = true
 	}
 	w.caps = append([]string(nil), cfg.Capabilities...)
-	w.cursor.Store(fnv1a(cfg.InstanceID) % uint64(parts.Flow))
+	w.cursor.Store(model.FNV1a64(cfg.InstanceID) % uint64(parts.Flow))
 	// Check before registering so a duplicate does not overwrite the live
 	// instance's registration; the register reply re-checks atomically.
 	raw := vc.Raw()
@@ -243,16 +243,6 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 	return w, nil
 }
 
-// fnv1a is FNV-1a 64 (FlowFabric's scan-start hash, §2.7).
-func fnv1a(s string) uint64 {
-	h := uint64(0xcbf29ce484222325)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 0x100000001b3
-	}
-	return h
-}
-
 func (w *Worker) registryTTL() time.Duration { return max(2*w.cfg.LeaseTTL, time.Second) }
 
 func (w *Worker) registerParams() *valkey.RegisterWorkerParams {
@@ -279,14 +269,32 @@ func (w *Worker) heartbeat() {
 			return
 		case <-t.C:
 		}
-		res, err := w.vc.HeartbeatWorker(w.life, w.cfg.Namespace, w.cfg.InstanceID, w.cfg.Clock().UnixMilli())
+		var registered bool
+		var err error
+		now := w.cfg.Clock().UnixMilli()
+		if w.pg != nil {
+			var res *postgres.HeartbeatResult
+			if res, err = w.pg.HeartbeatWorker(w.life, w.cfg.Namespace, w.cfg.InstanceID, now); err == nil {
+				registered = res.Registered
+			}
+		} else {
+			var res *valkey.HeartbeatResult
+			if res, err = w.vc.HeartbeatWorker(w.life, w.cfg.Namespace, w.cfg.InstanceID, now); err == nil {
+				registered = res.Registered
+			}
+		}
 		switch {
 		case err != nil:
 			if w.life.Err() == nil {
 				w.log.Warn("worker heartbeat failed", "error", err)
 			}
-		case !res.Registered:
-			if _, err := w.vc.RegisterWorker(w.life, w.registerParams()); err != nil && w.life.Err() == nil {
+		case !registered:
+			if w.pg != nil {
+				_, err = w.pg.RegisterWorker(w.life, w.pgRegisterParams())
+			} else {
+				_, err = w.vc.RegisterWorker(w.life, w.registerParams())
+			}
+			if err != nil && w.life.Err() == nil {
 				w.log.Warn("worker re-register failed", "error", err)
 			}
 		}
@@ -298,8 +306,9 @@ var ErrWorkerClosed = errors.New("sdk: worker closed")
 
 // Close stops the worker gracefully: leases still held (from ClaimNext
 // callers that did not finish them) are handed back, background work
-// stops, and the alive key is deleted so the instance id can be reused
-// at once. ctx bounds the hand-back calls. Close is idempotent.
+// stops, and the registration is removed (Valkey: the alive key;
+// Postgres: the ff_worker_registry row, marked dead) so the instance id
+// can be reused at once. ctx bounds the hand-back calls. Close is idempotent.
 func (w *Worker) Close(ctx context.Context) error {
 	w.mu.Lock()
 	if w.closed {
@@ -313,21 +322,29 @@ func (w *Worker) Close(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	var errs []error
-	if w.life.Err() == nil {
+	graceful := w.life.Err() == nil
+	if graceful {
 		for _, l := range held {
 			if err := l.handBack(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if w.life.Err() == nil && w.vc != nil {
+	// Stop the heartbeat before deregistering, so it cannot register the
+	// instance again.
+	w.lifeCancel()
+	w.bg.Wait()
+	if graceful && w.vc != nil {
 		raw := w.vc.Raw()
 		if err := raw.Do(ctx, raw.B().Del().Key(model.WorkerAliveKey(w.cfg.Namespace, w.cfg.InstanceID)).Build()).Error(); err != nil {
 			errs = append(errs, fmt.Errorf("sdk: delete alive key: %w", err))
 		}
 	}
-	w.lifeCancel()
-	w.bg.Wait()
+	if graceful && w.pg != nil {
+		if _, err := w.pg.MarkWorkerDead(ctx, w.cfg.Namespace, w.cfg.InstanceID, "worker closed", w.cfg.Clock().UnixMilli()); err != nil {
+			errs = append(errs, fmt.Errorf("sdk: deregister worker: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -4,8 +4,12 @@
 // (CreateExecution, ClaimExecution/ClaimForWorker, CompleteExecution,
 // FailExecution, RenewLease, DelayExecution) named as their backend/valkey
 // counterparts, the reconcilers as plain functions (ReconcileAttemptTimeouts,
-// PromoteDelayedDue, PromoteSubmitted), the ff_completion_event outbox with
-// a LISTEN subscriber, and a launcher for throwaway clusters (StartServer).
+// PromoteDelayedDue, PromoteSubmitted), the worker registry
+// (RegisterWorker, HeartbeatWorker, MarkWorkerDead, ListWorkers), the
+// ff_completion_event outbox with a LISTEN subscriber, and a launcher for
+// throwaway clusters (StartServer). Flow dependency resolution and sibling
+// cancel run as plugins (pdk/pgflow). The migration ledger records
+// upstream's sqlx checksums (UpstreamMigrations).
 //
 // # Notes
 //

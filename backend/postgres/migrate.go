@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha512"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -24,8 +25,9 @@ import (
 var migrationFS embed.FS
 
 // LedgerTable is the migration ledger. It is sqlx's table, with sqlx's
-// columns and row conventions, so a database migrated by FlowFabric and one
-// migrated by fabric record their versions in one place.
+// columns and row conventions (version, description from the file name,
+// SHA-384 checksum of upstream's file: UpstreamMigrations), so FlowFabric
+// and fabric can migrate and share one database.
 const LedgerTable = "_sqlx_migrations"
 
 // noTxDirective on a migration's first line splits it at lines that are
@@ -44,9 +46,22 @@ type Migration struct {
 	Description string
 	// NoTx marks a file applied in per-chunk transactions.
 	NoTx bool
-	// SQL is the file's text; Checksum is its SHA-384.
-	SQL      string
+	// SQL is the file's text.
+	SQL string
+	// Checksum is what the ledger records: the SHA-384 of upstream's file
+	// of this version (UpstreamMigrations), which creates the same schema.
 	Checksum []byte
+	// FileChecksum is the SHA-384 of fabric's own file, which fabric
+	// recorded before it recorded upstream's; Migrate rewrites such rows.
+	FileChecksum []byte
+}
+
+// LedgerDescription is sqlx's ledger description of a migration file:
+// the name after the version prefix, without ".sql", with underscores as
+// spaces ("0003_dispatch_outbox.sql" → "dispatch outbox").
+func LedgerDescription(file string) string {
+	_, rest, _ := strings.Cut(strings.TrimSuffix(file, ".sql"), "_")
+	return strings.ReplaceAll(rest, "_", " ")
 }
 
 // Chunks returns the statements groups applied in one transaction each: the
@@ -85,7 +100,16 @@ func stripComments(s string) string {
 }
 
 // Migrations returns the embedded migrations in version order.
+//
+// # Notes
+//
+//   - Panics when an embedded file has no upstream file of the same name
+//     in UpstreamMigrations (a build mistake the tests catch).
 func Migrations() []Migration {
+	upstream := map[int64]UpstreamMigration{}
+	for _, u := range UpstreamMigrations {
+		upstream[u.Version] = u
+	}
 	ents, err := fs.ReadDir(migrationFS, "migrations")
 	if err != nil {
 		panic(fmt.Sprintf("postgres: embedded migrations: %v", err))
@@ -93,7 +117,7 @@ func Migrations() []Migration {
 	var out []Migration
 	for _, e := range ents {
 		name := strings.TrimSuffix(e.Name(), ".sql")
-		prefix, rest, ok := strings.Cut(name, "_")
+		prefix, _, ok := strings.Cut(name, "_")
 		v, err := strconv.ParseInt(prefix, 10, 64)
 		if !ok || err != nil {
 			panic(fmt.Sprintf("postgres: migration file %q lacks a numeric prefix", e.Name()))
@@ -102,10 +126,18 @@ func Migrations() []Migration {
 		if err != nil {
 			panic(fmt.Sprintf("postgres: embedded migration %s: %v", e.Name(), err))
 		}
+		u, ok := upstream[v]
+		if !ok || u.File != e.Name() {
+			panic(fmt.Sprintf("postgres: migration %s has no upstream file of that name (UpstreamMigrations)", e.Name()))
+		}
+		want, err := hex.DecodeString(u.Checksum)
+		if err != nil || len(want) != sha512.Size384 {
+			panic(fmt.Sprintf("postgres: upstream checksum of %s is not a SHA-384 in hex", u.File))
+		}
 		sum := sha512.Sum384(b)
 		out = append(out, Migration{
-			Version: v, Name: name, Description: strings.ReplaceAll(rest, "_", " "),
-			NoTx: bytes.HasPrefix(b, []byte(noTxDirective)), SQL: string(b), Checksum: sum[:],
+			Version: v, Name: name, Description: LedgerDescription(u.File),
+			NoTx: bytes.HasPrefix(b, []byte(noTxDirective)), SQL: string(b), Checksum: want, FileChecksum: sum[:],
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
@@ -136,9 +168,12 @@ type MigrateResult struct {
 	Applied []int64
 	// Skipped counts versions already in the ledger.
 	Skipped int
-	// Foreign are versions already recorded with a checksum other than
-	// fabric's file: applied by FlowFabric's own migrator (its files differ
-	// byte-wise, the schema they produce is the same) or by another fabric.
+	// Relabelled are versions an older fabric recorded with its own file's
+	// checksum; their rows now carry upstream's (the schema is the same).
+	Relabelled []int64
+	// Foreign are versions recorded with a checksum that is neither
+	// upstream's v0.15 file nor fabric's: another revision of the file
+	// (or CRLF line endings). They are left alone.
 	Foreign []int64
 	// Unknown are ledger versions fabric has no file for (a newer
 	// FlowFabric); they are left alone.
@@ -246,11 +281,19 @@ func MigrateConn(ctx context.Context, conn *pgx.Conn, cfg MigrateConfig) (*Migra
 		}
 		if r, ok := applied[m.Version]; ok {
 			res.Skipped++
-			if !bytes.Equal(r.checksum, m.Checksum) {
-				res.Foreign = append(res.Foreign, m.Version)
-				fmt.Fprintf(out, "%s: already applied (recorded by another migrator)\n", m.Name)
-			} else {
+			switch {
+			case bytes.Equal(r.checksum, m.Checksum):
 				fmt.Fprintf(out, "%s: already applied\n", m.Name)
+			case bytes.Equal(r.checksum, m.FileChecksum):
+				if _, err := conn.Exec(ctx, "UPDATE "+LedgerTable+" SET checksum = $2 WHERE version = $1 AND checksum = $3",
+					m.Version, m.Checksum, m.FileChecksum); err != nil {
+					return res, fmt.Errorf("postgres: migrate: relabel ledger version %d: %w", m.Version, err)
+				}
+				res.Relabelled = append(res.Relabelled, m.Version)
+				fmt.Fprintf(out, "%s: already applied; ledger checksum set to upstream's\n", m.Name)
+			default:
+				res.Foreign = append(res.Foreign, m.Version)
+				fmt.Fprintf(out, "warning: %s: already applied with a checksum of another file revision; left alone\n", m.Name)
 			}
 			continue
 		}

@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"bytes"
+	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -33,9 +35,96 @@ func TestMigrations(t *testing.T) {
 		if got := len(ms[0].Chunks()); got != 15 {
 			t.Errorf("0001 chunks %d, want 15 (tables + 13 partition sets + triggers)", got)
 		}
-		if ms[0].Description != "initial" || ms[2].Description != "dispatch outbox" {
-			t.Errorf("descriptions %q %q", ms[0].Description, ms[2].Description)
+		if ms[0].Description != "initial" || ms[2].Description != "dispatch outbox" || ms[20].Description != "worker registry event pk" {
+			t.Errorf("descriptions %q %q %q", ms[0].Description, ms[2].Description, ms[20].Description)
 		}
+		// Every embedded migration is upstream's file of that version, and
+		// the ledger checksum is upstream's, not fabric's file's.
+		if len(postgres.UpstreamMigrations) != len(ms) {
+			t.Fatalf("%d upstream migrations, %d embedded", len(postgres.UpstreamMigrations), len(ms))
+		}
+		for i, m := range ms {
+			u := postgres.UpstreamMigrations[i]
+			if u.Version != m.Version || u.File != m.Name+".sql" || !strings.HasPrefix(u.File, fmt.Sprintf("%04d_", u.Version)) {
+				t.Errorf("embedded %d %s, upstream %d %s", m.Version, m.Name, u.Version, u.File)
+			}
+			if got := hex.EncodeToString(m.Checksum); got != u.Checksum || len(m.Checksum) != 48 {
+				t.Errorf("%s: ledger checksum %s, upstream %s", m.Name, got, u.Checksum)
+			}
+			if bytes.Equal(m.Checksum, m.FileChecksum) {
+				t.Errorf("%s: fabric's file checksum equals upstream's", m.Name)
+			}
+			if m.Description != postgres.LedgerDescription(u.File) {
+				t.Errorf("%s: description %q", m.Name, m.Description)
+			}
+		}
+	})
+
+	t.Run("LedgerCarriesUpstreamChecksums", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Context(t, time.Minute)
+		pool := pgtest.Pool(t) // migrated by Migrate
+		rows, err := pool.Query(ctx, "SELECT version, description, encode(checksum, 'hex'), success FROM _sqlx_migrations ORDER BY version")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for rows.Next() {
+			var v int64
+			var desc, sum string
+			var ok bool
+			if err := rows.Scan(&v, &desc, &sum, &ok); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, fmt.Sprintf("%d|%s|%s|%v", v, desc, sum, ok))
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, u := range postgres.UpstreamMigrations {
+			want = append(want, fmt.Sprintf("%d|%s|%s|true", u.Version, postgres.LedgerDescription(u.File), u.Checksum))
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("ledger rows:\n%s\nwant (upstream's):\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+
+	t.Run("OwnChecksumsRelabelledForeignLeftAlone", func(t *testing.T) {
+		t.Parallel()
+		ctx := pgtest.Context(t, time.Minute)
+		pool := pgtest.Pool(t)
+		ms := postgres.Migrations()
+		own, foreign := ms[3], ms[5]
+		other := bytes.Repeat([]byte{7}, 48)
+		// An older fabric recorded its own file's checksum; another
+		// migrator recorded some other revision's.
+		for _, u := range []struct {
+			v   int64
+			sum []byte
+		}{{own.Version, own.FileChecksum}, {foreign.Version, other}} {
+			if _, err := pool.Exec(ctx, "UPDATE _sqlx_migrations SET checksum = $2 WHERE version = $1", u.v, u.sum); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := postgres.Migrate(ctx, pool, postgres.MigrateConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(res.Relabelled) != fmt.Sprint([]int64{own.Version}) || fmt.Sprint(res.Foreign) != fmt.Sprint([]int64{foreign.Version}) || len(res.Applied) != 0 {
+			t.Fatalf("%+v", res)
+		}
+		check := func(v int64, want []byte) {
+			var sum []byte
+			if err := pool.QueryRow(ctx, "SELECT checksum FROM _sqlx_migrations WHERE version = $1", v).Scan(&sum); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(sum, want) {
+				t.Errorf("version %d checksum %x, want %x", v, sum, want)
+			}
+		}
+		check(own.Version, own.Checksum)
+		check(foreign.Version, other)
 	})
 
 	t.Run("IdempotentSecondRun", func(t *testing.T) {

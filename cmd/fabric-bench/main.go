@@ -79,7 +79,7 @@ type Size struct {
 
 var sizes = map[string]Size{
 	"full": {Name: "full", E2EJobs: 20_000, Workers: []int{1, 8}, Producers: 4,
-		PGJobs: 2000, PGWorkers: []int{8}, DAGFlows: 20, DAGLevels: 10,
+		PGJobs: 2000, PGWorkers: []int{1, 8}, DAGFlows: 20, DAGLevels: 10,
 		PromoteJobs: 10_000, PromoteSpread: 5 * time.Second, AsynqCheck: 5 * time.Second, ScanCycles: 10, IdleHold: 5 * time.Second,
 		Swaps: 20, LimitFor: 3 * time.Second, RunCap: 40 * time.Second, ScenarioCap: 3 * time.Minute,
 		GoBench: true, GoBenchTime: "1s"},
@@ -107,6 +107,9 @@ type benchEnv struct {
 	pgsrv  *postgres.Server
 	pgErr  error
 	pgNext int
+	// pgTemplate is a database fabric's migrations ran on once; fabric's
+	// runs clone it (0: not made yet).
+	pgTemplate string
 
 	// limit is the best no-op FCALL rate and lockstep the one-caller
 	// lockstep rate (0 until scenario 8 ran).
@@ -341,6 +344,39 @@ func (e *benchEnv) dialDB(ctx context.Context, db int) (*valkey.Client, error) {
 
 // postgresURL starts the throwaway cluster on first use and returns the
 // URL of a fresh database in it.
+// migratedPostgresURL returns a fresh database with fabric's schema, cloned
+// from a template migrated once (a migration takes a minute on a loaded
+// machine; a clone seconds).
+func (e *benchEnv) migratedPostgresURL(ctx context.Context) (string, error) {
+	if e.pgTemplate == "" {
+		url, err := e.postgresURL(ctx)
+		if err != nil {
+			return "", err
+		}
+		c, err := postgres.Connect(ctx, postgres.ClientConfig{URL: url, Logger: e.log})
+		if err != nil {
+			return "", err
+		}
+		_, err = postgres.Migrate(ctx, c.Pool(), postgres.MigrateConfig{})
+		c.Close()
+		if err != nil {
+			return "", err
+		}
+		e.pgTemplate = fmt.Sprintf("bench%d", e.pgNext)
+	}
+	e.pgNext++
+	name := fmt.Sprintf("bench%d", e.pgNext)
+	c, err := postgres.Connect(ctx, postgres.ClientConfig{URL: e.pgsrv.URL("postgres"), Logger: e.log})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if _, err := c.Pool().Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+e.pgTemplate+" STRATEGY FILE_COPY"); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return e.pgsrv.URL(name), nil
+}
+
 func (e *benchEnv) postgresURL(ctx context.Context) (string, error) {
 	if e.pgsrv == nil && e.pgErr == nil {
 		e.pgsrv, e.pgErr = postgres.StartServer(ctx, postgres.ServerConfig{Logger: e.log, MaxConnections: 200})

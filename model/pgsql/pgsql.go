@@ -426,7 +426,7 @@ var RetentionDeleteChildren = func() []Statement {
 }()
 
 // All is every statement of the catalog.
-var All = append([]Statement{
+var All = append(append([]Statement{
 	ExecCoreLock, AttemptLockLease, CompletionInsert, LeaseEventInsert,
 	AttemptTimeoutScan, AttemptInterrupt, ExecCoreRetryAfterTimeout, ExecCoreExpireAfterTimeout,
 	LeaseExpiryScan, AttemptReleaseExpired, ExecCoreReleaseExpired,
@@ -434,4 +434,4 @@ var All = append([]Statement{
 	SuspensionTimeoutScan, SuspensionLock, SuspensionAutoResume, SuspensionClearTimeout,
 	ExecCoreTerminateSuspended, SuspensionDelete,
 	RetentionScan, RetentionDeleteExecCore,
-}, RetentionDeleteChildren...)
+}, RetentionDeleteChildren...), flowStatements...)

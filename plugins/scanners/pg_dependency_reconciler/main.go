@@ -1,0 +1,91 @@
+// Command pg_dependency_reconciler resolves flow dependencies on Postgres
+// (upstream ff-backend-postgres reconcilers/dependency with dispatch.rs's
+// dispatch_completion): per partition it lists the ff_completion_event
+// rows no dispatcher claimed that are older than stale_ms, oldest first,
+// and handles each in its own transaction with pdk/pgflow's
+// DispatchCompletion: claim the event, advance the edge group of each
+// outgoing edge, release a satisfied downstream, skip an impossible one
+// (whose own 'skipped' event the next pass cascades), and queue sibling
+// cancels for pg_edge_cancel_reconciler.
+//
+// fabric has no push dispatcher on Postgres, so this plugin is what moves
+// flows there; it runs every second rather than upstream's 15 s.
+//
+// Configuration: "stale_ms" (default 1000): how old an unclaimed event
+// must be, leaving a live dispatcher (a FlowFabric engine on the same
+// database) the first chance.
+package main
+
+import (
+	"strconv"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/model/pgsql"
+	"github.com/fabric-host/fabric/pdk"
+	"github.com/fabric-host/fabric/pdk/pgflow"
+)
+
+// Statements is what the plugin runs (its capabilities.sql grant).
+var Statements = []pgsql.Statement{
+	pgsql.DependencyScan, pgsql.DependencyClaim, pgsql.DependencyOutEdges, pgsql.EdgeGroupLock,
+	pgsql.EdgeGroupWriteCounters, pgsql.DependencyReleaseChild, pgsql.DependencySkipChild,
+	pgsql.EdgeGroupFlagSiblings, pgsql.PendingCancelEnqueue, pgsql.CompletionInsert,
+}
+
+// Plugin is the reconciler, registered in init.
+var Plugin = pdk.Plugin{
+	Manifest: abi.Manifest{
+		Name:         "pg_dependency_reconciler",
+		Version:      "1.0.0",
+		Kind:         abi.KindScanner,
+		IntervalMs:   1000,
+		Family:       "flow",
+		BatchSize:    1000,
+		TimeoutMs:    20000,
+		Config:       map[string]string{"stale_ms": "1000"},
+		Capabilities: abi.Capabilities{SQL: pgsql.Grants(Statements...)},
+	},
+	Scan: scan,
+}
+
+func init() { pdk.Register(Plugin) }
+
+func main() {}
+
+func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
+	now, err := h.Now()
+	if err != nil {
+		return abi.ScanResult{Errors: 1}
+	}
+	stale := int64(1000)
+	if v, ok := h.Config("stale_ms"); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			stale = n
+		}
+	}
+	pk := int64(req.Partition.Index)
+	var released, skipped, groups int
+	res := pdk.RowScan{
+		Candidates: pdk.Q(pgsql.DependencyScan, pk, now-stale, int64(req.BatchSize)),
+		Handle: func(s pdk.SQLHost, row []abi.SQLValue) (bool, error) {
+			d, err := pgflow.DispatchCompletion(s, pk, row[0].AsInt(), now)
+			if err == nil {
+				released, skipped, groups = released+d.Released, skipped+d.Skipped, groups+d.CancelGroups
+			}
+			return d.Claimed, err
+		},
+		OnError: func(row []abi.SQLValue, err error) {
+			what := "scan"
+			if len(row) > 0 {
+				what = "event " + row[0].String()
+			}
+			h.Log(abi.LogWarn, "dependency reconciler: "+what+": "+err.Error())
+		},
+	}.Run(h)
+	for name, v := range map[string]int{"released": released, "skipped": skipped, "cancel_groups": groups} {
+		if v > 0 {
+			h.Metric(abi.Metric{Kind: abi.MetricCounter, Name: name, Value: float64(v)})
+		}
+	}
+	return res
+}
