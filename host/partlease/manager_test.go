@@ -308,4 +308,3 @@ func mustTable(t *testing.T, ctx context.Context, c *valkey.Client) valkey.Parti
 	}
 	return tbl
 }
-
