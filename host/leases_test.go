@@ -50,10 +50,10 @@ func startLeaseHost(t *testing.T, url, id string, o leaseHostOpts) *leaseHost {
 	lh := &leaseHost{id: id, client: valkeytest.Dial(t, url, 0), sig: &host.TestSignals{}, collected: make(chan struct{})}
 	lh.sig.Init()
 	cfg := host.Config{
-		PluginDir:   dir,
-		CacheDir:    cacheDir,
-		Backend:     lh.client,
-		Logger:      valkeytest.Logger(),
+		PluginDir: dir,
+		CacheDir:  cacheDir,
+		Backend:   lh.client,
+		Logger:    valkeytest.Logger(),
 		// bench's calls last a few milliseconds (50 server round trips):
 		// hand-offs then often find a call in flight.
 		Plugins: map[string]host.PluginConfig{
