@@ -59,6 +59,8 @@ func startLeaseHost(t *testing.T, url, id string, o leaseHostOpts) *leaseHost {
 		Plugins: map[string]host.PluginConfig{
 			"healthy": {Interval: 200 * time.Millisecond},
 			"bench":   {Interval: 200 * time.Millisecond, BatchSize: 50},
+			// 10 s: a join lands inside the slow call even on a loaded machine.
+			"slowpart": {Config: map[string]string{"slow_ms": "10000"}},
 		},
 		Timers:      host.TimerConfig{Disabled: true},
 		TestSignals: lh.sig,
@@ -452,7 +454,7 @@ func TestPartitionLeasesCompletionsByOwner(t *testing.T) {
 }
 
 // TestPartitionLeasesHandOffWaitsForCallInFlight: a host joins while the
-// first host is in a 3 s call on a partition of the joiner's share. That
+// first host is in a 10 s call on a partition of the joiner's share. That
 // partition is handed off at the batch boundary: the joiner gets it only
 // after the call ended, while the rest of its share comes at once.
 func TestPartitionLeasesHandOffWaitsForCallInFlight(t *testing.T) {
