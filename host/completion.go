@@ -246,7 +246,7 @@ func (h *Host) resync(ctx context.Context) {
 		}
 		spec := p.spec()
 		for i := 0; i < spec.Partitions && ctx.Err() == nil; i++ {
-			if _, fault := p.scanPartition(ctx, 0, i); fault {
+			if _, fault, _ := p.scanPartition(ctx, 0, i); fault {
 				break
 			}
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host/hostfn"
+	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/testsignal"
 	"github.com/fabric-host/fabric/model"
 )
@@ -120,6 +121,12 @@ type Config struct {
 	// Completions configures the completion listener and the dispatcher
 	// driver (completion.go); off unless Completions.Enabled.
 	Completions CompletionConfig
+	// Leases configures partition leases (host/partlease): with a Valkey
+	// Backend the host calls its plugins only on the partitions it holds a
+	// lease on, sharing the deployment's partitions with the other hosts;
+	// a lone host holds them all from its first step. Leases.Disabled, or
+	// no Backend, scans every partition, as FlowFabric's engines do.
+	Leases partlease.Config
 }
 
 // TestSignals are the edges tests wait on instead of sleeping.

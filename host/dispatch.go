@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -19,13 +20,19 @@ type DispatchRecord struct {
 	End         time.Time      `json:"end"`
 	Result      abi.ScanResult `json:"result"`
 	Error       string         `json:"error,omitempty"`
+	// Host is the id of the host that dispatched ("" with partition
+	// leases off).
+	Host string `json:"host,omitempty"`
 }
 
 // drive hands completions to the dispatchers: it blocks for the first
-// completion, takes whatever else is already queued (up to MaxBatch), and
-// calls every dispatcher once with that batch, in plugin-name order (so
-// "dependency" resolves edges before "edge_cancel" looks for the sibling
-// groups they queued). Nothing polls: an idle driver waits on the queue.
+// completion, takes whatever else is already queued (up to MaxBatch),
+// keeps those of the flow partitions this host holds (with partition
+// leases every host receives every completion and the partition's owner
+// handles it; see ownedCompletions), and calls every dispatcher once with
+// that batch, in plugin-name order (so "dependency" resolves edges before
+// "edge_cancel" looks for the sibling groups they queued). Nothing polls:
+// an idle driver waits on the queue.
 func (h *Host) drive(ctx context.Context, queue <-chan abi.Completion) {
 	max := h.cfg.Completions.MaxBatch
 	var batchNo uint64
@@ -50,11 +57,25 @@ func (h *Host) drive(ctx context.Context, queue <-chan abi.Completion) {
 				break fill
 			}
 		}
-		batchNo++
-		for _, p := range h.dispatchers() {
-			h.dispatchTo(ctx, p, batchNo, batch)
+		ds := h.dispatchers()
+		kept, deadline, release := h.ownedCompletions(batch, dispatchTimeout(ds))
+		if len(kept) > 0 {
+			batchNo++
+			for _, p := range ds {
+				h.dispatchTo(ctx, p, batchNo, kept, deadline)
+			}
 		}
+		release()
 	}
+}
+
+// dispatchTimeout is the longest timeout of the dispatchers ds.
+func dispatchTimeout(ds []*plugin) time.Duration {
+	var d time.Duration
+	for _, p := range ds {
+		d = max(d, time.Duration(p.mod.Load().Manifest().TimeoutMs)*time.Millisecond)
+	}
+	return d
 }
 
 // dispatchers returns the dispatcher plugins ready for a batch, by name.
@@ -80,8 +101,9 @@ func (h *Host) dispatchers() []*plugin {
 	return out
 }
 
-// dispatchTo calls p's fabric_dispatch once per chunk of its batch_size.
-func (h *Host) dispatchTo(ctx context.Context, p *plugin, batchNo uint64, batch []abi.Completion) {
+// dispatchTo calls p's fabric_dispatch once per chunk of its batch_size;
+// every call ends by leaseDeadline (zero: no bound).
+func (h *Host) dispatchTo(ctx context.Context, p *plugin, batchNo uint64, batch []abi.Completion, leaseDeadline time.Time) {
 	m := p.mod.Load()
 	for !m.acquire() {
 		m = p.mod.Load()
@@ -91,7 +113,7 @@ func (h *Host) dispatchTo(ctx context.Context, p *plugin, batchNo uint64, batch 
 	size := int(man.BatchSize)
 	for off := 0; off < len(batch); off += size {
 		chunk := batch[off:min(off+size, len(batch))]
-		if fault := h.dispatchChunk(ctx, p, m, batchNo, chunk); fault {
+		if fault := h.dispatchChunk(ctx, p, m, batchNo, chunk, leaseDeadline); fault {
 			h.cfg.Logger.Warn("dispatcher faulted; the batch's remaining completions are left to the reconcilers",
 				"plugin", p.name, "batch", batchNo, "dropped", len(batch)-off)
 			return
@@ -99,14 +121,13 @@ func (h *Host) dispatchTo(ctx context.Context, p *plugin, batchNo uint64, batch 
 	}
 }
 
-func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo uint64, chunk []abi.Completion) bool {
+func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo uint64, chunk []abi.Completion, leaseDeadline time.Time) bool {
 	man := m.Manifest()
 	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
 	req := abi.DispatchRequest{Batch: batchNo, Completions: chunk, DeadlineMs: man.TimeoutMs, Partitions: h.cfg.Partitions}
 	in, _ := req.MarshalBinary()
-	rec := DispatchRecord{Plugin: p.name, Batch: batchNo, Completions: len(chunk), Start: h.cfg.Clock.Now()}
-	cctx, cancel := context.WithTimeoutCause(ctx, timeout,
-		fmt.Errorf("%w: plugin.%s.fabric_dispatch after %s", ErrTimeout, p.name, timeout))
+	rec := DispatchRecord{Plugin: p.name, Batch: batchNo, Completions: len(chunk), Host: h.HostID(), Start: h.cfg.Clock.Now()}
+	cctx, cancel := h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+".fabric_dispatch")
 	out, err := m.call(cctx, abi.ExportDispatch, in, p.caller(m, ""))
 	cancel()
 	var res abi.ScanResult
@@ -119,12 +140,16 @@ func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo 
 	if err != nil && ctx.Err() != nil {
 		return true
 	}
+	// A call cut at its leases' deadline is not the plugin's fault.
+	fault := err != nil && !errors.Is(err, ErrLeaseEnded)
 	p.mu.Lock()
 	p.calls++
 	p.lastRun = rec.End
 	if err != nil {
 		rec.Error = err.Error()
-		p.faults++
+		if fault {
+			p.faults++
+		}
 	} else {
 		rec.Result = res
 		p.lastResult = res
@@ -135,9 +160,12 @@ func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo 
 		}
 	}
 	p.mu.Unlock()
-	if err != nil {
+	switch {
+	case fault:
 		p.quarantine(err)
-	} else if res.Acted > 0 || res.Errors > 0 {
+	case err != nil:
+		h.cfg.Logger.Warn("dispatch call cut at its partition leases' deadline", "plugin", p.name, "batch", batchNo, "error", err)
+	case res.Acted > 0 || res.Errors > 0:
 		h.cfg.Logger.Debug("dispatch batch done", "plugin", p.name, "batch", batchNo, "completions", len(chunk),
 			"acted", res.Acted, "errors", res.Errors, "elapsed_us", rec.End.Sub(rec.Start).Microseconds())
 	}

@@ -33,6 +33,16 @@
 // the plugin's FailureTracker (3 failures, 10 sweeps), applied host-side in
 // the fcall host function. Every partition call leaves a CycleRecord.
 //
+// # Partition leases
+//
+// With a Valkey backend the host calls a plugin only on partitions it
+// holds a lease on (host/partlease): the hosts of a deployment split the
+// partitions of every family, a lone host owning all of them from its
+// first step. Each call is granted against the lease (host id and fencing
+// token go into its CycleRecord) and its deadline is capped by the lease;
+// completions are dispatched only by their flow partition's owner; Stop
+// releases the leases after the loops ended, so peers take over at once.
+//
 // # Notes
 //
 //   - A timed-out instance is closed by wazero (CloseOnContextDone); the

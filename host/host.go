@@ -18,6 +18,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/host/hostfn"
+	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/startstop"
 )
 
@@ -54,6 +55,9 @@ type Host struct {
 
 	// wakeUp is true while the due-timer wake subscription is live.
 	wakeUp atomic.Bool
+
+	// leases decides which partitions this host scans (nil: all).
+	leases *partlease.Manager
 }
 
 // New validates cfg, fills its defaults and prepares the compilation
@@ -72,6 +76,10 @@ func New(cfg Config) (*Host, error) {
 		h.cache = wazero.NewCompilationCache()
 	}
 	h.lc = newLoaderConfig(h.cache, cfg.Store, cfg.Now, cfg, func(name string) PluginConfig { return h.pluginConfig(name) })
+	if err := h.newLeases(); err != nil {
+		h.cache.Close(context.Background())
+		return nil, err
+	}
 	return h, nil
 }
 
@@ -112,6 +120,8 @@ func (h *Host) Start(ctx context.Context) error {
 	}
 	go func() {
 		defer stopped()
+		stopLeases := h.startLeases(ctx) // this host's share, before any loop starts
+		defer stopLeases()               // released after every loop stopped
 		defer h.shutdown()
 		defer w.Close()
 		if h.timersOn() {
@@ -409,11 +419,17 @@ type Snapshot struct {
 	Dir     string         `json:"dir"`
 	Plugins []PluginStatus `json:"plugins"`
 	Files   []FileStatus   `json:"files"`
+	// Leases is this host's partition leases (absent when off).
+	Leases *partlease.Status `json:"leases,omitempty"`
 }
 
 // Snapshot returns the host's state.
 func (h *Host) Snapshot() Snapshot {
-	return Snapshot{At: h.cfg.Clock.Now(), ABI: abi.Version, Dir: h.cfg.PluginDir, Plugins: h.Plugins(), Files: h.Files()}
+	s := Snapshot{At: h.cfg.Clock.Now(), ABI: abi.Version, Dir: h.cfg.PluginDir, Plugins: h.Plugins(), Files: h.Files()}
+	if st, ok := h.Leases(); ok {
+		s.Leases = &st
+	}
+	return s
 }
 
 // statusChanged rewrites the status file (atomically: temp then rename),

@@ -164,14 +164,14 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 			if ctx.Err() != nil {
 				return nil
 			}
-			res, fault := p.scanPartition(ctx, cycle, i)
+			res, fault, _ := p.scanPartition(ctx, cycle, i)
 			if fault {
 				break
 			}
 			sum.Add(res)
 		}
 		elapsed := clock.Now().Sub(start)
-		p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Cycle: cycle, Start: start, Duration: elapsed, Result: sum})
+		p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: start, Duration: elapsed, Result: sum})
 		if sum.Acted > 0 || sum.Errors > 0 {
 			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", elapsed.Milliseconds())
 		}
@@ -192,9 +192,11 @@ func (p *plugin) quarantinedUntil() time.Time {
 	return p.quarantineUntil
 }
 
-// scanPartition makes one call on partition i of sweep cycle. It reports
-// whether the call was a fault (trap, timeout, bad output).
-func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (abi.ScanResult, bool) {
+// scanPartition makes one call on partition i of sweep cycle, when this
+// host may (it holds the partition's lease, or leases are off). It reports
+// whether the call was a fault (trap, timeout, bad output) and whether it
+// ran at all.
+func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res abi.ScanResult, fault, ran bool) {
 	m := p.mod.Load()
 	for !m.acquire() { // retired and closed between Load and acquire
 		m = p.mod.Load()
@@ -203,19 +205,23 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (abi.Sc
 	man := m.Manifest()
 	part := model.Partition{Family: man.PartitionFamily(), Index: uint16(i)}
 	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
+	grant, ok := p.h.beginPartition(part, timeout)
+	if !ok {
+		return res, false, false // another host's, or being handed off
+	}
+	defer grant.End()
 	req := abi.ScanRequest{
 		Cycle: cycle, Partition: part, Partitions: p.h.cfg.Partitions.Count(part.Family),
 		BatchSize: man.BatchSize, DeadlineMs: man.TimeoutMs,
 	}
 	in, _ := req.MarshalBinary()
-	rec := CycleRecord{Plugin: p.name, Version: man.Version, SHA256: m.sha256, Partition: i, Cycle: cycle, Start: p.h.cfg.Clock.Now()}
+	rec := CycleRecord{Plugin: p.name, Version: man.Version, SHA256: m.sha256, Partition: i, Cycle: cycle,
+		Host: grant.Host, Token: grant.Token, Start: p.h.cfg.Clock.Now()}
 	caller := p.caller(m, part.Tag())
 
-	cctx, cancel := context.WithTimeoutCause(ctx, timeout,
-		fmt.Errorf("%w: plugin.%s.fabric_scan after %s", ErrTimeout, p.name, timeout))
+	cctx, cancel := p.h.callContext(ctx, timeout, grant.Deadline, "plugin."+p.name+".fabric_scan")
 	out, err := m.call(cctx, abi.ExportScan, in, caller)
 	cancel()
-	var res abi.ScanResult
 	if err == nil {
 		if derr := res.UnmarshalBinary(out); derr != nil {
 			err = fmt.Errorf("%w: %w", ErrBadOutput, derr)
@@ -223,16 +229,20 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (abi.Sc
 	}
 	rec.End = p.h.cfg.Clock.Now()
 	if err != nil && ctx.Err() != nil {
-		return res, true // the host is stopping: neither a record nor a fault
+		return res, true, true // the host is stopping: neither a record nor a fault
 	}
-	fault := err != nil
+	// A call cut at its lease's deadline is recorded, not the plugin's fault.
+	fault = err != nil && !errors.Is(err, ErrLeaseEnded)
 	p.mu.Lock()
 	p.calls++
 	p.lastRun = rec.End
-	if fault {
+	switch {
+	case err != nil:
 		rec.Error = err.Error()
-		p.faults++
-	} else {
+		if fault {
+			p.faults++
+		}
+	default:
 		rec.Result = res
 		p.lastResult = res
 		p.totals.Add(res)
@@ -245,9 +255,11 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (abi.Sc
 	p.mu.Unlock()
 	if fault {
 		p.quarantine(err)
+	} else if err != nil {
+		p.h.cfg.Logger.Warn("partition call cut at its lease deadline", "plugin", p.name, "partition", part.Tag(), "error", err)
 	}
 	p.h.cfg.TestSignals.partitionDone(rec)
-	return res, fault
+	return res, fault, true
 }
 
 func (p *plugin) caller(m *Module, tag string) *hostfn.Caller {

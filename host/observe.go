@@ -12,6 +12,9 @@ import (
 type SweepEvent struct {
 	// Plugin and Version name what served the sweep's last call.
 	Plugin, Version string
+	// Host is the id of the host that swept ("" with partition leases
+	// off); it called only the partitions it held.
+	Host string
 	// Cycle is the sweep number (PluginStatus.Cycles at its start).
 	Cycle uint64
 	// Start is when the sweep began; Duration how long it took, by the

@@ -74,8 +74,9 @@ type FileStatus struct {
 	At     time.Time `json:"at"`
 }
 
-// CycleRecord is one partition call of one sweep: which version served it
-// and when. Tests assert cadence and hot-swap exactness from these.
+// CycleRecord is one partition call of one sweep: which version served it,
+// when, and under which partition lease. Tests assert cadence, hot-swap
+// exactness and the exclusivity of partition leases from these.
 type CycleRecord struct {
 	Plugin    string         `json:"plugin"`
 	Version   string         `json:"version"`
@@ -86,6 +87,11 @@ type CycleRecord struct {
 	End       time.Time      `json:"end"`
 	Result    abi.ScanResult `json:"result"`
 	Error     string         `json:"error,omitempty"`
+	// Host and Token are the id of the host that made the call and the
+	// fencing token of the partition lease it held ("" and 0 with
+	// partition leases off).
+	Host  string `json:"host,omitempty"`
+	Token int64  `json:"token,omitempty"`
 }
 
 // recordRing keeps the last n records.

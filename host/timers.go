@@ -187,8 +187,12 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			if !woken[i] && now.Before(next[i]) {
 				continue
 			}
+			res, fault, ran := p.scanPartition(ctx, cycle, i)
+			if !ran { // not this host's: look again next interval (a gain wakes it)
+				next[i] = now.Add(spec.Interval)
+				continue
+			}
 			scanned++
-			res, fault := p.scanPartition(ctx, cycle, i)
 			if fault {
 				break
 			}
@@ -196,7 +200,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			next[i] = p.nextScan(spec, res)
 		}
 		if scanned > 0 {
-			p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Cycle: cycle, Start: start, Duration: clock.Now().Sub(start), Result: sum})
+			p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: start, Duration: clock.Now().Sub(start), Result: sum})
 		}
 		if sum.Acted > 0 || sum.Errors > 0 {
 			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", clock.Now().Sub(start).Milliseconds())

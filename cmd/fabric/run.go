@@ -20,6 +20,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/statusview"
 	"github.com/fabric-host/fabric/model"
@@ -43,6 +44,9 @@ func init() {
 				view:       fs.String("view", "auto", "status view: auto (live on a terminal, lines otherwise), tty, lines or off"),
 				refresh:    fs.Duration("refresh", 0, "status view refresh interval (default 1s live, 2s lines)"),
 				census:     fs.Duration("census-interval", admin.SamplerIntervalDefault, "keyspace census interval (executions by state, lag)"),
+				leases:     fs.Bool("partition-leases", true, "share the partitions with the deployment's other hosts by lease (false: scan every partition, as FlowFabric's engines do)"),
+				hostID:     fs.String("host-id", "", "this host's id in partition leases (default <hostname>-<pid>-<random>)"),
+				leaseTTL:   fs.Duration("lease-ttl", partlease.TTLDefault, "partition lease TTL: a dead host's partitions are taken over this long after its last renewal"),
 			}
 			fs.Var(&o.partitions, "partitions", "partition counts of a new deployment, flow=N,budget=N,quota=N (default 256/32/32)")
 			pgf := addRunPostgresFlags(fs) // run_postgres.go
@@ -75,7 +79,11 @@ type runFlags struct {
 	config, pluginDir, cacheDir, statusFile, adminAddr, view *string
 	demo                                                     *bool
 	refresh, census                                          *time.Duration
-	partitions                                               partitionsFlag
+	// leases, hostID and leaseTTL configure partition leases.
+	leases     *bool
+	hostID     *string
+	leaseTTL   *time.Duration
+	partitions partitionsFlag
 	// pluginCfg is the config file's per-plugin configuration.
 	pluginCfg map[string]host.PluginConfig
 }
@@ -134,7 +142,8 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 
 	metrics := admin.NewMetrics()
 	h, err := startHost(ctx, out, conn, hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
-		lanes: cfg.Lanes, plugins: o.pluginCfg, observer: metrics})
+		lanes: cfg.Lanes, plugins: o.pluginCfg, observer: metrics,
+		leases: partlease.Config{Disabled: !*o.leases, HostID: *o.hostID, TTL: *o.leaseTTL}})
 	if err != nil {
 		return err
 	}
@@ -295,6 +304,8 @@ type hostOptions struct {
 	// lane-scanning plugin's "lanes" entry defaults to lanes.
 	plugins  map[string]host.PluginConfig
 	observer host.Observer
+	// leases configures partition leases.
+	leases partlease.Config
 }
 
 // startHost starts the plugin host on dir and waits for its first load.
@@ -334,7 +345,7 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 		plugins[name] = pc
 	}
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir, Backend: conn.Client,
-		Logger: conn.Logger, StatusFile: statusFile, Plugins: plugins, Observer: o.observer,
+		Logger: conn.Logger, StatusFile: statusFile, Plugins: plugins, Observer: o.observer, Leases: o.leases,
 		// The dispatchers (dependency, edge_cancel) run on completions.
 		Completions: host.CompletionConfig{Enabled: true}})
 	if err != nil {
@@ -355,6 +366,10 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 		return nil, ctx.Err()
 	}
 	fmt.Fprintf(out, "host: %d plugins from %s\n", len(h.Plugins()), dir)
+	if st, ok := h.Leases(); ok {
+		fmt.Fprintf(out, "host id %s: partition leases (TTL %s), %d live hosts; owns flow %s · budget %s · quota %s\n",
+			st.HostID, time.Duration(st.TTLMs)*time.Millisecond, len(st.Members), orNone(st.Owned["flow"]), orNone(st.Owned["budget"]), orNone(st.Owned["quota"]))
+	}
 	for _, p := range h.Plugins() {
 		fmt.Fprintf(out, "  %-22s %-8s %-10s %s\n", p.Name, p.Version, p.State, p.Reason)
 	}
@@ -448,4 +463,12 @@ func stateCounts(ctx context.Context, c *valkey.Client) (string, error) {
 		return "none", nil
 	}
 	return strings.Join(parts, " "), nil
+}
+
+// orNone is s, or "none" when empty.
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -27,6 +27,9 @@ import (
 //	view = "auto"                           # auto, tty, lines or off
 //	refresh = "1s"
 //	census_interval = "2s"
+//	partition_leases = true                 # false: scan every partition
+//	host_id = "fabric-a"                    # default <hostname>-<pid>-<random>
+//	lease_ttl = "10s"
 //
 //	[partitions]                            # fixed for a deployment
 //	flow = 256
@@ -61,6 +64,9 @@ type runFile struct {
 	View           *string `toml:"view"`
 	Refresh        *string `toml:"refresh"`
 	CensusInterval *string `toml:"census_interval"`
+	Leases         *bool   `toml:"partition_leases"`
+	HostID         *string `toml:"host_id"`
+	LeaseTTL       *string `toml:"lease_ttl"`
 	Partitions     *struct {
 		Flow   uint16 `toml:"flow"`
 		Budget uint16 `toml:"budget"`
@@ -153,7 +159,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"refresh", f.Refresh}, {"census-interval", f.CensusInterval}, {"partitions", parts},
 		{"demo", str(f.Demo.Enabled)}, {"rate", str(f.Demo.Rate)}, {"lanes", lanes}, {"workers", str(f.Demo.Workers)},
 		{"concurrency", str(f.Demo.Concurrency)}, {"duration", f.Demo.Duration}, {"drain-timeout", f.Demo.DrainTimeout},
-		{"mix", f.Demo.Mix},
+		{"mix", f.Demo.Mix}, {"partition-leases", str(f.Leases)}, {"host-id", f.HostID}, {"lease-ttl", f.LeaseTTL},
 	} {
 		if err := set(kv.name, kv.v); err != nil {
 			return nil, err

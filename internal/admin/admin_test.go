@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -146,6 +147,17 @@ func TestMetrics(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("/readyz: %d %s", code, body)
 	}
+	// /status names the host holding each partition, in compact ranges.
+	valkeytest.Eventually(t, 30*time.Second, "/status shows the host's partition leases", func() bool {
+		_, body := get(t, url+"/status")
+		var rep admin.Report
+		if err := json.Unmarshal([]byte(body), &rep); err != nil || rep.Census == nil || rep.Census.Ownership == nil {
+			return false
+		}
+		o := rep.Census.Ownership
+		return len(o.Hosts) == 1 && o.Hosts[0].Host == h.HostID() && o.Hosts[0].Live &&
+			o.Hosts[0].Ranges["flow"] == "0-1" && o.Hosts[0].Ranges["quota"] == "0" && o.Hosts[0].Partitions == 4
+	})
 }
 
 func TestHealthz(t *testing.T) {

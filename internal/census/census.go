@@ -5,9 +5,12 @@
 //	c, err := census.Take(ctx, client)
 //	fmt.Println(c.Executions["active"], c.LagMs["lease_expiry"])
 //
+// It also reads who holds which partition lease (Ownership).
+//
 // # Notes
 //
-//   - One Take is two pipelined round trips (the lanes, then every count
+//   - One Take is three pipelined round trips (the third reads the
+//     partition leases) (the lanes, then every count
 //     and oldest score of every flow partition), O(partitions × lanes),
 //     never O(executions).
 //   - Executions are counted by lane index, not by reading every
@@ -23,6 +26,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/model"
 	vk "github.com/valkey-io/valkey-go"
 )
@@ -42,6 +46,9 @@ type Census struct {
 	// of its due indexes became due, in milliseconds (0: nothing due).
 	// Plugins without a due index are absent.
 	LagMs map[string]int64 `json:"lag_ms"`
+	// Ownership is which host holds which partitions (partition leases);
+	// no hosts when none holds a lease (leases off or no host running).
+	Ownership *partlease.Ownership `json:"ownership,omitempty"`
 }
 
 // dueIndexes are the due-time indexes each scanner plugin drains, by
@@ -153,5 +160,11 @@ func Take(ctx context.Context, c *valkey.Client) (*Census, error) {
 			}
 		}
 	}
+	tbl, err := c.ReadPartitionLeases(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("census: partition leases: %w", err)
+	}
+	own := partlease.Summarize(tbl)
+	cen.Ownership = &own
 	return cen, nil
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/census"
 )
@@ -88,6 +89,11 @@ func Render(w io.Writer, f Frame) {
 		line("executions  (no census yet)")
 	}
 	line("throughput  %.1f executions/s reaching a terminal state", f.Report.Throughput)
+	if c := f.Report.Census; c != nil && c.Ownership != nil {
+		for _, l := range OwnershipLines(*c.Ownership) {
+			line("%s", l)
+		}
+	}
 	if f.Report.Error != "" {
 		line("backend     %s", f.Report.Error)
 	}
@@ -102,6 +108,40 @@ func Render(w io.Writer, f Frame) {
 		}
 	}
 	io.WriteString(w, b.String())
+}
+
+// OwnershipLines describes who holds which partitions, one line per host
+// (then the unowned partitions, if any), labelled "partitions".
+func OwnershipLines(o partlease.Ownership) []string {
+	label := "partitions"
+	var out []string
+	add := func(who string, ranges map[string]string) {
+		var fams []string
+		for _, fam := range partlease.Families {
+			if r := ranges[fam.String()]; r != "" {
+				fams = append(fams, fam.String()+" "+r)
+			}
+		}
+		if len(fams) == 0 {
+			fams = append(fams, "nothing")
+		}
+		out = append(out, fmt.Sprintf("%-11s %s  %s", label, who, strings.Join(fams, " · ")))
+		label = ""
+	}
+	for _, h := range o.Hosts {
+		state := "live"
+		if !h.Live {
+			state = "gone, leases not expired yet"
+		}
+		add(fmt.Sprintf("%s (%s, %d)", h.Host, state, h.Partitions), h.Ranges)
+	}
+	if len(o.Hosts) == 0 {
+		return []string{"partitions  no partition leases held (hosts scan every partition, or none runs)"}
+	}
+	if o.Free > 0 {
+		add(fmt.Sprintf("unowned (%d)", o.Free), o.Unowned)
+	}
+	return out
 }
 
 // Lines returns the progress lines of a frame for a pipe: one status line,
@@ -141,6 +181,9 @@ func Lines(prev *admin.Report, f Frame) []string {
 		f.Elapsed.Seconds(), f.Report.Throughput, strings.Join(states, " "), running, len(f.Report.Plugins), acted, rate, errs, faults)
 	if worst != "" {
 		s += fmt.Sprintf("  max lag %s (%s)", fmtDur(time.Duration(worstLag)*time.Millisecond), worst)
+	}
+	if c := f.Report.Census; c != nil && c.Ownership != nil && len(c.Ownership.Hosts) > 0 {
+		s += fmt.Sprintf("  hosts %d, unowned partitions %d", len(c.Ownership.Hosts), c.Ownership.Free)
 	}
 	if f.Report.Error != "" {
 		s += "  backend: " + f.Report.Error

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/census"
 	"github.com/fabric-host/fabric/internal/statusview"
@@ -115,5 +116,37 @@ func TestTail(t *testing.T) {
 	tl.Write([]byte("\nc\nd"))
 	if got := strings.Join(tl.Lines(), ","); got != "b,c" || tl.Last() != "c" {
 		t.Fatalf("tail %q last %q", got, tl.Last())
+	}
+}
+
+func TestOwnershipLines(t *testing.T) {
+	t.Parallel()
+	o := partlease.Ownership{
+		Hosts: []partlease.HostShare{
+			{Host: "a-1", Live: true, Partitions: 160, Ranges: map[string]string{"flow": "0-127", "budget": "0-15", "quota": "0-15"}},
+			{Host: "b-2", Live: false, Partitions: 150, Ranges: map[string]string{"flow": "128-245", "budget": "16-31", "quota": "16-31"}},
+			{Host: "c-3", Live: true, Ranges: map[string]string{}},
+		},
+		Unowned: map[string]string{"flow": "246-255"},
+		Free:    10,
+	}
+	want := []string{
+		"partitions  a-1 (live, 160)  flow 0-127 · budget 0-15 · quota 0-15",
+		"            b-2 (gone, leases not expired yet, 150)  flow 128-245 · budget 16-31 · quota 16-31",
+		"            c-3 (live, 0)  nothing",
+		"            unowned (10)  flow 246-255",
+	}
+	if got := statusview.OwnershipLines(o); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := statusview.OwnershipLines(partlease.Ownership{Free: 320}); len(got) != 1 || !strings.Contains(got[0], "no partition leases held") {
+		t.Fatalf("no hosts: %q", got)
+	}
+	rep := fixedReport()
+	rep.Census.Ownership = &o
+	var b bytes.Buffer
+	statusview.Render(&b, statusview.Frame{Title: "fabric", Now: t0, Report: rep})
+	if !strings.Contains(b.String(), want[0]+"\n"+want[1]) {
+		t.Fatalf("frame lacks the ownership lines:\n%s", b.String())
 	}
 }

@@ -23,7 +23,7 @@ function fab.del_chunks(keys)
   return n
 end
 
-redis.register_function('fabric_version', function(keys, args) return '2' end)
+redis.register_function('fabric_version', function(keys, args) return '3' end)
 
 -- fabric_purge_execution deletes one terminal execution past its retention,
 -- atomically (FlowFabric's retention_trimmer deletes in chunks from the
@@ -290,4 +290,105 @@ redis.register_function('fabric_reconcile_execution_index', function(keys, args)
     return fab.ok('consistent', want, fab.score_str(score))
   end
   return fab.ok('repaired', want, fab.score_str(score), added, old, table.concat(removed, ','))
+
+-- Partition leases: fabric hosts share a deployment's partitions. Each
+-- partition (of each family) has one lease hash,
+-- fabric:partlease:{<tag>}, carrying the partition's hash tag so it lives
+-- on the partition's slot. Fields: owner (host id, '' when free), token
+-- (the fencing token: +1 at every acquisition, never reset), expires_at
+-- (server ms). Expiry is judged by the server's clock only, so hosts'
+-- clocks never need to agree.
+
+-- fab.now_ms is the server's clock in milliseconds.
+function fab.now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- fabric_claim_partition acquires or renews one partition lease.
+--   KEYS[1] lease hash  ARGV[1] host id  ARGV[2] ttl ms
+--   ARGV[3] the token the caller holds ('' to acquire)
+-- A live lease of the caller whose token matches (or when ARGV[3] is '')
+-- is renewed; a free or expired lease is acquired with a new token; a
+-- live lease of another host (or of the caller under another token) is
+-- left alone.
+-- Replies: ok('acquired', token, expires_at) | ok('renewed', token,
+--   expires_at) | ok('held', owner, token, expires_at) |
+--   err('invalid_input', what)
+redis.register_function('fabric_claim_partition', function(keys, args)
+  local key, host, held = keys[1], args[1], args[3] or ''
+  local ttl = tonumber(args[2] or '')
+  if not key then return fab.err('invalid_input', 'keys') end
+  if not host or host == '' then return fab.err('invalid_input', 'host_id') end
+  if not ttl or ttl <= 0 then return fab.err('invalid_input', 'ttl_ms') end
+  local now = fab.now_ms()
+  local f = redis.call('HMGET', key, 'owner', 'token', 'expires_at')
+  local owner, token, expires = f[1] or '', f[2] or '0', tonumber(f[3] or '') or 0
+  local live = owner ~= '' and expires > now
+  local exp = tostring(now + math.floor(ttl))
+  if live and owner == host and (held == '' or held == token) then
+    redis.call('HSET', key, 'expires_at', exp)
+    return fab.ok('renewed', token, exp)
+  end
+  if live then
+    return fab.ok('held', owner, token, tostring(expires))
+  end
+  token = tostring(redis.call('HINCRBY', key, 'token', 1))
+  redis.call('HSET', key, 'owner', host, 'expires_at', exp)
+  return fab.ok('acquired', token, exp)
+end)
+
+-- fabric_release_partition frees a lease the caller holds under token (the
+-- token is kept: the next owner's is higher).
+--   KEYS[1] lease hash  ARGV[1] host id  ARGV[2] token
+-- Replies: ok('released') | ok('not_owner', owner, token) |
+--   err('invalid_input', what)
+redis.register_function('fabric_release_partition', function(keys, args)
+  local key, host, token = keys[1], args[1], args[2]
+  if not key then return fab.err('invalid_input', 'keys') end
+  if not host or host == '' then return fab.err('invalid_input', 'host_id') end
+  if not token or token == '' then return fab.err('invalid_input', 'token') end
+  local f = redis.call('HMGET', key, 'owner', 'token')
+  if (f[1] or '') ~= host or (f[2] or '') ~= token then
+    return fab.ok('not_owner', f[1] or '', f[2] or '0')
+  end
+  redis.call('HSET', key, 'owner', '', 'expires_at', '0')
+  return fab.ok('released')
+end)
+
+-- fabric_host_heartbeat records a live host in the members zset (score:
+-- its expiry, server ms), drops expired members, and returns the live ones.
+--   KEYS[1] members zset  ARGV[1] host id  ARGV[2] ttl ms
+-- Replies: ok(now_ms, host, expires_at, host, expires_at, ...) in host
+--   order | err('invalid_input', what)
+redis.register_function('fabric_host_heartbeat', function(keys, args)
+  local key, host = keys[1], args[1]
+  local ttl = tonumber(args[2] or '')
+  if not key then return fab.err('invalid_input', 'keys') end
+  if not host or host == '' then return fab.err('invalid_input', 'host_id') end
+  if not ttl or ttl <= 0 then return fab.err('invalid_input', 'ttl_ms') end
+  local now = fab.now_ms()
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', tostring(now))
+  redis.call('ZADD', key, tostring(now + math.floor(ttl)), host)
+  local m = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local pairs_ = {}
+  for i = 1, #m, 2 do table.insert(pairs_, {m[i], m[i + 1]}) end
+  table.sort(pairs_, function(a, b) return a[1] < b[1] end)
+  local out = {1, 'OK', tostring(now)}
+  for _, p in ipairs(pairs_) do
+    table.insert(out, p[1])
+    table.insert(out, p[2])
+  end
+  return out
+end)
+
+-- fabric_host_leave removes a host from the members zset.
+--   KEYS[1] members zset  ARGV[1] host id
+-- Replies: ok('left') | ok('absent') | err('invalid_input', what)
+redis.register_function('fabric_host_leave', function(keys, args)
+  local key, host = keys[1], args[1]
+  if not key then return fab.err('invalid_input', 'keys') end
+  if not host or host == '' then return fab.err('invalid_input', 'host_id') end
+  if redis.call('ZREM', key, host) == 1 then return fab.ok('left') end
+  return fab.ok('absent')
 end)

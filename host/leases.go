@@ -1,0 +1,162 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host/partlease"
+	"github.com/fabric-host/fabric/model"
+)
+
+// ErrLeaseEnded is matched by a plugin call cut at the deadline of its
+// partition lease (the host could not renew it in time). It is not the
+// plugin's fault: the call is recorded with the error and the plugin is
+// not quarantined.
+var ErrLeaseEnded = errors.New("host: partition lease ending")
+
+// newLeases makes the host's lease manager, nil when leases are off.
+func (h *Host) newLeases() error {
+	if h.cfg.Backend == nil || h.cfg.Leases.Disabled {
+		return nil
+	}
+	m, err := partlease.New(h.cfg.Leases, h.cfg.Backend, h.cfg.Partitions, partlease.Options{
+		Clock: h.cfg.Clock.Now, Logger: h.cfg.Logger, OnGain: h.partitionGained,
+	})
+	if err != nil {
+		return fmt.Errorf("host: %w", err)
+	}
+	h.leases = m
+	return nil
+}
+
+// startLeases takes this host's share before any plugin loads (a lone
+// host owns everything from its first sweep), then keeps the leases
+// renewed in the background. The returned stop, called after every loop
+// ended, releases them so peers take over at once.
+func (h *Host) startLeases(ctx context.Context) (stop func()) {
+	m := h.leases
+	if m == nil {
+		return func() {}
+	}
+	ttl := m.Config().TTL
+	fctx, cancel := context.WithTimeout(ctx, ttl)
+	if _, err := m.RunOnce(fctx); err != nil {
+		h.cfg.Logger.Warn("first partition lease step failed; partitions are scanned once leases are held", "host", m.HostID(), "error", err)
+	}
+	cancel()
+	// The loops outlive ctx during shutdown: the leases must too.
+	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(lctx) }()
+	return func() {
+		lcancel()
+		<-done
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), ttl/2)
+		defer scancel()
+		if err := m.Leave(sctx); err != nil {
+			h.cfg.Logger.Warn("partition leases not released", "host", m.HostID(), "error", err)
+		}
+	}
+}
+
+// beginPartition asks for a call of timeout on part: always granted
+// without leases, else only on a partition this host holds with room for
+// the call.
+func (h *Host) beginPartition(part model.Partition, timeout time.Duration) (partlease.Grant, bool) {
+	if h.leases == nil {
+		return partlease.Grant{}, true
+	}
+	return h.leases.Begin(part, timeout)
+}
+
+// callContext bounds one plugin call by its timeout and by the deadline
+// of the leases it runs under (zero: none); what names the call in the
+// cause.
+func (h *Host) callContext(ctx context.Context, timeout time.Duration, leaseDeadline time.Time, what string) (context.Context, context.CancelFunc) {
+	if !leaseDeadline.IsZero() {
+		if d := leaseDeadline.Sub(h.cfg.Clock.Now()); d < timeout {
+			return context.WithTimeoutCause(ctx, d, fmt.Errorf("%w: %s after %s", ErrLeaseEnded, what, d.Round(time.Millisecond)))
+		}
+	}
+	return context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w: %s after %s", ErrTimeout, what, timeout))
+}
+
+// partitionGained wakes a newly acquired partition in every timer-driven
+// plugin of its family, so it is scanned at once rather than at the next
+// poll.
+func (h *Host) partitionGained(part model.Partition) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.plugins {
+		if p.wake == nil {
+			continue
+		}
+		if man := p.mod.Load().Manifest(); man.PartitionFamily() == part.Family {
+			p.wake.wake(int(part.Index))
+		}
+	}
+}
+
+// ownedCompletions keeps the completions whose flow partition this host
+// holds (every host receives every completion; the flow partition's owner
+// handles it) and holds a grant on each such partition until release is
+// called. deadline is the earliest grant's (zero without leases).
+//
+// A completion published while its partition changes hands is dropped by
+// every host; dependency_reconciler and the edge_cancel sweep repair it,
+// as they repair completions published while the listener reconnects.
+func (h *Host) ownedCompletions(batch []abi.Completion, timeout time.Duration) (kept []abi.Completion, deadline time.Time, release func()) {
+	if h.leases == nil {
+		return batch, time.Time{}, func() {}
+	}
+	grants := map[model.Partition]partlease.Grant{}
+	refused := map[model.Partition]bool{}
+	for _, c := range batch {
+		fid, err := model.ParseUUID(c.FlowID)
+		if err != nil {
+			continue // parseCompletion let only valid ids through
+		}
+		part := h.cfg.Partitions.FlowPartition(fid)
+		if refused[part] {
+			continue
+		}
+		if _, ok := grants[part]; !ok {
+			g, ok := h.leases.Begin(part, timeout)
+			if !ok {
+				refused[part] = true
+				continue
+			}
+			grants[part] = g
+			if deadline.IsZero() || g.Deadline.Before(deadline) {
+				deadline = g.Deadline
+			}
+		}
+		kept = append(kept, c)
+	}
+	return kept, deadline, func() {
+		for _, g := range grants {
+			g.End()
+		}
+	}
+}
+
+// Leases returns this host's view of its partition leases; false when
+// leases are off.
+func (h *Host) Leases() (partlease.Status, bool) {
+	if h.leases == nil {
+		return partlease.Status{}, false
+	}
+	return h.leases.Status(), true
+}
+
+// HostID returns the id this host holds partition leases under ("" when
+// leases are off).
+func (h *Host) HostID() string {
+	if h.leases == nil {
+		return ""
+	}
+	return h.leases.HostID()
+}
