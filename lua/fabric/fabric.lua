@@ -290,6 +290,7 @@ redis.register_function('fabric_reconcile_execution_index', function(keys, args)
     return fab.ok('consistent', want, fab.score_str(score))
   end
   return fab.ok('repaired', want, fab.score_str(score), added, old, table.concat(removed, ','))
+end)
 
 -- Partition leases: fabric hosts share a deployment's partitions. Each
 -- partition (of each family) has one lease hash,
