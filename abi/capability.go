@@ -5,6 +5,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/fabric-host/fabric/model"
 )
 
 // Capability is the kind of grant a host function needs.
@@ -132,6 +134,14 @@ func (c *Capabilities) AllowSQL(name string) error {
 	}
 	return Errorf(CodeDenied, fmt.Sprintf("sql %s is not granted (capabilities.sql: [%s])", name, strings.Join(c.SQL, " ")))
 }
+
+// GlobalReadKeys are the deployment-wide keys (no hash tag) any partition
+// call may read once its read grant names them: the lane registry and
+// the partition config. They are never exempt for writes or FCALL keys.
+var GlobalReadKeys = []string{model.KeyLanesIndex, model.KeyConfigPartitions}
+
+// IsGlobalReadKey reports whether key is one of GlobalReadKeys.
+func IsGlobalReadKey(key string) bool { return slices.Contains(GlobalReadKeys, key) }
 
 // AllowKeyOnPartition returns nil when key's hash tag (its first {...},
 // as Valkey cluster slotting reads it) is tag, e.g. "{fp:7}", or the grant

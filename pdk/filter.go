@@ -1,6 +1,7 @@
 package pdk
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/fabric-host/fabric/abi"
@@ -89,8 +90,22 @@ func (f Filter) Keep(h Host, p model.Partition, eids []string) []bool {
 	return keep
 }
 
-// Lanes returns the configured lanes: config "lanes", comma-separated
-// (default "default").
+// LaneRegistryRefreshMs is how long, in server milliseconds, a plugin
+// instance reuses the lane registry it read.
+const LaneRegistryRefreshMs = 1000
+
+// laneRegistry is this instance's last read of the lane registry.
+var laneRegistry struct {
+	lanes []string
+	atMs  int64
+}
+
+// Lanes returns the lanes a lane-scanning plugin scans: the "lanes"
+// config entry (comma-separated) when it is set, else the deployment's
+// lane registry (model.KeyLanesIndex: the lanes seeded at boot plus
+// every lane the SDK has created work on), re-read at most every
+// LaneRegistryRefreshMs, else ["default"]. A host serving every lane
+// thus needs no lane list, and a new lane is scanned within a second.
 func Lanes(h Host) []string {
 	v, _ := h.Config("lanes")
 	var out []string
@@ -99,10 +114,26 @@ func Lanes(h Host) []string {
 			out = append(out, l)
 		}
 	}
-	if len(out) == 0 {
+	if len(out) > 0 {
+		return out
+	}
+	now, err := h.Now()
+	if err == nil && laneRegistry.lanes != nil && now-laneRegistry.atMs < LaneRegistryRefreshMs && now >= laneRegistry.atMs {
+		return laneRegistry.lanes
+	}
+	lanes, rerr := h.SMembers(model.KeyLanesIndex)
+	if rerr != nil || len(lanes) == 0 {
+		if rerr != nil {
+			h.Log(abi.LogWarn, "read lane registry "+model.KeyLanesIndex+": "+rerr.Error())
+		}
+		if laneRegistry.lanes != nil {
+			return laneRegistry.lanes // the last good read
+		}
 		return []string{"default"}
 	}
-	return out
+	slices.Sort(lanes)
+	laneRegistry.lanes, laneRegistry.atMs = lanes, now
+	return lanes
 }
 
 // FieldOr returns the i-th value of r, or def when it is missing or empty.

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/model"
 )
 
 // ConfigWake is the manifest config key naming the index-key globs whose
@@ -14,6 +15,9 @@ const ConfigWake = "fabric.wake"
 // FilterReads are the read grants the scanner filter needs (namespace on
 // exec core, instance tag on the tags hash).
 var FilterReads = []string{"ff:exec:*:core", "ff:exec:*:tags"}
+
+// LaneReads is the read grant Lanes needs: the lane registry.
+var LaneReads = []string{model.KeyLanesIndex}
 
 // Itoa formats an int64 (plugins build ARGV with it).
 func Itoa(v int64) string { return strconv.FormatInt(v, 10) }
@@ -26,6 +30,6 @@ func Scanner(name string, intervalMs, batch uint32, fcall, reads []string, confi
 		Name: name, Version: "1.0.0", Kind: abi.KindScanner,
 		IntervalMs: intervalMs, Family: "flow", BatchSize: batch, TimeoutMs: 5000,
 		Config:       config,
-		Capabilities: abi.Capabilities{FCall: fcall, Read: append(append([]string{}, FilterReads...), reads...)},
+		Capabilities: abi.Capabilities{FCall: fcall, Read: append(append(append([]string{}, FilterReads...), LaneReads...), reads...)},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	vk "github.com/valkey-io/valkey-go"
@@ -50,6 +51,10 @@ type Client struct {
 	who   string
 	clock func() time.Time
 	log   *slog.Logger
+
+	// lanes are the lanes this client has registered in the lane
+	// registry (model.KeyLanesIndex), so each costs one SADD per client.
+	lanes sync.Map
 }
 
 // NewClient returns a Client bound to the deployment's partition config,
@@ -167,11 +172,29 @@ func (c *Client) CreateExecution(ctx context.Context, spec ExecutionSpec) (model
 	if c.vc == nil {
 		return c.pgCreate(ctx, p, &spec)
 	}
+	if err := c.registerLane(ctx, spec.Lane); err != nil {
+		return "", err
+	}
 	res, err := c.vc.CreateExecution(ctx, p)
 	if err != nil {
 		return "", fmt.Errorf("sdk: %w", err)
 	}
 	return res.ExecutionID, nil
+}
+
+// registerLane adds lane to the lane registry the first time this client
+// creates work on it, so that scanners serving every lane (pdk.Lanes)
+// find it without configuration.
+func (c *Client) registerLane(ctx context.Context, lane string) error {
+	if _, seen := c.lanes.Load(lane); seen {
+		return nil
+	}
+	raw := c.vc.Raw()
+	if err := raw.Do(ctx, raw.B().Sadd().Key(model.KeyLanesIndex).Member(lane).Build()).Error(); err != nil {
+		return fmt.Errorf("sdk: register lane %q: %w", lane, err)
+	}
+	c.lanes.Store(lane, struct{}{})
+	return nil
 }
 
 func (c *Client) createParams(spec *ExecutionSpec) (*valkey.CreateExecutionParams, error) {

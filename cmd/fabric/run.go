@@ -134,7 +134,13 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	}
 	defer conn.Close()
 	fmt.Fprintf(out, "fabric %s on %s\n", Version, conn.Where)
-	if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: cfg.Lanes, WaitpointHMACSecret: wf.secretFor(conn)}); err != nil {
+	// The demo's lanes join the lane registry only when the demo runs: a
+	// host alone serves whatever lanes the deployment has.
+	var lanes []string
+	if *o.demo {
+		lanes = cfg.Lanes
+	}
+	if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: lanes, WaitpointHMACSecret: wf.secretFor(conn)}); err != nil {
 		return err
 	}
 	lib := libraryVersion(ctx, conn.Client)
@@ -142,7 +148,7 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 
 	metrics := admin.NewMetrics()
 	h, err := startHost(ctx, out, conn, hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
-		lanes: cfg.Lanes, plugins: o.pluginCfg, observer: metrics,
+		plugins: o.pluginCfg, observer: metrics,
 		leases: partlease.Config{Disabled: !*o.leases, HostID: *o.hostID, TTL: *o.leaseTTL}})
 	if err != nil {
 		return err
@@ -299,9 +305,7 @@ func (b *breakWriter) Write(p []byte) (int, error) {
 // hostOptions configure startHost.
 type hostOptions struct {
 	dir, cacheDir, statusFile string
-	lanes                     []string
-	// plugins is per-plugin configuration from the config file; a
-	// lane-scanning plugin's "lanes" entry defaults to lanes.
+	// plugins is per-plugin configuration from the config file.
 	plugins  map[string]host.PluginConfig
 	observer host.Observer
 	// leases configures partition leases.
@@ -312,7 +316,7 @@ type hostOptions struct {
 // An empty dir, or the default dir when it does not exist, runs without a
 // host (nil).
 func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOptions) (*host.Host, error) {
-	dir, cacheDir, statusFile, lanes := o.dir, o.cacheDir, o.statusFile, o.lanes
+	dir, cacheDir, statusFile := o.dir, o.cacheDir, o.statusFile
 	if dir == "" {
 		return nil, nil
 	}
@@ -328,20 +332,10 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 			return nil, fmt.Errorf("--cache-dir: %w", err)
 		}
 	}
-	// Lane-scanning plugins scan the deployment's lanes.
+	// Lane-scanning plugins scan the lane registry unless the config file
+	// gives them a "lanes" entry (pdk.Lanes).
 	plugins := map[string]host.PluginConfig{}
 	for name, pc := range o.plugins {
-		plugins[name] = pc
-	}
-	for _, name := range laneScanningPlugins {
-		pc := plugins[name]
-		if _, ok := pc.Config["lanes"]; !ok {
-			c := map[string]string{"lanes": strings.Join(lanes, ",")}
-			for k, v := range pc.Config {
-				c[k] = v
-			}
-			pc.Config = c
-		}
 		plugins[name] = pc
 	}
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir, Backend: conn.Client,
@@ -375,10 +369,6 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 	}
 	return h, nil
 }
-
-// laneScanningPlugins take a "lanes" config entry, set to the lanes the
-// deployment runs.
-var laneScanningPlugins = []string{"delayed_promoter", "unblock", "dependency_reconciler", "retention_trimmer"}
 
 // hostPlugin reports whether h serves the named plugin.
 func hostPlugin(h *host.Host, name string) (host.PluginStatus, bool) {

@@ -302,17 +302,5 @@ func ParseGroupMember(m string) (model.UUID, model.ExecutionID, bool) {
 	return fid, eid, true
 }
 
-// Lanes returns the "lanes" config entry as a list (default ["default"]).
-func Lanes(h pdk.Host) []string {
-	v, _ := h.Config("lanes")
-	var out []string
-	for _, l := range strings.Split(v, ",") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	if len(out) == 0 {
-		out = []string{"default"}
-	}
-	return out
-}
+// Lanes returns the lanes to scan; see pdk.Lanes.
+func Lanes(h pdk.Host) []string { return pdk.Lanes(h) }

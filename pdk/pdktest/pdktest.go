@@ -175,7 +175,7 @@ func (h *Host) checkRead(key string) error {
 	if err := h.manifest.Capabilities.AllowRead(key); err != nil {
 		return h.deny(err)
 	}
-	if h.tag != "" {
+	if h.tag != "" && !abi.IsGlobalReadKey(key) {
 		if err := h.manifest.Capabilities.AllowKeyOnPartition(key, h.tag); err != nil {
 			return h.deny(err)
 		}

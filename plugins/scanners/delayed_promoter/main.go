@@ -4,7 +4,8 @@
 // ff_promote_delayed for each due execution in one pipelined batch
 // (FlowFabric's delayed_promoter, engine spec §9.2: 750 ms, 50 per lane).
 //
-// Configuration: "lanes", a comma-separated lane list (default "default");
+// Configuration: "lanes", a comma-separated lane list (default: the lane
+// registry, see pdk.Lanes);
 // "namespace" / "instance_tag" (the scanner filter).
 package main
 
@@ -18,7 +19,7 @@ import (
 var Plugin = pdk.Plugin{
 	Manifest: pdk.Scanner("delayed_promoter", 750, 50,
 		[]string{"ff_promote_delayed"}, []string{"ff:idx:*:lane:*:delayed"},
-		map[string]string{"lanes": "default", pdk.ConfigWake: "ff:idx:*:lane:*:delayed"}),
+		map[string]string{pdk.ConfigWake: "ff:idx:*:lane:*:delayed"}),
 	Scan: scan,
 }
 

@@ -9,7 +9,8 @@
 // than one batch (see window), so long-blocked executions at the head of
 // the set cannot starve the rest.
 //
-// Configuration: "lanes", a comma-separated lane list (default "default").
+// Configuration: "lanes", a comma-separated lane list (default: the lane
+// registry, see pdk.Lanes).
 package main
 
 import (
@@ -32,10 +33,9 @@ var Plugin = pdk.Plugin{
 		Family:     "flow",
 		BatchSize:  50,
 		TimeoutMs:  10000,
-		Config:     map[string]string{"lanes": "default"},
 		Capabilities: abi.Capabilities{
 			FCall: []string{"ff_resolve_dependency"},
-			Read:  []string{"ff:idx:*:lane:*:blocked:dependencies", "ff:exec:*:deps:unresolved", "ff:exec:*:dep:*", "ff:exec:*:core"},
+			Read:  []string{"ff:idx:*:lane:*:blocked:dependencies", "ff:exec:*:deps:unresolved", "ff:exec:*:dep:*", "ff:exec:*:core", model.KeyLanesIndex},
 			// The upstream's core is read on its own partition.
 			CrossPartition: true,
 		},

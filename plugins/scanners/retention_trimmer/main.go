@@ -33,7 +33,7 @@ import (
 var Plugin = pdk.Plugin{
 	Manifest: pdk.Scanner("retention_trimmer", 60000, 20,
 		[]string{"fabric_purge_execution"}, []string{"ff:idx:*:lane:*:terminal", "ff:exec:*:policy"},
-		map[string]string{"lanes": "default", "default_retention_ms": "86400000", "min_retention_ms": "0"}),
+		map[string]string{"default_retention_ms": "86400000", "min_retention_ms": "0"}),
 	Scan: scan,
 }
 

@@ -35,7 +35,7 @@ var Plugin = pdk.Plugin{
 	Manifest: func() abi.Manifest {
 		m := pdk.Scanner("unblock", 5000, 100, []string{"ff_unblock_execution"},
 			[]string{"ff:idx:*:lane:*:blocked:*", "ff:budget:*", "ff:quota:*", "ff:idx:*:workers", "ff:worker:*:caps"},
-			map[string]string{"lanes": "default", pdk.ConfigBudgetPartitions: "32", pdk.ConfigQuotaPartitions: "32"})
+			map[string]string{pdk.ConfigBudgetPartitions: "32", pdk.ConfigQuotaPartitions: "32"})
 		m.Capabilities.CrossPartition = true // budgets, quotas and workers live elsewhere
 		return m
 	}(),
