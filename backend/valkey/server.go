@@ -257,6 +257,25 @@ func (s *Server) Restart(ctx context.Context) error {
 	return s.start(ctx)
 }
 
+// RestartGracefully stops the server with SIGTERM (it flushes its
+// append-only file or snapshot on the way out, when persistence is on),
+// waits up to 30 s for it to exit (then kills it), and starts it again on
+// the same socket and directory.
+func (s *Server) RestartGracefully(ctx context.Context) error {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			s.kill()
+		}
+	}
+	return s.start(ctx)
+}
+
 // Stop terminates the server (SIGTERM, then SIGKILL after 5 s) and removes
 // its temporary directory. It is safe to call more than once.
 func (s *Server) Stop() error {
