@@ -6,7 +6,7 @@ GO ?= go
 BIN := bin
 GOFLAGS_TEST ?= -race -count=1 -timeout 20m
 
-.PHONY: all deps build plugins test run vet fmt-check clean bench
+.PHONY: all deps build plugins test run vet fmt-check clean bench soak
 
 all: build
 
@@ -45,8 +45,19 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# The kill -9 soak (cmd/fabric TestSoakKill9) runs 3,000 executions here,
+# under -race beside every other package; `make soak` runs the full
+# 10,000 on its own.
+SOAK_EXECUTIONS ?= 3000
+
 test: deps plugins fmt-check vet
-	$(GO) test $(GOFLAGS_TEST) ./...
+	FABRIC_SOAK_EXECUTIONS=$(SOAK_EXECUTIONS) $(GO) test $(GOFLAGS_TEST) ./...
+
+# soak: the bounded fault soak of issue 13 at full size: SDK workers
+# complete 10,000 executions while `fabric run` hosts are kill -9'd and
+# restarted, workers crash and the server restarts once.
+soak: deps plugins
+	FABRIC_SOAK_EXECUTIONS=10000 $(GO) test -count=1 -run TestSoakKill9 -v ./cmd/fabric
 
 # run: the embedded default with a live status view (progress lines when
 # stdout is not a terminal). RUN_ARGS adds flags: make run RUN_ARGS="--rate 500".
