@@ -19,6 +19,19 @@ var FilterReads = []string{"ff:exec:*:core", "ff:exec:*:tags"}
 // LaneReads is the read grant Lanes needs: the lane registry.
 var LaneReads = []string{model.KeyLanesIndex}
 
+// SQLScanner is the manifest of a Postgres scanner plugin: a flow-family
+// scanner whose only capability is the named SQL statements (grants as
+// pgsql.Grants builds them), with its interval, batch size, call timeout
+// and config defaults.
+func SQLScanner(name string, intervalMs, batch, timeoutMs uint32, grants []string, config map[string]string) abi.Manifest {
+	return abi.Manifest{
+		Name: name, Version: "1.0.0", Kind: abi.KindScanner,
+		IntervalMs: intervalMs, Family: "flow", BatchSize: batch, TimeoutMs: timeoutMs,
+		Config:       config,
+		Capabilities: abi.Capabilities{SQL: grants},
+	}
+}
+
 // Itoa formats an int64 (plugins build ARGV with it).
 func Itoa(v int64) string { return strconv.FormatInt(v, 10) }
 

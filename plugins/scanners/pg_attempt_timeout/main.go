@@ -28,17 +28,8 @@ var Statements = []pgsql.Statement{
 
 // Plugin is the reconciler, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: abi.Manifest{
-		Name:         "pg_attempt_timeout",
-		Version:      "1.0.0",
-		Kind:         abi.KindScanner,
-		IntervalMs:   2000,
-		Family:       "flow",
-		BatchSize:    1000,
-		TimeoutMs:    10000,
-		Capabilities: abi.Capabilities{SQL: pgsql.Grants(Statements...)},
-	},
-	Scan: scan,
+	Manifest: pdk.SQLScanner("pg_attempt_timeout", 2000, 1000, 10000, pgsql.Grants(Statements...), nil),
+	Scan:     scan,
 }
 
 func init() { pdk.Register(Plugin) }

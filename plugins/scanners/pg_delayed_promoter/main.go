@@ -18,17 +18,8 @@ var Statements = []pgsql.Statement{pgsql.DelayedScan, pgsql.PromoteDelayed, pgsq
 
 // Plugin is the promoter, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: abi.Manifest{
-		Name:         "pg_delayed_promoter",
-		Version:      "1.0.0",
-		Kind:         abi.KindScanner,
-		IntervalMs:   750,
-		Family:       "flow",
-		BatchSize:    1000,
-		TimeoutMs:    10000,
-		Capabilities: abi.Capabilities{SQL: pgsql.Grants(Statements...)},
-	},
-	Scan: scan,
+	Manifest: pdk.SQLScanner("pg_delayed_promoter", 750, 1000, 10000, pgsql.Grants(Statements...), nil),
+	Scan:     scan,
 }
 
 func init() { pdk.Register(Plugin) }

@@ -34,18 +34,8 @@ var Statements = []pgsql.Statement{
 
 // Plugin is the reconciler, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: abi.Manifest{
-		Name:         "pg_dependency_reconciler",
-		Version:      "1.0.0",
-		Kind:         abi.KindScanner,
-		IntervalMs:   1000,
-		Family:       "flow",
-		BatchSize:    1000,
-		TimeoutMs:    20000,
-		Config:       map[string]string{"stale_ms": "1000"},
-		Capabilities: abi.Capabilities{SQL: pgsql.Grants(Statements...)},
-	},
-	Scan: scan,
+	Manifest: pdk.SQLScanner("pg_dependency_reconciler", 1000, 1000, 20000, pgsql.Grants(Statements...), map[string]string{"stale_ms": "1000"}),
+	Scan:     scan,
 }
 
 func init() { pdk.Register(Plugin) }

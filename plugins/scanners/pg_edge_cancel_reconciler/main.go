@@ -25,17 +25,8 @@ var Statements = []pgsql.Statement{
 
 // Plugin is the reconciler, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: abi.Manifest{
-		Name:         "pg_edge_cancel_reconciler",
-		Version:      "1.0.0",
-		Kind:         abi.KindScanner,
-		IntervalMs:   1000,
-		Family:       "flow",
-		BatchSize:    50,
-		TimeoutMs:    20000,
-		Capabilities: abi.Capabilities{SQL: pgsql.Grants(Statements...)},
-	},
-	Scan: scan,
+	Manifest: pdk.SQLScanner("pg_edge_cancel_reconciler", 1000, 50, 20000, pgsql.Grants(Statements...), nil),
+	Scan:     scan,
 }
 
 func init() { pdk.Register(Plugin) }

@@ -25,18 +25,8 @@ var Statements = append([]pgsql.Statement{pgsql.RetentionScan, pgsql.RetentionDe
 
 // Plugin is the trimmer, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: abi.Manifest{
-		Name:         "pg_retention",
-		Version:      "1.0.0",
-		Kind:         abi.KindScanner,
-		IntervalMs:   60000,
-		Family:       "flow",
-		BatchSize:    500,
-		TimeoutMs:    20000,
-		Config:       map[string]string{"retention_ms": "86400000"},
-		Capabilities: abi.Capabilities{SQL: pgsql.Grants(Statements...)},
-	},
-	Scan: scan,
+	Manifest: pdk.SQLScanner("pg_retention", 60000, 500, 20000, pgsql.Grants(Statements...), map[string]string{"retention_ms": "86400000"}),
+	Scan:     scan,
 }
 
 func init() { pdk.Register(Plugin) }

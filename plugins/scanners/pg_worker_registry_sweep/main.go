@@ -21,17 +21,8 @@ var Statements = []pgsql.Statement{pgsql.WorkerRegistrySweep}
 
 // Plugin is the sweeper, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: abi.Manifest{
-		Name:         "pg_worker_registry_sweep",
-		Version:      "1.0.0",
-		Kind:         abi.KindScanner,
-		IntervalMs:   30000,
-		Family:       "flow",
-		BatchSize:    1,
-		TimeoutMs:    10000,
-		Capabilities: abi.Capabilities{SQL: pgsql.Grants(Statements...)},
-	},
-	Scan: scan,
+	Manifest: pdk.SQLScanner("pg_worker_registry_sweep", 30000, 1, 10000, pgsql.Grants(Statements...), nil),
+	Scan:     scan,
 }
 
 func init() { pdk.Register(Plugin) }
