@@ -115,38 +115,11 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 
 // logOnly is FlowFabric's check of one page: it writes nothing.
 func logOnly(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk.Filter, members []string) abi.ScanResult {
-	res := abi.ScanResult{Scanned: uint32(len(members))}
-	var ids []string
-	for _, m := range members {
-		if pdk.OnPartition(m, req.Partition) {
-			ids = append(ids, m)
-		} else {
-			h.Log(abi.LogWarn, "all_executions holds a malformed id "+m)
-			res.Acted++
-		}
+	res, kept, cores := readCores(h, req, filter, members, true, "lifecycle_phase", "eligibility_state", "ownership_state", "lane_id")
+	if len(kept) == 0 {
+		return res
 	}
-	keep := filter.Keep(h, req.Partition, ids)
 	var ops []abi.ReadOp
-	var kept []string
-	for i, id := range ids {
-		if !keep[i] {
-			res.Skipped++
-			continue
-		}
-		kept = append(kept, id)
-		ops = append(ops, abi.ReadOp{Cmd: "HMGET", Key: model.KeysFor(model.ExecutionID(id)).Core(),
-			Args: []string{"lifecycle_phase", "eligibility_state", "ownership_state", "lane_id"}})
-	}
-	if len(ops) == 0 {
-		return res
-	}
-	cores, err := h.ReadBatch(ops)
-	if err != nil {
-		h.Log(abi.LogWarn, "read cores: "+err.Error())
-		res.Errors += uint32(len(kept))
-		return res
-	}
-	ops = ops[:0]
 	var which []int
 	for i, id := range kept {
 		c := cores[i]
@@ -187,35 +160,8 @@ func logOnly(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk
 // repair reconciles one page: every member with a core gets one
 // fabric_reconcile_execution_index call in one pipelined batch.
 func repair(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk.Filter, members []string) abi.ScanResult {
-	res := abi.ScanResult{Scanned: uint32(len(members))}
-	var ids []string
-	for _, m := range members {
-		if pdk.OnPartition(m, req.Partition) {
-			ids = append(ids, m)
-		} else {
-			h.Log(abi.LogWarn, "all_executions holds a malformed id "+m+"; left as is")
-			res.Skipped++
-		}
-	}
-	keep := filter.Keep(h, req.Partition, ids)
-	var ops []abi.ReadOp
-	var kept []string
-	for i, id := range ids {
-		if !keep[i] {
-			res.Skipped++
-			continue
-		}
-		kept = append(kept, id)
-		ops = append(ops, abi.ReadOp{Cmd: "HMGET", Key: model.KeysFor(model.ExecutionID(id)).Core(),
-			Args: []string{"lifecycle_phase", "lane_id"}})
-	}
-	if len(ops) == 0 {
-		return res
-	}
-	cores, err := h.ReadBatch(ops)
-	if err != nil {
-		h.Log(abi.LogWarn, "read cores: "+err.Error())
-		res.Errors += uint32(len(kept))
+	res, kept, cores := readCores(h, req, filter, members, false, "lifecycle_phase", "lane_id")
+	if len(kept) == 0 {
 		return res
 	}
 	var calls []abi.Call
@@ -295,4 +241,48 @@ func counted(h pdk.Host, id string, f []string) abi.ScanResult {
 	}
 	h.Log(abi.LogWarn, reconcileFunction+" "+id+": unexpected reply "+strings.Join(f, " "))
 	return abi.ScanResult{Errors: 1}
+}
+
+// readCores is the first half of checking a page, shared by both modes:
+// members on the wrong partition are logged (counted as acted, an
+// inconsistency, with countMalformed; else skipped, left as is), the scanner
+// filter is applied, and fields are read from every kept member's core in
+// one pipelined round trip. kept is empty when there is nothing to check
+// or the read failed (counted as errors).
+func readCores(h pdk.Host, req abi.ScanRequest, filter pdk.Filter, members []string, countMalformed bool, fields ...string) (abi.ScanResult, []string, []abi.ReadResult) {
+	res := abi.ScanResult{Scanned: uint32(len(members))}
+	var ids []string
+	for _, m := range members {
+		switch {
+		case pdk.OnPartition(m, req.Partition):
+			ids = append(ids, m)
+		case countMalformed:
+			h.Log(abi.LogWarn, "all_executions holds a malformed id "+m)
+			res.Acted++
+		default:
+			h.Log(abi.LogWarn, "all_executions holds a malformed id "+m+"; left as is")
+			res.Skipped++
+		}
+	}
+	keep := filter.Keep(h, req.Partition, ids)
+	var ops []abi.ReadOp
+	var kept []string
+	for i, id := range ids {
+		if !keep[i] {
+			res.Skipped++
+			continue
+		}
+		kept = append(kept, id)
+		ops = append(ops, abi.ReadOp{Cmd: "HMGET", Key: model.KeysFor(model.ExecutionID(id)).Core(), Args: fields})
+	}
+	if len(ops) == 0 {
+		return res, nil, nil
+	}
+	cores, err := h.ReadBatch(ops)
+	if err != nil {
+		h.Log(abi.LogWarn, "read cores: "+err.Error())
+		res.Errors += uint32(len(kept))
+		return res, nil, nil
+	}
+	return res, kept, cores
 }
