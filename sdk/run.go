@@ -188,7 +188,12 @@ loop:
 		idle = min(idle*2, w.cfg.IdlePollMax)
 	}
 	if w.life.Err() != nil {
-		return nil // killed: no cleanup by definition
+		// Killed: nothing is handed back (a crash does no cleanup), but
+		// the worker's own goroutines (heartbeat, renewals, notifications)
+		// end with its life; wait for them, so that the caller may close
+		// the client once Run has returned.
+		w.bg.Wait()
+		return nil
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

@@ -79,6 +79,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cl.cluster {
 		cl.c = newSlotSafeClient(c)
 	}
+	cl.c = staleConnClient{Client: cl.c}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("valkey: ping %s: %w", cfg.URL, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,11 +101,17 @@ func (c *Client) WatchZaddKeyevents(ctx context.Context, onKey func(key string),
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	// Every goroutine started here ends before the call returns, so a
+	// caller that closes the client afterwards races with none of them.
+	var running sync.WaitGroup
+	defer running.Wait()
 	defer cancel()
 	errs := make(chan error, len(nodes)+1)
 	var confirmed atomic.Int32
 	for _, n := range nodes {
+		running.Add(1)
 		go func() {
+			defer running.Done()
 			err := subscribeOn(ctx, n.Client, channel, onKey, func() {
 				if int(confirmed.Add(1)) == len(nodes) {
 					onUp()
@@ -117,7 +124,11 @@ func (c *Client) WatchZaddKeyevents(ctx context.Context, onKey func(key string),
 		}()
 	}
 	if c.cluster {
-		go func() { errs <- c.watchPrimaries(ctx, nodes) }()
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			errs <- c.watchPrimaries(ctx, nodes)
+		}()
 	}
 	select {
 	case <-ctx.Done():
