@@ -224,3 +224,24 @@ func FuzzScanResult(f *testing.F) {
 		_ = c.UnmarshalBinary(b)
 	})
 }
+
+func TestSizedPtr(t *testing.T) {
+	for _, tc := range []struct {
+		off    uint64
+		length int
+	}{{0, 1}, {8, 1}, {0xffff_fff0, 16}, {12345, 1 << 20}, {1, 0xffff_ffff}} {
+		v := abi.SizedPtr(tc.off, tc.length)
+		off, n, sized := abi.SplitPtr(v)
+		if off != tc.off || int(n) != tc.length || !sized {
+			t.Errorf("SplitPtr(SizedPtr(%d, %d)) = %d, %d, %v", tc.off, tc.length, off, n, sized)
+		}
+	}
+	// An ABI 1.0/1.1 pointer (no length) stays unsized.
+	if off, n, sized := abi.SplitPtr(4096); off != 4096 || n != 0 || sized {
+		t.Errorf("SplitPtr(4096) = %d, %d, %v", off, n, sized)
+	}
+	// A length of zero cannot be told from no length: it is sent unsized.
+	if _, _, sized := abi.SplitPtr(abi.SizedPtr(64, 0)); sized {
+		t.Error("a zero length must read as unsized")
+	}
+}

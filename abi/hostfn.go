@@ -8,12 +8,31 @@ const Namespace = "fabric:host/v1"
 // ValueType is a wasm value type of a host-function parameter or result.
 type ValueType uint8
 
-// Value types. PTR is an i64 offset of an Extism kernel memory block.
+// Value types. PTR is an i64 offset of an Extism kernel memory block,
+// optionally sized (see SizedPtr).
 const (
 	I32 ValueType = iota
 	I64
 	PTR
 )
+
+// SizedPtr packs a kernel-memory block's offset (always below 4 GiB) and
+// its length into one PTR value, the length in the upper 32 bits (ABI
+// 1.2). The host reads a sized argument without asking the Extism kernel
+// for the block's length, and answers a call whose argument was sized
+// with a sized result; an unsized argument (upper bits zero, as plugins of
+// ABI 1.0 and 1.1 send) gets an unsized result. Each kernel lookup saved
+// is a call into the kernel module, which costs microseconds.
+func SizedPtr(offset uint64, length int) uint64 {
+	return offset&0xffff_ffff | uint64(uint32(length))<<32
+}
+
+// SplitPtr undoes SizedPtr: sized is false when v carries no length (then
+// length is 0 and the block's length must be looked up).
+func SplitPtr(v uint64) (offset uint64, length uint32, sized bool) {
+	length = uint32(v >> 32)
+	return v & 0xffff_ffff, length, length != 0
+}
 
 // HostFunc describes one host function. HostFuncs is the table; the host
 // registers exactly these, and the pdk imports exactly these.

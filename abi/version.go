@@ -13,11 +13,12 @@ import (
 //
 //   - Major: a message layout or calling convention changed; the host refuses
 //     any plugin of another major.
-//   - Minor: host functions were added; a plugin built against a newer minor
-//     than the host's may import functions the host lacks, so it is refused
-//     too.
+//   - Minor: host functions were added or the calling convention was
+//     extended compatibly (1.2: sized pointers, see SizedPtr); a plugin
+//     built against a newer minor than the host's may need what the host
+//     lacks, so it is refused too.
 //   - Patch: new enum values or codes that old peers can ignore.
-const Version = "1.1.0"
+const Version = "1.2.0"
 
 // ErrVersionMismatch is matched (errors.Is) by every ABI incompatibility.
 var ErrVersionMismatch = errors.New("abi: version mismatch")

@@ -47,19 +47,51 @@ func hostReadBatch(req uint64) uint64
 type marshaler interface{ MarshalBinary() ([]byte, error) }
 type unmarshaler interface{ UnmarshalBinary([]byte) error }
 
+// keepBelow is the size under which a kernel-memory block is not freed
+// after a host call: the host resets kernel memory at the start of every
+// plugin call, and each free is a call into the Extism kernel that costs
+// more than the memory it returns.
+const keepBelow = 4 << 10
+
+// sendBlock copies b into kernel memory and returns it with its sized
+// pointer (abi.SizedPtr).
+func sendBlock(b []byte) (pdk.Memory, uint64) {
+	m := pdk.AllocateBytes(b)
+	return m, abi.SizedPtr(m.Offset(), len(b))
+}
+
+// freeLarge frees m when it is worth a kernel call.
+func freeLarge(m pdk.Memory) {
+	if m.Length() >= keepBelow {
+		m.Free()
+	}
+}
+
+// receiveBlock reads the block a host function returned: sized when the
+// request was (ABI 1.2), else looked up in the kernel.
+func receiveBlock(v uint64) []byte {
+	off, n, sized := abi.SplitPtr(v)
+	var m pdk.Memory
+	if sized {
+		m = pdk.NewMemory(off, uint64(n))
+	} else {
+		m = pdk.FindMemory(off)
+	}
+	b := m.ReadBytes()
+	freeLarge(m)
+	return b
+}
+
 // roundTrip sends req through fn and decodes the envelope into resp.
 func roundTrip(fn func(uint64) uint64, req marshaler, resp unmarshaler) error {
 	b, err := req.MarshalBinary()
 	if err != nil {
 		return err
 	}
-	in := pdk.AllocateBytes(b)
-	outOff := fn(in.Offset())
-	in.Free()
-	out := pdk.FindMemory(outOff)
-	env := out.ReadBytes()
-	out.Free()
-	body, err := abi.OpenEnvelope(env)
+	in, ptr := sendBlock(b)
+	out := fn(ptr)
+	freeLarge(in)
+	body, err := abi.OpenEnvelope(receiveBlock(out))
 	if err != nil {
 		return err
 	}
@@ -122,19 +154,37 @@ func (wasmHost) Now() (int64, error) {
 }
 
 func (wasmHost) Log(level abi.LogLevel, msg string) {
-	m := pdk.AllocateString(msg)
-	hostLog(int32(level), m.Offset())
-	m.Free()
+	m, ptr := sendBlock([]byte(msg))
+	hostLog(int32(level), ptr)
+	freeLarge(m)
 }
 
 func (wasmHost) Metric(m abi.Metric) {
 	b, _ := m.MarshalBinary()
-	mem := pdk.AllocateBytes(b)
-	hostMetric(mem.Offset())
-	mem.Free()
+	mem, ptr := sendBlock(b)
+	hostMetric(ptr)
+	freeLarge(mem)
 }
 
-func (wasmHost) Config(key string) (string, bool) { return pdk.GetConfig(key) }
+// configValue is one cached answer of the host's config.
+type configValue struct {
+	v  string
+	ok bool
+}
+
+// configCache holds the config values read so far. A plugin instance's
+// config is fixed when the host instantiates it (a new config means a new
+// instance), so each key is asked of the host once per instance.
+var configCache = map[string]configValue{}
+
+func (wasmHost) Config(key string) (string, bool) {
+	if c, ok := configCache[key]; ok {
+		return c.v, c.ok
+	}
+	v, ok := pdk.GetConfig(key)
+	configCache[key] = configValue{v, ok}
+	return v, ok
+}
 
 func (wasmHost) Read(op, key string, args ...string) ([]string, error) {
 	var resp abi.Members

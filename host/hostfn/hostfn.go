@@ -17,6 +17,7 @@
 package hostfn
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -223,9 +224,9 @@ func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
 	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
 		c := callerFrom(ctx)
 		c.Stats.HostCalls.Add(1)
-		in, err := p.ReadBytes(stack[0])
+		in, sized, err := readBlock(p, stack[0])
 		if err != nil {
-			panic(fmt.Sprintf("hostfn %s: abi violation: request pointer %d: %v", hf.Name, stack[0], err))
+			panic(fmt.Sprintf("hostfn %s: abi violation: request pointer %#x: %v", hf.Name, stack[0], err))
 		}
 		var out []byte
 		req, subj, err := h.decode(in)
@@ -251,8 +252,27 @@ func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
 		if err != nil {
 			panic(fmt.Sprintf("hostfn %s: write response: %v", hf.Name, err))
 		}
+		if sized {
+			ptr = abi.SizedPtr(ptr, len(out))
+		}
 		stack[0] = ptr
 	}
+}
+
+// readBlock copies the kernel-memory block a PTR argument names. A sized
+// pointer (abi.SizedPtr) is read directly; an unsized one costs a length
+// lookup in the Extism kernel.
+func readBlock(p *extism.CurrentPlugin, v uint64) (b []byte, sized bool, err error) {
+	off, n, sized := abi.SplitPtr(v)
+	if !sized {
+		b, err = p.ReadBytes(off)
+		return b, false, err
+	}
+	view, ok := p.Memory().Read(uint32(off), n)
+	if !ok {
+		return nil, true, fmt.Errorf("block of %d bytes at %d is out of kernel memory", n, off)
+	}
+	return bytes.Clone(view), true, nil
 }
 
 // Functions returns the host functions of abi.HostFuncs, in namespace

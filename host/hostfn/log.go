@@ -14,10 +14,11 @@ func logFunction(cfg Config) extism.HostFunctionStackCallback {
 	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
 		c := callerFrom(ctx)
 		c.Stats.HostCalls.Add(1)
-		msg, err := p.ReadString(stack[1])
+		b, _, err := readBlock(p, stack[1])
 		if err != nil {
-			panic(fmt.Sprintf("hostfn log: abi violation: message pointer %d: %v", stack[1], err))
+			panic(fmt.Sprintf("hostfn log: abi violation: message pointer %#x: %v", stack[1], err))
 		}
+		msg := string(b)
 		if len(msg) > cfg.MaxLogBytes {
 			msg = msg[:cfg.MaxLogBytes] + "…"
 		}
@@ -30,9 +31,9 @@ func metricFunction() extism.HostFunctionStackCallback {
 	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
 		c := callerFrom(ctx)
 		c.Stats.HostCalls.Add(1)
-		in, err := p.ReadBytes(stack[0])
+		in, _, err := readBlock(p, stack[0])
 		if err != nil {
-			panic(fmt.Sprintf("hostfn metric: abi violation: pointer %d: %v", stack[0], err))
+			panic(fmt.Sprintf("hostfn metric: abi violation: pointer %#x: %v", stack[0], err))
 		}
 		var m abi.Metric
 		if err := m.UnmarshalBinary(in); err != nil {
