@@ -222,6 +222,10 @@ func FuzzScanResult(f *testing.F) {
 		_ = r.UnmarshalBinary(b)
 		var c abi.FCallRequest
 		_ = c.UnmarshalBinary(b)
+		var br abi.ScanBatchRequest
+		_ = br.UnmarshalBinary(b)
+		var bres abi.ScanBatchResult
+		_ = bres.UnmarshalBinary(b)
 	})
 }
 
@@ -244,4 +248,51 @@ func TestSizedPtr(t *testing.T) {
 	if _, _, sized := abi.SplitPtr(abi.SizedPtr(64, 0)); sized {
 		t.Error("a zero length must read as unsized")
 	}
+}
+
+func TestScanBatchMessages(t *testing.T) {
+	req := abi.ScanBatchRequest{Cycle: 7, Family: model.FamilyFlow, Partitions: 256, Indexes: []uint16{0, 5, 255}, BatchSize: 50, DeadlineMs: 3000}
+	b, err := req.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got abi.ScanBatchRequest
+	if err := got.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(got, req) {
+		t.Fatalf("round trip = %+v, %v", got, err)
+	}
+	if r := got.Request(1); r.Partition.Index != 5 || r.Cycle != 7 || r.Partitions != 256 || r.BatchSize != 50 {
+		t.Fatalf("Request(1) = %+v", r)
+	}
+	res := abi.ScanBatchResult{Results: []abi.ScanResult{{Scanned: 3, Acted: 2, NextDueMs: 99}, {}, {Errors: 1}}}
+	rb, _ := res.MarshalBinary()
+	var gotRes abi.ScanBatchResult
+	if err := gotRes.UnmarshalBinary(rb); err != nil || !reflect.DeepEqual(gotRes, res) {
+		t.Fatalf("result round trip = %+v, %v", gotRes, err)
+	}
+	for name, bad := range map[string][]byte{
+		"empty":             nil,
+		"wrong tag":         append([]byte{0xA1}, b[1:]...),
+		"trailing byte":     append(append([]byte{}, b...), 0),
+		"truncated":         b[:len(b)-2],
+		"partition too big": mustBatch(t, abi.ScanBatchRequest{Partitions: 4, Indexes: []uint16{4}}),
+	} {
+		if err := got.UnmarshalBinary(bad); !errors.Is(err, abi.ErrDecode) {
+			t.Errorf("%s: err = %v, want ErrDecode", name, err)
+		}
+	}
+	if err := gotRes.UnmarshalBinary(append(append([]byte{}, rb...), 1)); !errors.Is(err, abi.ErrDecode) {
+		t.Errorf("result with a trailing byte: %v", err)
+	}
+	if _, err := (&abi.ScanBatchRequest{Indexes: make([]uint16, abi.MaxBatchPartitions+1)}).MarshalBinary(); err == nil {
+		t.Error("an oversized batch was encoded")
+	}
+}
+
+func mustBatch(t *testing.T, r abi.ScanBatchRequest) []byte {
+	t.Helper()
+	b, err := r.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -20,12 +20,17 @@ const (
 // its length into one PTR value, the length in the upper 32 bits (ABI
 // 1.2). The host reads a sized argument without asking the Extism kernel
 // for the block's length, and answers a call whose argument was sized
-// with a sized result; an unsized argument (upper bits zero, as plugins of
-// ABI 1.0 and 1.1 send) gets an unsized result. Each kernel lookup saved
-// is a call into the kernel module, which costs microseconds.
+// with a sized result whose block is allocated to PadTo8(length) bytes
+// (zero after length), so the guest can copy it in whole words; an
+// unsized argument (upper bits zero, as plugins of ABI 1.0 and 1.1 send)
+// gets an unsized result. Each kernel lookup saved is a call into the
+// kernel module, which costs microseconds.
 func SizedPtr(offset uint64, length int) uint64 {
 	return offset&0xffff_ffff | uint64(uint32(length))<<32
 }
+
+// PadTo8 rounds n up to a multiple of 8.
+func PadTo8(n int) int { return (n + 7) &^ 7 }
 
 // SplitPtr undoes SizedPtr: sized is false when v carries no length (then
 // length is 0 and the block's length must be looked up).
@@ -65,6 +70,7 @@ const (
 	FnRead          = "read"
 	FnWrite         = "write"
 	FnReadBatch     = "read_batch"
+	FnPartition     = "partition"
 )
 
 // HostFuncs is the table of host functions of this ABI version.
@@ -100,6 +106,9 @@ var HostFuncs = []HostFunc{
 	{Name: FnReadBatch, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
 		Request: "BatchReadRequest", Response: "BatchReadResponse",
 		Summary: "run a batch of read-only single-key commands (abi.BatchReadCommands) in one pipelined round trip; every key must be granted"},
+	// ABI 1.2: several partitions per call.
+	{Name: FnPartition, Params: []ValueType{I32}, Results: []ValueType{I32}, Capability: CapNone,
+		Summary: "select the partition (its index) that the following host calls of a fabric_scan_batch call act for; 0, or the negated Code when it is not one of the batch's"},
 }
 
 // LookupHostFunc returns the table entry of name.

@@ -119,6 +119,29 @@ func BenchmarkDelayedPromoterIdle(b *testing.B) {
 	benchCall(b, m, caller, scanInput(50))
 }
 
+// BenchmarkDelayedPromoterIdleBatch is BenchmarkDelayedPromoterIdle for 32
+// partitions in one fabric_scan_batch call; see the us/partition metric.
+func BenchmarkDelayedPromoterIdleBatch(b *testing.B) {
+	m, caller := benchModule(b, "delayed_promoter")
+	req := abi.ScanBatchRequest{Cycle: 1, Family: model.FamilyFlow, Partitions: 256, BatchSize: 50, DeadlineMs: 5000}
+	caller.Batch = map[uint16]string{}
+	for i := range uint16(32) {
+		req.Indexes = append(req.Indexes, i)
+		caller.Batch[i] = model.Partition{Family: model.FamilyFlow, Index: i}.Tag()
+	}
+	in, _ := req.MarshalBinary()
+	ctx := context.Background()
+	start := time.Now()
+	for b.Loop() {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := m.call(cctx, abi.ExportScanBatch, in, caller); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N*32), "us/partition")
+}
+
 // BenchmarkHostFunctionRoundTrip is one guest-to-host call (now), measured
 // as a scan making 1000 of them; see the ns/host_call metric.
 func BenchmarkHostFunctionRoundTrip(b *testing.B) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fabric-host/fabric/abi"
 	"log/slog"
 	"os"
 	"time"
@@ -107,6 +108,11 @@ type Config struct {
 	MaxOutputBytes int
 	// QuarantineBase is the first quarantine's length (default 1 s).
 	QuarantineBase time.Duration
+	// PartitionsPerCall is the most partitions one plugin call scans, when
+	// the plugin exports fabric_scan_batch (default 32, at most
+	// abi.MaxBatchPartitions; 1 makes one call per partition). The call's
+	// timeout_ms then bounds the whole chunk.
+	PartitionsPerCall int
 	// StatusFile, when set, receives a JSON snapshot of Plugins and Files
 	// after every change and at most once a second while plugins run, for
 	// `fabric plugins list --status`.
@@ -171,6 +177,10 @@ func (c Config) withDefaults() (Config, error) {
 	c.CacheMaxBytes = cmp.Or(c.CacheMaxBytes, HostCacheMaxBytesDefault)
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, HostMaxOutputBytesDefault)
 	c.QuarantineBase = cmp.Or(c.QuarantineBase, HostQuarantineBaseDefault)
+	c.PartitionsPerCall = cmp.Or(c.PartitionsPerCall, HostPartitionsPerCallDefault)
+	if c.PartitionsPerCall < 1 || c.PartitionsPerCall > abi.MaxBatchPartitions {
+		return c, fmt.Errorf("host: Config.PartitionsPerCall %d: want 1..%d", c.PartitionsPerCall, abi.MaxBatchPartitions)
+	}
 	c.Timers.SafetyFactor = cmp.Or(c.Timers.SafetyFactor, TimerSafetyFactorDefault)
 	c.Completions = c.Completions.withDefaults()
 	if c.Logger == nil {

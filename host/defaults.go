@@ -23,6 +23,9 @@ const (
 	// HostRecycleCallsDefault: an instance is replaced after this many calls,
 	// because linear memory never shrinks.
 	HostRecycleCallsDefault = 10000
+	// HostPartitionsPerCallDefault: a sweep scans this many partitions per
+	// plugin call (fabric_scan_batch) when the plugin can.
+	HostPartitionsPerCallDefault = 32
 	// HostQuarantineBaseDefault: the first quarantine lasts this long
 	// (±10 %); each next one doubles it, for 7 steps, then it restarts.
 	HostQuarantineBaseDefault = time.Second

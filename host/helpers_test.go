@@ -124,6 +124,7 @@ type setupOpts struct {
 	noStart  bool
 	store    bool // use a real redis-server database
 	timers   host.TimerConfig
+	perCall  int // Config.PartitionsPerCall (0: the default)
 }
 
 // setup builds a host over a fresh plugin directory with 4 flow
@@ -138,15 +139,16 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 	sig := &host.TestSignals{}
 	sig.Init()
 	cfg := host.Config{
-		PluginDir:      dir,
-		CacheDir:       cacheDir,
-		Logger:         slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Partitions:     model.PartitionConfig{Flow: 4, Budget: 2, Quota: 2},
-		Plugins:        o.plugins,
-		Debounce:       50 * time.Millisecond,
-		QuarantineBase: 300 * time.Millisecond,
-		TestSignals:    sig,
-		Timers:         o.timers,
+		PluginDir:         dir,
+		CacheDir:          cacheDir,
+		Logger:            slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Partitions:        model.PartitionConfig{Flow: 4, Budget: 2, Quota: 2},
+		Plugins:           o.plugins,
+		Debounce:          50 * time.Millisecond,
+		QuarantineBase:    300 * time.Millisecond,
+		TestSignals:       sig,
+		Timers:            o.timers,
+		PartitionsPerCall: o.perCall,
 	}
 	var client *valkey.Client
 	if o.store {

@@ -38,6 +38,8 @@ type leaseHostOpts struct {
 	ttl         time.Duration
 	fixtures    []string
 	completions bool
+	// perCall is Config.PartitionsPerCall (0: the default).
+	perCall int
 }
 
 // startLeaseHost starts host id on the server at url.
@@ -62,9 +64,10 @@ func startLeaseHost(t *testing.T, url, id string, o leaseHostOpts) *leaseHost {
 			// 10 s: a join lands inside the slow call even on a loaded machine.
 			"slowpart": {Config: map[string]string{"slow_ms": "10000"}},
 		},
-		Timers:      host.TimerConfig{Disabled: true},
-		TestSignals: lh.sig,
-		Leases:      partlease.Config{HostID: id, TTL: o.ttl},
+		Timers:            host.TimerConfig{Disabled: true},
+		TestSignals:       lh.sig,
+		Leases:            partlease.Config{HostID: id, TTL: o.ttl},
+		PartitionsPerCall: o.perCall,
 	}
 	if o.completions {
 		lh.csig = &host.CompletionSignals{}
@@ -455,13 +458,15 @@ func TestPartitionLeasesCompletionsByOwner(t *testing.T) {
 
 // TestPartitionLeasesHandOffWaitsForCallInFlight: a host joins while the
 // first host is in a 10 s call on a partition of the joiner's share. That
-// partition is handed off at the batch boundary: the joiner gets it only
-// after the call ended, while the rest of its share comes at once.
+// partition is handed off at the call boundary: the joiner gets it only
+// after the call ended, while the rest of its share comes at once. One
+// partition per call, so the records show which call is in flight (with
+// fabric_scan_batch every partition of the chunk waits the same way).
 func TestPartitionLeasesHandOffWaitsForCallInFlight(t *testing.T) {
 	t.Parallel()
 	url, _ := startLeaseServer(t)
 	const slow = 200
-	opts := leaseHostOpts{ttl: 30 * time.Second, fixtures: []string{"slowpart"}}
+	opts := leaseHostOpts{ttl: 30 * time.Second, fixtures: []string{"slowpart"}, perCall: 1}
 	a := startLeaseHost(t, url, "host-a", opts)
 	last := func(lh *leaseHost) (host.CycleRecord, bool) {
 		cs := lh.calls()

@@ -134,8 +134,9 @@ func (p *plugin) supervise(ctx context.Context) {
 }
 
 // loop is fabric's one scanner loop: an initial tick, then sweeps of every
-// partition in order, start to start every Interval; a fault quarantines
-// the plugin for its backoff and ends the sweep.
+// partition in order (several per plugin call, see scanPartitions), start
+// to start every Interval; a fault quarantines the plugin for its backoff
+// and ends the sweep.
 func (p *plugin) loop(ctx context.Context) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -160,15 +161,18 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 		p.mu.Unlock()
 		p.tracker.AdvanceCycle()
 		var sum abi.ScanResult
-		for i := 0; i < spec.Partitions; i++ {
-			if ctx.Err() != nil {
-				return nil
-			}
-			res, fault, _ := p.scanPartition(ctx, cycle, i)
-			if fault {
+		all := make([]int, spec.Partitions)
+		for i := range all {
+			all[i] = i
+		}
+		for _, o := range p.scanPartitions(ctx, cycle, all) {
+			if o.fault {
 				break
 			}
-			sum.Add(res)
+			sum.Add(o.res)
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 		elapsed := clock.Now().Sub(start)
 		p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: start, Duration: elapsed, Result: sum})

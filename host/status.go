@@ -47,8 +47,9 @@ type PluginStatus struct {
 	// LastResult is the last partition call's result; Totals sums all.
 	LastResult abi.ScanResult `json:"last_result"`
 	Totals     abi.ScanResult `json:"totals"`
-	// Calls counts partition calls, Faults those that trapped, timed out
-	// or returned bad output.
+	// Calls counts partition scans (a fabric_scan_batch call counts one per
+	// partition), Faults the plugin calls that trapped, timed out or
+	// returned bad output.
 	Calls  int64 `json:"calls"`
 	Faults int64 `json:"faults"`
 	// HostCalls counts host-function calls, Denied the refused ones;

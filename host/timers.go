@@ -180,24 +180,29 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 		var sum abi.ScanResult
 		start := clock.Now()
 		scanned := 0
+		var due []int
 		for i := range next {
-			if ctx.Err() != nil {
-				return nil
+			if woken[i] || !now.Before(next[i]) {
+				due = append(due, i)
 			}
-			if !woken[i] && now.Before(next[i]) {
-				continue
+		}
+		outs := p.scanPartitions(ctx, cycle, due)
+		if ctx.Err() != nil {
+			return nil
+		}
+		for j, o := range outs {
+			i := due[j]
+			if o.fault {
+				scanned++
+				break // the partitions after it were not reached: left as they were
 			}
-			res, fault, ran := p.scanPartition(ctx, cycle, i)
-			if !ran { // not this host's: look again next interval (a gain wakes it)
+			if !o.ran { // not this host's: look again next interval (a gain wakes it)
 				next[i] = now.Add(spec.Interval)
 				continue
 			}
 			scanned++
-			if fault {
-				break
-			}
-			sum.Add(res)
-			next[i] = p.nextScan(spec, res)
+			sum.Add(o.res)
+			next[i] = p.nextScan(spec, o.res)
 		}
 		if scanned > 0 {
 			p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: start, Duration: clock.Now().Sub(start), Result: sum})

@@ -119,6 +119,30 @@ func (p *Plugin) HandleScan(h Host, input []byte) ([]byte, error) {
 	return res.MarshalBinary()
 }
 
+// HandleScanBatch decodes a fabric_scan_batch input and runs p.Scan once
+// per partition of the batch, in order, against h. Before each scan it
+// calls selectPartition with the partition's index (the wasm export asks
+// the host to move its checks there); a partition that cannot be selected
+// is reported as one Error and not scanned.
+func (p *Plugin) HandleScanBatch(h Host, input []byte, selectPartition func(index uint16) error) ([]byte, error) {
+	var req abi.ScanBatchRequest
+	if err := req.UnmarshalBinary(input); err != nil {
+		return nil, fmt.Errorf("pdk: fabric_scan_batch input: %w", err)
+	}
+	out := abi.ScanBatchResult{Results: make([]abi.ScanResult, len(req.Indexes))}
+	for i, idx := range req.Indexes {
+		if err := selectPartition(idx); err != nil {
+			h.Log(abi.LogWarn, fmt.Sprintf("select partition %d: %v", idx, err))
+			out.Results[i].Errors++
+			continue
+		}
+		if p.Scan != nil {
+			out.Results[i] = p.Scan(h, req.Request(i))
+		}
+	}
+	return out.MarshalBinary()
+}
+
 // HandleDispatch decodes a fabric_dispatch input, runs p.Dispatch against
 // h and encodes the result; a plugin without Dispatch acts on nothing.
 func (p *Plugin) HandleDispatch(h Host, input []byte) ([]byte, error) {

@@ -44,6 +44,9 @@ func hostWrite(req uint64) uint64
 //go:wasmimport fabric:host/v1 read_batch
 func hostReadBatch(req uint64) uint64
 
+//go:wasmimport fabric:host/v1 partition
+func hostPartition(index uint32) int32
+
 type marshaler interface{ MarshalBinary() ([]byte, error) }
 type unmarshaler interface{ UnmarshalBinary([]byte) error }
 
@@ -54,10 +57,17 @@ type unmarshaler interface{ UnmarshalBinary([]byte) error }
 const keepBelow = 4 << 10
 
 // sendBlock copies b into kernel memory and returns it with its sized
-// pointer (abi.SizedPtr).
+// pointer (abi.SizedPtr). The block is padded to a multiple of 8 bytes:
+// go-pdk copies whole words with one cheap call each but every byte of a
+// ragged tail with a call into the Extism kernel.
 func sendBlock(b []byte) (pdk.Memory, uint64) {
-	m := pdk.AllocateBytes(b)
-	return m, abi.SizedPtr(m.Offset(), len(b))
+	n := len(b)
+	if tail := abi.PadTo8(n) - n; tail > 0 {
+		b = append(b[:n:n], make([]byte, tail)...)
+	}
+	m := pdk.Allocate(len(b))
+	m.Store(b)
+	return m, abi.SizedPtr(m.Offset(), n)
 }
 
 // freeLarge frees m when it is worth a kernel call.
@@ -71,15 +81,18 @@ func freeLarge(m pdk.Memory) {
 // request was (ABI 1.2), else looked up in the kernel.
 func receiveBlock(v uint64) []byte {
 	off, n, sized := abi.SplitPtr(v)
-	var m pdk.Memory
-	if sized {
-		m = pdk.NewMemory(off, uint64(n))
-	} else {
-		m = pdk.FindMemory(off)
+	if !sized {
+		m := pdk.FindMemory(off)
+		b := m.ReadBytes()
+		freeLarge(m)
+		return b
 	}
+	// The host pads a sized result to a multiple of 8 bytes: read whole
+	// words only.
+	m := pdk.NewMemory(off, uint64(abi.PadTo8(int(n))))
 	b := m.ReadBytes()
 	freeLarge(m)
-	return b
+	return b[:n]
 }
 
 // roundTrip sends req through fn and decodes the envelope into resp.
@@ -230,6 +243,30 @@ func exportScan() int32 {
 	}
 	pdk.Output(out)
 	return 0
+}
+
+//go:wasmexport fabric_scan_batch
+func exportScanBatch() int32 {
+	if registered == nil {
+		pdk.SetError(ErrNotRegistered)
+		return 1
+	}
+	out, err := registered.HandleScanBatch(wasmHost{}, pdk.Input(), selectPartition)
+	if err != nil {
+		pdk.SetError(err)
+		return 1
+	}
+	pdk.Output(out)
+	return 0
+}
+
+// selectPartition asks the host to check the following host calls
+// against partition index of the batch.
+func selectPartition(index uint16) error {
+	if rc := hostPartition(uint32(index)); rc != 0 {
+		return abi.Errorf(abi.Code(-rc), "partition not in the batch")
+	}
+	return nil
 }
 
 //go:wasmexport fabric_dispatch

@@ -105,6 +105,10 @@ type Caller struct {
 	// OnNow, when set, is told every server time the plugin reads (the
 	// due-time timers convert due scores to host time with it).
 	OnNow func(ms int64)
+	// Batch maps the partition indexes of a fabric_scan_batch call to
+	// their hash tags; the partition host function moves Tag among them.
+	// Nil outside a batch call.
+	Batch map[uint16]string
 }
 
 type callerKey struct{}
@@ -248,12 +252,16 @@ func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
 				out = abi.AppendEnvelope(make([]byte, 0, len(body)+1), body)
 			}
 		}
+		n := len(out)
+		if tail := abi.PadTo8(n) - n; sized && tail > 0 {
+			out = append(out, make([]byte, tail)...) // see abi.SizedPtr
+		}
 		ptr, err := p.WriteBytes(out)
 		if err != nil {
 			panic(fmt.Sprintf("hostfn %s: write response: %v", hf.Name, err))
 		}
 		if sized {
-			ptr = abi.SizedPtr(ptr, len(out))
+			ptr = abi.SizedPtr(ptr, n)
 		}
 		stack[0] = ptr
 	}
@@ -301,9 +309,10 @@ func Functions(cfg Config) []extism.HostFunction {
 		abi.FnWrite:         commandHandler(cfg, true),
 	}
 	plain := map[string]extism.HostFunctionStackCallback{
-		abi.FnNow:    nowFunction(cfg),
-		abi.FnLog:    logFunction(cfg),
-		abi.FnMetric: metricFunction(),
+		abi.FnNow:       nowFunction(cfg),
+		abi.FnLog:       logFunction(cfg),
+		abi.FnMetric:    metricFunction(),
+		abi.FnPartition: partitionFunction(),
 	}
 	out := make([]extism.HostFunction, 0, len(abi.HostFuncs))
 	for _, hf := range abi.HostFuncs {

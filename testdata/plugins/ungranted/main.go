@@ -1,6 +1,8 @@
 // Command ungranted is a test plugin that calls what it was not granted:
-// an FCALL outside capabilities.fcall, and a read outside
-// capabilities.read. It logs the refusal it is told.
+// an FCALL outside capabilities.fcall, a read outside capabilities.read,
+// and a granted read of the next partition's key (refused as cross
+// partition, also when both partitions are in one fabric_scan_batch
+// call). It logs the refusal it is told.
 package main
 
 import (
@@ -22,6 +24,11 @@ func init() {
 			}
 			if _, err := h.SMembers(keys.AllExecutions()); err != nil {
 				h.Log(abi.LogWarn, "read refused: "+err.Error())
+				res.Errors++
+			}
+			next := model.Partition{Family: req.Partition.Family, Index: (req.Partition.Index + 1) % req.Partitions}
+			if _, err := h.ZRangeByScore(abi.ZRangeRequest{Key: model.KeysOn(next).LaneDelayed("default"), Min: "-inf", Max: "+inf", Count: 1}); err != nil {
+				h.Log(abi.LogWarn, "cross-partition read refused: "+err.Error())
 				res.Errors++
 			}
 			return res

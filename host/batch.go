@@ -1,0 +1,168 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host/partlease"
+	"github.com/fabric-host/fabric/model"
+)
+
+// partOutcome is what scanning one partition came to.
+type partOutcome struct {
+	res abi.ScanResult
+	// fault: the call trapped, timed out or returned bad output (or the
+	// host is stopping); the sweep ends.
+	fault bool
+	// ran: the partition was scanned (false when another host holds it,
+	// or the sweep ended before it).
+	ran bool
+}
+
+// hasExport reports whether the module exports name.
+func (m *Module) hasExport(name string) bool { return slices.Contains(m.shape.Exports, name) }
+
+// scanPartitions scans partitions idxs of sweep cycle, in order: up to
+// Config.PartitionsPerCall of them per plugin call when the plugin exports
+// fabric_scan_batch, else one call each. out[i] is idxs[i]'s outcome;
+// after a fault the rest are not scanned.
+func (p *plugin) scanPartitions(ctx context.Context, cycle uint64, idxs []int) []partOutcome {
+	out := make([]partOutcome, len(idxs))
+	per := p.h.cfg.PartitionsPerCall
+	for off := 0; off < len(idxs); {
+		if ctx.Err() != nil {
+			return out
+		}
+		if per <= 1 || len(idxs)-off == 1 || !p.mod.Load().hasExport(abi.ExportScanBatch) {
+			o := &out[off]
+			o.res, o.fault, o.ran = p.scanPartition(ctx, cycle, idxs[off])
+			off++
+			if o.fault {
+				return out
+			}
+			continue
+		}
+		end := min(off+per, len(idxs))
+		if p.scanChunk(ctx, cycle, idxs[off:end], out[off:end]) {
+			return out
+		}
+		off = end
+	}
+	return out
+}
+
+// scanChunk scans idxs in one fabric_scan_batch call, each partition under
+// its own lease grant, and records one CycleRecord per partition. It
+// reports whether the call faulted.
+func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []partOutcome) bool {
+	m := p.mod.Load()
+	for !m.acquire() { // retired and closed between Load and acquire
+		m = p.mod.Load()
+	}
+	defer m.release(context.WithoutCancel(ctx))
+	if !m.hasExport(abi.ExportScanBatch) { // swapped to a plugin without it
+		for i, idx := range idxs {
+			o := &out[i]
+			o.res, o.fault, o.ran = p.scanPartition(ctx, cycle, idx)
+			if o.fault {
+				return true
+			}
+		}
+		return false
+	}
+	man := m.Manifest()
+	fam := man.PartitionFamily()
+	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
+	var (
+		kept     []int // positions in idxs of the partitions this host may scan
+		grants   []partlease.Grant
+		batch    = make(map[uint16]string, len(idxs))
+		deadline time.Time
+		req      = abi.ScanBatchRequest{Cycle: cycle, Family: fam, Partitions: p.h.cfg.Partitions.Count(fam), BatchSize: man.BatchSize, DeadlineMs: man.TimeoutMs}
+	)
+	for i, idx := range idxs {
+		part := model.Partition{Family: fam, Index: uint16(idx)}
+		g, ok := p.h.beginPartition(part, timeout)
+		if !ok {
+			continue // another host's, or being handed off
+		}
+		defer g.End()
+		kept, grants = append(kept, i), append(grants, g)
+		batch[part.Index] = part.Tag()
+		req.Indexes = append(req.Indexes, part.Index)
+		if !g.Deadline.IsZero() && (deadline.IsZero() || g.Deadline.Before(deadline)) {
+			deadline = g.Deadline
+		}
+	}
+	if len(kept) == 0 {
+		return false
+	}
+	in, err := req.MarshalBinary()
+	if err != nil {
+		panic(err) // PartitionsPerCall is validated against abi.MaxBatchPartitions
+	}
+	caller := p.caller(m, batch[req.Indexes[0]])
+	caller.Batch = batch
+	start := p.h.cfg.Clock.Now()
+	cctx, cancel := p.h.callContext(ctx, timeout, deadline, "plugin."+p.name+"."+abi.ExportScanBatch)
+	raw, err := m.call(cctx, abi.ExportScanBatch, in, caller)
+	cancel()
+	var res abi.ScanBatchResult
+	if err == nil {
+		if derr := res.UnmarshalBinary(raw); derr != nil {
+			err = fmt.Errorf("%w: %w", ErrBadOutput, derr)
+		} else if len(res.Results) != len(kept) {
+			err = fmt.Errorf("%w: %s returned %d results for %d partitions", ErrBadOutput, abi.ExportScanBatch, len(res.Results), len(kept))
+		}
+	}
+	end := p.h.cfg.Clock.Now()
+	if err != nil && ctx.Err() != nil {
+		for _, i := range kept {
+			out[i] = partOutcome{fault: true, ran: true} // the host is stopping: neither a record nor a fault
+		}
+		return true
+	}
+	// A call cut at a lease's deadline is recorded, not the plugin's fault.
+	fault := err != nil && !errors.Is(err, ErrLeaseEnded)
+	recs := make([]CycleRecord, len(kept))
+	p.mu.Lock()
+	p.lastRun = end
+	if fault {
+		p.faults++
+	}
+	for j, i := range kept {
+		rec := CycleRecord{Plugin: p.name, Version: man.Version, SHA256: m.sha256, Partition: idxs[i], Cycle: cycle,
+			Host: grants[j].Host, Token: grants[j].Token, Start: start, End: end}
+		p.calls++
+		if err != nil {
+			rec.Error = err.Error()
+		} else {
+			rec.Result = res.Results[j]
+			p.lastResult = rec.Result
+			p.totals.Add(rec.Result)
+		}
+		p.records.add(rec)
+		recs[j] = rec
+		out[i] = partOutcome{res: rec.Result, fault: fault, ran: true}
+	}
+	if err == nil {
+		p.quarantines = 0
+		if p.state == StateQuarantined {
+			p.state, p.reason = StateRunning, ""
+		}
+	}
+	p.mu.Unlock()
+	if fault {
+		p.quarantine(err)
+	} else if err != nil {
+		p.h.cfg.Logger.Warn("partition batch call cut at a lease deadline", "plugin", p.name, "partitions", len(kept), "error", err)
+	}
+	for _, r := range recs {
+		p.h.cfg.TestSignals.partitionDone(r)
+	}
+	return fault
+}

@@ -1,0 +1,30 @@
+package hostfn
+
+import (
+	"context"
+
+	extism "github.com/extism/go-sdk"
+
+	"github.com/fabric-host/fabric/abi"
+)
+
+// partitionFunction moves a batch call's Caller to one of its partitions:
+// the host calls that follow are checked against that partition's hash
+// tag, as if the plugin had been called for it alone. Outside a batch, or
+// for a partition not in the batch, it answers -CodeCrossPartition and
+// leaves the caller where it was.
+func partitionFunction() extism.HostFunctionStackCallback {
+	return func(ctx context.Context, _ *extism.CurrentPlugin, stack []uint64) {
+		c := callerFrom(ctx)
+		c.Stats.HostCalls.Add(1)
+		idx := uint32(stack[0])
+		tag, ok := c.Batch[uint16(idx)]
+		if !ok || idx > 0xffff {
+			c.Stats.denied("partition: index not in the batch")
+			stack[0] = uint64(uint32(int32(codeNeg(abi.CodeCrossPartition))))
+			return
+		}
+		c.Tag = tag
+		stack[0] = 0
+	}
+}
