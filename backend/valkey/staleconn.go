@@ -19,15 +19,20 @@ import (
 //
 // A write refused with EPIPE or ECONNRESET never reached a live server,
 // so sending it again cannot run it twice. A failure after the write (EOF
-// while reading the reply) is ambiguous and is returned as is.
+// while reading the reply) is ambiguous and is returned as is. Each
+// refused send retires one dead connection (valkey-go replaces it), and a
+// client holds several, so a send is tried up to staleConnSends times.
 type staleConnClient struct {
 	vk.Client
 }
 
+// staleConnSends bounds the sends of one command or pipeline.
+const staleConnSends = 16
+
 // Do implements vk.Client.
 func (s staleConnClient) Do(ctx context.Context, cmd vk.Completed) vk.ValkeyResult {
 	r := s.Client.Do(ctx, cmd)
-	if isUnwritten(r.NonValkeyError()) && ctx.Err() == nil {
+	for n := 1; n < staleConnSends && isUnwritten(r.NonValkeyError()) && ctx.Err() == nil; n++ {
 		r = s.Client.Do(ctx, cmd)
 	}
 	return r
@@ -37,15 +42,19 @@ func (s staleConnClient) Do(ctx context.Context, cmd vk.Completed) vk.ValkeyResu
 // of it was written (every reply carries the write error).
 func (s staleConnClient) DoMulti(ctx context.Context, multi ...vk.Completed) []vk.ValkeyResult {
 	rs := s.Client.DoMulti(ctx, multi...)
-	if len(rs) == 0 || ctx.Err() != nil {
-		return rs
+	for n := 1; n < staleConnSends && allUnwritten(rs) && ctx.Err() == nil; n++ {
+		rs = s.Client.DoMulti(ctx, multi...)
 	}
+	return rs
+}
+
+func allUnwritten(rs []vk.ValkeyResult) bool {
 	for _, r := range rs {
 		if !isUnwritten(r.NonValkeyError()) {
-			return rs
+			return false
 		}
 	}
-	return s.Client.DoMulti(ctx, multi...)
+	return len(rs) > 0
 }
 
 // isUnwritten reports a connection error raised by the write itself
