@@ -21,18 +21,28 @@ import (
 //
 //	go test -run '^$' -bench CreateClaimComplete -benchtime 2000x ./sdk
 func BenchmarkCreateClaimComplete(b *testing.B) {
-	for _, workers := range []int{1, 8} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+	for _, tc := range []struct {
+		workers, concurrency int
+		lanes                []string
+	}{
+		{1, 4, []string{"bench-a", "bench-b", "bench-c", "bench-d"}},
+		{8, 4, []string{"bench-a", "bench-b", "bench-c", "bench-d"}},
+		// fabric-bench scenario 1's shape: workers of concurrency 1, one lane.
+		{1, 1, []string{"bench"}},
+		{8, 1, []string{"bench"}},
+	} {
+		workers := tc.workers
+		b.Run(fmt.Sprintf("workers=%d,concurrency=%d,lanes=%d", workers, tc.concurrency, len(tc.lanes)), func(b *testing.B) {
 			tb := setup(b, 0)
 			tb.ctx = context.Background()
-			lanes := []string{"bench-a", "bench-b", "bench-c", "bench-d"}
+			lanes := tc.lanes
 			var done atomic.Int64
 			all := make(chan struct{})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var wg sync.WaitGroup
 			for i := 0; i < workers; i++ {
-				w := tb.worker(b, sdk.WorkerConfig{WorkerID: "bench", Lanes: lanes, Concurrency: 4})
+				w := tb.worker(b, sdk.WorkerConfig{WorkerID: "bench", Lanes: lanes, Concurrency: tc.concurrency})
 				wg.Add(1)
 				go func() {
 					defer wg.Done()

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -178,6 +180,12 @@ type Worker struct {
 	lastWindow  time.Time            // last window read
 	windowFound bool                 // the last window read found work
 
+	// soloParts are the solo partitions of the worker's lanes
+	// (model.PartitionConfig.SoloPartition): every execution outside a
+	// flow lives in its lane's one partition, so ClaimNext reads them
+	// before any window.
+	soloParts []model.Partition
+
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
 	closed bool
@@ -212,6 +220,11 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 	}
 	w.caps = append([]string(nil), cfg.Capabilities...)
 	w.cursor.Store(model.FNV1a64(cfg.InstanceID) % uint64(parts.Flow))
+	for _, l := range cfg.Lanes {
+		if p := parts.SoloPartition(l); !slices.Contains(w.soloParts, p) {
+			w.soloParts = append(w.soloParts, p)
+		}
+	}
 	// Check before registering so a duplicate does not overwrite the live
 	// instance's registration; the register reply re-checks atomically.
 	raw := vc.Raw()
@@ -398,6 +411,9 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 			return l, nil
 		}
 	}
+	if l, err := w.claimSolo(ctx); l != nil || err != nil {
+		return l, err
+	}
 	if w.wake != nil {
 		if hot := w.wake.take(); len(hot) > 0 {
 			cands, err := w.scan(ctx, hot, false)
@@ -455,6 +471,31 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	w.sticky.Store(0)
 	w.cursor.CompareAndSwap(cur, cur+chunk)
 	return nil, nil
+}
+
+// claimSolo reads the heads of the lanes' solo partitions, where every
+// execution outside a flow is, promotes due delayed heads (with
+// PromoteDelayed) and tries the eligible ones in random order, so that
+// workers reading the same heads spread their claims; the rest are
+// buffered.
+func (w *Worker) claimSolo(ctx context.Context) (*Lease, error) {
+	if len(w.soloParts) == 0 {
+		return nil, nil
+	}
+	cands, err := w.scan(ctx, w.soloParts, false)
+	if err != nil {
+		return nil, err
+	}
+	eligible := cands[:0:0]
+	for _, c := range cands {
+		if c.promote != nil {
+			w.promoteDue(ctx, c, *c.promote)
+			continue
+		}
+		eligible = append(eligible, c)
+	}
+	rand.Shuffle(len(eligible), func(i, j int) { eligible[i], eligible[j] = eligible[j], eligible[i] })
+	return w.claimFrom(ctx, eligible)
 }
 
 // claimFrom tries the eligible candidates of a scan of notified
