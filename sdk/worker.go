@@ -416,7 +416,7 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	}
 	if w.wake != nil {
 		if hot := w.wake.take(); len(hot) > 0 {
-			cands, err := w.scan(ctx, hot, false)
+			cands, err := w.scan(ctx, hot, false, w.headsPerKey())
 			if err != nil {
 				return nil, err
 			}
@@ -434,7 +434,7 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	for s := range window {
 		window[s] = model.Partition{Family: model.FamilyFlow, Index: uint16((start + uint64(s)) % n)}
 	}
-	cands, err := w.scan(ctx, window, w.readReclaim(start))
+	cands, err := w.scan(ctx, window, w.readReclaim(start), w.headsPerKey())
 	if err != nil {
 		return nil, err
 	}
@@ -473,6 +473,11 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	return nil, nil
 }
 
+// soloHeads is how many heads claimSolo reads per solo partition and
+// lane: every worker of a lane reads the same partition, and trying a
+// random one of 16 heads keeps them from racing for the same few.
+const soloHeads = 16
+
 // claimSolo reads the heads of the lanes' solo partitions, where every
 // execution outside a flow is, promotes due delayed heads (with
 // PromoteDelayed) and tries the eligible ones in random order, so that
@@ -482,7 +487,7 @@ func (w *Worker) claimSolo(ctx context.Context) (*Lease, error) {
 	if len(w.soloParts) == 0 {
 		return nil, nil
 	}
-	cands, err := w.scan(ctx, w.soloParts, false)
+	cands, err := w.scan(ctx, w.soloParts, false, soloHeads)
 	if err != nil {
 		return nil, err
 	}
@@ -582,11 +587,11 @@ func (w *Worker) readReclaim(start uint64) bool {
 	return true
 }
 
-// scan reads the heads of parts in one DoMulti and returns candidates:
-// due delayed heads to promote first (with PromoteDelayed), then
-// reclaims (older work; only when reclaim is set), then eligible heads,
-// lanes rotated per call.
-func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool) ([]candidate, error) {
+// scan reads up to heads eligible heads per partition of parts and lane
+// in one DoMulti and returns candidates: due delayed heads to promote
+// first (with PromoteDelayed), then reclaims (older work; only when
+// reclaim is set), then eligible heads, lanes rotated per call.
+func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool, heads int64) ([]candidate, error) {
 	raw := w.vc.Raw()
 	lanes := w.cfg.Lanes
 	rot := int(w.laneRR.Add(1) % uint64(len(lanes)))
@@ -609,7 +614,7 @@ func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool
 		pk := model.KeysOn(p)
 		for i := range lanes {
 			lane := lanes[(rot+i)%len(lanes)]
-			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneEligible(lane)).Min("-inf").Max("+inf").Limit(0, w.headsPerKey()).Build())
+			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneEligible(lane)).Min("-inf").Max("+inf").Limit(0, heads).Build())
 			slots = append(slots, slot{part: p, lane: lane})
 			if w.cfg.PromoteDelayed {
 				cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneDelayed(lane)).Min("-inf").Max(now).Limit(0, 1).Build())
