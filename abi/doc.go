@@ -10,10 +10,16 @@
 //
 // # Calls
 //
-// The host calls a plugin once per partition per tick, never once per item:
+// The host calls a plugin for a chunk of partitions per tick (or one
+// partition per call), never once per item:
 //
 //	fabric_manifest() -> Manifest (binary, read once at load)
 //	fabric_scan(ScanRequest) -> ScanResult
+//	fabric_scan_batch(ScanBatchRequest) -> ScanBatchResult (ABI 1.2, optional)
+//
+// In a fabric_scan_batch call the plugin selects each partition with the
+// partition host function before scanning it, so its host calls are
+// checked against that partition alone, as in fabric_scan.
 //
 // The plugin calls back through the host functions listed in HostFuncs, in
 // module Namespace. Every pointer-taking host function takes one encoded
