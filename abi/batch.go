@@ -111,12 +111,8 @@ func (r *ScanBatchResult) MarshalBinary() ([]byte, error) {
 	e := NewEncoder(make([]byte, 0, 4+12*len(r.Results)))
 	e.Byte(tagScanBatchResult)
 	e.Uvarint(uint64(len(r.Results)))
-	for _, s := range r.Results {
-		e.Uvarint(uint64(s.Scanned))
-		e.Uvarint(uint64(s.Acted))
-		e.Uvarint(uint64(s.Skipped))
-		e.Uvarint(uint64(s.Errors))
-		e.Varint(s.NextDueMs)
+	for i := range r.Results {
+		r.Results[i].appendFields(e)
 	}
 	return e.Bytes(), nil
 }
@@ -134,11 +130,7 @@ func (r *ScanBatchResult) UnmarshalBinary(b []byte) error {
 	out := ScanBatchResult{Results: make([]ScanResult, 0, n)}
 	for range n {
 		var s ScanResult
-		s.Scanned = d.Uint32()
-		s.Acted = d.Uint32()
-		s.Skipped = d.Uint32()
-		s.Errors = d.Uint32()
-		s.NextDueMs = d.Varint()
+		s.decodeFields(d)
 		out.Results = append(out.Results, s)
 	}
 	if err := d.Finish("scan batch result"); err != nil {

@@ -118,12 +118,27 @@ func (r *ScanResult) Add(o ScanResult) {
 func (r *ScanResult) MarshalBinary() ([]byte, error) {
 	e := NewEncoder(make([]byte, 0, 24))
 	e.Byte(tagScanResult)
+	r.appendFields(e)
+	return e.Bytes(), nil
+}
+
+// appendFields encodes r's fields (no tag): a ScanResult and each result
+// of a ScanBatchResult share the layout.
+func (r *ScanResult) appendFields(e *Encoder) {
 	e.Uvarint(uint64(r.Scanned))
 	e.Uvarint(uint64(r.Acted))
 	e.Uvarint(uint64(r.Skipped))
 	e.Uvarint(uint64(r.Errors))
 	e.Varint(r.NextDueMs)
-	return e.Bytes(), nil
+}
+
+// decodeFields reads what appendFields wrote.
+func (r *ScanResult) decodeFields(d *Decoder) {
+	r.Scanned = d.Uint32()
+	r.Acted = d.Uint32()
+	r.Skipped = d.Uint32()
+	r.Errors = d.Uint32()
+	r.NextDueMs = d.Varint()
 }
 
 // UnmarshalBinary decodes a result; any trailing byte is an error.
@@ -133,11 +148,7 @@ func (r *ScanResult) UnmarshalBinary(b []byte) error {
 		return err
 	}
 	var out ScanResult
-	out.Scanned = d.Uint32()
-	out.Acted = d.Uint32()
-	out.Skipped = d.Uint32()
-	out.Errors = d.Uint32()
-	out.NextDueMs = d.Varint()
+	out.decodeFields(d)
 	if err := d.Finish("scan result"); err != nil {
 		return err
 	}

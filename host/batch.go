@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -126,43 +125,18 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 		}
 		return true
 	}
-	// A call cut at a lease's deadline is recorded, not the plugin's fault.
-	fault := err != nil && !errors.Is(err, ErrLeaseEnded)
 	recs := make([]CycleRecord, len(kept))
-	p.mu.Lock()
-	p.lastRun = end
-	if fault {
-		p.faults++
-	}
+	results := make([]abi.ScanResult, len(kept))
 	for j, i := range kept {
-		rec := CycleRecord{Plugin: p.name, Version: man.Version, SHA256: m.sha256, Partition: idxs[i], Cycle: cycle,
+		recs[j] = CycleRecord{Plugin: p.name, Version: man.Version, SHA256: m.sha256, Partition: idxs[i], Cycle: cycle,
 			Host: grants[j].Host, Token: grants[j].Token, Start: start, End: end}
-		p.calls++
-		if err != nil {
-			rec.Error = err.Error()
-		} else {
-			rec.Result = res.Results[j]
-			p.lastResult = rec.Result
-			p.totals.Add(rec.Result)
-		}
-		p.records.add(rec)
-		recs[j] = rec
-		out[i] = partOutcome{res: rec.Result, fault: fault, ran: true}
-	}
-	if err == nil {
-		p.quarantines = 0
-		if p.state == StateQuarantined {
-			p.state, p.reason = StateRunning, ""
+		if err == nil {
+			results[j] = res.Results[j]
 		}
 	}
-	p.mu.Unlock()
-	if fault {
-		p.quarantine(err)
-	} else if err != nil {
-		p.h.cfg.Logger.Warn("partition batch call cut at a lease deadline", "plugin", p.name, "partitions", len(kept), "error", err)
-	}
-	for _, r := range recs {
-		p.h.cfg.TestSignals.partitionDone(r)
+	fault := p.settle(recs, results, err)
+	for j, i := range kept {
+		out[i] = partOutcome{res: results[j], fault: fault, ran: true}
 	}
 	return fault
 }

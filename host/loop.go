@@ -235,35 +235,56 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res ab
 	if err != nil && ctx.Err() != nil {
 		return res, true, true // the host is stopping: neither a record nor a fault
 	}
-	// A call cut at its lease's deadline is recorded, not the plugin's fault.
+	fault = p.settle([]CycleRecord{rec}, []abi.ScanResult{res}, err)
+	return res, fault, true
+}
+
+// settle books one finished plugin call that scanned the partitions of
+// recs (each record's identity, host, token and times filled in):
+// results[i] is recs[i]'s result when err is nil. It keeps the records,
+// counts a scan per partition and at most one fault per call, quarantines
+// the plugin on a fault (a call cut at its leases' deadline is logged,
+// not a fault), signals each record, and reports whether it faulted.
+func (p *plugin) settle(recs []CycleRecord, results []abi.ScanResult, err error) (fault bool) {
 	fault = err != nil && !errors.Is(err, ErrLeaseEnded)
 	p.mu.Lock()
-	p.calls++
-	p.lastRun = rec.End
-	switch {
-	case err != nil:
-		rec.Error = err.Error()
-		if fault {
-			p.faults++
+	if len(recs) > 0 {
+		p.lastRun = recs[len(recs)-1].End
+	}
+	if fault {
+		p.faults++
+	}
+	for i := range recs {
+		p.calls++
+		if err != nil {
+			recs[i].Error = err.Error()
+		} else {
+			recs[i].Result = results[i]
+			p.lastResult = results[i]
+			p.totals.Add(results[i])
 		}
-	default:
-		rec.Result = res
-		p.lastResult = res
-		p.totals.Add(res)
+		p.records.add(recs[i])
+	}
+	if err == nil {
 		p.quarantines = 0
 		if p.state == StateQuarantined {
 			p.state, p.reason = StateRunning, ""
 		}
 	}
-	p.records.add(rec)
 	p.mu.Unlock()
 	if fault {
 		p.quarantine(err)
 	} else if err != nil {
-		p.h.cfg.Logger.Warn("partition call cut at its lease deadline", "plugin", p.name, "partition", part.Tag(), "error", err)
+		parts := make([]int, len(recs))
+		for i, r := range recs {
+			parts[i] = r.Partition
+		}
+		p.h.cfg.Logger.Warn("plugin call cut at its partition leases' deadline", "plugin", p.name, "partitions", parts, "error", err)
 	}
-	p.h.cfg.TestSignals.partitionDone(rec)
-	return res, fault, true
+	for _, r := range recs {
+		p.h.cfg.TestSignals.partitionDone(r)
+	}
+	return fault
 }
 
 func (p *plugin) caller(m *Module, tag string) *hostfn.Caller {
