@@ -25,13 +25,14 @@
 //
 // One loop type drives every scanner from its LoopSpec (interval, batch
 // size, timeout, partitions), re-read at every sweep: an initial tick, then
-// the partitions in order, one call per partition, start to start every
-// interval. Each call gets its own deadline; a call that traps, times out
+// the partitions in order, up to Config.PartitionsPerCall per call
+// (fabric_scan_batch; one per call for plugins without it), start to start
+// every interval. Each call gets its own deadline; a call that traps, times out
 // or returns bad output quarantines only its plugin for 2^n × base ±10 %
 // (n counts consecutive quarantines and restarts after 7), while every other
 // plugin keeps its cadence. Items whose FCALL keeps failing are skipped by
 // the plugin's FailureTracker (3 failures, 10 sweeps), applied host-side in
-// the fcall host function. Every partition call leaves a CycleRecord.
+// the fcall host function. Every partition scanned leaves a CycleRecord.
 //
 // # Partition leases
 //
