@@ -92,12 +92,12 @@ func scanInput(batch uint32) []byte {
 	return b
 }
 
-func benchCall(b *testing.B, m *Module, caller *hostfn.Caller, in []byte) {
+func benchCall(b *testing.B, m *Module, caller *hostfn.Caller, export string, in []byte) {
 	b.Helper()
 	ctx := context.Background()
 	for b.Loop() {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if _, err := m.call(cctx, abi.ExportScan, in, caller); err != nil {
+		if _, err := m.call(cctx, export, in, caller); err != nil {
 			b.Fatal(err)
 		}
 		cancel()
@@ -108,7 +108,7 @@ func benchCall(b *testing.B, m *Module, caller *hostfn.Caller, in []byte) {
 // does nothing: timeout context, pool, Extism call, codec.
 func BenchmarkScanEmpty(b *testing.B) {
 	m, caller := benchModule(b, "swap_v1")
-	benchCall(b, m, caller, scanInput(50))
+	benchCall(b, m, caller, abi.ExportScan, scanInput(50))
 }
 
 // BenchmarkDelayedPromoterIdle is one idle partition scan of the real
@@ -116,7 +116,7 @@ func BenchmarkScanEmpty(b *testing.B) {
 // with BenchmarkScanNative in plugins/scanners/delayed_promoter.
 func BenchmarkDelayedPromoterIdle(b *testing.B) {
 	m, caller := benchModule(b, "delayed_promoter")
-	benchCall(b, m, caller, scanInput(50))
+	benchCall(b, m, caller, abi.ExportScan, scanInput(50))
 }
 
 // BenchmarkDelayedPromoterIdleBatch is BenchmarkDelayedPromoterIdle for 32
@@ -130,15 +130,8 @@ func BenchmarkDelayedPromoterIdleBatch(b *testing.B) {
 		caller.Batch[i] = model.Partition{Family: model.FamilyFlow, Index: i}.Tag()
 	}
 	in, _ := req.MarshalBinary()
-	ctx := context.Background()
 	start := time.Now()
-	for b.Loop() {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if _, err := m.call(cctx, abi.ExportScanBatch, in, caller); err != nil {
-			b.Fatal(err)
-		}
-		cancel()
-	}
+	benchCall(b, m, caller, abi.ExportScanBatch, in)
 	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N*32), "us/partition")
 }
 
@@ -147,7 +140,7 @@ func BenchmarkDelayedPromoterIdleBatch(b *testing.B) {
 func BenchmarkHostFunctionRoundTrip(b *testing.B) {
 	m, caller := benchModule(b, "bench")
 	start := time.Now()
-	benchCall(b, m, caller, scanInput(1000))
+	benchCall(b, m, caller, abi.ExportScan, scanInput(1000))
 	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*1000), "ns/host_call")
 }
 
