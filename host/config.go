@@ -79,7 +79,8 @@ type Config struct {
 	// no Valkey Backend reads plugins' time from Clock.
 	Postgres *pgxpool.Pool
 	// Now is the plugins' clock in milliseconds; default Backend's server
-	// TIME.
+	// TIME, read at most once a second and advanced by the host's
+	// monotonic clock in between (never ahead of the server).
 	Now func(ctx context.Context) (int64, error)
 	// Clock is the host's clock; default the system clock. A WaitClock
 	// also paces the scanner loops.
@@ -193,7 +194,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Store = hostfn.ValkeyStore{C: c.Backend}
 	}
 	if c.Now == nil && c.Backend != nil {
-		c.Now = c.Backend.ServerTime
+		c.Now = newServerClock(c.Backend.ServerTime, serverClockRefresh).Now
 	}
 	if c.Now == nil && c.Postgres != nil {
 		clock := c.Clock

@@ -209,17 +209,27 @@ func (e *flowEnv) core(eid model.ExecutionID, field string) string {
 // (no polling on the engine's side; the test re-checks on each signal),
 // and returns the end time of the dispatch that made it true (or now
 // when it already held).
+// await waits until cond holds: checked after every dispatcher call (the
+// returned time is that call's end) and, since a reconciler may be the
+// one that makes it true, polled every 50 ms too (then the time of the
+// check).
 func (e *flowEnv) await(what string, cond func() bool) time.Time {
 	e.t.Helper()
 	deadline := time.After(60 * time.Second)
 	if cond() {
 		return time.Now()
 	}
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		select {
 		case rec := <-e.sig.Dispatched.C():
 			if cond() {
 				return rec.End
+			}
+		case <-poll.C:
+			if cond() {
+				return time.Now()
 			}
 		case <-deadline:
 			e.t.Fatalf("not true within 60s: %s", what)
