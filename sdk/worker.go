@@ -183,8 +183,10 @@ type Worker struct {
 	// soloParts are the solo partitions of the worker's lanes
 	// (model.PartitionConfig.SoloPartition): every execution outside a
 	// flow lives in its lane's one partition, so ClaimNext reads them
-	// before any window.
+	// before any window. soloLanes are the lanes whose solo partition
+	// each one is: the only lanes a solo scan reads there.
 	soloParts []model.Partition
+	soloLanes map[model.Partition][]string
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
@@ -220,10 +222,13 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 	}
 	w.caps = append([]string(nil), cfg.Capabilities...)
 	w.cursor.Store(model.FNV1a64(cfg.InstanceID) % uint64(parts.Flow))
+	w.soloLanes = map[model.Partition][]string{}
 	for _, l := range cfg.Lanes {
-		if p := parts.SoloPartition(l); !slices.Contains(w.soloParts, p) {
+		p := parts.SoloPartition(l)
+		if !slices.Contains(w.soloParts, p) {
 			w.soloParts = append(w.soloParts, p)
 		}
+		w.soloLanes[p] = append(w.soloLanes[p], l)
 	}
 	// Check before registering so a duplicate does not overwrite the live
 	// instance's registration; the register reply re-checks atomically.
@@ -416,7 +421,7 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	}
 	if w.wake != nil {
 		if hot := w.wake.take(); len(hot) > 0 {
-			cands, err := w.scan(ctx, hot, false, w.headsPerKey())
+			cands, err := w.scan(ctx, hot, false, w.headsPerKey(), nil)
 			if err != nil {
 				return nil, err
 			}
@@ -434,7 +439,7 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	for s := range window {
 		window[s] = model.Partition{Family: model.FamilyFlow, Index: uint16((start + uint64(s)) % n)}
 	}
-	cands, err := w.scan(ctx, window, w.readReclaim(start), w.headsPerKey())
+	cands, err := w.scan(ctx, window, w.readReclaim(start), w.headsPerKey(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -487,7 +492,7 @@ func (w *Worker) claimSolo(ctx context.Context) (*Lease, error) {
 	if len(w.soloParts) == 0 {
 		return nil, nil
 	}
-	cands, err := w.scan(ctx, w.soloParts, false, soloHeads)
+	cands, err := w.scan(ctx, w.soloParts, false, soloHeads, w.soloLanes)
 	if err != nil {
 		return nil, err
 	}
@@ -590,8 +595,9 @@ func (w *Worker) readReclaim(start uint64) bool {
 // scan reads up to heads eligible heads per partition of parts and lane
 // in one DoMulti and returns candidates: due delayed heads to promote
 // first (with PromoteDelayed), then reclaims (older work; only when
-// reclaim is set), then eligible heads, lanes rotated per call.
-func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool, heads int64) ([]candidate, error) {
+// reclaim is set), then eligible heads, lanes rotated per call. The lanes
+// read on a partition are all the worker's, or only[p] when only is set.
+func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool, heads int64, only map[model.Partition][]string) ([]candidate, error) {
 	raw := w.vc.Raw()
 	lanes := w.cfg.Lanes
 	rot := int(w.laneRR.Add(1) % uint64(len(lanes)))
@@ -612,8 +618,12 @@ func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool
 	slots := make([]slot, 0, cap(cmds))
 	for _, p := range parts {
 		pk := model.KeysOn(p)
-		for i := range lanes {
-			lane := lanes[(rot+i)%len(lanes)]
+		ls := lanes
+		if only != nil {
+			ls = only[p]
+		}
+		for i := range ls {
+			lane := ls[(rot+i)%len(ls)]
 			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LaneEligible(lane)).Min("-inf").Max("+inf").Limit(0, heads).Build())
 			slots = append(slots, slot{part: p, lane: lane})
 			if w.cfg.PromoteDelayed {
