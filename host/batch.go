@@ -46,32 +46,32 @@ func (p *plugin) scanPartitions(ctx context.Context, cycle uint64, idxs []int) [
 			continue
 		}
 		end := min(off+per, len(idxs))
-		if p.scanChunk(ctx, cycle, idxs[off:end], out[off:end]) {
+		fault, batched := p.scanChunk(ctx, cycle, idxs[off:end], out[off:end])
+		if fault {
 			return out
 		}
-		off = end
+		if batched {
+			off = end
+		}
+		// else swapped to a plugin without the export: the next round
+		// takes the one-partition path
 	}
 	return out
 }
 
 // scanChunk scans idxs in one fabric_scan_batch call, each partition under
 // its own lease grant, and records one CycleRecord per partition. It
-// reports whether the call faulted.
-func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []partOutcome) bool {
+// reports whether the call faulted, and batched false (nothing done) when
+// the module it acquired lacks the export (swapped since the caller
+// looked).
+func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []partOutcome) (fault, batched bool) {
 	m := p.mod.Load()
 	for !m.acquire() { // retired and closed between Load and acquire
 		m = p.mod.Load()
 	}
 	defer m.release(context.WithoutCancel(ctx))
-	if !m.hasExport(abi.ExportScanBatch) { // swapped to a plugin without it
-		for i, idx := range idxs {
-			o := &out[i]
-			o.res, o.fault, o.ran = p.scanPartition(ctx, cycle, idx)
-			if o.fault {
-				return true
-			}
-		}
-		return false
+	if !m.hasExport(abi.ExportScanBatch) {
+		return false, false
 	}
 	man := m.Manifest()
 	fam := man.PartitionFamily()
@@ -98,7 +98,7 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 		}
 	}
 	if len(kept) == 0 {
-		return false
+		return false, true
 	}
 	in, err := req.MarshalBinary()
 	if err != nil {
@@ -123,7 +123,7 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 		for _, i := range kept {
 			out[i] = partOutcome{fault: true, ran: true} // the host is stopping: neither a record nor a fault
 		}
-		return true
+		return true, true
 	}
 	recs := make([]CycleRecord, len(kept))
 	results := make([]abi.ScanResult, len(kept))
@@ -134,9 +134,9 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 			results[j] = res.Results[j]
 		}
 	}
-	fault := p.settle(recs, results, err)
+	fault = p.settle(recs, results, err)
 	for j, i := range kept {
 		out[i] = partOutcome{res: results[j], fault: fault, ran: true}
 	}
-	return fault
+	return fault, true
 }
