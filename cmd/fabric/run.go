@@ -106,21 +106,15 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	// A closed pipe must stop the run, not kill the process: Go exits on
+	// A closed stdout must stop the run, not kill the process: Go exits on
 	// SIGPIPE from stdout unless it is notified, and a killed run would
-	// leave leases behind.
+	// leave leases behind. Once notified, a broken pipe on any descriptor
+	// is only an EPIPE from write: stdout's reaches out (breakWriter) and
+	// ends the run; an admin client that hung up is that connection's
+	// error alone, so the signal itself is never acted on.
 	out := &breakWriter{w: env.stdout, broken: func() { cancel(errBrokenPipe) }}
 	if f, ok := env.stdout.(*os.File); ok && f == os.Stdout {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGPIPE)
-		defer signal.Stop(sig)
-		go func() {
-			select {
-			case <-sig:
-				cancel(errBrokenPipe)
-			case <-ctx.Done():
-			}
-		}()
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	}
 	var events *statusview.Tail
 	if mode == "tty" {

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"errors"
 	"flag"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,5 +201,111 @@ func TestLogFormat(t *testing.T) {
 	log.Info("hello", "plugin", "x")
 	if !strings.HasPrefix(buf.String(), `{"time":`) || !strings.Contains(buf.String(), `"plugin":"x"`) {
 		t.Fatalf("json log: %q", buf.String())
+	}
+}
+
+// TestRunOutlivesAdminHangups runs the built binary with stdout on a file
+// (line mode, SIGPIPE notified) and sends its admin server 100 requests
+// whose clients hang up after the first byte of the answer, as `curl -s
+// .../metrics | head -1` does: the run must keep going and keep answering.
+func TestRunOutlivesAdminHangups(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "fabric")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	stdout, err := os.Create(filepath.Join(dir, "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	stderr, err := os.Create(filepath.Join(dir, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	cmd := exec.Command(bin, "run", "--plugins", "", "--admin-addr", "127.0.0.1:0", "--view", "lines",
+		"--rate", "20", "--refresh", "200ms", "--partitions", "flow=8,budget=2,quota=2")
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	logs := func() string {
+		o, _ := os.ReadFile(stdout.Name())
+		e, _ := os.ReadFile(stderr.Name())
+		return "stdout:\n" + string(o) + "\nstderr:\n" + string(e)
+	}
+	addrRE := regexp.MustCompile(`admin: http://(\S+)/metrics`)
+	var addr string
+	for deadline := time.Now().Add(90 * time.Second); addr == ""; {
+		if m := addrRE.FindStringSubmatch(logs()); m != nil {
+			addr = m[1]
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("fabric run exited before its admin server was up (%v)\n%s", waitErr, logs())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no admin address within 90s\n%s", logs())
+		}
+	}
+	for i := range 100 {
+		conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("request %d: %v\n%s", i, err, logs())
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		path := []string{"/metrics", "/status", "/plugins"}[i%3]
+		if _, err := conn.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		one := make([]byte, 1)
+		if _, err := io.ReadFull(conn, one); err != nil {
+			t.Fatalf("request %d: no first byte: %v\n%s", i, err, logs())
+		}
+		if tc, ok := conn.(*net.TCPConn); ok && i%2 == 0 {
+			tc.SetLinger(0) // half of them reset rather than close
+		}
+		conn.Close()
+	}
+	// Still running, still answering, still working.
+	select {
+	case <-exited:
+		t.Fatalf("fabric run exited after admin clients hung up (%v)\n%s", waitErr, logs())
+	default:
+	}
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("healthz after the hang-ups: %v\n%s", err, logs())
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz after the hang-ups: %s", resp.Status)
+	}
+	select {
+	case <-exited:
+		t.Fatalf("fabric run exited after admin clients hung up (%v)\n%s", waitErr, logs())
+	default:
+	}
+	if strings.Contains(logs(), "output closed") {
+		t.Fatalf("the run took an admin hang-up for its own output closing\n%s", logs())
 	}
 }
