@@ -238,6 +238,10 @@ type workloadSummary struct {
 	// Worker counters summed over the workers.
 	Workers sdk.Stats
 	Elapsed time.Duration
+	// Retried counts transient backend errors waited out (BUSY, LOADING,
+	// connection resets); Dropped the items given up on after
+	// demoRetryFor of them.
+	Retried, Dropped int64
 }
 
 func (s workloadSummary) String() string {
@@ -262,7 +266,14 @@ func (s workloadSummary) String() string {
 	return fmt.Sprintf("%d executions (%s) in %s; terminal: %s; unfinished %d; workers: %d claimed, %d completed (%.0f/s), %d retries, %d suspended, %d resumed, %d delayed, %d handed back",
 		s.Executions, strings.Join(sub, " "), s.Elapsed.Round(time.Millisecond), strings.Join(term, " "), s.Unfinished,
 		s.Workers.Claimed, s.Workers.Completed, rate, s.Workers.Retried, s.Workers.Suspended, s.Workers.Resumed,
-		s.Workers.Delayed, s.Workers.HandedBack)
+		s.Workers.Delayed, s.Workers.HandedBack) + s.transient()
+}
+
+func (s workloadSummary) transient() string {
+	if s.Retried == 0 && s.Dropped == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; backend: %d transient errors retried, %d items dropped", s.Retried, s.Dropped)
 }
 
 // workload is one runWorkload's shared state.
@@ -278,6 +289,7 @@ type workload struct {
 	terminal  map[string]int64
 	execs     atomic.Int64
 	signals   chan *sdk.Suspension
+	transient transientLog
 }
 
 // runWorkload submits the configured mix at cfg.Rate and runs SDK workers
@@ -424,7 +436,8 @@ func (wl *workload) summary(start time.Time) workloadSummary {
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
 	s := workloadSummary{Submitted: map[string]int64{}, Terminal: map[string]int64{}, Executions: wl.execs.Load(),
-		Unfinished: len(wl.pending), Workers: wl.stats(), Elapsed: time.Since(start)}
+		Unfinished: len(wl.pending), Workers: wl.stats(), Elapsed: time.Since(start),
+		Retried: wl.transient.retried.Load(), Dropped: wl.transient.dropped.Load()}
 	for k, v := range wl.submitted {
 		s.Submitted[k] = v
 	}
@@ -494,7 +507,11 @@ func (wl *workload) submit(ctx context.Context) error {
 			// An item is submitted whole or not at all: a flow cut in
 			// half by Ctrl-C would leave members waiting forever.
 			if err := wl.submitOne(context.WithoutCancel(ctx), n); err != nil {
-				return err
+				var te *transientError
+				if !errors.As(err, &te) {
+					return err
+				}
+				wl.report(err.Error() + "; item dropped")
 			}
 			n++
 		}
@@ -537,7 +554,11 @@ func (wl *workload) submitOne(ctx context.Context, n int) error {
 	case kindDAG:
 		return wl.submitDAG(ctx, lane, n)
 	}
-	id, err := wl.c.CreateExecution(ctx, spec)
+	var id model.ExecutionID
+	err := wl.transient.retry(ctx, "create execution", wl.report, func() (err error) {
+		id, err = wl.c.CreateExecution(ctx, spec)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -547,7 +568,11 @@ func (wl *workload) submitOne(ctx context.Context, n int) error {
 
 // submitDAG creates a diamond flow: root → (left, right) → join.
 func (wl *workload) submitDAG(ctx context.Context, lane string, n int) error {
-	f, err := wl.c.CreateFlow(ctx, "demo.diamond")
+	var f *sdk.Flow
+	err := wl.transient.retry(ctx, "create flow", wl.report, func() (err error) {
+		f, err = wl.c.CreateFlow(ctx, "demo.diamond")
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -556,27 +581,43 @@ func (wl *workload) submitDAG(ctx context.Context, lane string, n int) error {
 	}
 	var ids []model.ExecutionID
 	defer func() { wl.track(kindDAG, ids...) }()
-	root, err := f.Add(ctx, spec("root"))
+	root, err := wl.add(ctx, f, spec("root"))
 	if err != nil {
 		return err
 	}
 	ids = append(ids, root)
-	left, err := f.Add(ctx, spec("left"), root)
+	left, err := wl.add(ctx, f, spec("left"), root)
 	if err != nil {
 		return err
 	}
 	ids = append(ids, left)
-	right, err := f.Add(ctx, spec("right"), root)
+	right, err := wl.add(ctx, f, spec("right"), root)
 	if err != nil {
 		return err
 	}
 	ids = append(ids, right)
-	join, err := f.Add(ctx, spec("join"), left, right)
+	join, err := wl.add(ctx, f, spec("join"), left, right)
 	if err != nil {
 		return err
 	}
 	ids = append(ids, join)
 	return nil
+}
+
+// add adds a member to flow f, waiting out transient backend errors.
+func (wl *workload) add(ctx context.Context, f *sdk.Flow, spec sdk.ExecutionSpec, deps ...model.ExecutionID) (model.ExecutionID, error) {
+	var id model.ExecutionID
+	err := wl.transient.retry(ctx, "add flow member", wl.report, func() (err error) {
+		id, err = f.Add(ctx, spec, deps...)
+		return err
+	})
+	return id, err
+}
+
+// report tells the output and the log of a transient error.
+func (wl *workload) report(msg string) {
+	fmt.Fprintln(wl.out, msg)
+	wl.cfg.Logger.Warn(msg)
 }
 
 // handle is the demo's handler: a little simulated work, then the
@@ -633,8 +674,11 @@ func (wl *workload) deliverSignals(ctx context.Context) {
 					return
 				case <-t.C:
 				}
-				if _, err := wl.c.DeliverSignal(ctx, s.ExecutionID, sdk.Signal{WaitpointID: s.WaitpointID, Token: s.Token,
-					Name: "approve", Payload: []byte(`{"approved":true}`)}); err != nil && ctx.Err() == nil {
+				if err := wl.transient.retry(ctx, "deliver signal", wl.report, func() error {
+					_, err := wl.c.DeliverSignal(ctx, s.ExecutionID, sdk.Signal{WaitpointID: s.WaitpointID, Token: s.Token,
+						Name: "approve", Payload: []byte(`{"approved":true}`)})
+					return err
+				}); err != nil && ctx.Err() == nil {
 					wl.cfg.Logger.Warn("deliver signal failed", "execution_id", s.ExecutionID, "error", err)
 				}
 			}()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,5 +53,84 @@ func TestParseMix(t *testing.T) {
 	}
 	if code, _, _ := runCmd(t, "demo", "--mix", "immediate=0"); code != 2 {
 		t.Errorf("zero mix: exit %d", code)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the workload's writers and the
+// test's reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRunWorkloadWaitsOutBusy makes the backend answer BUSY (a script
+// running past busy-reply-threshold) while the demo workload submits:
+// the submitter waits it out, reports it, and the run finishes with
+// nothing left unfinished.
+func TestRunWorkloadWaitsOutBusy(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.NewServer(t)
+	vc := valkeytest.Dial(t, srv.URL(), 0)
+	ctx := valkeytest.Context(t, 120*time.Second)
+	if _, err := vc.EnsureLibrary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := vc.InstallWaitpointHMACSecret(ctx, "0123456789abcdef0123456789abcdef"); err != nil {
+		t.Fatal(err)
+	}
+	raw := vc.Raw()
+	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("busy-reply-threshold", "20").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	type result struct {
+		sum workloadSummary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := runWorkload(ctx, vc, workloadConfig{Duration: 4 * time.Second, Rate: 40, Workers: 1,
+			Concurrency: 4, Report: 250 * time.Millisecond, PromoteInline: true, ResolveInline: true,
+			Mix: map[string]int{kindImmediate: 2, kindDAG: 1}}, out)
+		done <- result{sum, err}
+	}()
+	for !strings.Contains(out.String(), "run ") {
+		select {
+		case r := <-done:
+			t.Fatalf("workload ended before the backend went busy: %v\n%s", r.err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// A script spinning for 1.5 s on the server's clock: every other
+	// client is answered BUSY meanwhile.
+	const spin = `local t = redis.call('TIME'); local s = t[1] * 1000 + t[2] / 1000
+while true do local n = redis.call('TIME'); if n[1] * 1000 + n[2] / 1000 - s > tonumber(ARGV[1]) then break end end
+return 1`
+	// On a connection of its own: the workload's would queue behind it.
+	busy := valkeytest.Dial(t, srv.URL(), 0).Raw()
+	if err := busy.Do(ctx, busy.B().Eval().Script(spin).Numkeys(0).Arg("1500").Build()).Error(); err != nil {
+		t.Fatalf("busy script: %v", err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("workload: %v\n%s", r.err, out.String())
+	}
+	if r.sum.Unfinished != 0 || r.sum.Executions == 0 || r.sum.Terminal["completed"] != r.sum.Executions {
+		t.Fatalf("summary: %s\n%s", r.sum, out.String())
+	}
+	if r.sum.Retried == 0 || !strings.Contains(out.String(), "transient backend error") || !strings.Contains(out.String(), "BUSY") {
+		t.Fatalf("no BUSY reported and retried: summary %s\n%s", r.sum, out.String())
 	}
 }
