@@ -3,6 +3,7 @@ package host
 import (
 	"cmp"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"github.com/fabric-host/fabric/abi"
@@ -92,6 +93,18 @@ type Config struct {
 	Partitions model.PartitionConfig
 	// Plugins holds per-plugin configuration by plugin name.
 	Plugins map[string]PluginConfig
+	// Policy is the operator's grants (grant.go): a plugin whose manifest
+	// requests more than its grant is refused at load, and every plugin
+	// runs under its grant's limits. Nil is StockPolicy(): the stock
+	// plugins granted what they ship requesting, any other plugin no
+	// capability at all.
+	Policy *Policy
+	// TrustedKeys are the ed25519 public keys plugin signatures
+	// (NAME.wasm.sig, signature.go) are checked against: a file signed by
+	// one of them must verify.
+	TrustedKeys []ed25519.PublicKey
+	// RequireSigned refuses every file not signed by a TrustedKeys key.
+	RequireSigned bool
 	// Debounce is the quiet time after a write before a file loads (default
 	// 150 ms).
 	Debounce time.Duration
@@ -181,6 +194,21 @@ func (c Config) withDefaults() (Config, error) {
 	c.PartitionsPerCall = cmp.Or(c.PartitionsPerCall, HostPartitionsPerCallDefault)
 	if c.PartitionsPerCall < 1 || c.PartitionsPerCall > abi.MaxBatchPartitions {
 		return c, fmt.Errorf("host: Config.PartitionsPerCall %d: want 1..%d", c.PartitionsPerCall, abi.MaxBatchPartitions)
+	}
+	if c.Policy == nil {
+		p := StockPolicy()
+		c.Policy = &p
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return c, err
+	}
+	if c.Policy.Default.MaxOutputBytes == 0 {
+		p := *c.Policy
+		p.Default.MaxOutputBytes = c.MaxOutputBytes
+		c.Policy = &p
+	}
+	if c.RequireSigned && len(c.TrustedKeys) == 0 {
+		return c, errors.New("host: Config.RequireSigned needs TrustedKeys")
 	}
 	c.Timers.SafetyFactor = cmp.Or(c.Timers.SafetyFactor, TimerSafetyFactorDefault)
 	c.Completions = c.Completions.withDefaults()

@@ -125,6 +125,35 @@ type setupOpts struct {
 	store    bool // use a real redis-server database
 	timers   host.TimerConfig
 	perCall  int // Config.PartitionsPerCall (0: the default)
+	// policy is the host's Policy; nil is fixturePolicy (stock grants
+	// plus every test fixture granted what it requests).
+	policy *host.Policy
+}
+
+var (
+	fixturePolicyOnce sync.Once
+	fixturePolicyVal  host.Policy
+)
+
+// fixturePolicy is StockPolicy with every loadable testdata fixture
+// granted exactly what its manifest requests, for tests about something
+// other than grants.
+func fixturePolicy(tb testing.TB) *host.Policy {
+	tb.Helper()
+	fixturePolicyOnce.Do(func() {
+		p := host.StockPolicy()
+		paths, _ := filepath.Glob(filepath.Join("..", "testdata", "plugins", "*.wasm"))
+		for _, path := range paths {
+			in, err := host.Inspect(context.Background(), path, host.InspectConfig{CacheDir: cacheDir})
+			if err != nil {
+				continue // a fault fixture refused before its manifest
+			}
+			p.Plugins[in.Manifest.Name] = host.GrantOf(in.Manifest)
+		}
+		fixturePolicyVal = p
+	})
+	p := fixturePolicyVal
+	return &p
 }
 
 // setup builds a host over a fresh plugin directory with 4 flow
@@ -149,6 +178,10 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 		TestSignals:       sig,
 		Timers:            o.timers,
 		PartitionsPerCall: o.perCall,
+		Policy:            o.policy,
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = fixturePolicy(t)
 	}
 	var client *valkey.Client
 	if o.store {

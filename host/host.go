@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,6 +98,8 @@ func newLoaderConfig(cache wazero.CompilationCache, store hostfn.Store, now func
 		poolSize:     cfg.PoolSize,
 		recycle:      cfg.RecycleCalls,
 		override:     override,
+		grant:        cfg.Policy.For,
+		trust:        newTrust(cfg.TrustedKeys, cfg.RequireSigned),
 	}
 }
 
@@ -191,7 +194,12 @@ func (h *Host) watch(ctx context.Context, w *fsnotify.Watcher) {
 			if !ok {
 				return
 			}
-			if !strings.HasSuffix(ev.Name, ".wasm") || ev.Op == fsnotify.Chmod {
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			// A signature written or removed reloads its plugin file.
+			ev.Name = strings.TrimSuffix(ev.Name, SignatureSuffix)
+			if !strings.HasSuffix(ev.Name, ".wasm") {
 				continue
 			}
 			gen++
@@ -466,12 +474,28 @@ type Inspection struct {
 	Imports  []string      `json:"imports"`
 	Exports  []string      `json:"exports"`
 	Compile  time.Duration `json:"compile_ns"`
+	// Granted is the plugin's grant under InspectConfig.Policy (nil
+	// without one), Limits what it would run with, and NotGranted the
+	// difference between its requests and the grant ("" when within).
+	Granted    *Grant  `json:"granted,omitempty"`
+	Limits     *Limits `json:"limits,omitempty"`
+	NotGranted string  `json:"not_granted,omitempty"`
+	// Signature is the file's signature when one verified against
+	// InspectConfig.TrustedKeys.
+	Signature *Signature `json:"signature,omitempty"`
 }
 
 // InspectConfig configures Inspect.
 type InspectConfig struct {
 	// CacheDir is the compilation cache directory ("" = in memory).
 	CacheDir string
+	// Policy, when set, fills Inspection.Granted, Limits and NotGranted.
+	// A request beyond the grant is reported there, not as an error.
+	Policy *Policy
+	// TrustedKeys and RequireSigned check the file's signature as
+	// Config's do; a refusal is Inspect's error.
+	TrustedKeys   []ed25519.PublicKey
+	RequireSigned bool
 }
 
 // Inspect validates a plugin file the way the host would before loading
@@ -489,10 +513,28 @@ func Inspect(ctx context.Context, path string, cfg InspectConfig) (*Inspection, 
 	defer cache.Close(ctx)
 	hc, _ := (Config{PluginDir: os.TempDir()}).withDefaults()
 	lc := newLoaderConfig(cache, nil, nil, hc, func(string) PluginConfig { return PluginConfig{} })
+	lc.grant = nil // reported below rather than refused
+	lc.trust = newTrust(cfg.TrustedKeys, cfg.RequireSigned)
 	m, err := loadModule(ctx, path, lc)
 	if err != nil {
 		return nil, err
 	}
 	defer m.Close(ctx)
-	return &Inspection{Path: path, SHA256: m.sha256, Size: m.size, Manifest: m.Declared(), Imports: m.Imports(), Exports: m.Exports(), Compile: m.compile}, nil
+	in := &Inspection{Path: path, SHA256: m.sha256, Size: m.size, Manifest: m.Declared(), Imports: m.Imports(), Exports: m.Exports(), Compile: m.compile, Signature: m.sig}
+	if cfg.Policy != nil {
+		if err := cfg.Policy.Validate(); err != nil {
+			return nil, err
+		}
+		p := *cfg.Policy
+		if p.Default.MaxOutputBytes == 0 {
+			p.Default.MaxOutputBytes = hc.MaxOutputBytes
+		}
+		g := p.For(in.Manifest.Name)
+		lim := g.Limits(applyOverride(in.Manifest, PluginConfig{}))
+		in.Granted, in.Limits = &g, &lim
+		if err := g.Check(in.Manifest); err != nil {
+			in.NotGranted = strings.TrimPrefix(err.Error(), ErrNotGranted.Error()+": "+in.Manifest.Name+": ")
+		}
+	}
+	return in, nil
 }

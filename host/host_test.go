@@ -215,7 +215,7 @@ func TestHostLifecycle(t *testing.T) {
 		dir := t.TempDir()
 		status := filepath.Join(dir, "status.json")
 		b := setup(t, setupOpts{fixtures: []string{"healthy", "notwasm"}, noStart: true})
-		h, err := host.New(host.Config{PluginDir: b.dir, CacheDir: cacheDir, StatusFile: status, Logger: valkeytest.Logger(),
+		h, err := host.New(host.Config{PluginDir: b.dir, CacheDir: cacheDir, StatusFile: status, Logger: valkeytest.Logger(), Policy: fixturePolicy(t),
 			Now: func(context.Context) (int64, error) { return 1, nil }, Partitions: model.PartitionConfig{Flow: 2, Budget: 1, Quota: 1}})
 		if err != nil {
 			t.Fatal(err)

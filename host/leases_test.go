@@ -54,6 +54,7 @@ func startLeaseHost(t *testing.T, url, id string, o leaseHostOpts) *leaseHost {
 	cfg := host.Config{
 		PluginDir: dir,
 		CacheDir:  cacheDir,
+		Policy:    fixturePolicy(t),
 		Backend:   lh.client,
 		Logger:    valkeytest.Logger(),
 		// bench's calls last a few milliseconds (50 server round trips):

@@ -333,9 +333,11 @@ func reasonOf(err error) string {
 func (p *plugin) status() PluginStatus {
 	m := p.mod.Load()
 	man := m.Manifest()
+	req, grant, lim := m.declared.Capabilities, m.grant, m.limits
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return PluginStatus{
+		Requested: &req, Granted: &grant, Limits: &lim, Signer: m.Signer(),
 		Name: p.name, Version: man.Version, Kind: man.Kind, ABI: man.ABI, SHA256: m.sha256, Path: m.path,
 		State: p.state, Reason: p.reason, IntervalMs: man.IntervalMs,
 		Partitions: int(p.h.cfg.Partitions.Count(man.PartitionFamily())),

@@ -45,7 +45,10 @@ type Module struct {
 	size     int64
 	shape    moduleShape
 	declared abi.Manifest // as the plugin declared it, after defaults
-	manifest abi.Manifest // effective: host overrides applied
+	manifest abi.Manifest // effective: host overrides and grant applied
+	grant    Grant        // the operator's grant, as Policy.For resolved it
+	limits   Limits       // effective limits (grant.Limits of manifest)
+	sig      *Signature   // the verified signature, nil when unsigned
 	compile  time.Duration
 
 	cp       *extism.CompiledPlugin
@@ -81,8 +84,24 @@ func (m *Module) SHA256() string { return m.sha256 }
 func (m *Module) Manifest() abi.Manifest { return m.manifest }
 
 // Declared returns the manifest as the plugin declared it (defaults
-// applied).
+// applied): what it requests.
 func (m *Module) Declared() abi.Manifest { return m.declared }
+
+// Grant returns what the operator granted the plugin (Policy.For).
+func (m *Module) Grant() Grant { return m.grant }
+
+// Limits returns the effective limits the plugin runs under: the grant's
+// ceilings resolved against its manifest (Grant.Limits).
+func (m *Module) Limits() Limits { return m.limits }
+
+// Signer returns the id of the trusted key whose signature the file
+// carries (KeyID), or "" for an unsigned file.
+func (m *Module) Signer() string {
+	if m.sig == nil {
+		return ""
+	}
+	return m.sig.Key
+}
 
 // CompileTime returns how long compilation took.
 func (m *Module) CompileTime() time.Duration { return m.compile }
@@ -107,6 +126,11 @@ type loaderConfig struct {
 	poolSize     int
 	recycle      int
 	override     func(name string) PluginConfig
+	// grant returns the operator's grant of a plugin name; nil (Inspect)
+	// checks nothing and runs the plugin as it requests.
+	grant func(name string) Grant
+	// trust verifies signatures (signature.go); nil checks none.
+	trust *trustConfig
 }
 
 // readModuleFile reads and statically checks a plugin file.
@@ -175,6 +199,11 @@ func loadModule(ctx context.Context, path string, lc loaderConfig) (*Module, err
 }
 
 func buildModule(ctx context.Context, path string, b []byte, digest string, shape moduleShape, lc loaderConfig) (*Module, error) {
+	// A signature is checked before any of the file's code runs.
+	sig, err := lc.trust.verify(path, digest)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	m, err := compileModule(ctx, b, digest, abi.DefaultMaxPages, lc)
 	if err != nil {
@@ -186,23 +215,38 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 		m.Close(ctx)
 		return nil, err
 	}
+	if err := sig.matches(m.declared); err != nil {
+		m.Close(ctx)
+		return nil, err
+	}
+	m.sig = sig.signature()
 	if pin := lc.override(m.declared.Name).SHA256; pin != "" && pin != digest {
 		m.Close(ctx)
 		return nil, fmt.Errorf("%w: %s is %s, pinned %s", ErrDigestMismatch, m.declared.Name, digest, pin)
 	}
-	if m.declared.MaxPages != abi.DefaultMaxPages {
+	if err := m.applyGrant(lc); err != nil {
+		m.Close(ctx)
+		return nil, err
+	}
+	if m.limits.MaxPages != abi.DefaultMaxPages {
 		// The memory cap is a runtime setting: recompile (a cache hit) under
-		// the plugin's own cap, then warm an instance of that.
-		declared, effective := m.declared, m.manifest
+		// the plugin's effective cap, then warm an instance of that.
+		keep := struct {
+			declared, manifest abi.Manifest
+			grant              Grant
+			limits             Limits
+			sig                *Signature
+			maxOut             int
+		}{m.declared, m.manifest, m.grant, m.limits, m.sig, m.maxOut}
 		m.Close(ctx)
 		start = time.Now()
-		m, err = compileModule(ctx, b, digest, declared.MaxPages, lc)
+		m, err = compileModule(ctx, b, digest, keep.limits.MaxPages, lc)
 		if err != nil {
 			return nil, err
 		}
 		m.compile = time.Since(start)
 		m.path, m.sha256, m.size, m.shape = path, digest, int64(len(b)), shape
-		m.declared, m.manifest = declared, effective
+		m.declared, m.manifest, m.grant, m.limits, m.sig, m.maxOut = keep.declared, keep.manifest, keep.grant, keep.limits, keep.sig, keep.maxOut
 		inst, err := m.newInstance(ctx)
 		if err != nil {
 			m.Close(ctx)
@@ -260,6 +304,25 @@ func (m *Module) readManifest(ctx context.Context, lc loaderConfig) error {
 	m.manifest = applyOverride(man, lc.override(man.Name))
 	inst.p.Config = m.manifest.Config
 	m.pool = append(m.pool, inst)
+	return nil
+}
+
+// applyGrant refuses a plugin requesting more than its grant, and sets
+// the effective limits: the timeout capped by the grant, output size from
+// it. Without a grant function (Inspect) the plugin runs as it requests.
+func (m *Module) applyGrant(lc loaderConfig) error {
+	if lc.grant == nil {
+		m.grant = GrantOf(m.declared)
+		m.grant.MaxOutputBytes = lc.maxOut
+	} else {
+		m.grant = lc.grant(m.declared.Name)
+		if err := m.grant.Check(m.declared); err != nil {
+			return err
+		}
+	}
+	m.limits = m.grant.Limits(m.manifest)
+	m.manifest.TimeoutMs = uint32(m.limits.Timeout / time.Millisecond)
+	m.maxOut = m.limits.MaxOutputBytes
 	return nil
 }
 

@@ -63,6 +63,14 @@ type PluginStatus struct {
 	LastSwap        time.Time          `json:"last_swap,omitzero"`
 	QuarantineUntil time.Time          `json:"quarantine_until,omitzero"`
 	Metrics         map[string]float64 `json:"metrics,omitempty"`
+	// Requested is what the manifest asks for, Granted what the operator
+	// granted (Policy.For), Limits what the plugin runs under.
+	Requested *abi.Capabilities `json:"requested,omitempty"`
+	Granted   *Grant            `json:"granted,omitempty"`
+	Limits    *Limits           `json:"limits,omitempty"`
+	// Signer is the KeyID of the trusted key that signed the file ("":
+	// unsigned).
+	Signer string `json:"signer,omitempty"`
 }
 
 // FileStatus is the outcome of the latest load of one file.
