@@ -68,15 +68,21 @@ func init() {
 	register(&command{
 		name:    "plugins inspect",
 		usage:   "FILE",
-		summary: "Show a plugin file's manifest, capabilities, digest, imports and exports.",
+		summary: "Show a plugin file's manifest, what it requests against what it is granted, its signature, digest, imports and exports.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			cache := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory")
+			config := fs.String("config", "", "fabric.toml whose grants and trusted keys apply (default: the built-in grants)")
+			trust := addTrustFlags(fs)
 			asJSON := fs.Bool("json", false, "print JSON")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if len(args) != 1 {
 					return fmt.Errorf("%w: want one FILE", errUsage)
 				}
-				in, err := host.Inspect(ctx, args[0], host.InspectConfig{CacheDir: *cache})
+				ic, err := inspectConfig(fs, *cache, *config, trust)
+				if err != nil {
+					return err
+				}
+				in, err := host.Inspect(ctx, args[0], ic)
 				if err != nil {
 					return err
 				}
@@ -88,12 +94,24 @@ func init() {
 				m := in.Manifest
 				w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "file\t%s\nsha256\t%s\nsize\t%d bytes\ncompile\t%s\n", in.Path, in.SHA256, in.Size, in.Compile.Round(time.Millisecond))
+				signed := "unsigned (or not by a --trusted-keys key)"
+				if in.Signature != nil {
+					signed = "key " + in.Signature.Key
+				}
+				fmt.Fprintf(w, "signature\t%s\n", signed)
 				fmt.Fprintf(w, "name\t%s\nversion\t%s\nkind\t%s\nabi\t%s (host %s)\n", m.Name, m.Version, m.Kind, m.ABI, abi.Version)
-				fmt.Fprintf(w, "interval_ms\t%d\npartition_family\t%s\nbatch_size\t%d\ntimeout_ms\t%d\nmax_pages\t%d\n", m.IntervalMs, m.Family, m.BatchSize, m.TimeoutMs, m.MaxPages)
+				fmt.Fprintf(w, "interval_ms\t%d\npartition_family\t%s\nbatch_size\t%d\n", m.IntervalMs, m.Family, m.BatchSize)
 				fmt.Fprintf(w, "config\t%s\n", formatConfig(m.Config))
-				fmt.Fprintf(w, "capabilities.fcall\t%s\ncapabilities.read\t%s\ncapabilities.sql\t%s\ncapabilities.cross_partition\t%v\n",
-					list(m.Capabilities.FCall), list(m.Capabilities.Read), list(m.Capabilities.SQL), m.Capabilities.CrossPartition)
 				fmt.Fprintf(w, "imports\t%s\nexports\t%s\n", list(in.Imports), list(in.Exports))
+				fmt.Fprintf(w, "\nGRANT\tREQUESTED\tGRANTED\n")
+				for _, r := range grantRows(in) {
+					fmt.Fprintf(w, "%s\t%s\t%s\n", r[0], r[1], r[2])
+				}
+				verdict := "within its grant"
+				if in.NotGranted != "" {
+					verdict = "REFUSED: " + in.NotGranted
+				}
+				fmt.Fprintf(w, "verdict\t%s\n", verdict)
 				return w.Flush()
 			}
 		},
@@ -101,16 +119,26 @@ func init() {
 	register(&command{
 		name:    "plugins validate",
 		usage:   "FILE",
-		summary: "Check a plugin file as the host would before loading it; exit 1 with the reason if it would be refused.",
+		summary: "Check a plugin file as the host would before loading it, grant and signature included; exit 1 with the reason if it would be refused.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			cache := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory")
+			config := fs.String("config", "", "fabric.toml whose grants and trusted keys apply (default: the built-in grants)")
+			trust := addTrustFlags(fs)
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if len(args) != 1 {
 					return fmt.Errorf("%w: want one FILE", errUsage)
 				}
-				in, err := host.Inspect(ctx, args[0], host.InspectConfig{CacheDir: *cache})
+				ic, err := inspectConfig(fs, *cache, *config, trust)
+				if err != nil {
+					return err
+				}
+				in, err := host.Inspect(ctx, args[0], ic)
 				if err != nil {
 					return fmt.Errorf("%s is not a valid plugin: %w", args[0], err)
+				}
+				if in.NotGranted != "" {
+					fmt.Fprintf(env.stderr, "grant that would admit it (after review):\n%s", grantTOML(in))
+					return fmt.Errorf("%s would be refused: %s requests more than it is granted: %s", args[0], in.Manifest.Name, in.NotGranted)
 				}
 				fmt.Fprintf(env.stdout, "ok: %s %s (%s, ABI %s) sha256 %s\n", in.Manifest.Name, in.Manifest.Version, in.Manifest.Kind, in.Manifest.ABI, in.SHA256)
 				return nil

@@ -47,6 +47,7 @@ func init() {
 				leases:     fs.Bool("partition-leases", true, "share the partitions with the deployment's other hosts by lease (false: scan every partition, as FlowFabric's engines do)"),
 				hostID:     fs.String("host-id", "", "this host's id in partition leases (default <hostname>-<pid>-<random>)"),
 				leaseTTL:   fs.Duration("lease-ttl", partlease.TTLDefault, "partition lease TTL: a dead host's partitions are taken over this long after its last renewal"),
+				trust:      addTrustFlags(fs), // policy.go
 			}
 			fs.Var(&o.partitions, "partitions", "partition counts of a new deployment, flow=N,budget=N,quota=N (default 256/32/32)")
 			pgf := addRunPostgresFlags(fs) // run_postgres.go
@@ -60,13 +61,16 @@ func init() {
 						return err
 					}
 					o.pluginCfg = pcs
+					if err := o.trust.readFile(fs, *o.config); err != nil {
+						return err
+					}
 				}
 				if on, err := pgf.enabled(); err != nil || on {
 					if err != nil {
 						return err
 					}
 					return runPostgres(ctx, env, pgf, wf, runPostgresOpts{pluginDir: *o.pluginDir, cacheDir: *o.cacheDir,
-						statusFile: *o.statusFile, demo: *o.demo, logLevel: b.logLevel})
+						statusFile: *o.statusFile, demo: *o.demo, logLevel: b.logLevel, trust: o.trust})
 				}
 				return runHost(ctx, env, b, wf, o)
 			}
@@ -86,6 +90,8 @@ type runFlags struct {
 	partitions partitionsFlag
 	// pluginCfg is the config file's per-plugin configuration.
 	pluginCfg map[string]host.PluginConfig
+	// trust is the operator's grants and trusted keys (policy.go).
+	trust *trustFlags
 }
 
 // errBrokenPipe ends a run whose output reader went away (`| head`).
@@ -142,7 +148,7 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 
 	metrics := admin.NewMetrics()
 	h, err := startHost(ctx, out, conn, hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
-		plugins: o.pluginCfg, observer: metrics,
+		plugins: o.pluginCfg, observer: metrics, trust: o.trust,
 		leases: partlease.Config{Disabled: !*o.leases, HostID: *o.hostID, TTL: *o.leaseTTL}})
 	if err != nil {
 		return err
@@ -304,6 +310,8 @@ type hostOptions struct {
 	observer host.Observer
 	// leases configures partition leases.
 	leases partlease.Config
+	// trust sets the host's Policy and trusted keys (policy.go).
+	trust *trustFlags
 }
 
 // startHost starts the plugin host on dir and waits for its first load.
@@ -332,10 +340,14 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 	for name, pc := range o.plugins {
 		plugins[name] = pc
 	}
-	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir, Backend: conn.Client,
+	hc := host.Config{PluginDir: dir, CacheDir: cacheDir, Backend: conn.Client,
 		Logger: conn.Logger, StatusFile: statusFile, Plugins: plugins, Observer: o.observer, Leases: o.leases,
 		// The dispatchers (dependency, edge_cancel) run on completions.
-		Completions: host.CompletionConfig{Enabled: true}})
+		Completions: host.CompletionConfig{Enabled: true}}
+	if err := o.trust.apply(&hc); err != nil {
+		return nil, err
+	}
+	h, err := host.New(hc)
 	if err != nil {
 		return nil, err
 	}

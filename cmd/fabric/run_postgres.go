@@ -48,6 +48,8 @@ type runPostgresOpts struct {
 	pluginDir, cacheDir, statusFile string
 	demo                            bool
 	logLevel                        string
+	// trust sets the host's Policy and trusted keys (policy.go).
+	trust *trustFlags
 }
 
 // runPostgres is `fabric run` on Postgres: it migrates the database (a
@@ -124,8 +126,12 @@ func startPostgresHost(ctx context.Context, env *cliEnv, pc *postgres.Client, o 
 			return nil, fmt.Errorf("--cache-dir: %w", err)
 		}
 	}
-	h, err := host.New(host.Config{PluginDir: o.pluginDir, CacheDir: o.cacheDir, Postgres: pc.Pool(),
-		Partitions: pc.Partitions(), Logger: log, StatusFile: o.statusFile})
+	hc := host.Config{PluginDir: o.pluginDir, CacheDir: o.cacheDir, Postgres: pc.Pool(),
+		Partitions: pc.Partitions(), Logger: log, StatusFile: o.statusFile}
+	if err := o.trust.apply(&hc); err != nil {
+		return nil, err
+	}
+	h, err := host.New(hc)
 	if err != nil {
 		return nil, err
 	}

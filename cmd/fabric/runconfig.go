@@ -53,6 +53,9 @@ import (
 //	disabled = false
 //	sha256 = ""
 //	config = { lanes = "demo-a,demo-b" }
+//
+// and the operator's grants and trusted keys: trusted_keys,
+// require_signed, [grant] and [plugins.NAME.grant] (see policyFile).
 type runFile struct {
 	ValkeyURL      *string `toml:"valkey_url"`
 	PluginDir      *string `toml:"plugin_dir"`
@@ -83,6 +86,10 @@ type runFile struct {
 		Mix          *string  `toml:"mix"`
 	} `toml:"demo"`
 	Plugins map[string]runFilePlugin `toml:"plugins"`
+	// The operator's policy and trusted keys (policy.go reads them).
+	TrustedKeys   []string    `toml:"trusted_keys"`
+	RequireSigned *bool       `toml:"require_signed"`
+	Grant         *host.Grant `toml:"grant"`
 }
 
 type runFilePlugin struct {
@@ -92,6 +99,7 @@ type runFilePlugin struct {
 	Disabled  bool              `toml:"disabled"`
 	SHA256    string            `toml:"sha256"`
 	Config    map[string]string `toml:"config"`
+	Grant     *host.Grant       `toml:"grant"` // policy.go
 }
 
 // loadRunFile reads path and applies it to fs: each key sets its flag
