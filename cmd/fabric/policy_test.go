@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -109,5 +110,47 @@ func TestPluginsSignVerify(t *testing.T) {
 	}
 	if code, _, errOut := run(t, "plugins", "validate", "--cache-dir", cache, "--require-signed", fixture(t, "healthy")); code != 2 || !strings.Contains(errOut, "--require-signed needs --trusted-keys") {
 		t.Fatalf("--require-signed without keys: exit %d, %q", code, errOut)
+	}
+}
+
+// TestRunRequireSigned runs `fabric run` with a fabric.toml naming a
+// trusted key and require_signed: the signed delayed_promoter runs and
+// promotes, the unsigned selfgrant beside it is refused with the reason.
+func TestRunRequireSigned(t *testing.T) {
+	t.Parallel()
+	cache := defaultCacheDir()
+	dir, plugins := t.TempDir(), t.TempDir()
+	for src, dst := range map[string]string{
+		filepath.Join("..", "..", "bin", "plugins", "delayed_promoter.wasm"): filepath.Join(plugins, "delayed_promoter.wasm"),
+		fixture(t, "selfgrant"): filepath.Join(plugins, "selfgrant.wasm"),
+	} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatalf("plugin set not built (run `make plugins`): %v", err)
+		}
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, errOut := run(t, "plugins", "keygen", "--out", filepath.Join(dir, "ops")); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := run(t, "plugins", "sign", "--cache-dir", cache, "--key", filepath.Join(dir, "ops.key"), filepath.Join(plugins, "delayed_promoter.wasm")); code != 0 {
+		t.Fatal(errOut)
+	}
+	cfg := filepath.Join(dir, "fabric.toml")
+	if err := os.WriteFile(cfg, []byte("trusted_keys = [\"ops.pub\"]\nrequire_signed = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd(t, "run", "--config", cfg, "--plugins", plugins, "--duration", "1s", "--rate", "40",
+		"--mix", "immediate=1,delayed=1", "--admin-addr", "127.0.0.1:0", "--partitions", "flow=16,budget=4,quota=4")
+	if code != 0 {
+		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if m := regexp.MustCompile(`plugin delayed_promoter \S+: .* acted (\d+), errors 0`).FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Fatalf("the signed delayed_promoter did not promote anything:\n%s", out)
+	}
+	if all := out + errOut; !strings.Contains(all, "selfgrant.wasm has no") || !strings.Contains(all, "not signed") {
+		t.Fatalf("the unsigned selfgrant was not refused with its reason:\nstdout:\n%s\nstderr:\n%s", out, errOut)
 	}
 }
