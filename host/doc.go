@@ -11,11 +11,20 @@
 //  2. Static check, before compiling: wasm framing (a truncated or corrupt
 //     file stops here), sha256 (and the pinned digest, if any), the
 //     required exports, and imports of fabric host functions this host has.
+//     With Config.TrustedKeys, a detached signature NAME.wasm.sig
+//     (signature.go) is checked against the digest before any of the
+//     file's code runs; RequireSigned refuses a file without one.
 //  3. Compile (cached by content), warm one instance, read fabric_manifest
-//     and validate it, including the ABI handshake (abi.ErrVersionMismatch).
-//     A plugin whose max_pages differs from the default is recompiled under
-//     its own memory cap (a cache hit).
-//  4. Install: a new name starts its loop; a new version of a known name is
+//     and validate it, including the ABI handshake (abi.ErrVersionMismatch)
+//     and, for a signed file, that it declares the signed manifest.
+//  4. Grant (grant.go): the manifest only requests; Config.Policy grants.
+//     A request beyond the plugin's grant (an FCALL, a key family read or
+//     written, a SQL statement, cross_partition, max_pages, timeout_ms) is
+//     refused with the exact difference (ErrNotGranted). The plugin then
+//     runs under its Limits: memory, call timeout, output size and budgets
+//     from the grant. A plugin whose memory cap differs from the default is
+//     recompiled under it (a cache hit).
+//  5. Install: a new name starts its loop; a new version of a known name is
 //     swapped in atomically, so the next partition call uses it and the
 //     call in flight finishes on the old version, which is closed after.
 //     A file that fails any step is recorded (Files) and never replaces a

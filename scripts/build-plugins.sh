@@ -47,6 +47,22 @@ if [ -f "$good" ]; then
   done
 fi
 echo "plugins: $built built"
+# Sign the stock set (bin/plugins/NAME.wasm.sig) with FABRIC_SIGNING_KEY,
+# else with a key generated here once (bin/plugin-signing.key, public half
+# bin/plugin-signing.pub for `fabric run --trusted-keys`). Only files
+# without an up-to-date signature are signed.
+key=${FABRIC_SIGNING_KEY:-bin/plugin-signing.key}
+unsigned=()
+for f in "$out"/*.wasm; do
+  [ -f "$f.sig" ] && [ "$f.sig" -nt "$f" ] || unsigned+=("$f")
+done
+if [ ${#unsigned[@]} -gt 0 ]; then
+  if [ ! -f "$key" ] && [ -z "${FABRIC_SIGNING_KEY:-}" ]; then
+    $GO run ./cmd/fabric plugins keygen --out "${key%.key}"
+  fi
+  $GO run ./cmd/fabric plugins sign --key "$key" "${unsigned[@]}" >/dev/null
+  echo "plugins: ${#unsigned[@]} signed with $key"
+fi
 # Prewarm the compilation cache the CLI and the tests share
 # (~/.cache/fabric/wazero) with a non-race test binary, so `go test -race`
 # loads compiled modules instead of compiling under the race detector.
