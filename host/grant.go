@@ -64,9 +64,16 @@ const (
 	GrantDefaultMaxPages       = abi.DefaultMaxPages  // 64 MiB
 	GrantDefaultTimeoutMs      = abi.DefaultTimeoutMs // 5 s
 	GrantDefaultMaxOutputBytes = HostMaxOutputBytesDefault
-	// GrantDefaultBudget (every per-sweep and per-second budget) is
-	// negative: not limited until the operator sets one.
-	GrantDefaultBudget = -1
+	// GrantDefaultHostCallsPerSecond and GrantDefaultCommandsPerSecond are
+	// far above what the stock set makes (a few hundred host calls a
+	// sweep) and low enough to stop a plugin flooding the host within a
+	// fraction of a second.
+	GrantDefaultHostCallsPerSecond = 50_000
+	GrantDefaultCommandsPerSecond  = 1_000_000
+	// GrantDefaultPerSweep (both per-sweep budgets) is negative: not
+	// limited until the operator sets one (sweeps differ by orders of
+	// magnitude with the partition count).
+	GrantDefaultPerSweep = -1
 )
 
 // Limits are the resources a plugin runs with: its Grant's ceilings
@@ -80,7 +87,7 @@ type Limits struct {
 	Timeout time.Duration `json:"timeout_ns"`
 	// MaxOutputBytes caps one call's result.
 	MaxOutputBytes int `json:"max_output_bytes"`
-	// Budgets; negative is not limited.
+	// Budgets; negative is not limited (never zero once resolved).
 	HostCallsPerSweep  int64 `json:"host_calls_per_sweep"`
 	HostCallsPerSecond int64 `json:"host_calls_per_second"`
 	CommandsPerSweep   int64 `json:"commands_per_sweep"`
@@ -131,18 +138,10 @@ func (p *Policy) For(name string) Grant {
 	g.Write = union(d.Write, g.Write)
 	g.SQL = union(d.SQL, g.SQL)
 	g.CrossPartition = g.CrossPartition || d.CrossPartition
-	fill := func(v *int64, dv int64) {
-		if *v == 0 {
-			*v = dv
-		}
-		if *v == 0 {
-			*v = GrantDefaultBudget
-		}
-	}
-	fill(&g.HostCallsPerSweep, d.HostCallsPerSweep)
-	fill(&g.HostCallsPerSecond, d.HostCallsPerSecond)
-	fill(&g.CommandsPerSweep, d.CommandsPerSweep)
-	fill(&g.CommandsPerSecond, d.CommandsPerSecond)
+	g.HostCallsPerSweep = firstNonZero(g.HostCallsPerSweep, d.HostCallsPerSweep, GrantDefaultPerSweep)
+	g.HostCallsPerSecond = firstNonZero(g.HostCallsPerSecond, d.HostCallsPerSecond, GrantDefaultHostCallsPerSecond)
+	g.CommandsPerSweep = firstNonZero(g.CommandsPerSweep, d.CommandsPerSweep, GrantDefaultPerSweep)
+	g.CommandsPerSecond = firstNonZero(g.CommandsPerSecond, d.CommandsPerSecond, GrantDefaultCommandsPerSecond)
 	g.MaxPages = firstNonZero(g.MaxPages, d.MaxPages, GrantDefaultMaxPages)
 	g.TimeoutMs = firstNonZero(g.TimeoutMs, d.TimeoutMs, GrantDefaultTimeoutMs)
 	g.MaxOutputBytes = firstNonZero(g.MaxOutputBytes, d.MaxOutputBytes, GrantDefaultMaxOutputBytes)

@@ -97,7 +97,7 @@ func TestGrantCheck(t *testing.T) {
 		t.Fatalf("GrantOf: %v", err)
 	}
 	g.TimeoutMs = 2000
-	if lim := g.Limits(m); lim.Timeout != 2*time.Second || lim.MaxPages != 512 || lim.MaxOutputBytes != host.GrantDefaultMaxOutputBytes || lim.CommandsPerSweep >= 0 {
+	if lim := g.Limits(m); lim.Timeout != 2*time.Second || lim.MaxPages != 512 || lim.MaxOutputBytes != host.GrantDefaultMaxOutputBytes || lim.CommandsPerSweep >= 0 || lim.CommandsPerSecond != host.GrantDefaultCommandsPerSecond {
 		t.Fatalf("Limits = %+v", lim)
 	}
 	// A glob with '?' or a class never covers another by text.

@@ -34,7 +34,7 @@ func TestPluginsValidateGrant(t *testing.T) {
 	for k, want := range map[string]string{
 		"capabilities.fcall": "ff_cancel_execution -", "capabilities.write": "ff:* -", "capabilities.read": "- -",
 		"capabilities.sql": "- -", "capabilities.cross_partition": "true false", "max_pages": "16384 1024", "timeout_ms": "5000 5000",
-		"max_output_bytes": "- 65536", "commands_per_second": "- not limited", "verdict": "REFUSED: " + diff,
+		"max_output_bytes": "- 65536", "commands_per_second": "- 1000000", "commands_per_sweep": "- not limited", "verdict": "REFUSED: " + diff,
 	} {
 		if rows[k] != want {
 			t.Fatalf("inspect %s = %q, want %q:\n%s", k, rows[k], want, out)
