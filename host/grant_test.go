@@ -18,11 +18,11 @@ const selfgrantKey = "ff:pa:selfgrant"
 
 // selfgrantDiff is everything selfgrant requests that the stock policy
 // does not grant it, in the order the host reports it.
-const selfgrantDiff = "fcall ff_cancel_execution not granted; write ff:* not granted; cross_partition not granted; max_pages 16384 > granted 1024"
+const selfgrantDiff = "fcall ff_cancel_execution not granted; write ff:* not granted; cross_partition not granted"
 
 // TestGrantRefusesSelfGrantingPlugin: a plugin whose manifest asks for
-// write ff:*, cross-partition access, an FCALL of ff_cancel_execution and
-// 1 GiB of memory is refused at load with the exact difference, writes
+// write ff:*, cross-partition access and an FCALL of ff_cancel_execution
+// is refused at load with the exact difference, writes
 // nothing while a granted plugin beside it sweeps, and runs (and writes)
 // once the operator grants all of it.
 func TestGrantRefusesSelfGrantingPlugin(t *testing.T) {
@@ -61,7 +61,7 @@ func TestGrantRefusesSelfGrantingPlugin(t *testing.T) {
 
 	// Granted everything it asks for, it loads and runs.
 	granted := host.StockPolicy()
-	granted.Plugins["selfgrant"] = host.Grant{FCall: []string{"ff_cancel_execution"}, Write: []string{"ff:*"}, CrossPartition: true, MaxPages: abi.MaxMaxPages}
+	granted.Plugins["selfgrant"] = host.Grant{FCall: []string{"ff_cancel_execution"}, Write: []string{"ff:*"}, CrossPartition: true}
 	g := setup(t, setupOpts{fixtures: []string{"selfgrant"}, store: true, policy: &granted})
 	gc := g.backend(t)
 	valkeytest.Eventually(t, 60*time.Second, "the granted selfgrant writes its key", func() bool {
@@ -69,8 +69,8 @@ func TestGrantRefusesSelfGrantingPlugin(t *testing.T) {
 		return err == nil && n == 1
 	})
 	st, _ := g.host.Plugin("selfgrant")
-	if st.Limits == nil || st.Limits.MaxPages != abi.MaxMaxPages {
-		t.Fatalf("selfgrant limits %+v: want max_pages %d", st.Limits, abi.MaxMaxPages)
+	if st.Limits == nil || st.Limits.MaxPages != abi.DefaultMaxPages {
+		t.Fatalf("selfgrant limits %+v: want max_pages %d", st.Limits, abi.DefaultMaxPages)
 	}
 }
 

@@ -16,7 +16,7 @@ func TestPluginsValidateGrant(t *testing.T) {
 	t.Parallel()
 	cache := defaultCacheDir()
 	fx := fixture(t, "selfgrant")
-	diff := "fcall ff_cancel_execution not granted; write ff:* not granted; cross_partition not granted; max_pages 16384 > granted 1024"
+	diff := "fcall ff_cancel_execution not granted; write ff:* not granted; cross_partition not granted"
 	code, _, errOut := run(t, "plugins", "validate", "--cache-dir", cache, fx)
 	if code != 1 || !strings.Contains(errOut, "selfgrant requests more than it is granted: "+diff) || !strings.Contains(errOut, `write = ["ff:*"]`) {
 		t.Fatalf("validate: exit %d, stderr %q", code, errOut)
@@ -33,7 +33,7 @@ func TestPluginsValidateGrant(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		"capabilities.fcall": "ff_cancel_execution -", "capabilities.write": "ff:* -", "capabilities.read": "- -",
-		"capabilities.sql": "- -", "capabilities.cross_partition": "true false", "max_pages": "16384 1024", "timeout_ms": "5000 5000",
+		"capabilities.sql": "- -", "capabilities.cross_partition": "true false", "max_pages": "1024 1024", "timeout_ms": "5000 5000",
 		"max_output_bytes": "- 65536", "commands_per_second": "- 1000000", "commands_per_sweep": "- not limited", "verdict": "REFUSED: " + diff,
 	} {
 		if rows[k] != want {
@@ -42,7 +42,7 @@ func TestPluginsValidateGrant(t *testing.T) {
 	}
 
 	cfg := filepath.Join(t.TempDir(), "fabric.toml")
-	grant := "[plugins.selfgrant.grant]\nfcall = [\"ff_cancel_execution\"]\nwrite = [\"ff:*\"]\ncross_partition = true\nmax_pages = 16384\n"
+	grant := "[plugins.selfgrant.grant]\nfcall = [\"ff_cancel_execution\"]\nwrite = [\"ff:*\"]\ncross_partition = true\n"
 	if err := os.WriteFile(cfg, []byte(grant), 0o644); err != nil {
 		t.Fatal(err)
 	}
