@@ -45,8 +45,10 @@ func (c Capability) String() string {
 	return fmt.Sprintf("capability_%d", uint8(c))
 }
 
-// Capabilities is the grant a plugin declares in its manifest and the host
-// enforces on every host-function call. Nothing is granted by default.
+// Capabilities is what a plugin requests in its manifest. The host loads
+// the plugin only when the operator's grant (host.Grant) covers every
+// request, then enforces the requested set on every host-function call.
+// Nothing is granted by default.
 //
 // # Notes
 //

@@ -1,7 +1,7 @@
 // Package abi is the contract between the fabric host and its WebAssembly
 // plugins, the one source of truth both sides import: the ABI version and
-// its compatibility rule, the manifest a plugin declares, the capability
-// grant that bounds what it may touch, the table of host functions, the
+// its compatibility rule, the manifest a plugin declares, the capabilities
+// it requests (the operator grants them, see host.Grant), the table of host functions, the
 // status codes of the error envelope, and the compact binary messages of the
 // hot calls.
 //
