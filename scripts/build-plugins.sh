@@ -54,6 +54,7 @@ echo "plugins: $built built"
 key=${FABRIC_SIGNING_KEY:-bin/plugin-signing.key}
 unsigned=()
 for f in "$out"/*.wasm; do
+  [ -f "$f" ] || continue
   [ -f "$f.sig" ] && [ "$f.sig" -nt "$f" ] || unsigned+=("$f")
 done
 if [ ${#unsigned[@]} -gt 0 ]; then
