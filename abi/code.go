@@ -29,6 +29,10 @@ const (
 	// CodeUnavailable: the host function exists in the table but this host
 	// has no implementation for it (for example SQL without Postgres).
 	CodeUnavailable Code = 7
+	// CodeBudget: the plugin spent its host-call or backend-command budget
+	// (per sweep or per second); the plugin call is a fault once it
+	// returns.
+	CodeBudget Code = 8
 )
 
 var codeNames = [...]string{
@@ -40,6 +44,7 @@ var codeNames = [...]string{
 	CodeCrossPartition: "cross_partition",
 	CodeLimit:          "limit",
 	CodeUnavailable:    "unavailable",
+	CodeBudget:         "over_budget",
 }
 
 // String returns the code's snake_case name.

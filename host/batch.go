@@ -76,6 +76,21 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 	man := m.Manifest()
 	fam := man.PartitionFamily()
 	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
+	// The turn first, then the grants: waiting for a turn spends neither
+	// the call's timeout nor its leases.
+	slotDone, ok := p.slot(ctx)
+	if !ok {
+		for i := range out {
+			out[i] = partOutcome{fault: true, ran: true} // the host is stopping
+		}
+		return true, true
+	}
+	called := false
+	defer func() {
+		if !called {
+			slotDone(0, nil)
+		}
+	}()
 	var (
 		kept     []int // positions in idxs of the partitions this host may scan
 		grants   []partlease.Grant
@@ -107,17 +122,16 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 	caller := p.caller(m, batch[req.Indexes[0]])
 	caller.Batch = batch
 	start := p.h.cfg.Clock.Now()
-	cctx, cancel := p.h.callContext(ctx, timeout, deadline, "plugin."+p.name+"."+abi.ExportScanBatch)
-	raw, err := m.call(cctx, abi.ExportScanBatch, in, caller)
-	cancel()
 	var res abi.ScanBatchResult
-	if err == nil {
+	called = true
+	_, err = p.invoke(ctx, m, abi.ExportScanBatch, in, caller, timeout, deadline, slotDone, func(raw []byte) error {
 		if derr := res.UnmarshalBinary(raw); derr != nil {
-			err = fmt.Errorf("%w: %w", ErrBadOutput, derr)
+			return fmt.Errorf("%w: %w", ErrBadOutput, derr)
 		} else if len(res.Results) != len(kept) {
-			err = fmt.Errorf("%w: %s returned %d results for %d partitions", ErrBadOutput, abi.ExportScanBatch, len(res.Results), len(kept))
+			return fmt.Errorf("%w: %s returned %d results for %d partitions", ErrBadOutput, abi.ExportScanBatch, len(res.Results), len(kept))
 		}
-	}
+		return nil
+	})
 	end := p.h.cfg.Clock.Now()
 	if err != nil && ctx.Err() != nil {
 		for _, i := range kept {

@@ -97,7 +97,7 @@ func benchCall(b *testing.B, m *Module, caller *hostfn.Caller, export string, in
 	ctx := context.Background()
 	for b.Loop() {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if _, err := m.call(cctx, export, in, caller); err != nil {
+		if _, err := m.call(cctx, export, in, caller, nil); err != nil {
 			b.Fatal(err)
 		}
 		cancel()

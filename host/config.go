@@ -122,6 +122,15 @@ type Config struct {
 	MaxOutputBytes int
 	// QuarantineBase is the first quarantine's length (default 1 s).
 	QuarantineBase time.Duration
+	// PoolBytes bounds the memory caps of one plugin version's idle
+	// instances together (default 128 MiB; at least one is kept), so a
+	// plugin with a large cap keeps fewer warm copies.
+	PoolBytes int64
+	// MaxCalls bounds the plugin calls running at once (default 4 per
+	// core, at least 16); HeavyCalls bounds those of heavy plugins, whose
+	// last call timed out (default half the cores, at least 1). See
+	// scheduler.
+	MaxCalls, HeavyCalls int
 	// PartitionsPerCall is the most partitions one plugin call scans, when
 	// the plugin exports fabric_scan_batch (default 32, at most
 	// abi.MaxBatchPartitions; 1 makes one call per partition). The call's
@@ -191,6 +200,12 @@ func (c Config) withDefaults() (Config, error) {
 	c.CacheMaxBytes = cmp.Or(c.CacheMaxBytes, HostCacheMaxBytesDefault)
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, HostMaxOutputBytesDefault)
 	c.QuarantineBase = cmp.Or(c.QuarantineBase, HostQuarantineBaseDefault)
+	c.PoolBytes = cmp.Or(c.PoolBytes, HostPoolBytesDefault)
+	c.MaxCalls = cmp.Or(c.MaxCalls, defaultMaxCalls())
+	c.HeavyCalls = cmp.Or(c.HeavyCalls, defaultHeavyCalls())
+	if c.MaxCalls < 1 || c.HeavyCalls < 1 || c.HeavyCalls > c.MaxCalls {
+		return c, fmt.Errorf("host: Config.MaxCalls %d, HeavyCalls %d: want 1 <= HeavyCalls <= MaxCalls", c.MaxCalls, c.HeavyCalls)
+	}
 	c.PartitionsPerCall = cmp.Or(c.PartitionsPerCall, HostPartitionsPerCallDefault)
 	if c.PartitionsPerCall < 1 || c.PartitionsPerCall > abi.MaxBatchPartitions {
 		return c, fmt.Errorf("host: Config.PartitionsPerCall %d: want 1..%d", c.PartitionsPerCall, abi.MaxBatchPartitions)

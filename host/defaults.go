@@ -29,6 +29,9 @@ const (
 	// HostQuarantineBaseDefault: the first quarantine lasts this long
 	// (±10 %); each next one doubles it, for 7 steps, then it restarts.
 	HostQuarantineBaseDefault = time.Second
+	// HostPoolBytesDefault bounds the memory caps of one plugin version's
+	// idle instances together.
+	HostPoolBytesDefault = 128 << 20
 	// quarantineSteps is the number of doublings before the backoff resets.
 	quarantineSteps = 7
 )

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -127,29 +126,30 @@ func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo 
 	req := abi.DispatchRequest{Batch: batchNo, Completions: chunk, DeadlineMs: man.TimeoutMs, Partitions: h.cfg.Partitions}
 	in, _ := req.MarshalBinary()
 	rec := DispatchRecord{Plugin: p.name, Batch: batchNo, Completions: len(chunk), Host: h.HostID(), Start: h.cfg.Clock.Now()}
-	cctx, cancel := h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+".fabric_dispatch")
-	out, err := m.call(cctx, abi.ExportDispatch, in, p.caller(m, ""))
-	cancel()
-	var res abi.ScanResult
-	if err == nil {
-		if derr := res.UnmarshalBinary(out); derr != nil {
-			err = fmt.Errorf("%w: %w", ErrBadOutput, derr)
-		}
+	slotDone, ok := p.slot(ctx)
+	if !ok {
+		return true // the host is stopping
 	}
+	var res abi.ScanResult
+	_, err := p.invoke(ctx, m, abi.ExportDispatch, in, p.caller(m, ""), timeout, leaseDeadline, slotDone, func(out []byte) error {
+		if derr := res.UnmarshalBinary(out); derr != nil {
+			return fmt.Errorf("%w: %w", ErrBadOutput, derr)
+		}
+		return nil
+	})
 	rec.End = h.cfg.Clock.Now()
 	if err != nil && ctx.Err() != nil {
 		return true
 	}
-	// A call cut at its leases' deadline is not the plugin's fault.
-	fault := err != nil && !errors.Is(err, ErrLeaseEnded)
+	// Whatever cut it (its timeout, its leases' deadline), a call that
+	// failed is the plugin's fault.
+	fault := err != nil
 	p.mu.Lock()
 	p.calls++
 	p.lastRun = rec.End
 	if err != nil {
 		rec.Error = err.Error()
-		if fault {
-			p.faults++
-		}
+		p.countFault(err)
 	} else {
 		rec.Result = res
 		p.lastResult = res
@@ -163,8 +163,6 @@ func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo 
 	switch {
 	case fault:
 		p.quarantine(err)
-	case err != nil:
-		h.cfg.Logger.Warn("dispatch call cut at its partition leases' deadline", "plugin", p.name, "batch", batchNo, "error", err)
 	case res.Acted > 0 || res.Errors > 0:
 		h.cfg.Logger.Debug("dispatch batch done", "plugin", p.name, "batch", batchNo, "completions", len(chunk),
 			"acted", res.Acted, "errors", res.Errors, "elapsed_us", rec.End.Sub(rec.Start).Microseconds())

@@ -36,10 +36,22 @@
 // size, timeout, partitions), re-read at every sweep: an initial tick, then
 // the partitions in order, up to Config.PartitionsPerCall per call
 // (fabric_scan_batch; one per call for plugins without it), start to start
-// every interval. Each call gets its own deadline; a call that traps, times out
-// or returns bad output quarantines only its plugin for 2^n × base ±10 %
-// (n counts consecutive quarantines and restarts after 7), while every other
-// plugin keeps its cadence. Items whose FCALL keeps failing are skipped by
+// every interval. Each call waits for its turn (the scheduler of sched.go:
+// MaxCalls at once, heavy plugins sharing HeavyCalls), then gets its own
+// deadline; a call that faults (FaultKind: trap, plugin error, timeout,
+// over memory, over output, over budget, bad output) quarantines only its
+// plugin for 2^n × base ±10 % (n counts consecutive quarantines and
+// restarts after 7), while every other plugin keeps its cadence. A new
+// version written over a quarantined plugin starts with a clean record.
+//
+// # Limits
+//
+// The host enforces a plugin's effective Limits (from its Grant): the
+// memory cap at compile, each linear memory its own mapping unmapped when
+// the instance is discarded (memory.go); the output's size is read before
+// its bytes (call.go); host calls and backend commands are metered per
+// sweep and per second (abi.CodeBudget, then an over-budget fault). A file that fails to load is listed by Rejected with a
+// RejectReason until it is removed or fixed. Items whose FCALL keeps failing are skipped by
 // the plugin's FailureTracker (3 failures, 10 sweeps), applied host-side in
 // the fcall host function. Every partition scanned leaves a CycleRecord.
 //
@@ -56,7 +68,9 @@
 // # Notes
 //
 //   - A timed-out instance is closed by wazero (CloseOnContextDone); the
-//     pool discards any instance whose call failed and makes a fresh one.
+//     pool discards any instance whose call failed or whose output was
+//     bad and makes a fresh one. Each linear memory is its own mapping of
+//     the cap (memory.go), unmapped when the instance is discarded.
 //   - Host functions honour the call's context: they cannot be interrupted
 //     by the wasm timeout, so the backend call itself carries the deadline.
 //   - The host never calls time.Now outside the default Clock.

@@ -18,7 +18,8 @@ import (
 // differently from the CLI ("dev" instead of wazero's module version).
 func TestFixturesValidate(t *testing.T) {
 	valid := []string{"healthy", "swap_v1", "swap_v2", "trap", "panic", "loop", "membomb",
-		"hugeoutput", "badoutput", "ungranted", "bench", "delayed_promoter", "sqltrap", "slowpart", "legacyptr"}
+		"hugeoutput", "badoutput", "ungranted", "bench", "delayed_promoter", "sqltrap", "slowpart", "legacyptr",
+		"plugerr", "bigmem", "loop30", "slowhuge", "flood", "selfgrant"}
 	invalid := map[string]error{
 		"abimismatch": abi.ErrVersionMismatch,
 		"noexport":    host.ErrMissingExport,

@@ -128,6 +128,8 @@ type setupOpts struct {
 	// policy is the host's Policy; nil is fixturePolicy (stock grants
 	// plus every test fixture granted what it requests).
 	policy *host.Policy
+	// quarantine is Config.QuarantineBase (0: 300 ms).
+	quarantine time.Duration
 }
 
 var (
@@ -182,6 +184,9 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = fixturePolicy(t)
+	}
+	if o.quarantine > 0 {
+		cfg.QuarantineBase = o.quarantine
 	}
 	var client *valkey.Client
 	if o.store {

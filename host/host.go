@@ -59,6 +59,9 @@ type Host struct {
 
 	// leases decides which partitions this host scans (nil: all).
 	leases *partlease.Manager
+
+	// sched shares the machine among plugin calls.
+	sched *scheduler
 }
 
 // New validates cfg, fills its defaults and prepares the compilation
@@ -68,7 +71,8 @@ func New(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{}}
+	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{},
+		sched: newScheduler(cfg.MaxCalls, cfg.HeavyCalls)}
 	if cfg.CacheDir != "" {
 		if h.cache, err = newDirCache(cfg.CacheDir); err != nil {
 			return nil, fmt.Errorf("host: compilation cache %s: %w", cfg.CacheDir, err)
@@ -100,6 +104,7 @@ func newLoaderConfig(cache wazero.CompilationCache, store hostfn.Store, now func
 		override:     override,
 		grant:        cfg.Policy.For,
 		trust:        newTrust(cfg.TrustedKeys, cfg.RequireSigned),
+		poolBytes:    cfg.PoolBytes,
 	}
 }
 
@@ -236,14 +241,14 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		if ctx.Err() != nil {
 			return
 		}
-		fs := FileStatus{Path: path, State: StateInvalid, Error: err.Error(), At: h.cfg.Clock.Now()}
+		fs := FileStatus{Path: path, State: StateInvalid, Error: err.Error(), Reason: RejectReason(err), At: h.cfg.Clock.Now()}
 		if _, digest, _, rerr := readModuleFile(path, HostMaxFileBytesDefault); rerr == nil || digest != "" {
 			fs.SHA256 = digest
 		}
 		h.mu.Lock()
 		h.files[path] = fs
 		h.mu.Unlock()
-		log.Warn("plugin rejected", "path", path, "error", err)
+		log.Warn("plugin rejected", "path", path, "reason", fs.Reason, "error", err)
 		h.statusChanged(true)
 		h.cfg.TestSignals.rejected(fs)
 		return
@@ -262,13 +267,25 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		if p.wake != nil {
 			p.wake.setPatterns(man)
 		}
+		p.budget.SetLimits(budgetOf(m.Limits()))
+		// A new version starts with a clean record: no backoff inherited
+		// from the old one, its first call within one interval.
 		p.mu.Lock()
 		p.swaps++
 		p.lastSwap = h.cfg.Clock.Now()
-		if p.state == StateQuarantined {
-			p.state, p.reason, p.quarantines, p.quarantineUntil = StateRunning, "", 0, time.Time{}
+		p.quarantines, p.quarantineUntil = 0, time.Time{}
+		fixed := p.state == StateQuarantined
+		if fixed {
+			p.state, p.reason, p.fault = StateRunning, "", ""
 		}
 		p.mu.Unlock()
+		p.heavy.Store(false)
+		if fixed { // the loop waits out the old version's fault: run the fix now
+			select {
+			case p.kick <- struct{}{}:
+			default:
+			}
+		}
 		h.mu.Unlock()
 		old.retire(context.WithoutCancel(ctx))
 		oldMan := old.Manifest()
@@ -277,7 +294,8 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		h.cfg.TestSignals.loaded(p.status())
 		return
 	}
-	p = &plugin{h: h, name: man.Name, done: make(chan struct{}), state: StateRunning}
+	p = &plugin{h: h, name: man.Name, done: make(chan struct{}), state: StateRunning, kick: make(chan struct{}, 1)}
+	p.budget.SetLimits(budgetOf(m.Limits()))
 	p.records.buf = make([]CycleRecord, h.cfg.Records)
 	p.tracker = NewFailureTracker(func(item string, failures int) {
 		log.Error("persistent FCALL failure; skipping for 10 scan cycles", "plugin", man.Name, "item", item, "failures", failures, "backoff_cycles", trackerBackoffCycles)
@@ -315,6 +333,10 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 // unloadPath stops the plugin served from a removed file.
 func (h *Host) unloadPath(ctx context.Context, path string) {
 	h.mu.Lock()
+	if f, ok := h.files[path]; ok && f.State == StateInvalid {
+		h.cfg.Logger.Info("rejected plugin file removed", "path", path)
+		defer h.statusChanged(true)
+	}
 	delete(h.files, path)
 	var victim *plugin
 	for name, p := range h.plugins {

@@ -55,8 +55,8 @@ func TestFaultMatrix(t *testing.T) {
 		{"trap", "trap", []string{"trap:", "out of bounds memory access"}},
 		{"panic", "panicker", []string{"trap:", "boom from the panic fixture"}},
 		{"loop", "looper", []string{"timeout:", "plugin.looper.fabric_scan_batch after 200ms"}},
-		{"membomb", "membomb", []string{"trap:", "out of memory"}},
-		{"hugeoutput", "hugeoutput", []string{"bad output:", "above the 65536 limit"}},
+		{"membomb", "membomb", []string{"over memory:", "out of memory"}},
+		{"hugeoutput", "hugeoutput", []string{"over output:", "above the 65536 limit"}},
 		{"badoutput", "badoutput", []string{"bad output:", "malformed message"}},
 	}
 	for _, tc := range runtimeFaults {

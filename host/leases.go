@@ -12,9 +12,10 @@ import (
 )
 
 // ErrLeaseEnded is matched by a plugin call cut at the deadline of its
-// partition lease (the host could not renew it in time). It is not the
-// plugin's fault: the call is recorded with the error and the plugin is
-// not quarantined.
+// partition leases: the call's grant leaves at least min(timeout, TTL/2)
+// (partlease.Manager.Begin), so a call that runs past it has run past its
+// budget. Like a timeout (it matches ErrTimeout too) it is a fault: the
+// plugin is quarantined.
 var ErrLeaseEnded = errors.New("host: partition lease ending")
 
 // newLeases makes the host's lease manager, nil when leases are off.
@@ -78,7 +79,7 @@ func (h *Host) beginPartition(part model.Partition, timeout time.Duration) (part
 func (h *Host) callContext(ctx context.Context, timeout time.Duration, leaseDeadline time.Time, what string) (context.Context, context.CancelFunc) {
 	if !leaseDeadline.IsZero() {
 		if d := leaseDeadline.Sub(h.cfg.Clock.Now()); d < timeout {
-			return context.WithTimeoutCause(ctx, d, fmt.Errorf("%w: %s after %s", ErrLeaseEnded, what, d.Round(time.Millisecond)))
+			return context.WithTimeoutCause(ctx, d, fmt.Errorf("%w: %w: %s after %s", ErrTimeout, ErrLeaseEnded, what, d.Round(time.Millisecond)))
 		}
 	}
 	return context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w: %s after %s", ErrTimeout, what, timeout))

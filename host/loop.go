@@ -1,9 +1,10 @@
 package host
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,11 @@ type plugin struct {
 	mod     atomic.Pointer[Module]
 	tracker *FailureTracker
 	stats   hostfn.Stats
+	budget  hostfn.Budget
+	// heavy: the last call ran long or timed out (see scheduler).
+	heavy atomic.Bool
+	// kick wakes the loop out of a quarantine wait (a new version).
+	kick chan struct{}
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -56,6 +62,10 @@ type plugin struct {
 	quarantines     int
 	quarantineUntil time.Time
 	records         recordRing
+	// fault labels the last fault (FaultKind); faultKinds counts faults
+	// by label.
+	fault      string
+	faultKinds map[string]int64
 
 	// wake is the plugin's due-timer state (nil with timers off).
 	wake *wakeState
@@ -148,13 +158,12 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 	}
 	clock := p.h.cfg.Clock
 	for {
-		if until := p.quarantinedUntil(); !until.IsZero() {
-			if !p.h.wait(ctx, until.Sub(clock.Now())) {
-				return nil
-			}
+		if !p.waitQuarantine(ctx) {
+			return nil
 		}
 		spec := p.spec()
 		start := clock.Now()
+		p.budget.NewSweep()
 		p.mu.Lock()
 		p.cycles++
 		cycle := p.cycles
@@ -181,10 +190,52 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 		}
 		p.h.statusChanged(false)
 		// Re-read the interval: a swap during the sweep may have changed it.
-		if !p.h.wait(ctx, p.spec().Interval-elapsed) {
+		if !p.waitKick(ctx, p.spec().Interval-elapsed) {
 			return nil
 		}
 	}
+}
+
+// waitQuarantine waits out a quarantine, or until a new version is
+// swapped in; false when ctx ended.
+func (p *plugin) waitQuarantine(ctx context.Context) bool {
+	for {
+		until := p.quarantinedUntil()
+		if until.IsZero() {
+			return ctx.Err() == nil
+		}
+		d := until.Sub(p.h.cfg.Clock.Now())
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		ch, stop := p.h.after(d)
+		select {
+		case <-ctx.Done():
+			stop()
+			return false
+		case <-ch:
+			return true
+		case <-p.kick:
+			stop() // a new version: look again (its record is clean)
+		}
+	}
+}
+
+// waitKick waits d on the host's clock, or until a fixed version is
+// swapped in over a quarantined one; false when ctx ended.
+func (p *plugin) waitKick(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	ch, stop := p.h.after(d)
+	defer stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-ch:
+	case <-p.kick:
+	}
+	return true
 }
 
 func (p *plugin) quarantinedUntil() time.Time {
@@ -209,8 +260,15 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res ab
 	man := m.Manifest()
 	part := model.Partition{Family: man.PartitionFamily(), Index: uint16(i)}
 	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
+	// The turn first, then the grant: waiting for a turn spends neither
+	// the call's timeout nor its lease.
+	slotDone, ok := p.slot(ctx)
+	if !ok {
+		return res, true, true // the host is stopping
+	}
 	grant, ok := p.h.beginPartition(part, timeout)
 	if !ok {
+		slotDone(0, nil)
 		return res, false, false // another host's, or being handed off
 	}
 	defer grant.End()
@@ -223,14 +281,12 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res ab
 		Host: grant.Host, Token: grant.Token, Start: p.h.cfg.Clock.Now()}
 	caller := p.caller(m, part.Tag())
 
-	cctx, cancel := p.h.callContext(ctx, timeout, grant.Deadline, "plugin."+p.name+".fabric_scan")
-	out, err := m.call(cctx, abi.ExportScan, in, caller)
-	cancel()
-	if err == nil {
+	_, err := p.invoke(ctx, m, abi.ExportScan, in, caller, timeout, grant.Deadline, slotDone, func(out []byte) error {
 		if derr := res.UnmarshalBinary(out); derr != nil {
-			err = fmt.Errorf("%w: %w", ErrBadOutput, derr)
+			return fmt.Errorf("%w: %w", ErrBadOutput, derr)
 		}
-	}
+		return nil
+	})
 	rec.End = p.h.cfg.Clock.Now()
 	if err != nil && ctx.Err() != nil {
 		return res, true, true // the host is stopping: neither a record nor a fault
@@ -239,20 +295,38 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res ab
 	return res, fault, true
 }
 
+// invoke makes one call of export on m, holding the turn slotDone ends:
+// its deadline (timeout, capped by leaseDeadline) starts now; check
+// validates the output before the instance is pooled again; a call that
+// spent its host-call budget is a fault (over budget) whatever it
+// returned.
+func (p *plugin) invoke(ctx context.Context, m *Module, export string, in []byte, caller *hostfn.Caller,
+	timeout time.Duration, leaseDeadline time.Time, slotDone func(time.Duration, error), check func([]byte) error) ([]byte, error) {
+	start := time.Now()
+	cctx, cancel := p.h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+"."+export)
+	out, err := m.call(cctx, export, in, caller, check)
+	cancel()
+	if berr := caller.OverBudget(); berr != nil && (err == nil || FaultKind(err) == "") {
+		err = fmt.Errorf("%w: %s: %w", ErrOverBudget, export, berr)
+	}
+	slotDone(time.Since(start), err)
+	return out, err
+}
+
 // settle books one finished plugin call that scanned the partitions of
 // recs (each record's identity, host, token and times filled in):
 // results[i] is recs[i]'s result when err is nil. It keeps the records,
 // counts a scan per partition and at most one fault per call, quarantines
-// the plugin on a fault (a call cut at its leases' deadline is logged,
-// not a fault), signals each record, and reports whether it faulted.
+// the plugin on a fault (whatever cut it: its timeout or its leases'
+// deadline), signals each record, and reports whether it faulted.
 func (p *plugin) settle(recs []CycleRecord, results []abi.ScanResult, err error) (fault bool) {
-	fault = err != nil && !errors.Is(err, ErrLeaseEnded)
+	fault = err != nil
 	p.mu.Lock()
 	if len(recs) > 0 {
 		p.lastRun = recs[len(recs)-1].End
 	}
 	if fault {
-		p.faults++
+		p.countFault(err)
 	}
 	for i := range recs {
 		p.calls++
@@ -274,12 +348,6 @@ func (p *plugin) settle(recs []CycleRecord, results []abi.ScanResult, err error)
 	p.mu.Unlock()
 	if fault {
 		p.quarantine(err)
-	} else if err != nil {
-		parts := make([]int, len(recs))
-		for i, r := range recs {
-			parts[i] = r.Partition
-		}
-		p.h.cfg.Logger.Warn("plugin call cut at its partition leases' deadline", "plugin", p.name, "partitions", parts, "error", err)
 	}
 	for _, r := range recs {
 		p.h.cfg.TestSignals.partitionDone(r)
@@ -291,7 +359,7 @@ func (p *plugin) caller(m *Module, tag string) *hostfn.Caller {
 	man := m.Manifest()
 	c := &hostfn.Caller{
 		Plugin: p.name, Version: man.Version, Caps: &man.Capabilities, Tag: tag,
-		Tracker: p.tracker, Stats: &p.stats, Logger: p.h.cfg.Logger,
+		Tracker: p.tracker, Stats: &p.stats, Logger: p.h.cfg.Logger, Budget: &p.budget,
 	}
 	if w := p.wake; w != nil {
 		clock := p.h.cfg.Clock
@@ -310,6 +378,7 @@ func (p *plugin) quarantine(err error) {
 	d += time.Duration((rand.Float64()*0.2 - 0.1) * float64(d))
 	p.state = StateQuarantined
 	p.reason = reasonOf(err)
+	p.fault = FaultKind(err)
 	p.quarantineUntil = p.h.cfg.Clock.Now().Add(d)
 	p.mu.Unlock()
 	p.h.cfg.Logger.Error("plugin quarantined", "plugin", p.name, "version", p.mod.Load().Manifest().Version, "retry_in_ms", d.Milliseconds(), "error", err)
@@ -317,15 +386,20 @@ func (p *plugin) quarantine(err error) {
 	p.h.cfg.TestSignals.quarantined(p.status())
 }
 
-// reasonOf classifies a fault for people.
+// countFault counts a fault by its label; p.mu is held.
+func (p *plugin) countFault(err error) {
+	p.faults++
+	kind := cmp.Or(FaultKind(err), FaultTrap)
+	if p.faultKinds == nil {
+		p.faultKinds = map[string]int64{}
+	}
+	p.faultKinds[kind]++
+}
+
+// reasonOf labels a fault for people: "<kind>: <error>".
 func reasonOf(err error) string {
-	switch {
-	case errors.Is(err, ErrTimeout):
-		return "timeout: " + err.Error()
-	case errors.Is(err, ErrBadOutput):
-		return "bad output: " + err.Error()
-	case errors.Is(err, ErrTrap):
-		return "trap: " + err.Error()
+	if k := FaultKind(err); k != "" {
+		return k + ": " + err.Error()
 	}
 	return err.Error()
 }
@@ -344,7 +418,8 @@ func (p *plugin) status() PluginStatus {
 		LastRun:    p.lastRun, LastResult: p.lastResult, Totals: p.totals,
 		Calls: p.calls, Faults: p.faults, HostCalls: p.stats.HostCalls.Load(), Denied: p.stats.Denied.Load(),
 		LastDenial: p.stats.LastDenial(), Cycles: p.cycles, Swaps: p.swaps, LastSwap: p.lastSwap, QuarantineUntil: p.quarantineUntil,
-		Metrics: p.stats.Metrics(),
+		Metrics: p.stats.Metrics(), Fault: p.fault, FaultKinds: maps.Clone(p.faultKinds),
+		Commands: p.budget.Commands.Load(), OverBudget: p.budget.Refused.Load(),
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	extism "github.com/extism/go-sdk"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/host/hostfn"
@@ -29,6 +30,9 @@ var ErrTimeout = errors.New("host: plugin call timed out")
 
 // ErrTrap is matched by a plugin call that trapped, panicked or exited.
 var ErrTrap = errors.New("host: plugin trapped")
+
+// errTooLarge: the file is above the host's size limit.
+var errTooLarge = errors.New("host: plugin file too large")
 
 // ErrDigestMismatch: the file's sha256 is not the pinned one.
 var ErrDigestMismatch = errors.New("host: plugin sha256 does not match the pinned digest")
@@ -56,6 +60,10 @@ type Module struct {
 	poolSize int
 	recycle  int
 	maxOut   int
+	// pages is the memory cap the module runs under, in 64 KiB pages;
+	// poolBytes bounds the memory its idle instances may hold.
+	pages     uint32
+	poolBytes int64
 
 	mu       sync.Mutex
 	pool     []*instance
@@ -70,6 +78,9 @@ type hostfnCaller func(m *Module, tag string) *hostfn.Caller
 
 type instance struct {
 	p      *extism.Plugin
+	g      guestModules
+	mem    *instanceMemory
+	inited bool // the guest's language runtime is initialised
 	calls  int
 	stderr *tailBuffer
 }
@@ -131,6 +142,8 @@ type loaderConfig struct {
 	grant func(name string) Grant
 	// trust verifies signatures (signature.go); nil checks none.
 	trust *trustConfig
+	// poolBytes bounds the memory of one module's idle instances.
+	poolBytes int64
 }
 
 // readModuleFile reads and statically checks a plugin file.
@@ -140,7 +153,7 @@ func readModuleFile(path string, maxBytes int64) ([]byte, string, moduleShape, e
 		return nil, "", moduleShape{}, fmt.Errorf("host: stat %s: %w", path, err)
 	}
 	if st.Size() > maxBytes {
-		return nil, "", moduleShape{}, fmt.Errorf("host: %s is %d bytes, above the %d limit", path, st.Size(), maxBytes)
+		return nil, "", moduleShape{}, fmt.Errorf("%w: %s is %d bytes, above the %d limit", errTooLarge, path, st.Size(), maxBytes)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -273,7 +286,8 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 	if err != nil {
 		return nil, fmt.Errorf("host: compile: %w", err)
 	}
-	return &Module{cp: cp, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut, drained: make(chan struct{})}, nil
+	return &Module{cp: cp, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
+		pages: pages, poolBytes: lc.poolBytes, drained: make(chan struct{})}, nil
 }
 
 // readManifest warms an instance, reads and validates fabric_manifest, and
@@ -287,17 +301,17 @@ func (m *Module) readManifest(ctx context.Context, lc loaderConfig) error {
 	}
 	out, err := m.callInstance(ctx, inst, abi.ExportManifest, nil, m.fns(m, ""))
 	if err != nil {
-		inst.p.Close(ctx)
+		inst.close(ctx)
 		return err
 	}
 	var man abi.Manifest
 	if err := man.UnmarshalBinary(out); err != nil {
-		inst.p.Close(ctx)
+		inst.close(ctx)
 		return fmt.Errorf("%w: fabric_manifest: %w", ErrBadOutput, err)
 	}
 	man.ApplyDefaults()
 	if err := man.Validate(); err != nil {
-		inst.p.Close(ctx)
+		inst.close(ctx)
 		return err
 	}
 	m.declared = man
@@ -352,15 +366,23 @@ func applyOverride(m abi.Manifest, o PluginConfig) abi.Manifest {
 
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	tail := &tailBuffer{max: 2048}
-	p, err := m.cp.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: wazero.NewModuleConfig().WithStderr(tail).WithStdout(tail)})
+	mem := &instanceMemory{}
+	p, err := m.cp.Instance(experimental.WithMemoryAllocator(ctx, mem), extism.PluginInstanceConfig{ModuleConfig: wazero.NewModuleConfig().WithStderr(tail).WithStdout(tail)})
 	if err != nil {
+		mem.free()
 		return nil, fmt.Errorf("%w: instantiate: %w", ErrTrap, err)
 	}
 	p.SetLogger(func(extism.LogLevel, string) {})
 	if m.manifest.Config != nil {
 		p.Config = m.manifest.Config
 	}
-	return &instance{p: p, stderr: tail}, nil
+	g, err := guestModulesOf(p)
+	if err != nil {
+		p.Close(ctx)
+		mem.free()
+		return nil, fmt.Errorf("%w: %w", ErrTrap, err)
+	}
+	return &instance{p: p, g: g, mem: mem, stderr: tail}, nil
 }
 
 // acquire marks a call in flight; false once the module is retired.
@@ -409,17 +431,20 @@ func (m *Module) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	var errs []error
 	for _, inst := range pool {
-		errs = append(errs, inst.p.Close(ctx))
+		errs = append(errs, inst.close(ctx))
 	}
 	errs = append(errs, m.cp.Close(ctx))
 	close(m.drained)
 	return errors.Join(errs...)
 }
 
-// call runs export with input on a pooled instance. A failed instance is
-// discarded (a timed-out one is already closed by wazero) and the next call
-// makes a fresh one.
-func (m *Module) call(ctx context.Context, export string, input []byte, c *hostfn.Caller) ([]byte, error) {
+// call runs export with input on a pooled instance; check, when set,
+// validates the output before the instance goes back to the pool. An
+// instance whose call failed or whose output check failed is discarded
+// (its memory is returned to the system at once) and the next call makes
+// a fresh one. At most
+// poolCap instances are kept.
+func (m *Module) call(ctx context.Context, export string, input []byte, c *hostfn.Caller, check func([]byte) error) ([]byte, error) {
 	m.mu.Lock()
 	var inst *instance
 	if n := len(m.pool); n > 0 {
@@ -433,47 +458,50 @@ func (m *Module) call(ctx context.Context, export string, input []byte, c *hostf
 		}
 	}
 	out, err := m.callInstance(ctx, inst, export, input, c)
+	if err == nil && check != nil {
+		err = check(out)
+	}
 	inst.calls++
 	if err != nil || inst.calls >= m.recycle {
-		inst.p.Close(context.WithoutCancel(ctx))
+		m.discard(ctx, inst)
 		return out, err
 	}
 	m.mu.Lock()
-	if len(m.pool) < m.poolSize && !m.closed {
+	if len(m.pool) < m.poolCap() && !m.closed {
 		m.pool = append(m.pool, inst)
 		inst = nil
 	}
 	m.mu.Unlock()
 	if inst != nil {
-		inst.p.Close(context.WithoutCancel(ctx))
+		m.discard(ctx, inst)
 	}
 	return out, nil
 }
 
-func (m *Module) callInstance(ctx context.Context, inst *instance, export string, input []byte, c *hostfn.Caller) ([]byte, error) {
-	inst.stderr.Reset()
-	defer hostfn.EndCall(ctx, c) // roll back an sql transaction the call left open
-	rc, out, err := inst.p.CallWithContext(hostfn.WithCaller(ctx, c), export, input)
-	if err != nil {
-		if ctx.Err() != nil {
-			if cause := context.Cause(ctx); errors.Is(cause, ErrTimeout) {
-				return nil, cause
-			}
-			return nil, fmt.Errorf("host: %s cancelled: %w", export, context.Cause(ctx))
-		}
-		msg, _, _ := strings.Cut(err.Error(), "\n")
-		if line := guestFatal(inst.stderr.String()); line != "" {
-			msg += "; guest: " + line
-		}
-		return nil, fmt.Errorf("%w: %s: %s", ErrTrap, export, msg)
+// discard closes inst and releases its memory.
+func (m *Module) discard(ctx context.Context, inst *instance) {
+	inst.close(context.WithoutCancel(ctx))
+}
+
+// close closes the instance and releases its memories, also when wazero
+// already closed its module at a deadline (which keeps them).
+func (inst *instance) close(ctx context.Context) error {
+	err := inst.p.Close(ctx)
+	inst.mem.free()
+	return err
+}
+
+// memoryBytes is the module's memory cap in bytes.
+func (m *Module) memoryBytes() int64 { return int64(m.pages) << 16 }
+
+// poolCap is how many idle instances the module keeps: PoolSize, fewer
+// when their memory caps would exceed poolBytes together (at least one).
+func (m *Module) poolCap() int {
+	n := m.poolSize
+	if m.poolBytes > 0 && m.pages > 0 {
+		n = min(n, int(m.poolBytes/m.memoryBytes()))
 	}
-	if rc != 0 {
-		return nil, fmt.Errorf("%w: %s returned status %d", ErrBadOutput, export, rc)
-	}
-	if m.maxOut > 0 && len(out) > m.maxOut {
-		return nil, fmt.Errorf("%w: %s returned %d bytes, above the %d limit", ErrBadOutput, export, len(out), m.maxOut)
-	}
-	return out, nil
+	return max(1, n)
 }
 
 // guestFatal picks the line of a Go guest's stderr that says why it died

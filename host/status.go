@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"time"
 
 	"github.com/fabric-host/fabric/abi"
@@ -28,6 +29,9 @@ const (
 	// rejected by the watcher.
 	StateValid   State = "valid"
 	StateInvalid State = "invalid"
+	// StateRejected marks a rejected file in a list of plugins (the admin
+	// server's /plugins and /status, `fabric status`, the live view).
+	StateRejected State = "rejected"
 )
 
 // PluginStatus is a snapshot of one plugin, as `fabric plugins list` shows
@@ -71,15 +75,26 @@ type PluginStatus struct {
 	// Signer is the KeyID of the trusted key that signed the file ("":
 	// unsigned).
 	Signer string `json:"signer,omitempty"`
+	// Fault labels the fault that quarantined the plugin (FaultKind: trap,
+	// plugin error, timeout, over memory, over output, over budget, bad
+	// output); FaultKinds counts every fault by label.
+	Fault      string           `json:"fault,omitempty"`
+	FaultKinds map[string]int64 `json:"fault_kinds,omitempty"`
+	// Commands counts the backend commands of its host calls; OverBudget
+	// the host calls refused for its budget (abi.CodeBudget).
+	Commands   int64 `json:"commands"`
+	OverBudget int64 `json:"over_budget"`
 }
 
 // FileStatus is the outcome of the latest load of one file.
 type FileStatus struct {
-	Path   string    `json:"path"`
-	SHA256 string    `json:"sha256,omitempty"`
-	Plugin string    `json:"plugin,omitempty"`
-	State  State     `json:"state"`
-	Error  string    `json:"error,omitempty"`
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256,omitempty"`
+	Plugin string `json:"plugin,omitempty"`
+	State  State  `json:"state"`
+	Error  string `json:"error,omitempty"`
+	// Reason labels why an invalid file was rejected (RejectReason).
+	Reason string    `json:"reason,omitempty"`
 	At     time.Time `json:"at"`
 }
 
@@ -128,4 +143,68 @@ func (r *recordRing) snapshot() []CycleRecord {
 	out := make([]CycleRecord, 0, len(r.buf))
 	out = append(out, r.buf[r.next:]...)
 	return append(out, r.buf[:r.next]...)
+}
+
+// Reasons a file is rejected, as RejectReason returns them.
+const (
+	RejectNotWasm        = "not wasm"
+	RejectTruncated      = "truncated"
+	RejectMissingExport  = "missing export"
+	RejectUnknownImport  = "unknown import"
+	RejectABIMismatch    = "abi mismatch"
+	RejectBadManifest    = "bad manifest"
+	RejectDigestMismatch = "digest mismatch"
+	RejectNotGranted     = "not granted"
+	RejectUnsigned       = "unsigned"
+	RejectBadSignature   = "bad signature"
+	RejectTooLarge       = "too large"
+	RejectFault          = "fault at load"
+	RejectOther          = "other"
+)
+
+// RejectReason labels why loading a file failed: not wasm, truncated,
+// missing export, unknown import, abi mismatch, bad manifest, digest
+// mismatch, not granted (it requests more than its grant), unsigned, bad
+// signature, too large, fault at load (its manifest call trapped, timed
+// out or returned bad output) or other.
+func RejectReason(err error) string {
+	switch {
+	case errors.Is(err, ErrNotWasm):
+		return RejectNotWasm
+	case errors.Is(err, ErrTruncated):
+		return RejectTruncated
+	case errors.Is(err, ErrMissingExport):
+		return RejectMissingExport
+	case errors.Is(err, ErrUnknownImport):
+		return RejectUnknownImport
+	case errors.Is(err, abi.ErrVersionMismatch):
+		return RejectABIMismatch
+	case errors.Is(err, abi.ErrInvalidManifest):
+		return RejectBadManifest
+	case errors.Is(err, ErrDigestMismatch):
+		return RejectDigestMismatch
+	case errors.Is(err, ErrNotGranted):
+		return RejectNotGranted
+	case errors.Is(err, ErrUnsigned):
+		return RejectUnsigned
+	case errors.Is(err, ErrBadSignature):
+		return RejectBadSignature
+	case errors.Is(err, errTooLarge):
+		return RejectTooLarge
+	case FaultKind(err) != "":
+		return RejectFault
+	}
+	return RejectOther
+}
+
+// Rejected returns the files whose latest load failed, by path; a file
+// leaves the list when it is removed or a fixed version loads.
+func (h *Host) Rejected() []FileStatus {
+	var out []FileStatus
+	for _, f := range h.Files() {
+		if f.State == StateInvalid {
+			out = append(out, f)
+		}
+	}
+	return out
 }

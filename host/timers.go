@@ -226,6 +226,8 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			case <-due:
 			case <-p.wake.ch:
 				stop()
+			case <-p.kick:
+				stop()
 			}
 		}
 	}

@@ -14,7 +14,10 @@ import (
 func nowFunction(cfg Config) extism.HostFunctionStackCallback {
 	return func(ctx context.Context, _ *extism.CurrentPlugin, stack []uint64) {
 		c := callerFrom(ctx)
-		c.Stats.HostCalls.Add(1)
+		if c.begin(0) != nil {
+			stack[0] = uint64(codeNeg(abi.CodeBudget))
+			return
+		}
 		if cfg.Now == nil {
 			stack[0] = uint64(codeNeg(abi.CodeUnavailable))
 			return

@@ -109,6 +109,12 @@ type Caller struct {
 	// their hash tags; the partition host function moves Tag among them.
 	// Nil outside a batch call.
 	Batch map[uint16]string
+	// Budget meters the plugin's host calls and backend commands (nil:
+	// unlimited).
+	Budget *Budget
+
+	overBudget atomic.Value // error: the call's first budget refusal
+	lateLogs   atomic.Int32 // log lines written over budget
 }
 
 type callerKey struct{}
@@ -151,6 +157,13 @@ type subjects struct {
 	sql       []string
 	writes    []string
 	keys      []string // every key, for the partition check
+}
+
+// commands is how many backend commands a request carries, for the
+// budget: one per function called, key read or written, and statement; at
+// least one.
+func (s subjects) commands() int64 {
+	return max(1, int64(len(s.functions)+len(s.reads)+len(s.writes)+len(s.sql)))
 }
 
 // authorize is the single capability check of every host function: each
@@ -227,16 +240,20 @@ func valueTypes(vs []abi.ValueType) []extism.ValueType {
 func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
 	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
 		c := callerFrom(ctx)
-		c.Stats.HostCalls.Add(1)
 		in, sized, err := readBlock(p, stack[0])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn %s: abi violation: request pointer %#x: %v", hf.Name, stack[0], err))
 		}
 		var out []byte
 		req, subj, err := h.decode(in)
+		if berr := c.begin(subj.commands()); berr != nil {
+			out = abi.ErrorEnvelope(berr)
+			err = berr
+		} else if err != nil {
+			out = abi.ErrorEnvelope(abi.Errorf(abi.CodeBadRequest, err.Error()))
+		}
 		switch {
 		case err != nil:
-			out = abi.ErrorEnvelope(abi.Errorf(abi.CodeBadRequest, err.Error()))
 		default:
 			if err := authorize(c, hf, subj); err != nil {
 				out = abi.ErrorEnvelope(err)

@@ -13,7 +13,9 @@ import (
 func logFunction(cfg Config) extism.HostFunctionStackCallback {
 	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
 		c := callerFrom(ctx)
-		c.Stats.HostCalls.Add(1)
+		if c.beginLog() != nil {
+			return // dropped: the call is over budget
+		}
 		b, _, err := readBlock(p, stack[1])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn log: abi violation: message pointer %#x: %v", stack[1], err))
@@ -30,7 +32,9 @@ func logFunction(cfg Config) extism.HostFunctionStackCallback {
 func metricFunction() extism.HostFunctionStackCallback {
 	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
 		c := callerFrom(ctx)
-		c.Stats.HostCalls.Add(1)
+		if c.begin(0) != nil {
+			return // dropped: the call is over budget
+		}
 		in, _, err := readBlock(p, stack[0])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn metric: abi violation: pointer %#x: %v", stack[0], err))

@@ -16,7 +16,10 @@ import (
 func partitionFunction() extism.HostFunctionStackCallback {
 	return func(ctx context.Context, _ *extism.CurrentPlugin, stack []uint64) {
 		c := callerFrom(ctx)
-		c.Stats.HostCalls.Add(1)
+		if c.begin(0) != nil {
+			stack[0] = uint64(uint32(int32(codeNeg(abi.CodeBudget))))
+			return
+		}
 		idx := uint32(stack[0])
 		tag, ok := c.Batch[uint16(idx)]
 		if !ok || idx > 0xffff {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,3 +236,83 @@ func TestSamplerCensus(t *testing.T) {
 }
 
 type valkeyCmd = vk.Completed
+
+// TestRejectedFiles: a file the host refuses is in /plugins, /status and
+// /metrics with its reason, and leaves all three when it is removed; a
+// broken version written over a file, then fixed, leaves them too.
+func TestRejectedFiles(t *testing.T) {
+	t.Parallel()
+	client := valkeytest.Client(t)
+	dir := t.TempDir()
+	copyTo := func(name, dst string) {
+		b, err := os.ReadFile(fixture(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, dst)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyTo("healthy", "healthy.wasm")
+	copyTo("notwasm", "notwasm.wasm")
+	copyTo("truncated", "fixme.wasm")
+	m := admin.NewMetrics()
+	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir(t), Backend: client, Logger: valkeytest.Logger(),
+		Partitions: model.PartitionConfig{Flow: 2, Budget: 1, Quota: 1}, Observer: m, Debounce: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Stop(); h.Close(context.Background()) })
+	<-h.Started()
+	url := startServer(t, admin.ServerConfig{Host: h, Backend: client, Metrics: m})
+
+	rejected := func(file string) (inPlugins, inStatus, inMetrics bool, reason string) {
+		var rows []host.PluginStatus
+		if _, body := get(t, url+"/plugins"); json.Unmarshal([]byte(body), &rows) != nil {
+			t.Fatalf("/plugins: %s", body)
+		}
+		for _, r := range rows {
+			if r.Name == file && r.State == host.StateRejected {
+				inPlugins, reason = true, r.Reason
+			}
+		}
+		var rep admin.Report
+		if _, body := get(t, url+"/status"); json.Unmarshal([]byte(body), &rep) != nil {
+			t.Fatalf("/status: %s", body)
+		}
+		for _, f := range rep.Rejected {
+			if filepath.Base(f.Path) == file {
+				inStatus = true
+			}
+		}
+		_, body := get(t, url+"/metrics")
+		inMetrics = regexp.MustCompile(`(?m)^fabric_plugin_rejected\{file="` + regexp.QuoteMeta(file) + `",reason="[^"]+"\} 1$`).MatchString(body)
+		return
+	}
+	for file, want := range map[string]string{"notwasm.wasm": "not wasm: ", "fixme.wasm": "truncated: "} {
+		p, s, mt, reason := rejected(file)
+		if !p || !s || !mt || !strings.HasPrefix(reason, want) {
+			t.Fatalf("%s: in /plugins %v (reason %q), /status %v, /metrics %v: want all, reason %q...", file, p, reason, s, mt, want)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, "notwasm.wasm")); err != nil {
+		t.Fatal(err)
+	}
+	copyTo("swap_v1", "fixme.wasm")
+	for _, file := range []string{"notwasm.wasm", "fixme.wasm"} {
+		valkeytest.Eventually(t, 30*time.Second, file+" no longer rejected anywhere", func() bool {
+			p, s, mt, _ := rejected(file)
+			return !p && !s && !mt
+		})
+	}
+	if _, ok := h.Plugin("swapper"); !ok {
+		t.Fatal("the fixed file did not load")
+	}
+}

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"path/filepath"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,11 @@ type PluginSource interface {
 //	fabric_plugin_swaps_total{plugin}                  hot swaps
 //	fabric_plugin_info{plugin,version,state}           1 per loaded plugin
 //	fabric_plugin_lag_seconds{plugin}                  age of the oldest due item of its indexes
+//	fabric_plugin_faults_total{plugin,kind}            faults by kind (trap, plugin error, timeout, over memory, over output, over budget, bad output)
+//	fabric_plugin_commands_total{plugin}               backend commands of its host calls
+//	fabric_plugin_over_budget_total{plugin}            host calls refused for its budget
+//	fabric_plugin_memory_cap_bytes{plugin}             memory cap it runs under
+//	fabric_plugin_rejected{file,reason}                1 per file the host refused to load
 //	fabric_executions{state}                           executions by lane index
 //	fabric_executions_terminal_per_second              terminal throughput
 //	fabric_backend_up                                  1 when the last census succeeded
@@ -64,6 +70,11 @@ var (
 	descRefused    = prometheus.NewDesc("fabric_plugin_host_calls_refused_total", "Host-function calls refused (capability not granted, budget).", []string{"plugin"}, nil)
 	descSwaps      = prometheus.NewDesc("fabric_plugin_swaps_total", "Hot swaps of the plugin.", []string{"plugin"}, nil)
 	descInfo       = prometheus.NewDesc("fabric_plugin_info", "1 per loaded plugin, labelled with its version and state.", []string{"plugin", "version", "state"}, nil)
+	descFaults     = prometheus.NewDesc("fabric_plugin_faults_total", "Plugin faults by kind: trap, plugin error, timeout, over memory, over output, over budget, bad output.", []string{"plugin", "kind"}, nil)
+	descCommands   = prometheus.NewDesc("fabric_plugin_commands_total", "Backend commands carried by the plugin's host calls.", []string{"plugin"}, nil)
+	descOverBudget = prometheus.NewDesc("fabric_plugin_over_budget_total", "Host calls refused because the plugin spent its budget.", []string{"plugin"}, nil)
+	descMemCap     = prometheus.NewDesc("fabric_plugin_memory_cap_bytes", "The memory cap the plugin runs under, after the operator's ceiling.", []string{"plugin"}, nil)
+	descRejected   = prometheus.NewDesc("fabric_plugin_rejected", "1 per plugin file the host refused to load, with the reason.", []string{"file", "reason"}, nil)
 	descLag        = prometheus.NewDesc("fabric_plugin_lag_seconds", "How long ago the oldest item of the plugin's due indexes became due (0: none due).", []string{"plugin"}, nil)
 	descExecs      = prometheus.NewDesc("fabric_executions", "Executions by state (lane index).", []string{"state"}, nil)
 	descThroughput = prometheus.NewDesc("fabric_executions_terminal_per_second", "Executions reaching a terminal state per second, between the last two censuses.", nil, nil)
@@ -107,7 +118,8 @@ type snapshotCollector Metrics
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCycles, descCalls, descItems, descErrors, descQuarantine, descQuarNow,
-		descHostCalls, descRefused, descSwaps, descInfo, descLag, descExecs, descThroughput, descUp} {
+		descHostCalls, descRefused, descSwaps, descInfo, descLag, descExecs, descThroughput, descUp,
+		descFaults, descCommands, descOverBudget, descMemCap, descRejected} {
 		ch <- d
 	}
 }
@@ -138,6 +150,14 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descHostCalls, float64(p.HostCalls), p.Name)
 			counter(descRefused, float64(p.Denied), p.Name)
 			counter(descSwaps, float64(p.Swaps), p.Name)
+			counter(descCommands, float64(p.Commands), p.Name)
+			counter(descOverBudget, float64(p.OverBudget), p.Name)
+			for kind, n := range p.FaultKinds {
+				counter(descFaults, float64(n), p.Name, kind)
+			}
+			if p.Limits != nil {
+				ch <- prometheus.MustNewConstMetric(descMemCap, prometheus.GaugeValue, float64(int64(p.Limits.MaxPages)<<16), p.Name)
+			}
 			ch <- prometheus.MustNewConstMetric(descQuarNow, prometheus.GaugeValue, boolFloat(p.State == host.StateQuarantined), p.Name)
 			ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, p.Name, p.Version, string(p.State))
 			if cen != nil {
@@ -145,6 +165,11 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 					ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(lag)/1000, p.Name)
 				}
 			}
+		}
+	}
+	if rs, ok := src.(RejectedSource); ok && src != nil {
+		for _, f := range rs.Rejected() {
+			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.GaugeValue, 1, filepath.Base(f.Path), f.Reason)
 		}
 	}
 	if cen != nil {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"path/filepath"
 	"time"
 
 	"github.com/fabric-host/fabric/host"
@@ -15,8 +16,11 @@ type Report struct {
 	At time.Time `json:"at"`
 	// Backend says where the deployment lives.
 	Backend string `json:"backend,omitempty"`
-	// Plugins are the host's plugins, by name (none without a host).
+	// Plugins are the host's plugins, by name (none without a host),
+	// then a row in state "rejected" per rejected file (RejectedRows).
 	Plugins []host.PluginStatus `json:"plugins"`
+	// Rejected are the files the host refused to load, by path.
+	Rejected []host.FileStatus `json:"rejected,omitempty"`
 	// Census is the latest keyspace census (nil before the first).
 	Census *census.Census `json:"census,omitempty"`
 	// Throughput is executions reaching a terminal state per second.
@@ -31,6 +35,10 @@ func BuildReport(at time.Time, backend string, src PluginSource, s *Sampler) Rep
 	r := Report{At: at, Backend: backend, Plugins: []host.PluginStatus{}}
 	if src != nil {
 		r.Plugins = src.Plugins()
+		if rs, ok := src.(RejectedSource); ok {
+			r.Rejected = rs.Rejected()
+			r.Plugins = append(r.Plugins, RejectedRows(r.Rejected)...)
+		}
 	}
 	if s != nil {
 		var err error
@@ -40,4 +48,21 @@ func BuildReport(at time.Time, backend string, src PluginSource, s *Sampler) Rep
 		}
 	}
 	return r
+}
+
+// RejectedSource is a PluginSource that also lists the files it refused
+// to load; *host.Host implements it.
+type RejectedSource interface {
+	Rejected() []host.FileStatus
+}
+
+// RejectedRows turns rejected files into plugin rows: named by file, in
+// state "rejected", the reason and error in Reason.
+func RejectedRows(files []host.FileStatus) []host.PluginStatus {
+	out := make([]host.PluginStatus, 0, len(files))
+	for _, f := range files {
+		out = append(out, host.PluginStatus{Name: filepath.Base(f.Path), Path: f.Path, SHA256: f.SHA256,
+			State: host.StateRejected, Reason: f.Reason + ": " + f.Error})
+	}
+	return out
 }

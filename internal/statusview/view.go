@@ -75,6 +75,10 @@ func Render(w io.Writer, f Frame) {
 		line("  (no plugins loaded)")
 	}
 	for _, p := range f.Report.Plugins {
+		if p.State == host.StateRejected {
+			line("%-22s %-8s %-12s %s", p.Name, "-", p.State, p.Reason)
+			continue
+		}
 		line("%-22s %-8s %-12s %8d %9d %8.1f %7d %7d %8s  %s", p.Name, p.Version, p.State, p.Cycles, p.Totals.Acted,
 			f.ActedPerSec[p.Name], p.Totals.Errors, p.Faults, lagOf(f.Report.Census, p.Name), swapOf(p, f.Now))
 	}
@@ -202,6 +206,8 @@ func pluginEvents(prev, cur []host.PluginStatus) []string {
 		o, ok := old[p.Name]
 		delete(old, p.Name)
 		switch {
+		case !ok && p.State == host.StateRejected:
+			out = append(out, fmt.Sprintf("file %s rejected: %s", p.Name, p.Reason))
 		case !ok:
 			out = append(out, fmt.Sprintf("plugin %s %s loaded (%s)", p.Name, p.Version, p.State))
 		case o.SHA256 != p.SHA256 || o.Swaps != p.Swaps:
@@ -220,6 +226,10 @@ func pluginEvents(prev, cur []host.PluginStatus) []string {
 	}
 	sort.Strings(gone)
 	for _, n := range gone {
+		if old[n].State == host.StateRejected {
+			out = append(out, fmt.Sprintf("file %s no longer rejected", n))
+			continue
+		}
 		out = append(out, fmt.Sprintf("plugin %s unloaded", n))
 	}
 	return out

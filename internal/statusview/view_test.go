@@ -150,3 +150,24 @@ func TestOwnershipLines(t *testing.T) {
 		t.Fatalf("frame lacks the ownership lines:\n%s", b.String())
 	}
 }
+
+// TestRejectedFileRows: a rejected file is a row of the live view with
+// its reason, an event when it appears and when it is cleared.
+func TestRejectedFileRows(t *testing.T) {
+	t.Parallel()
+	rows := admin.RejectedRows([]host.FileStatus{{Path: "/p/notwasm.wasm", State: host.StateInvalid, Reason: host.RejectNotWasm, Error: "host: not a wasm module"}})
+	cur := fixedReport()
+	cur.Plugins = append(cur.Plugins, rows...)
+	var b bytes.Buffer
+	statusview.Render(&b, statusview.Frame{Title: "fabric", Now: t0, Report: cur})
+	if want := "notwasm.wasm           -        rejected     not wasm: host: not a wasm module\n"; !strings.Contains(b.String(), want) {
+		t.Fatalf("frame lacks %q:\n%s", want, b.String())
+	}
+	prev := fixedReport()
+	if got := statusview.Lines(&prev, statusview.Frame{Now: t0, Report: cur}); got[0] != "file notwasm.wasm rejected: not wasm: host: not a wasm module" {
+		t.Fatalf("appearing: %q", got)
+	}
+	if got := statusview.Lines(&cur, statusview.Frame{Now: t0, Report: prev}); got[0] != "file notwasm.wasm no longer rejected" {
+		t.Fatalf("clearing: %q", got)
+	}
+}

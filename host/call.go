@@ -1,0 +1,226 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"unsafe"
+
+	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/fabric-host/fabric/host/hostfn"
+)
+
+// Faults of a plugin call, told apart. Each quarantines the plugin; its
+// label (FaultKind) names it in PluginStatus.Reason, Fault and /metrics.
+var (
+	// ErrPluginError: the plugin returned an error of its own (a non-zero
+	// status, with or without a message): it ran and said no.
+	ErrPluginError = errors.New("host: plugin returned an error")
+	// ErrOverMemory: the plugin died for want of memory under its cap.
+	ErrOverMemory = errors.New("host: plugin ran out of memory under its cap")
+	// ErrOverOutput: the plugin's output is larger than the host takes;
+	// its size is read first and the bytes are never copied.
+	ErrOverOutput = errors.New("host: plugin output over its limit")
+	// ErrOverBudget: the plugin made more host calls or backend commands
+	// than its budget allows (each refused with abi.CodeBudget).
+	ErrOverBudget = errors.New("host: plugin over its host-call budget")
+)
+
+// Fault labels, as FaultKind returns them.
+const (
+	FaultTrap        = "trap"
+	FaultPluginError = "plugin error"
+	FaultTimeout     = "timeout"
+	FaultOverMemory  = "over memory"
+	FaultOverOutput  = "over output"
+	FaultOverBudget  = "over budget"
+	FaultBadOutput   = "bad output"
+	FaultDenied      = "denied"
+)
+
+// FaultKind labels a plugin call's failure: trap, plugin error, timeout
+// (its own timeout or the deadline of its partition leases), over memory,
+// over output, over budget, bad output (a malformed message); "" for an
+// error that is none of these.
+func FaultKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrOverBudget):
+		return FaultOverBudget
+	case errors.Is(err, ErrTimeout):
+		return FaultTimeout
+	case errors.Is(err, ErrOverMemory):
+		return FaultOverMemory
+	case errors.Is(err, ErrOverOutput):
+		return FaultOverOutput
+	case errors.Is(err, ErrPluginError):
+		return FaultPluginError
+	case errors.Is(err, ErrBadOutput):
+		return FaultBadOutput
+	case errors.Is(err, ErrTrap):
+		return FaultTrap
+	}
+	return ""
+}
+
+// guestModules are the two wazero modules of an Extism instance: the
+// Extism kernel (input, output, errors, allocations) and the plugin's own.
+//
+// Extism's Plugin.CallWithContext copies the whole output before its
+// caller can look at its size; fabric makes the call itself so that an
+// oversized output is refused from its length alone. The modules are
+// fields Extism does not export: go.mod pins the Extism version, and
+// guestModulesOf fails loudly (a trap of every call, caught by the first
+// test) if their shape changes.
+type guestModules struct {
+	kernel, main api.Module
+}
+
+var moduleType = reflect.TypeOf((*api.Module)(nil)).Elem()
+
+func guestModulesOf(p *extism.Plugin) (guestModules, error) {
+	v := reflect.ValueOf(p).Elem()
+	field := func(name string) (api.Module, error) {
+		f := v.FieldByName(name)
+		if !f.IsValid() || f.Type() != moduleType {
+			return nil, fmt.Errorf("host: extism.Plugin has no %s module field (Extism version changed?)", name)
+		}
+		m, _ := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(api.Module)
+		if m == nil {
+			return nil, fmt.Errorf("host: extism.Plugin.%s is nil", name)
+		}
+		return m, nil
+	}
+	var g guestModules
+	var err error
+	if g.kernel, err = field("extism"); err != nil {
+		return g, err
+	}
+	g.main, err = field("mainModule")
+	return g, err
+}
+
+// initGuest runs the guest's language runtime initialisation once, as
+// Extism would before a first call: a WASI reactor's _initialize (then a
+// Haskell hs_init), else a command's __wasm_call_ctors.
+func initGuest(ctx context.Context, main api.Module) error {
+	call := func(name string, args ...uint64) error {
+		f := main.ExportedFunction(name)
+		if f == nil {
+			return nil
+		}
+		_, err := f.Call(ctx, args...)
+		if exit, ok := err.(*sys.ExitError); ok && exit.ExitCode() == 0 {
+			err = nil
+		}
+		return err
+	}
+	if main.ExportedFunction("_initialize") == nil {
+		return call("__wasm_call_ctors")
+	}
+	if err := call("_initialize"); err != nil {
+		return err
+	}
+	return call("hs_init", 0, 0)
+}
+
+// callInstance calls export with input on inst: it resolves the caller
+// for host functions, checks the output's size before reading it, and
+// tells the failures apart (see FaultKind).
+func (m *Module) callInstance(ctx context.Context, inst *instance, export string, input []byte, c *hostfn.Caller) ([]byte, error) {
+	inst.stderr.Reset()
+	defer hostfn.EndCall(ctx, c) // roll back an sql transaction the call left open
+	g := inst.g
+	cctx := hostfn.WithCaller(ctx, c)
+	cctx = context.WithValue(cctx, extism.PluginCtxKey("extism"), g.kernel)
+	cctx = context.WithValue(cctx, extism.PluginCtxKey("plugin"), inst.p)
+	if !inst.inited {
+		if err := initGuest(cctx, g.main); err != nil {
+			return nil, m.callFailed(ctx, inst, export+" (runtime init)", err)
+		}
+		inst.inited = true
+	}
+	f := g.main.ExportedFunction(export)
+	if f == nil {
+		return nil, fmt.Errorf("%w: %s is not exported", ErrTrap, export)
+	}
+	in, err := inst.p.SetInputWithContext(cctx, input)
+	if err != nil {
+		return nil, m.callFailed(ctx, inst, export+" (input)", err)
+	}
+	cctx = context.WithValue(cctx, extism.InputOffsetKey("inputOffset"), in)
+	res, err := f.Call(cctx)
+	if exit, ok := err.(*sys.ExitError); ok && exit.ExitCode() == 0 {
+		err = nil
+	}
+	if err != nil {
+		return nil, m.callFailed(ctx, inst, export, err)
+	}
+	kernel := func(name string, args ...uint64) (uint64, error) {
+		r, err := g.kernel.ExportedFunction(name).Call(cctx, args...)
+		if err != nil {
+			return 0, m.callFailed(ctx, inst, export+" ("+name+")", err)
+		}
+		return r[0], nil
+	}
+	var rc uint32
+	if len(res) > 0 {
+		rc = api.DecodeU32(res[0])
+	}
+	if e, err := kernel("error_get"); err != nil {
+		return nil, err
+	} else if e != 0 {
+		n, err := kernel("length", e)
+		if err != nil {
+			return nil, err
+		}
+		msg, _ := g.kernel.Memory().Read(uint32(e), uint32(min(n, 1024)))
+		return nil, fmt.Errorf("%w: %s: %s (status %d)", ErrPluginError, export, strings.ToValidUTF8(string(msg), "?"), rc)
+	}
+	if rc != 0 {
+		return nil, fmt.Errorf("%w: %s returned status %d", ErrPluginError, export, rc)
+	}
+	n, err := kernel("output_length")
+	if err != nil {
+		return nil, err
+	}
+	if m.maxOut > 0 && n > uint64(m.maxOut) {
+		return nil, fmt.Errorf("%w: %s returned %d bytes, above the %d limit", ErrOverOutput, export, n, m.maxOut)
+	}
+	off, err := kernel("output_offset")
+	if err != nil {
+		return nil, err
+	}
+	view, ok := g.kernel.Memory().Read(uint32(off), uint32(n))
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: output of %d bytes at %d is outside kernel memory", ErrBadOutput, export, n, off)
+	}
+	return append([]byte(nil), view...), nil
+}
+
+// callFailed classifies a call that did not return: cut at its deadline
+// or by the host stopping, out of memory, or a trap.
+func (m *Module) callFailed(ctx context.Context, inst *instance, what string, err error) error {
+	if ctx.Err() != nil {
+		cause := context.Cause(ctx)
+		if errors.Is(cause, ErrTimeout) || errors.Is(cause, ErrLeaseEnded) {
+			return cause
+		}
+		return fmt.Errorf("host: %s cancelled: %w", what, cause)
+	}
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	guest := guestFatal(inst.stderr.String())
+	if guest != "" {
+		msg += "; guest: " + guest
+	}
+	if strings.Contains(msg, "out of memory") || strings.Contains(msg, "memory limit") {
+		return fmt.Errorf("%w (%d MiB): %s: %s", ErrOverMemory, m.memoryBytes()>>20, what, msg)
+	}
+	return fmt.Errorf("%w: %s: %s", ErrTrap, what, msg)
+}
