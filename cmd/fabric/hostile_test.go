@@ -136,7 +136,7 @@ func TestHostileSoak(t *testing.T) {
 	}
 	metrics := admin.NewMetrics()
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cache, Backend: vc, Logger: valkeytest.Logger(),
-		Policy: hostilePolicy(t, cache),
+		Policy:   hostilePolicy(t, cache),
 		Observer: metrics, Debounce: 50 * time.Millisecond, Completions: host.CompletionConfig{Enabled: true},
 		// Plain sweeps: the cadence checked is the interval's.
 		Timers:  host.TimerConfig{Disabled: true},

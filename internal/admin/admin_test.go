@@ -41,6 +41,21 @@ func fixture(t *testing.T, name string) string {
 	return p
 }
 
+// grantFixtures is the stock policy with each named fixture granted what
+// it requests.
+func grantFixtures(t *testing.T, names ...string) *host.Policy {
+	t.Helper()
+	p := host.StockPolicy()
+	for _, n := range names {
+		in, err := host.Inspect(context.Background(), fixture(t, n), host.InspectConfig{CacheDir: cacheDir(t)})
+		if err != nil {
+			t.Fatalf("inspect %s: %v", n, err)
+		}
+		p.Plugins[in.Manifest.Name] = host.GrantOf(in.Manifest)
+	}
+	return &p
+}
+
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -91,7 +106,7 @@ func TestMetrics(t *testing.T) {
 	}
 	m := admin.NewMetrics()
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir(t), Backend: client, Logger: valkeytest.Logger(),
-		Partitions: model.PartitionConfig{Flow: 2, Budget: 1, Quota: 1}, Observer: m})
+		Partitions: model.PartitionConfig{Flow: 2, Budget: 1, Quota: 1}, Observer: m, Policy: grantFixtures(t, "healthy")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +277,8 @@ func TestRejectedFiles(t *testing.T) {
 	copyTo("truncated", "fixme.wasm")
 	m := admin.NewMetrics()
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir(t), Backend: client, Logger: valkeytest.Logger(),
-		Partitions: model.PartitionConfig{Flow: 2, Budget: 1, Quota: 1}, Observer: m, Debounce: 50 * time.Millisecond})
+		Partitions: model.PartitionConfig{Flow: 2, Budget: 1, Quota: 1}, Observer: m, Debounce: 50 * time.Millisecond,
+		Policy: grantFixtures(t, "healthy", "swap_v1")})
 	if err != nil {
 		t.Fatal(err)
 	}
