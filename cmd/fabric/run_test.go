@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/host"
 )
 
 // TestRunPipeClosedEarly runs the built binary the way `make run | head`
@@ -307,5 +309,29 @@ func TestRunOutlivesAdminHangups(t *testing.T) {
 	}
 	if strings.Contains(logs(), "output closed") {
 		t.Fatalf("the run took an admin hang-up for its own output closing\n%s", logs())
+	}
+}
+
+// TestStatusShowsRejectedFiles: `fabric status --status-file` lists a file
+// the host refused, with its reason, as a row of its own.
+func TestStatusShowsRejectedFiles(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.NewServer(t)
+	snap := host.Snapshot{Files: []host.FileStatus{{Path: "/p/notwasm.wasm", State: host.StateInvalid,
+		Reason: host.RejectNotWasm, Error: "host: not a wasm module"}}}
+	b, err := json.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "status.json")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd(t, "status", "--valkey-url", srv.URL(), "--sample", "0", "--status-file", file)
+	if code != 0 {
+		t.Fatalf("status: code %d\n%s", code, errOut)
+	}
+	if !regexp.MustCompile(`(?m)^notwasm\.wasm +- +rejected +not wasm: host: not a wasm module$`).MatchString(out) {
+		t.Fatalf("status output lacks the rejected file:\n%s", out)
 	}
 }

@@ -118,7 +118,13 @@ func keyspaceReport(ctx context.Context, env *cliEnv, url string, parts *partiti
 		if err := json.Unmarshal(b, &snap); err != nil {
 			return admin.Report{}, fmt.Errorf("--status-file %s: %w", statusFile, err)
 		}
-		src = staticPlugins(snap.Plugins)
+		var rejected []host.FileStatus
+		for _, f := range snap.Files {
+			if f.State == host.StateInvalid {
+				rejected = append(rejected, f)
+			}
+		}
+		src = staticPlugins(append(snap.Plugins, admin.RejectedRows(rejected)...))
 	default:
 		if rep, err := fetchReport(ctx, strings.TrimSuffix(addr, "/")+"/status"); err == nil {
 			src = staticPlugins(rep.Plugins)
