@@ -30,6 +30,15 @@ func runSwap(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	if err := e.prewarm(ctx, v1, v2); err != nil {
 		return err
 	}
+	// The operator grants the swapper what it requests (its 30 s timeout).
+	policy := host.StockPolicy()
+	for _, f := range []string{v1, v2} {
+		in, err := host.Inspect(ctx, f, host.InspectConfig{CacheDir: e.cache})
+		if err != nil {
+			return err
+		}
+		policy.Plugins[in.Manifest.Name] = host.GrantOf(in.Manifest)
+	}
 	vc, err := e.dial(ctx)
 	if err != nil {
 		return err
@@ -46,7 +55,7 @@ func runSwap(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	}
 	// Timers off: every sweep visits all 256 partitions, so the record
 	// check below can demand each exactly once.
-	h, err := e.startHost(ctx, dir, vc, hostOpts{records: 1 << 18, timers: host.TimerConfig{Disabled: true}})
+	h, err := e.startHost(ctx, dir, vc, hostOpts{records: 1 << 18, timers: host.TimerConfig{Disabled: true}, policy: &policy})
 	if err != nil {
 		return err
 	}
@@ -99,7 +108,7 @@ func runSwap(ctx context.Context, e *benchEnv, sc *Scenario) error {
 			return err
 		}
 		start := time.Now()
-		h2, err := e.startHost(ctx, dir, vc2, hostOpts{timers: host.TimerConfig{Disabled: true}})
+		h2, err := e.startHost(ctx, dir, vc2, hostOpts{timers: host.TimerConfig{Disabled: true}, policy: &policy})
 		if err != nil {
 			vc2.Close()
 			return err
