@@ -67,6 +67,9 @@ func cacheDir() string {
 func startHost(t *testing.T, c *postgres.Client, plugins map[string]host.PluginConfig) (*host.Host, *host.TestSignals, func()) {
 	t.Helper()
 	dir := t.TempDir()
+	// The operator grants each plugin what it requests (sqltrap's
+	// statements and 30 s timeout are beyond the stock policy).
+	policy := host.StockPolicy()
 	for name := range plugins {
 		b, err := os.ReadFile(fixture(t, name))
 		if err != nil {
@@ -75,12 +78,17 @@ func startHost(t *testing.T, c *postgres.Client, plugins map[string]host.PluginC
 		if err := os.WriteFile(filepath.Join(dir, name+".wasm"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
+		in, err := host.Inspect(context.Background(), fixture(t, name), host.InspectConfig{CacheDir: cacheDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		policy.Plugins[in.Manifest.Name] = host.GrantOf(in.Manifest)
 	}
 	sig := &host.TestSignals{}
 	sig.Init()
 	h, err := host.New(host.Config{
 		PluginDir: dir, CacheDir: cacheDir(), Postgres: c.Pool(), Partitions: parts, Plugins: plugins,
-		Logger: pgtest.Logger(), TestSignals: sig, QuarantineBase: time.Hour,
+		Logger: pgtest.Logger(), TestSignals: sig, QuarantineBase: time.Hour, Policy: &policy,
 		Now: func(context.Context) (int64, error) { return time.Now().Add(ahead).UnixMilli(), nil },
 	})
 	if err != nil {
