@@ -40,7 +40,11 @@ const (
 	FaultOverOutput  = "over output"
 	FaultOverBudget  = "over budget"
 	FaultBadOutput   = "bad output"
-	FaultDenied      = "denied"
+	// FaultDenied labels a host call refused for want of a grant: the
+	// plugin sees abi.CodeDenied and carries on; it is counted
+	// (PluginStatus.Denied, fabric_plugin_host_calls_refused_total), not a
+	// fault.
+	FaultDenied = "denied"
 )
 
 // FaultKind labels a plugin call's failure: trap, plugin error, timeout
