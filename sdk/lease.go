@@ -117,6 +117,13 @@ func (l *Lease) renewLoop() {
 			return
 		case <-t.C:
 		}
+		if l.ending() {
+			// A lease-ending call is in flight: a renewal now would race
+			// it; look again shortly (the call either ends the lease or
+			// reopens it).
+			t.Reset(ttl / 10)
+			continue
+		}
 		err := l.Renew(l.ctx)
 		switch {
 		case err == nil:
@@ -181,6 +188,13 @@ func (l *Lease) begin() error {
 	return nil
 }
 
+// ending reports whether a lease-ending call has begun (or ended it).
+func (l *Lease) ending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.finished
+}
+
 // end stops renewal after the lease was handed to the server.
 func (l *Lease) end() {
 	l.cancel(ErrLeaseFinished)
@@ -193,14 +207,20 @@ func (l *Lease) end() {
 // and treats an execution_not_active reply that shows this very lease's
 // epoch and attempt with the expected outcome as success (the replay of
 // a call whose reply was lost), as FlowFabric's SDK does.
+//
+// A call that failed while the server still holds the lease (a refusal
+// such as a BUSY server, an invalid argument, or a transport error after
+// the retries) leaves the lease open: it keeps renewing and the caller
+// may end it another way (Run fails the attempt, or hands it back).
+// Only a reply that says the lease is gone ends it.
 func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call func(context.Context) error) error {
 	if err := l.begin(); err != nil {
 		return err
 	}
-	defer l.end()
 	var err error
 	for try := 0; try < 3; try++ {
 		if err = call(ctx); err == nil {
+			l.end()
 			return nil
 		}
 		if valkey.CodeOf(err) != "" || pgCode(err) || ctx.Err() != nil {
@@ -211,9 +231,25 @@ func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call 
 	if errors.As(err, &le) && le.Code == valkey.CodeExecutionNotActive && outcome != "" &&
 		le.Detail(0) == outcome && le.Detail(1) == strconv.FormatUint(l.fence.LeaseEpoch, 10) &&
 		le.Detail(3) == l.fence.AttemptID {
+		l.end()
 		return nil
 	}
+	l.settle(err)
 	return fmt.Errorf("sdk: %s %s: %w", op, l.ID, err)
+}
+
+// settle ends the lease after a failed lease-ending call when the reply
+// says the server no longer holds it, and reopens it otherwise, so that
+// the execution is not stranded: the lease keeps renewing and another
+// ending call may follow.
+func (l *Lease) settle(err error) {
+	if leaseGone(err) {
+		l.end()
+		return
+	}
+	l.mu.Lock()
+	l.finished = false
+	l.mu.Unlock()
 }
 
 // Complete ends the attempt successfully (ff_complete_execution) and

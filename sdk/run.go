@@ -287,6 +287,27 @@ func (w *Worker) handle(hctx context.Context, l *Lease, h Handler) {
 	}
 	if err != nil {
 		w.log.Warn("ending lease failed", "execution_id", l.ID, "error", err)
+		w.rescue(fctx, l, err)
+	}
+}
+
+// rescue ends a lease whose ending call failed while the server still
+// holds it, so the execution is not stranded until its lease expires:
+// the attempt fails with the cause under the execution's retry policy,
+// and when that fails too the lease is handed back. A lease that is gone
+// (ended, lost, or refused as gone) needs nothing; one that cannot be
+// released at all is left to lease expiry and reclaim, and logged.
+func (w *Worker) rescue(ctx context.Context, l *Lease, cause error) {
+	if l.ending() {
+		return
+	}
+	ferr := w.fail(ctx, l, fmt.Errorf("ending the attempt failed: %w", cause), true)
+	if ferr == nil || l.ending() {
+		return
+	}
+	if herr := l.handBack(ctx); herr != nil {
+		w.log.Error("execution left to lease expiry and reclaim: its lease could not be failed or handed back",
+			"execution_id", l.ID, "fail_error", ferr, "hand_back_error", herr)
 	}
 }
 

@@ -115,15 +115,19 @@ func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, err
 		p.TimeoutAt = l.w.cfg.Clock().Add(spec.Timeout).UnixMilli()
 	}
 	res, err := l.w.vc.SuspendExecution(ctx, p)
-	if err == nil && res.AlreadySatisfied {
+	switch {
+	case err != nil:
+		// Not suspended: the lease stays open unless the reply says it
+		// is gone, so the handler's error fails the attempt under its
+		// retry policy instead of stranding the execution.
+		l.settle(err)
+		return nil, fmt.Errorf("sdk: suspend %s: %w", l.ID, err)
+	case res.AlreadySatisfied:
 		l.mu.Lock()
 		l.finished = false
 		l.mu.Unlock()
-	} else {
+	default:
 		l.end()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sdk: suspend %s: %w", l.ID, err)
 	}
 	if !res.AlreadySatisfied {
 		l.w.stats.suspended.Add(1)

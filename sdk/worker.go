@@ -42,10 +42,10 @@ const (
 	// round are kept for the next claims before a fresh scan: older heads
 	// have likely been taken by other workers.
 	candidateMaxAge = 250 * time.Millisecond
-	// reclaimReadEvery is how often a scan round also reads a window's
-	// due lease_expiry head. Reclaiming expired leases is the lease-expiry
-	// scanner's job; the worker's own read is a fallback and stays off
-	// the hot path.
+	// reclaimReadEvery is how often ClaimNext runs a reclaim pass (see
+	// reclaimDue): the lease-expiry scanner marks expired leases, and
+	// workers of the lane take them over; the pass stays off the hot
+	// path but runs whether or not the worker is busy.
 	reclaimReadEvery = time.Second
 	// notifiedWindowEvery is how often ClaimNext reads a window of
 	// partitions while eligible-work notifications are up and the last
@@ -172,13 +172,14 @@ type Worker struct {
 	laneRR atomic.Uint64
 
 	// scanMu guards the candidate buffer and the reclaim-read times.
-	scanMu      sync.Mutex
-	buffered    []candidate // eligible heads left by the last scan round
-	bufferedAt  time.Time
-	reclaimRead map[uint64]time.Time // window start → last lease_expiry read
-	wake        *eligibleWatch       // nil with DisableNotifications or on Postgres
-	lastWindow  time.Time            // last window read
-	windowFound bool                 // the last window read found work
+	scanMu        sync.Mutex
+	buffered      []candidate // eligible heads left by the last scan round
+	bufferedAt    time.Time
+	reclaimAt     time.Time      // last reclaim pass
+	reclaimCursor atomic.Uint64  // next window of the reclaim pass
+	wake          *eligibleWatch // nil with DisableNotifications or on Postgres
+	lastWindow    time.Time      // last window read
+	windowFound   bool           // the last window read found work
 
 	// soloParts are the solo partitions of the worker's lanes
 	// (model.PartitionConfig.SoloPartition): every execution outside a
@@ -215,13 +216,13 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 		return nil, err
 	}
 	w := &Worker{vc: vc, cfg: cfg, parts: parts, log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
-		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{},
-		reclaimRead: map[uint64]time.Time{}}
+		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{}}
 	for _, c := range cfg.Capabilities {
 		w.capSet[c] = true
 	}
 	w.caps = append([]string(nil), cfg.Capabilities...)
 	w.cursor.Store(model.FNV1a64(cfg.InstanceID) % uint64(parts.Flow))
+	w.reclaimCursor.Store(w.cursor.Load())
 	w.soloLanes = map[model.Partition][]string{}
 	for _, l := range cfg.Lanes {
 		p := parts.SoloPartition(l)
@@ -376,7 +377,6 @@ func (w *Worker) isClosed() bool {
 type candidate struct {
 	id      model.ExecutionID
 	lane    string
-	reclaim bool
 	promote *model.Partition // due delayed member of this partition
 }
 
@@ -384,8 +384,8 @@ type candidate struct {
 // heads the previous scan round left over (for up to candidateMaxAge),
 // then scans the next window of PartitionScanChunk partitions: one
 // pipelined round trip of ZRANGEBYSCORE lane:eligible LIMIT 0 1 per
-// partition and lane, plus, at most once per reclaimReadEvery per window
-// and unless DisableReclaim, the due head of lease_expiry. It returns
+// partition and lane. At most once per reclaimReadEvery, and unless
+// DisableReclaim, it first takes over an expired lease (reclaimDue). It returns
 // (nil, nil) when nothing was claimable; the next call reads the next
 // window. A window that produced work is read again on the next call (up
 // to 16 rounds in a row) because work tends to cluster on partitions.
@@ -402,6 +402,9 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	}
 	if w.pg != nil {
 		return w.pgClaimNext(ctx)
+	}
+	if l, err := w.reclaimDue(ctx); l != nil || err != nil {
+		return l, err
 	}
 	for {
 		c, ok := w.nextBuffered()
@@ -421,7 +424,7 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	}
 	if w.wake != nil {
 		if hot := w.wake.take(); len(hot) > 0 {
-			cands, err := w.scan(ctx, hot, false, w.headsPerKey(), nil)
+			cands, err := w.scan(ctx, hot, w.headsPerKey(), nil)
 			if err != nil {
 				return nil, err
 			}
@@ -439,7 +442,7 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	for s := range window {
 		window[s] = model.Partition{Family: model.FamilyFlow, Index: uint16((start + uint64(s)) % n)}
 	}
-	cands, err := w.scan(ctx, window, w.readReclaim(start), w.headsPerKey(), nil)
+	cands, err := w.scan(ctx, window, w.headsPerKey(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -453,11 +456,7 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 			promoted = w.promoteDue(ctx, c, *c.promote) || promoted
 			continue
 		}
-		if c.reclaim {
-			l, err = w.tryReclaim(ctx, c)
-		} else {
-			l, err = w.tryClaim(ctx, c)
-		}
+		l, err = w.tryClaim(ctx, c)
 		if err != nil {
 			return nil, err
 		}
@@ -492,7 +491,7 @@ func (w *Worker) claimSolo(ctx context.Context) (*Lease, error) {
 	if len(w.soloParts) == 0 {
 		return nil, nil
 	}
-	cands, err := w.scan(ctx, w.soloParts, false, soloHeads, w.soloLanes)
+	cands, err := w.scan(ctx, w.soloParts, soloHeads, w.soloLanes)
 	if err != nil {
 		return nil, err
 	}
@@ -545,7 +544,7 @@ func (w *Worker) nextBuffered() (candidate, bool) {
 func (w *Worker) keepBuffered(rest []candidate) {
 	var keep []candidate
 	for _, c := range rest {
-		if c.promote == nil && !c.reclaim {
+		if c.promote == nil {
 			keep = append(keep, c)
 		}
 	}
@@ -576,44 +575,25 @@ func (w *Worker) windowDue() bool {
 	return true
 }
 
-// readReclaim reports whether this round reads the window's lease_expiry
-// heads, and records the read.
-func (w *Worker) readReclaim(start uint64) bool {
-	if w.cfg.DisableReclaim {
-		return false
-	}
-	now := w.cfg.Clock()
-	w.scanMu.Lock()
-	defer w.scanMu.Unlock()
-	if last, ok := w.reclaimRead[start]; ok && now.Sub(last) < reclaimReadEvery && !now.Before(last) {
-		return false
-	}
-	w.reclaimRead[start] = now
-	return true
-}
-
 // scan reads up to heads eligible heads per partition of parts and lane
 // in one DoMulti and returns candidates: due delayed heads to promote
-// first (with PromoteDelayed), then reclaims (older work; only when
-// reclaim is set), then eligible heads, lanes rotated per call. The lanes
-// read on a partition are all the worker's, or only[p] when only is set.
-func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool, heads int64, only map[model.Partition][]string) ([]candidate, error) {
+// first (with PromoteDelayed), then eligible heads, lanes rotated per
+// call. The lanes read on a partition are all the worker's, or only[p]
+// when only is set.
+func (w *Worker) scan(ctx context.Context, parts []model.Partition, heads int64, only map[model.Partition][]string) ([]candidate, error) {
 	raw := w.vc.Raw()
 	lanes := w.cfg.Lanes
 	rot := int(w.laneRR.Add(1) % uint64(len(lanes)))
 	now := strconv.FormatInt(w.cfg.Clock().UnixMilli(), 10)
 	per := len(lanes)
-	if reclaim {
-		per++
-	}
 	if w.cfg.PromoteDelayed {
 		per += len(lanes)
 	}
 	cmds := make(vk.Commands, 0, len(parts)*per)
 	type slot struct {
-		part             model.Partition
-		lane             string
-		reclaim, delayed bool
+		part    model.Partition
+		lane    string
+		delayed bool
 	}
 	slots := make([]slot, 0, cap(cmds))
 	for _, p := range parts {
@@ -631,12 +611,8 @@ func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool
 				slots = append(slots, slot{part: p, lane: lane, delayed: true})
 			}
 		}
-		if reclaim {
-			cmds = append(cmds, raw.B().Zrangebyscore().Key(pk.LeaseExpiry()).Min("-inf").Max(now).Limit(0, 1).Build())
-			slots = append(slots, slot{part: p, reclaim: true})
-		}
 	}
-	var promotes, reclaims, eligible []candidate
+	var promotes, eligible []candidate
 	for i, r := range raw.DoMulti(ctx, cmds...) {
 		ids, err := r.AsStrSlice()
 		if err != nil {
@@ -653,14 +629,10 @@ func (w *Worker) scan(ctx context.Context, parts []model.Partition, reclaim bool
 				w.log.Warn("skipping malformed index member", "member", s, "partition", slots[i].part.Tag())
 				continue
 			}
-			if slots[i].reclaim {
-				reclaims = append(reclaims, candidate{id: id, reclaim: true})
-			} else {
-				eligible = append(eligible, candidate{id: id, lane: slots[i].lane})
-			}
+			eligible = append(eligible, candidate{id: id, lane: slots[i].lane})
 		}
 	}
-	return append(append(promotes, reclaims...), eligible...), nil
+	return append(promotes, eligible...), nil
 }
 
 // jobInfo is what a claim pre-reads about a candidate in one round trip.

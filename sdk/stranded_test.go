@@ -1,0 +1,145 @@
+package sdk_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+// A suspend that the server refuses (no waitpoint secret installed: the
+// case of `fabric run --valkey-url` on a fresh server before the
+// start-up check) leaves the lease open, so the handler's error fails the
+// attempt under its retry policy instead of stranding the execution
+// active until its lease expires.
+func TestFailedSuspendNeverStrands(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Run", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0) // no InstallWaitpointHMACSecret
+		id := b.create(t, sdk.ExecutionSpec{Lane: "approvals", Kind: "suspend"})
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"approvals"}})
+		var suspendErr atomic.Value
+		stop := runWorker(t, b.ctx, w, func(ctx context.Context, j *sdk.Job) error {
+			_, err := j.Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approve"}, Timeout: time.Hour})
+			if err != nil {
+				suspendErr.Store(err.Error())
+			}
+			return err
+		})
+		valkeytest.Eventually(t, 30*time.Second, "the execution failed terminally", func() bool {
+			return b.state(t, id).PublicState == model.PublicFailed
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := suspendErr.Load().(string)
+		if !strings.Contains(msg, "hmac_secret_not_initialized") {
+			t.Fatalf("suspend error %q, want hmac_secret_not_initialized", msg)
+		}
+		st := b.state(t, id)
+		if st.OwnershipState != model.OwnershipUnowned || !strings.Contains(st.Fields["failure_reason"], "hmac_secret_not_initialized") {
+			t.Fatalf("after the failed suspend: ownership %s, failure_reason %q", st.OwnershipState, st.Fields["failure_reason"])
+		}
+		if s := w.Stats(); s.Failed != 1 || s.Suspended != 0 {
+			t.Fatalf("stats %+v, want 1 failed and 0 suspended", s)
+		}
+	})
+
+	t.Run("Lease", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		id := b.create(t, sdk.ExecutionSpec{Lane: "approvals"})
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"approvals"}})
+		var l *sdk.Lease
+		valkeytest.Eventually(t, 30*time.Second, "claimed", func() bool { l = b.claim(t, w); return l != nil })
+		if _, err := l.Suspend(b.ctx, sdk.SuspendSpec{Signals: []string{"approve"}}); valkey.CodeOf(err) != "hmac_secret_not_initialized" {
+			t.Fatalf("suspend: %v, want hmac_secret_not_initialized", err)
+		}
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("the lease ended with the refused suspend: %v", err)
+		}
+		// Still ours: it renews and can end another way.
+		if err := l.Renew(b.ctx); err != nil {
+			t.Fatalf("renew after the refused suspend: %v", err)
+		}
+		if err := l.Complete(b.ctx, []byte("done")); err != nil {
+			t.Fatalf("complete after the refused suspend: %v", err)
+		}
+		if ps := b.state(t, id).PublicState; ps != model.PublicCompleted {
+			t.Fatalf("public_state %s", ps)
+		}
+	})
+}
+
+// A worker that is never idle still reclaims expired leases of its lane:
+// the reclaim pass runs whether or not eligible work keeps it busy (the
+// demo's case: suspend executions abandoned while the rest of the mix kept
+// every worker claiming from its solo partition).
+func TestBusyWorkerReclaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 8)
+	id := b.create(t, sdk.ExecutionSpec{Lane: "l", Kind: "crashed", Payload: []byte("x")})
+	actx, kill := context.WithCancel(b.ctx)
+	a, err := sdk.Connect(actx, b.vc, sdk.WorkerConfig{WorkerID: "a", Lanes: []string{"l"},
+		LeaseTTL: 150 * time.Millisecond, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l *sdk.Lease
+	valkeytest.Eventually(t, 30*time.Second, "a claims", func() bool { l = b.claim(t, a); return l != nil })
+	kill()
+	<-l.Context().Done()
+	if err := a.Close(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A backlog that never runs dry: every busy job adds two more.
+	for range 8 {
+		b.create(t, sdk.ExecutionSpec{Lane: "l", Kind: "busy"})
+	}
+	w := b.worker(t, sdk.WorkerConfig{WorkerID: "b", Lanes: []string{"l"}, Concurrency: 2})
+	reclaimed := make(chan *sdk.Job, 1)
+	var busy atomic.Int64
+	stop := runWorker(t, b.ctx, w, func(ctx context.Context, j *sdk.Job) error {
+		if j.ID == id {
+			reclaimed <- j
+			return nil
+		}
+		busy.Add(1)
+		for range 2 {
+			if _, err := b.c.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "l", Kind: "busy"}); err != nil && ctx.Err() == nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// Only once the worker is busy does the lease become reclaimable
+	// (stand in for the lease-expiry scanner).
+	valkeytest.Eventually(t, 30*time.Second, "the worker is busy", func() bool { return busy.Load() >= 20 })
+	valkeytest.Eventually(t, 30*time.Second, "lease marked expired", func() bool {
+		r, err := b.vc.MarkLeaseExpiredIfDue(b.ctx, &valkey.MarkLeaseExpiredIfDueParams{ExecutionID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Reason == "marked_expired"
+	})
+	var j *sdk.Job
+	select {
+	case j = <-reclaimed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("not reclaimed within 30 s while busy (%d busy jobs done)", busy.Load())
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if j.AttemptType != "reclaim" {
+		t.Fatalf("attempt type %q, want reclaim", j.AttemptType)
+	}
+}
