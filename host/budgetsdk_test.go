@@ -148,7 +148,8 @@ func TestBudgetResetUnblocksOverLimitExecutionsEndToEnd(t *testing.T) {
 	// limit of 30 (a budget is exhausted at usage >= hard).
 	spend := create(hard / tokens)
 	stop := e.runWorkers(1, worker, run.handler(e.c, bid, tokens))
-	valkeytest.Eventually(t, 30*time.Second, "first executions done", func() bool { return run.done(spend) })
+	// The handler returning is not the completion: wait for the outcome.
+	valkeytest.Eventually(t, 30*time.Second, "first executions done", func() bool { return run.done(spend) && e.allSucceeded(spend) })
 	stop()
 	for _, id := range spend {
 		if st := run.statusOf(id); st != valkey.BudgetOK {
@@ -235,7 +236,7 @@ func TestBudgetResetUnblocksOverLimitExecutionsEndToEnd(t *testing.T) {
 
 	// 6. SDK workers run them within the fresh budget.
 	e.runWorkers(1, worker, run.handler(e.c, bid, tokens))
-	valkeytest.Eventually(t, 30*time.Second, "unblocked executions done", func() bool { return run.done(blocked) })
+	valkeytest.Eventually(t, 30*time.Second, "unblocked executions done", func() bool { return run.done(blocked) && e.allSucceeded(blocked) })
 	for _, id := range blocked {
 		if st := run.statusOf(id); st != valkey.BudgetOK {
 			t.Fatalf("report of %s after reset: %s", id, st)
@@ -244,6 +245,19 @@ func TestBudgetResetUnblocksOverLimitExecutionsEndToEnd(t *testing.T) {
 			t.Fatalf("%s: terminal_outcome %q", id, out)
 		}
 	}
+}
+
+// allSucceeded reports whether every execution in ids has completed
+// with terminal_outcome success (a handler returning precedes the
+// completion its worker then writes).
+func (e *flowEnv) allSucceeded(ids []model.ExecutionID) bool {
+	e.t.Helper()
+	for _, id := range ids {
+		if e.core(id, "terminal_outcome") != "success" {
+			return false
+		}
+	}
+	return true
 }
 
 // budgetExhausted is the scheduler's admission test: some dimension's
