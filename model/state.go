@@ -128,3 +128,38 @@ const (
 func EligibleScore(createdAtMs int64, priority int) float64 {
 	return float64(createdAtMs) - float64(priority)*PriorityScoreFactor
 }
+
+// ExpectedLaneIndex returns the lane index an execution in this state
+// belongs in (pk is the execution's partition), or "" when the state has
+// none: an active execution whose lease expired or was revoked (it stays
+// out of lane:active until reclaimed), and unknown states.
+func ExpectedLaneIndex(pk PartitionKeys, phase, eligibility, ownership, lane string) string {
+	switch phase {
+	case PhaseActive:
+		if ownership == OwnershipLeased {
+			return pk.LaneActive(lane)
+		}
+	case PhaseRunnable:
+		switch eligibility {
+		case EligibleNow:
+			return pk.LaneEligible(lane)
+		case EligibleNotUntilTime:
+			return pk.LaneDelayed(lane)
+		case EligibleBlockedByDeps:
+			return pk.LaneBlockedDependencies(lane)
+		case EligibleBlockedByBudget:
+			return pk.LaneBlockedBudget(lane)
+		case EligibleBlockedByQuota:
+			return pk.LaneBlockedQuota(lane)
+		case EligibleBlockedByRoute:
+			return pk.LaneBlockedRoute(lane)
+		case EligibleBlockedByOperator:
+			return pk.LaneBlockedOperator(lane)
+		}
+	case PhaseSuspended:
+		return pk.LaneSuspended(lane)
+	case PhaseTerminal:
+		return pk.LaneTerminal(lane)
+	}
+	return ""
+}

@@ -51,39 +51,6 @@ func init() { pdk.Register(Plugin) }
 
 func main() {}
 
-// expected returns the index an execution in this state must be in, or ""
-// when the state has no expected index (treated as consistent).
-func expected(pk model.PartitionKeys, phase, elig, own, lane string) string {
-	switch phase {
-	case "active":
-		if own == "leased" {
-			return pk.LaneActive(lane)
-		}
-	case "runnable":
-		switch elig {
-		case "eligible_now":
-			return pk.LaneEligible(lane)
-		case "not_eligible_until_time":
-			return pk.LaneDelayed(lane)
-		case "blocked_by_dependencies":
-			return pk.LaneBlockedDependencies(lane)
-		case "blocked_by_budget":
-			return pk.LaneBlockedBudget(lane)
-		case "blocked_by_quota":
-			return pk.LaneBlockedQuota(lane)
-		case "blocked_by_route":
-			return pk.LaneBlockedRoute(lane)
-		case "blocked_by_operator":
-			return pk.LaneBlockedOperator(lane)
-		}
-	case "suspended":
-		return pk.LaneSuspended(lane)
-	case "terminal":
-		return pk.LaneTerminal(lane)
-	}
-	return ""
-}
-
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	var res abi.ScanResult
 	pk := model.KeysOn(req.Partition)
@@ -130,7 +97,7 @@ func logOnly(h pdk.Host, req abi.ScanRequest, pk model.PartitionKeys, filter pdk
 			h.Log(abi.LogWarn, "execution "+id+" is in all_executions but its core hash is missing")
 			res.Acted++
 		default:
-			key := expected(pk, pdk.FieldOr(c, 0, ""), pdk.FieldOr(c, 1, ""), pdk.FieldOr(c, 2, ""), pdk.FieldOr(c, 3, "default"))
+			key := model.ExpectedLaneIndex(pk, pdk.FieldOr(c, 0, ""), pdk.FieldOr(c, 1, ""), pdk.FieldOr(c, 2, ""), pdk.FieldOr(c, 3, "default"))
 			if key != "" {
 				which = append(which, i)
 				ops = append(ops, abi.ReadOp{Cmd: "ZSCORE", Key: key, Args: []string{id}})
