@@ -36,7 +36,9 @@ type PluginSource interface {
 //	fabric_plugin_host_calls_refused_total{plugin}     host-function calls refused (capability, budget)
 //	fabric_plugin_swaps_total{plugin}                  hot swaps
 //	fabric_plugin_info{plugin,version,state}           1 per loaded plugin
-//	fabric_plugin_lag_seconds{plugin}                  age of the oldest due item of its indexes
+//	fabric_plugin_lag_seconds{plugin}                  age of the oldest due item of its indexes it will act on
+//	fabric_plugin_waiting{plugin,cause}                due items it is done with, waiting on cause (e.g. reclaim)
+//	fabric_plugin_waiting_oldest_seconds{plugin,cause} age of the oldest of those
 //	fabric_plugin_faults_total{plugin,kind}            faults by kind (trap, plugin error, timeout, over memory, over output, over budget, bad output)
 //	fabric_plugin_commands_total{plugin}               backend commands of its host calls
 //	fabric_plugin_over_budget_total{plugin}            host calls refused for its budget
@@ -75,7 +77,9 @@ var (
 	descOverBudget = prometheus.NewDesc("fabric_plugin_over_budget_total", "Host calls refused because the plugin spent its budget.", []string{"plugin"}, nil)
 	descMemCap     = prometheus.NewDesc("fabric_plugin_memory_cap_bytes", "The memory cap the plugin runs under, after the operator's ceiling.", []string{"plugin"}, nil)
 	descRejected   = prometheus.NewDesc("fabric_plugin_rejected", "1 per plugin file the host refused to load, with the reason.", []string{"file", "reason"}, nil)
-	descLag        = prometheus.NewDesc("fabric_plugin_lag_seconds", "How long ago the oldest item of the plugin's due indexes became due (0: none due).", []string{"plugin"}, nil)
+	descLag        = prometheus.NewDesc("fabric_plugin_lag_seconds", "How long ago the oldest item of the plugin's due indexes that the plugin will act on became due (0: none due).", []string{"plugin"}, nil)
+	descWaiting    = prometheus.NewDesc("fabric_plugin_waiting", "Due items of the plugin's indexes it has already handled, waiting on something outside it (cause), at most 16 per partition.", []string{"plugin", "cause"}, nil)
+	descWaitOldest = prometheus.NewDesc("fabric_plugin_waiting_oldest_seconds", "How long ago the oldest waiting item became due.", []string{"plugin", "cause"}, nil)
 	descExecs      = prometheus.NewDesc("fabric_executions", "Executions by state (lane index).", []string{"state"}, nil)
 	descThroughput = prometheus.NewDesc("fabric_executions_terminal_per_second", "Executions reaching a terminal state per second, between the last two censuses.", nil, nil)
 	descUp         = prometheus.NewDesc("fabric_backend_up", "1 when the last keyspace census succeeded.", nil, nil)
@@ -118,7 +122,7 @@ type snapshotCollector Metrics
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCycles, descCalls, descItems, descErrors, descQuarantine, descQuarNow,
-		descHostCalls, descRefused, descSwaps, descInfo, descLag, descExecs, descThroughput, descUp,
+		descHostCalls, descRefused, descSwaps, descInfo, descLag, descWaiting, descWaitOldest, descExecs, descThroughput, descUp,
 		descFaults, descCommands, descOverBudget, descMemCap, descRejected} {
 		ch <- d
 	}
@@ -163,6 +167,10 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			if cen != nil {
 				if lag, ok := cen.LagMs[p.Name]; ok {
 					ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(lag)/1000, p.Name)
+				}
+				if w, ok := cen.Waiting[p.Name]; ok {
+					ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(w.Count), p.Name, w.Cause)
+					ch <- prometheus.MustNewConstMetric(descWaitOldest, prometheus.GaugeValue, float64(w.OldestMs)/1000, p.Name, w.Cause)
 				}
 			}
 		}

@@ -186,6 +186,13 @@ func Lines(prev *admin.Report, f Frame) []string {
 	if worst != "" {
 		s += fmt.Sprintf("  max lag %s (%s)", fmtDur(time.Duration(worstLag)*time.Millisecond), worst)
 	}
+	if c := f.Report.Census; c != nil {
+		for _, name := range census.DuePlugins() {
+			if w, ok := c.Waiting[name]; ok {
+				s += fmt.Sprintf("  waiting (%s): %s, oldest %s", name, w, fmtDur(time.Duration(w.OldestMs)*time.Millisecond))
+			}
+		}
+	}
 	if c := f.Report.Census; c != nil && c.Ownership != nil && len(c.Ownership.Hosts) > 0 {
 		s += fmt.Sprintf("  hosts %d, unowned partitions %d", len(c.Ownership.Hosts), c.Ownership.Free)
 	}

@@ -4,8 +4,8 @@
 // lease_expiry, engine spec §9.1: 1.5 s, 50 per partition).
 //
 // A marked execution stays in lease_expiry, as FlowFabric leaves it: that
-// entry is how workers find work to reclaim (the SDK's ClaimNext reads
-// the due head of lease_expiry, ff_reclaim_execution re-scores it). Unlike
+// entry is how workers find work to reclaim (the SDK's reclaim pass reads
+// the due heads of lease_expiry, ff_reclaim_execution re-scores it). Unlike
 // FlowFabric, the scanner pre-reads every due member's core in one
 // pipelined read and does not call ff_mark_lease_expired_if_due again for
 // a lease already marked expired or revoked: such a member is skipped,
