@@ -536,6 +536,30 @@ func (c *Client) InstallWaitpointHMACSecret(ctx context.Context, secretHex strin
 	})
 }
 
+// WaitpointHMACMissing counts the flow partitions whose waitpoint HMAC
+// keystore has no current key (one pipelined HGET current_kid per
+// partition). Suspending an execution on such a partition fails with
+// hmac_secret_not_initialized until a secret is installed.
+func (c *Client) WaitpointHMACMissing(ctx context.Context) (int, error) {
+	n := int(c.parts.Flow)
+	cmds := make(vk.Commands, n)
+	for i := range n {
+		key := model.KeysOn(model.Partition{Family: model.FamilyFlow, Index: uint16(i)}).WaitpointHMACSecrets()
+		cmds[i] = c.c.B().Hget().Key(key).Field("current_kid").Build()
+	}
+	missing := 0
+	for _, r := range c.c.DoMulti(ctx, cmds...) {
+		kid, err := r.ToString()
+		if err != nil && !vk.IsValkeyNil(err) {
+			return 0, fmt.Errorf("read waitpoint hmac keystore: %w", err)
+		}
+		if kid == "" {
+			missing++
+		}
+	}
+	return missing, nil
+}
+
 // suspEachFlowPartition runs fn for every flow partition, 16 at a time,
 // and joins the errors.
 func (c *Client) suspEachFlowPartition(ctx context.Context, fn func(model.Partition) error) error {

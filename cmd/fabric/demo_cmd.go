@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
@@ -44,11 +45,16 @@ func init() {
 					return err
 				}
 				defer conn.Close()
-				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: cfg.Lanes, WaitpointHMACSecret: wf.secretFor(conn)}); err != nil {
+				secret, err := wf.secretFor(ctx, conn, env.stdout)
+				if err != nil {
+					return err
+				}
+				if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: cfg.Lanes, WaitpointHMACSecret: secret}); err != nil {
 					return err
 				}
 				fmt.Fprintf(env.stdout, "fabric %s demo on %s; Ctrl-C stops submitting, drains and exits\n", Version, conn.Where)
 				cfg.Logger = conn.Logger
+				cfg.Audit = conn.Server != nil
 				sum, err := runWorkload(ctx, conn.Client, cfg, env.stdout)
 				fmt.Fprintf(env.stdout, "demo: %s\n", sum)
 				return err
@@ -97,13 +103,31 @@ func (w *workloadFlags) config() (workloadConfig, error) {
 	return cfg, nil
 }
 
-// secretFor returns the waitpoint secret to install: the flag's, or a
-// random one on a private server (whose data dies with it).
-func (w *workloadFlags) secretFor(conn *backendConn) string {
-	if *w.secret == "" && conn.Server != nil {
-		return randomHex(32)
+// secretFor returns the waitpoint secret to install: the flag's; a
+// random one on a private server (whose data dies with it); and on an
+// existing server whose keystore lacks one, a random one, said on out
+// with how to choose it — without a secret every suspend fails with
+// hmac_secret_not_initialized. A server that has one keeps it.
+func (w *workloadFlags) secretFor(ctx context.Context, conn *backendConn, out io.Writer) (string, error) {
+	switch {
+	case *w.secret != "":
+		return *w.secret, nil
+	case conn.Server != nil:
+		return randomHex(32), nil
 	}
-	return *w.secret
+	missing, err := conn.Client.WaitpointHMACMissing(ctx)
+	if err != nil {
+		return "", fmt.Errorf("check the waitpoint secret: %w", err)
+	}
+	if missing == 0 {
+		return "", nil
+	}
+	msg := fmt.Sprintf("waitpoint HMAC secret: none on %s (%d of %d flow partitions) and none given; installing a random one. "+
+		"Choose it with --waitpoint-hmac-secret or FF_WAITPOINT_HMAC_SECRET (hex); every FlowFabric server of this deployment must use the same",
+		conn.Where, missing, conn.Client.Partitions().Flow)
+	fmt.Fprintln(out, msg)
+	conn.Logger.Warn(msg)
+	return randomHex(32), nil
 }
 
 // Work kinds of the demo workload.
@@ -141,6 +165,10 @@ type workloadConfig struct {
 	Report time.Duration
 	// Logger receives SDK logs (discarded when nil).
 	Logger *slog.Logger
+	// Audit checks every execution of the deployment after the drain
+	// (internal/audit): each ended or states why it waits. Set for a
+	// private server, whose executions are all the demo's.
+	Audit bool
 }
 
 func defaultWorkloadConfig() workloadConfig {
@@ -242,6 +270,8 @@ type workloadSummary struct {
 	// connection resets); Dropped the items given up on after
 	// demoRetryFor of them.
 	Retried, Dropped int64
+	// Audit is the check after the drain (workloadConfig.Audit), or nil.
+	Audit *audit.Report
 }
 
 func (s workloadSummary) String() string {
@@ -400,6 +430,21 @@ drain:
 	sig.Wait()
 	wl.sweep(context.WithoutCancel(ctx))
 	sum := wl.summary(start)
+	if cfg.Audit {
+		rep, err := audit.Valkey(context.WithoutCancel(ctx), c, audit.Options{})
+		if err != nil {
+			return sum, fmt.Errorf("demo: audit: %w", err)
+		}
+		sum.Audit = rep
+		fmt.Fprintf(out, "demo: audit: %s\n", rep.Summary())
+		for _, v := range rep.Violations[:min(5, len(rep.Violations))] {
+			fmt.Fprintf(out, "demo: left behind: %s\n", v)
+			cfg.Logger.Warn("demo: execution left behind", "execution", v.String())
+		}
+		if !rep.OK() {
+			return sum, fmt.Errorf("demo: %d executions left behind (neither ended nor waiting for a stated reason)", len(rep.Violations)+rep.More)
+		}
+	}
 	if sum.Unfinished > 0 {
 		wl.describePending(context.WithoutCancel(ctx), 5)
 		return sum, fmt.Errorf("demo: %d executions not terminal after the %s drain (none is leased)", sum.Unfinished, cfg.DrainTimeout)

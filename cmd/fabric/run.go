@@ -140,7 +140,11 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	if *o.demo {
 		lanes = cfg.Lanes
 	}
-	if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: lanes, WaitpointHMACSecret: wf.secretFor(conn)}); err != nil {
+	secret, err := wf.secretFor(ctx, conn, out)
+	if err != nil {
+		return err
+	}
+	if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: lanes, WaitpointHMACSecret: secret}); err != nil {
 		return err
 	}
 	lib := libraryVersion(ctx, conn.Client)
@@ -226,6 +230,7 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	_, resolver := hostPlugin(h, "dependency")
 	cfg.PromoteInline, cfg.ResolveInline = !promoter, !resolver
 	cfg.Logger = conn.Logger
+	cfg.Audit = conn.Server != nil
 	if mode != "tty" {
 		fmt.Fprintln(out, "demo workload running; Ctrl-C stops submitting, drains and exits")
 	}

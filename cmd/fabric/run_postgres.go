@@ -16,6 +16,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -96,6 +97,7 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 		fmt.Fprintln(env.stdout, "warning: no pg_delayed_promoter plugin: delayed and retried work will not run again")
 	}
 	fmt.Fprintln(env.stdout, "demo workload running on Postgres (immediate, delayed, retry; suspend and dag run as immediate); Ctrl-C stops submitting, drains and exits")
+	cfg.Audit = f.pg.url == "" // a throwaway cluster holds only the demo's executions
 	sum, werr := runPostgresWorkload(ctx, pc, cfg, log, env.stdout)
 	fmt.Fprintf(env.stdout, "demo: %s\n", sum)
 	return werr
@@ -288,6 +290,19 @@ submit:
 	}
 	if n := sum.submitted.Load() - sum.completed.Load(); n > 0 && werr == nil {
 		werr = fmt.Errorf("%d submitted executions did not complete within the drain timeout %s", n, cfg.DrainTimeout)
+	}
+	if cfg.Audit {
+		rep, err := audit.Postgres(context.WithoutCancel(ctx), pc.Pool(), audit.Options{})
+		if err != nil {
+			return sum, errors.Join(werr, fmt.Errorf("demo: audit: %w", err))
+		}
+		fmt.Fprintf(out, "demo: audit: %s\n", rep.Summary())
+		for _, v := range rep.Violations[:min(5, len(rep.Violations))] {
+			fmt.Fprintf(out, "demo: left behind: %s\n", v)
+		}
+		if !rep.OK() && werr == nil {
+			werr = fmt.Errorf("demo: %d executions left behind (neither ended nor waiting for a stated reason)", len(rep.Violations)+rep.More)
+		}
 	}
 	return sum, werr
 }

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/fabric-host/fabric/internal/audit"
+)
+
+// errStuck is returned when `fabric executions stuck` found violations,
+// so scripts see a non-zero exit.
+var errStuck = errors.New("executions left behind")
+
+func init() {
+	register(&command{
+		name: "executions stuck",
+		summary: "List every execution of a deployment that neither ended nor states a live reason to wait " +
+			"(leased, eligible, delayed, blocked, suspended, awaiting reclaim); exit 1 when there is one.",
+		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
+			url := fs.String("valkey-url", "", "the deployment to check (required: a private server has nothing to check)")
+			grace := fs.Duration("grace", 30*time.Second, "how late a due timer (lease expiry, delay, suspension timeout) may be before it counts as missed")
+			reclaim := fs.Duration("reclaim-within", 2*time.Minute, "how long an expired lease may await reclaim by a worker of its lane")
+			limit := fs.Int("limit", 100, "print at most this many violations")
+			asJSON := fs.Bool("json", false, "print the report as JSON")
+			partitions := &partitionsFlag{}
+			fs.Var(partitions, "partitions", "the deployment's partition counts, flow=N,budget=N,quota=N (default 256/32/32)")
+			return func(ctx context.Context, env *cliEnv, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				if *url == "" {
+					return fmt.Errorf("%w: --valkey-url is required (the deployment to check)", errUsage)
+				}
+				if *limit <= 0 {
+					return fmt.Errorf("%w: --limit must be positive, got %d", errUsage, *limit)
+				}
+				b := &backendFlags{url: *url, logLevel: "error", partitions: partitions.PartitionConfig}
+				conn, err := b.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				rep, err := audit.Valkey(ctx, conn.Client, audit.Options{Grace: *grace, ReclaimWithin: *reclaim, Limit: *limit})
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					enc := json.NewEncoder(env.stdout)
+					enc.SetIndent("", "  ")
+					if err := enc.Encode(rep); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintln(env.stdout, rep.Summary())
+					for _, v := range rep.Violations {
+						fmt.Fprintln(env.stdout, v)
+					}
+					if rep.More > 0 {
+						fmt.Fprintf(env.stdout, "... and %d more\n", rep.More)
+					}
+				}
+				if !rep.OK() {
+					return errStuck
+				}
+				return nil
+			}
+		},
+	})
+}

@@ -1,0 +1,109 @@
+package audit_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/internal/audit"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
+
+// Executions in every waiting state are stated, not violations; an
+// execution pulled out of its index, a delay long past, a lease expired
+// and never marked, and a phase nothing knows are each named.
+func TestValkeyAudit(t *testing.T) {
+	t.Parallel()
+	vc := valkeytest.Client(t)
+	ctx := valkeytest.Context(t, 30*time.Second)
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(spec sdk.ExecutionSpec) model.ExecutionID {
+		t.Helper()
+		id, err := c.CreateExecution(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	eligible := create(sdk.ExecutionSpec{Lane: "a"})
+	delayed := create(sdk.ExecutionSpec{Lane: "a", Delay: time.Hour})
+	rep, err := audit.Valkey(ctx, vc, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Checked != 2 || rep.Waiting["eligible"] != 1 || rep.Waiting["delayed"] != 1 {
+		t.Fatalf("healthy: %s %v", rep.Summary(), rep.Violations)
+	}
+
+	// A leased execution whose lease expired a minute ago, never marked.
+	wctx, crash := context.WithCancel(ctx)
+	w, err := sdk.Connect(wctx, vc, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"b"}, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	leased := create(sdk.ExecutionSpec{Lane: "b"})
+	var l *sdk.Lease
+	valkeytest.Eventually(t, 10*time.Second, "claimed", func() bool {
+		l, err = w.ClaimNext(wctx)
+		return err == nil && l != nil
+	})
+	crash() // no renewals from here on: the test rewrites what the audit reads
+	<-l.Context().Done()
+	raw := vc.Raw()
+	now, _ := vc.ServerTime(ctx)
+	past := now - time.Minute.Milliseconds()
+	hset := func(id model.ExecutionID, kv ...string) {
+		t.Helper()
+		cmd := raw.B().Hset().Key(model.KeysFor(id).Core()).FieldValue()
+		for i := 0; i < len(kv); i += 2 {
+			cmd = cmd.FieldValue(kv[i], kv[i+1])
+		}
+		if err := raw.Do(ctx, cmd.Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	do := func(args ...string) {
+		t.Helper()
+		if err := raw.Do(ctx, raw.B().Arbitrary(args[0]).Keys(args[1]).Args(args[2:]...).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hset(leased, "lease_expires_at", itoa(past))
+	// The eligible one leaves its index; the delayed one's time passed.
+	pk := model.KeysOn(eligible.Partition())
+	do("ZREM", pk.LaneEligible("a"), string(eligible))
+	do("ZADD", model.KeysOn(delayed.Partition()).LaneDelayed("a"), itoa(past), string(delayed))
+	odd := create(sdk.ExecutionSpec{Lane: "a"})
+	hset(odd, "lifecycle_phase", "limbo")
+
+	rep, err = audit.Valkey(ctx, vc, audit.Options{ReclaimWithin: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[model.ExecutionID]string{eligible: "missing from", delayed: "not promoted", leased: "not marked expired",
+		odd: "unknown lifecycle phase"}
+	if len(rep.Violations) != len(want) {
+		t.Fatalf("violations %v, want %d", rep.Violations, len(want))
+	}
+	for _, v := range rep.Violations {
+		if w, ok := want[model.ExecutionID(v.ID)]; !ok || !strings.Contains(v.Problem, w) {
+			t.Errorf("violation %s, want %q", v, w)
+		}
+	}
+	if rep.OK() || !strings.Contains(rep.Summary(), "violations: 4") {
+		t.Fatalf("summary %s", rep.Summary())
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

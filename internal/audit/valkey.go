@@ -1,0 +1,139 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
+	vk "github.com/valkey-io/valkey-go"
+)
+
+// coreFields are the exec_core fields a Valkey check reads, in order.
+var coreFields = []string{"lifecycle_phase", "ownership_state", "eligibility_state", "lane_id",
+	"blocking_reason", "blocking_detail", "current_worker_id", "lease_expires_at", "lease_expired_at",
+	"lease_revoked_at", "current_waitpoint_id", "flow_id"}
+
+const (
+	fPhase = iota
+	fOwn
+	fElig
+	fLane
+	fReason
+	fDetail
+	fWorker
+	fLeaseExp
+	fExpiredAt
+	fRevokedAt
+	fWaitpoint
+	fFlow
+)
+
+// Valkey checks every execution of c's deployment (each flow partition's
+// all_executions set, read in pages of 500: one pipelined HMGET of the
+// cores and one of ZSCOREs in the expected lane indexes per page).
+func Valkey(ctx context.Context, c *valkey.Client, o Options) (*Report, error) {
+	o = o.withDefaults()
+	nowMs, err := c.ServerTime(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: server time: %w", err)
+	}
+	rep := &Report{At: time.UnixMilli(nowMs)}
+	raw := c.Raw()
+	for i := range int(c.Partitions().Flow) {
+		p := model.Partition{Family: model.FamilyFlow, Index: uint16(i)}
+		pk := model.KeysOn(p)
+		var cursor uint64
+		for {
+			page, err := raw.Do(ctx, raw.B().Sscan().Key(pk.AllExecutions()).Cursor(cursor).Count(500).Build()).AsScanEntry()
+			if err != nil {
+				return nil, fmt.Errorf("audit: SSCAN %s: %w", pk.AllExecutions(), err)
+			}
+			if err := checkPage(ctx, raw, o, rep, p, pk, page.Elements, nowMs); err != nil {
+				return nil, err
+			}
+			if cursor = page.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return rep, nil
+}
+
+func checkPage(ctx context.Context, raw vk.Client, o Options, rep *Report, p model.Partition, pk model.PartitionKeys, members []string, nowMs int64) error {
+	if len(members) == 0 {
+		return nil
+	}
+	cmds := make(vk.Commands, len(members))
+	for i, m := range members {
+		cmds[i] = raw.B().Hmget().Key(model.KeysForOn(p, model.ExecutionID(m)).Core()).Field(coreFields...).Build()
+	}
+	cores := make([][]string, len(members))
+	for i, r := range raw.DoMulti(ctx, cmds...) {
+		vals, err := r.ToArray()
+		if err != nil {
+			return fmt.Errorf("audit: read core of %s: %w", members[i], err)
+		}
+		f := make([]string, len(coreFields))
+		for j := range f {
+			if j < len(vals) {
+				f[j], _ = vals[j].ToString()
+			}
+		}
+		cores[i] = f
+	}
+	// The expected index of each, with its score (the due time of a
+	// delayed or suspended execution).
+	var zcmds vk.Commands
+	var which []int
+	for i, m := range members {
+		f := cores[i]
+		if idx := model.ExpectedLaneIndex(pk, f[fPhase], f[fElig], f[fOwn], laneOf(f)); idx != "" {
+			zcmds = append(zcmds, raw.B().Zscore().Key(idx).Member(m).Build())
+			which = append(which, i)
+		}
+	}
+	scores := make([]*float64, len(members))
+	for j, r := range raw.DoMulti(ctx, zcmds...) {
+		s, err := r.AsFloat64()
+		if vk.IsValkeyNil(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("audit: ZSCORE: %w", err)
+		}
+		scores[which[j]] = &s
+	}
+	for i, m := range members {
+		f := cores[i]
+		r := record{id: m, lane: laneOf(f), phase: f[fPhase], own: f[fOwn], elig: f[fElig], reason: f[fReason],
+			detail: f[fDetail], worker: f[fWorker], leaseExp: atoi(f[fLeaseExp]), inFlow: f[fFlow] != "",
+			waitpoint: f[fWaitpoint], checkID: true}
+		r.lostAt = atoi(f[fExpiredAt])
+		if r.own == model.OwnershipLeaseRevoked {
+			r.lostAt = atoi(f[fRevokedAt])
+		}
+		if idx := model.ExpectedLaneIndex(pk, r.phase, r.elig, r.own, r.lane); idx != "" && scores[i] == nil {
+			r.missingFrom = idx
+		} else if scores[i] != nil {
+			r.dueAt = int64(*scores[i]) // the delay's end or the suspension's timeout, where they apply
+		}
+		rep.Checked++
+		classify(o, rep, r, nowMs)
+	}
+	return nil
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+func laneOf(f []string) string {
+	if f[fLane] == "" {
+		return "default"
+	}
+	return f[fLane]
+}
