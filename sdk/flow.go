@@ -104,18 +104,6 @@ func (f *Flow) Add(ctx context.Context, spec ExecutionSpec, after ...model.Execu
 			return id, err
 		}
 	}
-	// Applying the edges moved the member off its hold (blocked on
-	// dependencies, or eligible when every parent had finished), but
-	// ff_apply_dependency_to_child only leaves the eligible index, so the
-	// hold's lane:delayed entry would linger for a day.
-	raw := f.c.vc.Raw()
-	lane, err := raw.Do(ctx, raw.B().Hget().Key(model.KeysFor(id).Core()).Field("lane_id").Build()).ToString()
-	if err != nil {
-		return id, fmt.Errorf("sdk: read lane of %s: %w", id, err)
-	}
-	if err := raw.Do(ctx, raw.B().Zrem().Key(model.KeysOn(p).LaneDelayed(lane)).Member(string(id)).Build()).Error(); err != nil {
-		return id, fmt.Errorf("sdk: clear hold of %s: %w", id, err)
-	}
 	return id, nil
 }
 

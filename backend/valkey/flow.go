@@ -227,7 +227,9 @@ func applyDependencyResult(rep *Reply) (int64, bool, error) {
 // slot), so nothing runs between them: no resolution of one edge can make
 // the child eligible while another of its edges is not applied yet. It
 // returns the child's unsatisfied count after the last edge (already
-// applied edges are skipped by the function and leave it unchanged).
+// applied edges are skipped by the function and leave it unchanged). The
+// child also leaves its lane:delayed in that transaction (see
+// applyEdgesTx).
 func (c *Client) ApplyDependenciesToChild(ctx context.Context, child model.ExecutionID, edges []*EdgeParams) (int64, error) {
 	if len(edges) == 0 {
 		return 0, nil
@@ -241,7 +243,7 @@ func (c *Client) ApplyDependenciesToChild(ctx context.Context, child model.Execu
 	if err != nil {
 		return 0, err
 	}
-	replies, err := c.applyEdgesTx(ctx, famLane(f[0]), edges, true)
+	replies, err := c.applyEdgesTx(ctx, child, famLane(f[0]), edges, true)
 	if err != nil {
 		return 0, fmt.Errorf("apply %d edges to %s: %w", len(edges), child, err)
 	}
@@ -265,17 +267,24 @@ func (c *Client) ApplyDependenciesToChild(ctx context.Context, child model.Execu
 	return unsatisfied, nil
 }
 
-// applyEdgesTx sends MULTI, one FCALL per edge, EXEC, and returns EXEC's
-// replies. When the server lacks the library (a queued command or a reply
-// says so) it reloads it and, if reload is set, runs the transaction once
-// more: applying is idempotent.
-func (c *Client) applyEdgesTx(ctx context.Context, lane string, edges []*EdgeParams, reload bool) ([]vk.ValkeyMessage, error) {
-	cmds := make(vk.Commands, 0, len(edges)+2)
+// applyEdgesTx sends MULTI, one FCALL per edge, a ZREM of the child from
+// its lane:delayed, EXEC, and returns the FCALLs' replies. The ZREM is
+// there because ff_apply_dependency_to_child blocks a delayed child (the
+// SDK holds a dependent member delayed until its edges are applied) on
+// its dependencies but leaves only lane:eligible (upstream's behaviour,
+// kept on the wire): without it the child sat in lane:delayed and
+// blocked:dependencies at once until a separate ZREM, which the index
+// reconciler caught in a plain demo run. When the server lacks the
+// library (a queued command or a reply says so) it reloads it and, if
+// reload is set, runs the transaction once more: applying is idempotent.
+func (c *Client) applyEdgesTx(ctx context.Context, child model.ExecutionID, lane string, edges []*EdgeParams, reload bool) ([]vk.ValkeyMessage, error) {
+	cmds := make(vk.Commands, 0, len(edges)+3)
 	cmds = append(cmds, c.c.B().Multi().Build())
 	for _, p := range edges {
 		call := c.applyDependencyCall(lane, p)
 		cmds = append(cmds, c.fcallCmd(call.Function, call.Keys, call.Args))
 	}
+	cmds = append(cmds, c.c.B().Zrem().Key(model.KeysOn(child.Partition()).LaneDelayed(lane)).Member(string(child)).Build())
 	cmds = append(cmds, c.c.B().Exec().Build())
 	res := c.c.DoMulti(ctx, cmds...)
 	replies, err := res[len(res)-1].ToArray()
@@ -297,15 +306,18 @@ func (c *Client) applyEdgesTx(ctx context.Context, lane string, edges []*EdgePar
 		if err := c.reload(ctx, missing); err != nil {
 			return nil, err
 		}
-		return c.applyEdgesTx(ctx, lane, edges, false)
+		return c.applyEdgesTx(ctx, child, lane, edges, false)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("MULTI/EXEC: %w", err)
 	}
-	if len(replies) != len(edges) {
-		return nil, fmt.Errorf("%w: EXEC returned %d replies for %d calls", ErrMalformedReply, len(replies), len(edges))
+	if len(replies) != len(edges)+1 {
+		return nil, fmt.Errorf("%w: EXEC returned %d replies for %d calls", ErrMalformedReply, len(replies), len(edges)+1)
 	}
-	return replies, nil
+	if err := replies[len(edges)].Error(); err != nil {
+		return nil, fmt.Errorf("leave lane:delayed: %w", err)
+	}
+	return replies[:len(edges)], nil
 }
 
 // ResolveDependencyParams are the inputs of ResolveDependency.

@@ -11,6 +11,7 @@ import (
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/model"
+	vk "github.com/valkey-io/valkey-go"
 )
 
 func TestCreateFlowAndAddMembers(t *testing.T) {
@@ -1045,6 +1046,37 @@ func TestApplyDependenciesToChild(t *testing.T) {
 	// An edge of another child is refused.
 	if _, err := c.ApplyDependenciesToChild(ctx, b, edges); err == nil {
 		t.Fatal("edges of another child applied")
+	}
+	// A held (delayed) child leaves lane:delayed in the same transaction
+	// that blocks it on its dependencies.
+	h := famMember(t, c, flow, "lane-x", 4)
+	pk := model.KeysOn(h.Partition())
+	raw := c.Raw()
+	for _, cmd := range []vk.Completed{
+		raw.B().Hset().Key(model.KeysFor(h).Core()).FieldValue().FieldValue("eligibility_state", "not_eligible_until_time").
+			FieldValue("public_state", "delayed").FieldValue("delay_until", "99999999999999").Build(),
+		raw.B().Zrem().Key(pk.LaneEligible("lane-x")).Member(string(h)).Build(),
+		raw.B().Zadd().Key(pk.LaneDelayed("lane-x")).ScoreMember().ScoreMember(99999999999999, string(h)).Build(),
+	} {
+		if err := raw.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := &valkey.EdgeParams{Flow: flow, EdgeID: model.NewUUID(), Upstream: a, Downstream: h,
+		GraphRevision: famRevision(t, c, flow), NowMs: famNow}
+	rev, err := c.StageDependencyEdge(ctx, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.GraphRevision = rev
+	if _, err := c.ApplyDependenciesToChild(ctx, h, []*valkey.EdgeParams{held}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := famScore(t, c, pk.LaneDelayed("lane-x"), string(h)); ok {
+		t.Fatal("the held child is still in lane:delayed after its dependencies were applied")
+	}
+	if _, ok := famScore(t, c, pk.LaneBlockedDependencies("lane-x"), string(h)); !ok {
+		t.Fatal("the held child is not in blocked:dependencies")
 	}
 	// A Lua error names the edge.
 	ghost := c.Partitions().NewFlowExecutionID(flow)
