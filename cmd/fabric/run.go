@@ -97,11 +97,14 @@ type runFlags struct {
 // errBrokenPipe ends a run whose output reader went away (`| head`).
 var errBrokenPipe = errors.New("output closed (broken pipe)")
 
+// errInterruptKey ends a run whose live view read Ctrl-C or q.
+var errInterruptKey = errors.New("interrupted from the keyboard")
+
 // runHost is `fabric run`: connect (or start a private server),
 // bootstrap, start the host, the census sampler, the admin server, the
 // status view and the demo workload; on Ctrl-C, SIGTERM or a closed
 // output, drain and stop everything in reverse, the private server last.
-func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlags, o *runFlags) error {
+func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlags, o *runFlags) (err error) {
 	cfg, err := wf.config()
 	if err != nil {
 		return err
@@ -110,8 +113,18 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	if err != nil {
 		return err
 	}
+	asked := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	defer func() {
+		// A run stopped during start-up because its reader went away
+		// (`| head`) or because the operator asked (Ctrl-C, SIGTERM) did
+		// what it was told: its "context canceled" is not a failure.
+		if err != nil && errors.Is(err, context.Canceled) &&
+			(context.Cause(ctx) == errBrokenPipe || context.Cause(ctx) == errInterruptKey || asked.Err() != nil) {
+			err = nil
+		}
+	}()
 	// A closed stdout must stop the run, not kill the process: Go exits on
 	// SIGPIPE from stdout unless it is notified, and a killed run would
 	// leave leases behind. Once notified, a broken pipe on any descriptor
@@ -126,6 +139,10 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	if mode == "tty" {
 		events = statusview.NewTail(6)
 		b.logOut = events
+		if f, ok := env.stdout.(*os.File); ok && f == os.Stdout {
+			restore := catchInterruptKey(os.Stdin, func() { cancel(errInterruptKey) })
+			defer restore()
+		}
 	}
 	b.partitions = o.partitions.PartitionConfig
 	conn, err := b.connect(ctx, env)
