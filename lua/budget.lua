@@ -100,7 +100,7 @@ end
 -- KEYS: def, limits, usage, budget_resets, budget_policies.
 -- ARGV: budget_id, scope_type, scope_id, enforcement_mode, on_hard_limit,
 -- on_soft_limit, reset_interval_ms, now_ms, D, D names, D hard, D soft.
-redis.register_function('ff_create_budget', function(keys, args)
+redis.register_function('ff_create_budget', with_keys(5, function(keys, args)
   local budget_id = args[1]
   if budget_id == nil then
     return err('invalid_input', 'budget_id required')
@@ -151,11 +151,11 @@ redis.register_function('ff_create_budget', function(keys, args)
     redis.call('ZADD', keys[4], tonumber(next_reset), budget_id)
   end
   return ok(budget_id)
-end)
+end))
 
 -- KEYS: usage, limits, def.
 -- ARGV: D, D names, D deltas, now_ms, dedup key ("" = none).
-redis.register_function('ff_report_usage_and_check', function(keys, args)
+redis.register_function('ff_report_usage_and_check', with_keys(3, function(keys, args)
   local d, e = num_arg(args[1], 'dim_count')
   if e then return e end
   local dims = {}
@@ -171,11 +171,11 @@ redis.register_function('ff_report_usage_and_check', function(keys, args)
   end
   return budgetx.apply(keys[1], keys[2], keys[3], dims, deltas, now,
     args[2 * d + 3] or '', nil, nil)
-end)
+end))
 
 -- KEYS: usage, limits, def, by_exec:<eid>, by_exec:index.
 -- ARGV: P, P (dim, delta) pairs, now_ms, dedup key, execution_id.
-redis.register_function('ff_record_spend', function(keys, args)
+redis.register_function('ff_record_spend', with_keys(5, function(keys, args)
   local p, e = num_arg(args[1], 'pair_count')
   if e then return e end
   local dims = {}
@@ -197,10 +197,10 @@ redis.register_function('ff_record_spend', function(keys, args)
   end
   return budgetx.apply(keys[1], keys[2], keys[3], dims, deltas, now,
     args[3 + 2 * p] or '', mirror, after)
-end)
+end))
 
 -- KEYS: usage, by_exec:<eid>, by_exec:index. ARGV: budget_id, execution_id.
-redis.register_function('ff_release_budget', function(keys, args)
+redis.register_function('ff_release_budget', with_keys(3, function(keys, args)
   local eid = args[2]
   if eid == nil then
     return err('invalid_input', 'execution_id required')
@@ -221,10 +221,10 @@ redis.register_function('ff_release_budget', function(keys, args)
   redis.call('DEL', keys[2])
   redis.call('SREM', keys[3], eid)
   return ok('released')
-end)
+end))
 
 -- KEYS: def, usage, budget_resets. ARGV: budget_id, now_ms.
-redis.register_function('ff_reset_budget', function(keys, args)
+redis.register_function('ff_reset_budget', with_keys(3, function(keys, args)
   local budget_id = args[1]
   if budget_id == nil then
     return err('invalid_input', 'budget_id required')
@@ -260,11 +260,11 @@ redis.register_function('ff_reset_budget', function(keys, args)
     redis.call('ZREM', keys[3], budget_id)
   end
   return ok(next_reset)
-end)
+end))
 
 -- KEYS: exec_core, source blocked ZSET, lane eligible.
 -- ARGV: execution_id, now_ms, expected blocking_reason ("" = any).
-redis.register_function('ff_unblock_execution', function(keys, args)
+redis.register_function('ff_unblock_execution', with_keys(3, function(keys, args)
   local eid = args[1]
   if eid == nil then
     return err('invalid_input', 'execution_id required')
@@ -302,11 +302,11 @@ redis.register_function('ff_unblock_execution', function(keys, args)
   redis.call('ZREM', keys[2], eid)
   redis.call('ZADD', keys[3], eligible_score(core.priority, core.created_at), eid)
   return ok('unblocked')
-end)
+end))
 
 -- KEYS: exec_core, lane eligible, target blocked ZSET.
 -- ARGV: execution_id, blocking_reason, blocking_detail, now_ms.
-redis.register_function('ff_block_execution_for_admission', function(keys, args)
+redis.register_function('ff_block_execution_for_admission', with_keys(3, function(keys, args)
   local eid = args[1]
   if eid == nil then
     return err('invalid_input', 'execution_id required')
@@ -349,4 +349,4 @@ redis.register_function('ff_block_execution_for_admission', function(keys, args)
   redis.call('ZREM', keys[2], eid)
   redis.call('ZADD', keys[3], now_n, eid)
   return ok('blocked')
-end)
+end))

@@ -78,7 +78,7 @@ end
 -- ARGV: eid, namespace, lane_id, kind, priority, creator, policy_json,
 --       payload, delay_until, dedup_ttl_ms, tags_json, deadline_at,
 --       partition_id
-redis.register_function('ff_create_execution', function(keys, args)
+redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
   local priority, perr = num_arg(args[5], 'priority')
   if not priority then return perr end
   if priority < 0 then priority = 0 end
@@ -224,7 +224,7 @@ redis.register_function('ff_create_execution', function(keys, args)
   end
 
   return ok(eid, public)
-end)
+end))
 
 -- Flattens an attempt-policy JSON object into HSET pairs: one field per
 -- top-level key, nested tables JSON-encoded, scalars tostring'd. Returns
@@ -279,7 +279,7 @@ end
 -- ARGV: eid, worker_id, worker_instance_id, lane, capability_hash,
 --       lease_id, lease_ttl_ms, renew_before_ms, attempt_id,
 --       attempt_policy_json, attempt_timeout_ms, execution_deadline_at
-redis.register_function('ff_claim_execution', function(keys, args)
+redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   local ttl, e1 = num_arg(args[7], 'lease_ttl_ms')
   if not ttl then return e1 end
   local renew_before, e2 = num_arg(args[8], 'renew_before_ms')
@@ -418,14 +418,14 @@ redis.register_function('ff_claim_execution', function(keys, args)
     'ts', now_s)
 
   return ok(lease_id, epoch_s, tostring(expires), attempt_id, idx_s, attempt_type)
-end)
+end))
 
 -- ff_complete_execution
 -- KEYS: core, attempt hash, lease_expiry, worker_leases, lane terminal,
 --       lease_current, lease_history, lane active, stream_meta, result,
 --       attempt_timeout, execution_deadline
 -- ARGV: eid, lease_id, lease_epoch, attempt_id, result_payload, [source]
-redis.register_function('ff_complete_execution', function(keys, args)
+redis.register_function('ff_complete_execution', with_keys(12, function(keys, args)
   local eid = args[1] or ''
   local payload = args[5] or ''
   local now = now_ms()
@@ -478,7 +478,7 @@ redis.register_function('ff_complete_execution', function(keys, args)
 
   publish_completion(eid, core.flow_id, 'success')
   return ok('completed')
-end)
+end))
 
 -- Closes a hash-backed record when it exists (HSET of the given pairs).
 function xh.close_if_exists(key, ...)
@@ -494,7 +494,7 @@ end
 --       attempt_timeout, execution_deadline, lane eligible, lane delayed,
 --       lane blocked:{dependencies,budget,quota,route,operator}
 -- ARGV: eid, reason, source, lease_id, lease_epoch
-redis.register_function('ff_cancel_execution', function(keys, args)
+redis.register_function('ff_cancel_execution', with_keys(21, function(keys, args)
   local eid = args[1] or ''
   local reason = args[2] or ''
   local source = args[3] or ''
@@ -598,7 +598,7 @@ redis.register_function('ff_cancel_execution', function(keys, args)
     publish_completion(eid, core.flow_id, 'cancelled')
   end
   return ok('cancelled', phase)
-end)
+end))
 
 -- Shared body of ff_delay_execution and ff_move_to_waiting_children: reads
 -- the core, resolves the fence and validates the lease. Returns core and
@@ -624,7 +624,7 @@ xh.RELEASE_CLEAR = {
 -- KEYS: core, attempt hash, lease_current, lease_history, lease_expiry,
 --       worker_leases, lane active, lane delayed, attempt_timeout
 -- ARGV: eid, lease_id, lease_epoch, attempt_id, delay_until, [source]
-redis.register_function('ff_delay_execution', function(keys, args)
+redis.register_function('ff_delay_execution', with_keys(9, function(keys, args)
   local until_n, nerr = num_arg(args[5], 'delay_until')
   if not until_n then return nerr end
   local eid = args[1] or ''
@@ -667,14 +667,14 @@ redis.register_function('ff_delay_execution', function(keys, args)
     'reason', 'worker_delay',
     'ts', now_s)
   return ok(delay_until)
-end)
+end))
 
 -- ff_move_to_waiting_children
 -- KEYS: core, attempt hash, lease_current, lease_history, lease_expiry,
 --       worker_leases, lane active, lane blocked:dependencies,
 --       attempt_timeout
 -- ARGV: eid, lease_id, lease_epoch, attempt_id, [source]
-redis.register_function('ff_move_to_waiting_children', function(keys, args)
+redis.register_function('ff_move_to_waiting_children', with_keys(9, function(keys, args)
   local eid = args[1] or ''
   local now = now_ms()
 
@@ -713,7 +713,7 @@ redis.register_function('ff_move_to_waiting_children', function(keys, args)
     'ts', now_s)
   redis.call('ZADD', keys[8], tonumber(core.created_at) or 0, eid)
   return ok()
-end)
+end))
 
 -- Retry decision of ff_fail_execution. Returns (true, backoff_ms) when a
 -- retry is due, else false. max_retries defaults to 0; backoff is
@@ -745,7 +745,7 @@ end
 --       stream_meta, attempt_timeout, execution_deadline
 -- ARGV: eid, lease_id, lease_epoch, attempt_id, failure_reason,
 --       failure_category, retry_policy_json, [source]
-redis.register_function('ff_fail_execution', function(keys, args)
+redis.register_function('ff_fail_execution', with_keys(12, function(keys, args)
   local eid = args[1] or ''
   local reason = args[5] or ''
   local category = args[6] or ''
@@ -832,7 +832,7 @@ redis.register_function('ff_fail_execution', function(keys, args)
     'ts', now_s)
   publish_completion(eid, core.flow_id, 'failed')
   return ok('terminal_failed')
-end)
+end))
 
 -- ff_reclaim_execution
 -- KEYS: core, claim_grant, old attempt hash, old stream_meta, new attempt
@@ -841,7 +841,7 @@ end)
 --       attempt_timeout, execution_deadline
 -- ARGV: eid, worker_id, worker_instance_id, lane, lease_id, lease_ttl_ms,
 --       attempt_id, attempt_policy_json (unused), [default_max_reclaim_count]
-redis.register_function('ff_reclaim_execution', function(keys, args)
+redis.register_function('ff_reclaim_execution', with_keys(14, function(keys, args)
   local ttl, terr = num_arg(args[6], 'lease_ttl_ms')
   if not ttl then return terr end
   local max_reclaim = 100
@@ -989,7 +989,7 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
     'ts', now_s)
 
   return ok(lease_id, epoch_s, tostring(expires), attempt_id, idx_s, 'reclaim')
-end)
+end))
 
 -- ff_expire_execution
 -- KEYS: core, attempt hash, stream_meta, lease_current, lease_history,
@@ -997,7 +997,7 @@ end)
 --       attempt_timeout, execution_deadline, lane suspended,
 --       suspension_timeout, suspension_current
 -- ARGV: eid, expire_reason (attempt_timeout | execution_deadline)
-redis.register_function('ff_expire_execution', function(keys, args)
+redis.register_function('ff_expire_execution', with_keys(14, function(keys, args)
   local eid = args[1] or ''
   local reason = args[2] or 'attempt_timeout'
   local now = now_ms()
@@ -1096,12 +1096,12 @@ redis.register_function('ff_expire_execution', function(keys, args)
 
   publish_completion(eid, core.flow_id, 'expired')
   return ok('expired', phase)
-end)
+end))
 
 -- ff_set_execution_tags
 -- KEYS: core, tags
 -- ARGV: k1, v1, k2, v2, ... (keys must look like <caller>.<field>)
-redis.register_function('ff_set_execution_tags', function(keys, args)
+redis.register_function('ff_set_execution_tags', with_keys(2, function(keys, args)
   local n = #args
   if n == 0 or n % 2 ~= 0 then
     return err('invalid_input', 'tags must be non-empty even-length key/value pairs')
@@ -1117,4 +1117,4 @@ redis.register_function('ff_set_execution_tags', function(keys, args)
   redis.call('HSET', keys[2], unpack(args))
   redis.call('HSET', keys[1], 'last_mutation_at', tostring(now_ms()))
   return ok(tostring(n / 2))
-end)
+end))

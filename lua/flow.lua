@@ -214,7 +214,7 @@ end
 
 -- KEYS: flow_core, members (unused), flow_index.
 -- ARGV: flow_id, flow_kind, namespace, now_ms (ignored: server TIME).
-redis.register_function('ff_create_flow', function(keys, args)
+redis.register_function('ff_create_flow', with_keys(3, function(keys, args)
   local flow_id = args[1]
   if flow_id == nil then
     return err('invalid_input', 'flow_id required')
@@ -235,11 +235,11 @@ redis.register_function('ff_create_flow', function(keys, args)
     'created_at', now,
     'last_mutation_at', now)
   return ok(flow_id)
-end)
+end))
 
 -- KEYS: flow_core, members, flow_index, exec_core.
 -- ARGV: flow_id, execution_id, now_ms (ignored: server TIME).
-redis.register_function('ff_add_execution_to_flow', function(keys, args)
+redis.register_function('ff_add_execution_to_flow', with_keys(4, function(keys, args)
   local flow_id, eid = args[1], args[2]
   if flow_id == nil or eid == nil then
     return err('invalid_input', 'flow_id and execution_id required')
@@ -272,12 +272,12 @@ redis.register_function('ff_add_execution_to_flow', function(keys, args)
   redis.call('HINCRBY', keys[1], 'graph_revision', 1)
   redis.call('HSET', keys[1], 'last_mutation_at', now)
   return ok(eid, tostring(nodes))
-end)
+end))
 
 -- KEYS: flow_core, members, flow_index (unused), pending_cancels,
 -- cancel_backlog. ARGV: flow_id, reason, cancellation_policy, now_ms
 -- (ignored), grace_ms ("" = 30000).
-redis.register_function('ff_cancel_flow', function(keys, args)
+redis.register_function('ff_cancel_flow', with_keys(5, function(keys, args)
   local flow_id = args[1]
   local grace = 30000
   if args[5] ~= nil and args[5] ~= '' then
@@ -325,10 +325,10 @@ redis.register_function('ff_cancel_flow', function(keys, args)
     reply[#reply + 1] = m
   end
   return reply
-end)
+end))
 
 -- KEYS: pending_cancels, cancel_backlog. ARGV: execution_id, flow_id.
-redis.register_function('ff_ack_cancel_member', function(keys, args)
+redis.register_function('ff_ack_cancel_member', with_keys(2, function(keys, args)
   if args[1] == nil or args[2] == nil then
     return err('invalid_input', 'execution_id and flow_id required')
   end
@@ -337,12 +337,12 @@ redis.register_function('ff_ack_cancel_member', function(keys, args)
     redis.call('ZREM', keys[2], args[2])
   end
   return ok()
-end)
+end))
 
 -- KEYS: flow_core, members, edge, out:<up>, in:<down>, grant (unused).
 -- ARGV: flow_id, edge_id, upstream_eid, downstream_eid, dependency_kind,
 -- data_passing_ref, expected_graph_revision, now_ms.
-redis.register_function('ff_stage_dependency_edge', function(keys, args)
+redis.register_function('ff_stage_dependency_edge', with_keys(5, function(keys, args)
   local A = {
     flow_id = args[1],
     edge_id = args[2],
@@ -397,11 +397,11 @@ redis.register_function('ff_stage_dependency_edge', function(keys, args)
   redis.call('HINCRBY', keys[1], 'edge_count', 1)
   redis.call('HSET', keys[1], 'last_mutation_at', A.now)
   return ok(A.edge_id, tostring(rev))
-end)
+end))
 
 -- KEYS: flow_core, edgegroup:<down>.
 -- ARGV: policy_variant, on_satisfied, k, now_ms.
-redis.register_function('ff_set_edge_group_policy', function(keys, args)
+redis.register_function('ff_set_edge_group_policy', with_keys(2, function(keys, args)
   local variant = args[1]
   local on_satisfied = args[2] or ''
   local k = tonumber(args[3] or '0') or 0
@@ -437,13 +437,13 @@ redis.register_function('ff_set_edge_group_policy', function(keys, args)
     'group_state', 'pending',
     'created_at', args[4])
   return ok('set')
-end)
+end))
 
 -- KEYS: exec_core, deps_meta, deps_unresolved, dep:<edge>, lane eligible,
 -- lane blocked:dependencies, deps_all_edges, edgegroup:<child> (optional).
 -- ARGV: flow_id, edge_id, upstream_eid, graph_revision, dependency_kind,
 -- data_passing_ref, now_ms.
-redis.register_function('ff_apply_dependency_to_child', function(keys, args)
+redis.register_function('ff_apply_dependency_to_child', with_keys(7, function(keys, args)
   local flow_id, edge_id, now = args[1], args[2], args[7]
   if flow_id == nil or edge_id == nil or args[3] == nil or args[4] == nil or now == nil then
     return err('invalid_input', 'flow_id, edge_id, upstream_eid, graph_revision and now_ms required')
@@ -505,7 +505,7 @@ redis.register_function('ff_apply_dependency_to_child', function(keys, args)
     redis.call('ZADD', keys[6], tonumber(core.created_at or '0') or 0, core.execution_id or '')
   end
   return ok(tostring(unresolved))
-end)
+end))
 
 -- KEYS: exec_core, deps_meta, deps_unresolved, dep:<edge>, lane eligible,
 -- lane terminal, lane blocked:dependencies, child attempt hash, child
@@ -514,7 +514,7 @@ end)
 -- ARGV: edge_id, upstream terminal_outcome, now_ms, [4] flow_id,
 -- [5] downstream eid. The 11-KEYS / 3-ARGV form resolves as all_of and
 -- never enqueues sibling cancels.
-redis.register_function('ff_resolve_dependency', function(keys, args)
+redis.register_function('ff_resolve_dependency', with_keys(11, function(keys, args)
   local K = {
     core = keys[1], meta = keys[2], unresolved = keys[3], dep = keys[4],
     eligible = keys[5], terminal = keys[6], blocked = keys[7],
@@ -588,11 +588,11 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
   local core = hash_table(K.core)
   if next(core) == nil then return ok('impossible', '') end
   return ok('impossible', flowx.skip(K, core, A.now, A.now_n))
-end)
+end))
 
 -- KEYS: pending_cancel_groups, edgegroup:<down>.
 -- ARGV: flow_id, downstream_eid.
-redis.register_function('ff_drain_sibling_cancel_group', function(keys, args)
+redis.register_function('ff_drain_sibling_cancel_group', with_keys(2, function(keys, args)
   local flow_id, down = args[1] or '', args[2] or ''
   if not is_set(flow_id) or not is_set(down) then
     return err('invalid_args', 'flow_id and downstream_eid required')
@@ -605,11 +605,11 @@ redis.register_function('ff_drain_sibling_cancel_group', function(keys, args)
   if removed == 0 then return ok('already_drained', '') end
   if not has_group then return ok('drained_sans_group', '') end
   return ok('drained', '')
-end)
+end))
 
 -- KEYS: pending_cancel_groups, edgegroup:<down>.
 -- ARGV: flow_id, downstream_eid.
-redis.register_function('ff_reconcile_sibling_cancel_group', function(keys, args)
+redis.register_function('ff_reconcile_sibling_cancel_group', with_keys(2, function(keys, args)
   local flow_id, down = args[1] or '', args[2] or ''
   if not is_set(flow_id) or not is_set(down) then
     return err('invalid_args', 'flow_id and downstream_eid required')
@@ -639,10 +639,10 @@ redis.register_function('ff_reconcile_sibling_cancel_group', function(keys, args
   redis.call('HDEL', keys[2], 'cancel_siblings_pending_flag', 'cancel_siblings_pending_members')
   redis.call('SREM', keys[1], member)
   return ok('completed_drain', '')
-end)
+end))
 
 -- KEYS: exec_core, deps_meta. Read-only.
-redis.register_function('ff_evaluate_flow_eligibility', function(keys, args)
+redis.register_function('ff_evaluate_flow_eligibility', with_keys(2, function(keys, args)
   local core = hash_table(keys[1])
   if next(core) == nil then return ok('not_found') end
   if core.lifecycle_phase ~= 'runnable' then return ok('not_runnable') end
@@ -657,11 +657,11 @@ redis.register_function('ff_evaluate_flow_eligibility', function(keys, args)
     return ok('blocked_by_dependencies')
   end
   return ok('eligible')
-end)
+end))
 
 -- KEYS: exec_core, lane blocked:dependencies, lane eligible, deps_meta,
 -- deps_unresolved. ARGV: execution_id, now_ms.
-redis.register_function('ff_promote_blocked_to_eligible', function(keys, args)
+redis.register_function('ff_promote_blocked_to_eligible', with_keys(5, function(keys, args)
   local eid, now = args[1], args[2]
   if eid == nil or now == nil then
     return err('invalid_input', 'execution_id and now_ms required')
@@ -680,7 +680,7 @@ redis.register_function('ff_promote_blocked_to_eligible', function(keys, args)
   core.execution_id = eid
   flowx.make_eligible({core = keys[1], blocked = keys[2], eligible = keys[3]}, core, now)
   return ok()
-end)
+end))
 
 -- KEYS: exec_core, lane terminal, lane eligible, lease_history; for a
 -- skipped flow member also [5] lane blocked:dependencies, [6] deps_meta,
@@ -782,7 +782,7 @@ end)
 -- KEYS: flow_core, flow tags. ARGV: k1, v1, k2, v2, ...
 -- Tag keys must look like "<caller>.<field>". Before the first write,
 -- tag-shaped fields still stored on flow_core move to the tags hash.
-redis.register_function('ff_set_flow_tags', function(keys, args)
+redis.register_function('ff_set_flow_tags', with_keys(2, function(keys, args)
   local n = #args
   if n == 0 or n % 2 ~= 0 then
     return err('invalid_input', 'tags must be non-empty even-length key/value pairs')
@@ -815,4 +815,4 @@ redis.register_function('ff_set_flow_tags', function(keys, args)
   redis.call('HSET', keys[2], unpack(args))
   redis.call('HSET', keys[1], 'last_mutation_at', tostring(now_ms()))
   return ok(tostring(n / 2))
-end)
+end))

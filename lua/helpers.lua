@@ -30,6 +30,21 @@ local function err(code, ...)
   return {0, code, ...}
 end
 
+-- with_keys guards a function that reads or writes KEYS[1..n]: a call
+-- with fewer KEYS is refused with invalid_input before anything is read
+-- or written. FlowFabric raises a Lua runtime error there, some
+-- functions after their first writes (a retried create then answered
+-- DUPLICATE); see README.md, "Bad input". Functions with their own KEYS
+-- count check (suspension, signal, stream, replay) keep it.
+local function with_keys(n, fn)
+  return function(keys, args)
+    if #keys < n then
+      return err('invalid_input', 'KEYS: want at least ' .. n .. ', got ' .. #keys)
+    end
+    return fn(keys, args)
+  end
+end
+
 -- True unless v is nil, false (a missing HGET) or the empty string.
 local function is_set(v)
   return v ~= nil and v ~= false and v ~= ''

@@ -5,7 +5,7 @@
 -- KEYS: exec_core, lease_current, lease_history, lease_expiry
 -- ARGV: execution_id, attempt_index, attempt_id, lease_id, lease_epoch,
 --       lease_ttl_ms, lease_history_grace_ms
-redis.register_function('ff_renew_lease', function(keys, args)
+redis.register_function('ff_renew_lease', with_keys(4, function(keys, args)
   local ttl, bad = num_arg(args[6], 'lease_ttl_ms')
   if not ttl then return bad end
   local grace, bad2 = num_arg(args[7], 'lease_history_grace_ms')
@@ -53,12 +53,12 @@ redis.register_function('ff_renew_lease', function(keys, args)
   redis.call('ZADD', keys[4], expires, eid)
   -- Renewals are deliberately not written to the lease history.
   return ok(tostring(expires))
-end)
+end))
 
 -- ff_mark_lease_expired_if_due
 -- KEYS: exec_core, lease_current (unused), lease_expiry, lease_history
 -- ARGV: execution_id
-redis.register_function('ff_mark_lease_expired_if_due', function(keys, args)
+redis.register_function('ff_mark_lease_expired_if_due', with_keys(4, function(keys, args)
   local eid = args[1] or ''
   local now = now_ms()
 
@@ -87,13 +87,13 @@ redis.register_function('ff_mark_lease_expired_if_due', function(keys, args)
   -- The eid stays in lease_expiry: reclaim, cancel or expiry remove it.
   mark_expired(keys[1], keys[4], core, now)
   return ok('marked_expired')
-end)
+end))
 
 -- ff_revoke_lease
 -- KEYS: exec_core, lease_current, lease_history, lease_expiry,
 --       worker_leases(holder)
 -- ARGV: execution_id, expected_lease_id ('' = any), revoke_reason
-redis.register_function('ff_revoke_lease', function(keys, args)
+redis.register_function('ff_revoke_lease', with_keys(5, function(keys, args)
   local eid = args[1] or ''
   local expected = args[2]
   local reason = args[3] or 'operator'
@@ -146,4 +146,4 @@ redis.register_function('ff_revoke_lease', function(keys, args)
     'reason', reason,
     'ts', tostring(now))
   return ok('revoked', lease_id, epoch)
-end)
+end))

@@ -9,7 +9,7 @@
 -- KEYS: def, window ZSET (unused), concurrency, admitted_set (unused),
 -- quota_policies. ARGV: quota_policy_id, window_seconds,
 -- max_requests_per_window, max_concurrent, now_ms.
-redis.register_function('ff_create_quota_policy', function(keys, args)
+redis.register_function('ff_create_quota_policy', with_keys(5, function(keys, args)
   local qid = args[1]
   if redis.call('EXISTS', keys[1]) == 1 then
     return ok_status('ALREADY_SATISFIED', qid or '')
@@ -28,12 +28,12 @@ redis.register_function('ff_create_quota_policy', function(keys, args)
   redis.call('SET', keys[3], '0')
   redis.call('SADD', keys[5], qid)
   return ok(qid)
-end)
+end))
 
 -- KEYS: window ZSET, concurrency, def (unused), admitted:<eid> guard,
 -- admitted_set. ARGV: now_ms, window_seconds, rate_limit, concurrency_cap,
 -- execution_id, jitter_ms.
-redis.register_function('ff_check_admission_and_record', function(keys, args)
+redis.register_function('ff_check_admission_and_record', with_keys(5, function(keys, args)
   local now, e = num_arg(args[1], 'now_ms')
   if e then return e end
   local window_s
@@ -93,11 +93,11 @@ redis.register_function('ff_check_admission_and_record', function(keys, args)
   end
   redis.call('SADD', keys[5], eid)
   return {'ADMITTED'}
-end)
+end))
 
 -- KEYS: admitted:<eid> guard, admitted_set, concurrency.
 -- ARGV: execution_id.
-redis.register_function('ff_release_admission', function(keys, args)
+redis.register_function('ff_release_admission', with_keys(3, function(keys, args)
   local eid = args[1]
   if eid == nil then
     return err('invalid_input', 'execution_id required')
@@ -109,4 +109,4 @@ redis.register_function('ff_release_admission', function(keys, args)
     redis.call('DECR', keys[3])
   end
   return ok('released')
-end)
+end))

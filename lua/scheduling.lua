@@ -91,7 +91,7 @@ end
 -- ARGV: execution_id, worker_id, worker_instance_id, lane_id,
 --       capability_hash, grant_ttl_ms, route_snapshot_json,
 --       admission_summary, worker_capabilities_csv
-redis.register_function('ff_issue_claim_grant', function(keys, args)
+redis.register_function('ff_issue_claim_grant', with_keys(3, function(keys, args)
   local ttl, bad = num_arg(args[6], 'grant_ttl_ms')
   if not ttl then return bad end
   local eid = args[1] or ''
@@ -118,12 +118,12 @@ redis.register_function('ff_issue_claim_grant', function(keys, args)
   -- The execution stays in the eligible set: the claim removes it, and an
   -- unused grant just expires.
   return ok(eid)
-end)
+end))
 
 -- ff_promote_delayed
 -- KEYS: exec_core, lane_delayed, lane_eligible
 -- ARGV: execution_id, now_ms
-redis.register_function('ff_promote_delayed', function(keys, args)
+redis.register_function('ff_promote_delayed', with_keys(3, function(keys, args)
   local now, bad = num_arg(args[2], 'now_ms')
   if not now then return bad end
   local eid = args[1] or ''
@@ -161,12 +161,12 @@ redis.register_function('ff_promote_delayed', function(keys, args)
   redis.call('ZREM', keys[2], eid)
   redis.call('ZADD', keys[3], eligible_score(core.priority, core.created_at), eid)
   return ok('promoted')
-end)
+end))
 
 -- ff_change_priority
 -- KEYS: exec_core, lane_eligible
 -- ARGV: execution_id, new_priority
-redis.register_function('ff_change_priority', function(keys, args)
+redis.register_function('ff_change_priority', with_keys(2, function(keys, args)
   local prio, bad = num_arg(args[2], 'new_priority')
   if not prio then return bad end
   local eid = args[1] or ''
@@ -187,12 +187,12 @@ redis.register_function('ff_change_priority', function(keys, args)
     'last_mutation_at', tostring(now))
   redis.call('ZADD', keys[2], eligible_score(prio, core.created_at), eid)
   return ok(tostring(old), tostring(prio))
-end)
+end))
 
 -- ff_register_worker
 -- KEYS: worker alive, worker caps, namespace workers index (no hash tag)
 -- ARGV: instance_id, worker_id, lanes_csv, caps_csv, ttl_ms, now_ms
-redis.register_function('ff_register_worker', function(keys, args)
+redis.register_function('ff_register_worker', with_keys(3, function(keys, args)
   local ttl, bad = num_arg(args[5], 'ttl_ms')
   if not ttl then return bad end
   local now, bad2 = num_arg(args[6], 'now_ms')
@@ -213,12 +213,12 @@ redis.register_function('ff_register_worker', function(keys, args)
     return ok('registered')
   end
   return ok('refreshed')
-end)
+end))
 
 -- ff_heartbeat_worker
 -- KEYS: worker alive, worker caps
 -- ARGV: now_ms
-redis.register_function('ff_heartbeat_worker', function(keys, args)
+redis.register_function('ff_heartbeat_worker', with_keys(2, function(keys, args)
   local now, bad = num_arg(args[1], 'now_ms')
   if not now then return bad end
 
@@ -233,12 +233,12 @@ redis.register_function('ff_heartbeat_worker', function(keys, args)
   redis.call('PEXPIRE', keys[2], tostring(ttl))
   redis.call('HSET', keys[2], 'last_heartbeat_ms', tostring(now))
   return ok('refreshed', tostring(ttl))
-end)
+end))
 
 -- ff_update_progress
 -- KEYS: exec_core
 -- ARGV: execution_id, lease_id, lease_epoch, progress_pct, progress_message
-redis.register_function('ff_update_progress', function(keys, args)
+redis.register_function('ff_update_progress', with_keys(1, function(keys, args)
   local now = now_ms()
   local core = sched.core(keys[1])
   if not core then return err('execution_not_found') end
@@ -269,12 +269,12 @@ redis.register_function('ff_update_progress', function(keys, args)
   end
   redis.call('HSET', keys[1], unpack(w))
   return ok()
-end)
+end))
 
 -- ff_issue_reclaim_grant
 -- KEYS: exec_core, claim_grant, lease_expiry
 -- ARGV: as ff_issue_claim_grant
-redis.register_function('ff_issue_reclaim_grant', function(keys, args)
+redis.register_function('ff_issue_reclaim_grant', with_keys(2, function(keys, args)
   local ttl, bad = num_arg(args[6], 'grant_ttl_ms')
   if not ttl then return bad end
   local eid = args[1] or ''
@@ -301,7 +301,7 @@ redis.register_function('ff_issue_reclaim_grant', function(keys, args)
   redis.call('PEXPIREAT', keys[2], sched.int(expires))
   -- lease_expiry is left alone: reclaim removes the execution from it.
   return ok(eid, tostring(expires))
-end)
+end))
 
 -- ff_issue_grant_and_claim
 -- KEYS: exec_core, claim_grant, lane_eligible, lease_expiry, worker_leases,
@@ -310,7 +310,7 @@ end)
 -- ARGV: execution_id, worker_id, worker_instance_id, lane,
 --       capability_hash, lease_id, lease_ttl_ms, attempt_id,
 --       attempt_policy_json, attempt_timeout_ms, execution_deadline_at
-redis.register_function('ff_issue_grant_and_claim', function(keys, args)
+redis.register_function('ff_issue_grant_and_claim', with_keys(11, function(keys, args)
   local ttl, bad = num_arg(args[7], 'lease_ttl_ms')
   if not ttl then return bad end
   local K = {
@@ -530,4 +530,4 @@ redis.register_function('ff_issue_grant_and_claim', function(keys, args)
     'reason', 'issue_grant_and_claim',
     'ts', now_s)
   return ok(lease_id, epoch_s, idx_s)
-end)
+end))

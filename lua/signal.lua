@@ -210,7 +210,7 @@ redis.register_function('ff_deliver_signal', function(keys, args)
     redis.call('ZREM', keys[13], eid)
     if wc.composite == '1' then
       cond.cleanup(keys[9])
-      if record then susp.close_extras(keyfmt.tag(keys[1]), record, now, 'resumed') end
+      if record then susp.close_extras(keyfmt.tag(keys[1]), record, now, 'resumed', true) end
     end
   end
 

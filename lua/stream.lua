@@ -266,7 +266,7 @@ end)
 -- ff_read_summary
 -- KEYS(1): stream_summary.
 ---------------------------------------------------------------------------
-redis.register_function('ff_read_summary', function(keys, args)
+redis.register_function('ff_read_summary', with_keys(1, function(keys, args)
   if not keys[1] then
     return err('invalid_input', 'ff_read_summary needs 1 KEY')
   end
@@ -276,4 +276,4 @@ redis.register_function('ff_read_summary', function(keys, args)
   local h = redis.call('HMGET', keys[1],
     'document', 'version', 'patch_kind', 'last_updated_ms', 'first_applied_ms')
   return ok(h[1] or '', h[2] or '0', h[3] or '', h[4] or '0', h[5] or '0')
-end)
+end))

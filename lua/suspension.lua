@@ -417,17 +417,28 @@ function susp.extras(record)
   return out
 end
 
--- Closes the extra waitpoints (and their condition hashes) of a suspension.
-function susp.close_extras(tag, record, now, reason)
+-- Closes the extra waitpoints (and their condition hashes) of a
+-- suspension. A signal that satisfies the condition closes them as
+-- FlowFabric's deliver_signal does (satisfied set): the waitpoint hash
+-- also gets satisfied_at, and the condition hash closed_reason
+-- 'satisfied' while the waitpoint's close_reason is 'resumed'.
+function susp.close_extras(tag, record, now, reason, satisfied)
+  local cond_reason = reason
+  if satisfied then cond_reason = 'satisfied' end
   for _, b in ipairs(susp.extras(record)) do
     local wp = 'ff:wp:' .. tag .. ':' .. b.waitpoint_id
     if redis.call('EXISTS', wp) == 1 then
-      redis.call('HSET', wp, 'state', 'closed', 'closed_at', tostring(now),
-        'close_reason', reason)
+      if satisfied then
+        redis.call('HSET', wp, 'state', 'closed', 'satisfied_at', tostring(now), 'closed_at', tostring(now),
+          'close_reason', reason)
+      else
+        redis.call('HSET', wp, 'state', 'closed', 'closed_at', tostring(now),
+          'close_reason', reason)
+      end
     end
     if redis.call('EXISTS', wp .. ':condition') == 1 then
       redis.call('HSET', wp .. ':condition', 'closed', '1', 'closed_at', tostring(now),
-        'closed_reason', reason)
+        'closed_reason', cond_reason)
     end
   end
 end
@@ -976,7 +987,7 @@ end)
 -- ff_rotate_waitpoint_hmac_secret
 -- KEYS(1): hmac_secrets. ARGV(3): new_kid, new_secret_hex, grace_ms.
 ---------------------------------------------------------------------------
-redis.register_function('ff_rotate_waitpoint_hmac_secret', function(keys, args)
+redis.register_function('ff_rotate_waitpoint_hmac_secret', with_keys(1, function(keys, args)
   local store = keys[1]
   if not store then
     return err('invalid_input', 'ff_rotate_waitpoint_hmac_secret needs 1 KEY')
@@ -1030,14 +1041,14 @@ redis.register_function('ff_rotate_waitpoint_hmac_secret', function(keys, args)
     redis.call('HSET', store, 'current_kid', kid, 'secret:' .. kid, hex)
   end
   return ok('rotated', current or '', kid, tostring(count))
-end)
+end))
 
 ---------------------------------------------------------------------------
 -- ff_list_waitpoint_hmac_kids
 -- KEYS(1): hmac_secrets. Returns current kid, count, then (kid, expires_at)
 -- for every non-current kid still inside its grace window.
 ---------------------------------------------------------------------------
-redis.register_function('ff_list_waitpoint_hmac_kids', function(keys, args)
+redis.register_function('ff_list_waitpoint_hmac_kids', with_keys(1, function(keys, args)
   if not keys[1] then
     return err('invalid_input', 'ff_list_waitpoint_hmac_kids needs 1 KEY')
   end
@@ -1058,4 +1069,4 @@ redis.register_function('ff_list_waitpoint_hmac_kids', function(keys, args)
     end
   end
   return ok(current, tostring(n), unpack(out))
-end)
+end))

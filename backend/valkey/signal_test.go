@@ -545,7 +545,15 @@ func TestCompositeConditions(t *testing.T) {
 		if out := f.deliver(signalFor(eid, res.Waitpoint, "any")); out.Effect != "resume_condition_satisfied" {
 			t.Fatalf("primary: %+v", out)
 		}
-		suspWantFields(t, "extra", f.hgetall(pk.Waitpoint(x.WaitpointID)), map[string]string{"state": "closed", "close_reason": "resumed"})
+		// As FlowFabric's deliver_signal closes the other waitpoints: the
+		// waitpoint resumed (and satisfied), its condition satisfied.
+		extra := f.hgetall(pk.Waitpoint(x.WaitpointID))
+		suspWantFields(t, "extra", extra, map[string]string{"state": "closed", "close_reason": "resumed"})
+		if extra["satisfied_at"] == "" || extra["satisfied_at"] != extra["closed_at"] {
+			t.Errorf("extra waitpoint satisfied_at %q, closed_at %q", extra["satisfied_at"], extra["closed_at"])
+		}
+		suspWantFields(t, "extra condition", f.hgetall(pk.WaitpointCondition(x.WaitpointID)),
+			map[string]string{"closed": "1", "closed_reason": "satisfied"})
 		if out, err := f.c.DeliverSignal(f.ctx, signalFor(eid, x, "late")); err == nil {
 			t.Errorf("late signal on closed extra accepted: %+v", out)
 		}
