@@ -92,7 +92,7 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("BadLogLevel", func(t *testing.T) {
-		code, _, errOut := runCmd(t, "lua", "load", "--log-level", "loud")
+		code, _, errOut := runCmd(t, "lua", "load", "--valkey-url", "unix:///nonexistent/fabric.sock", "--log-level", "loud")
 		if code != 2 || !strings.Contains(errOut, "--log-level") {
 			t.Fatalf("code %d, stderr %q", code, errOut)
 		}

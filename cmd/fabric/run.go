@@ -387,6 +387,11 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 		h.Close(context.WithoutCancel(ctx))
 		return nil, ctx.Err()
 	}
+	if err := checkPluginSections(o.plugins, h.Plugins(), h.Files(), dir); err != nil {
+		h.Stop()
+		h.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	fmt.Fprintf(out, "host: %d plugins from %s\n", len(h.Plugins()), dir)
 	if st, ok := h.Leases(); ok {
 		fmt.Fprintf(out, "host id %s: partition leases (TTL %s), %d live hosts; owns flow %s · budget %s · quota %s\n",
