@@ -35,7 +35,7 @@ func init() {
 			b := addBackendFlags(fs)
 			wf := addWorkloadFlags(fs)
 			o := &runFlags{
-				config:     fs.String("config", "", "TOML config file (see runconfig.go); flags given on the command line win"),
+				config:     fs.String("config", "", "TOML config file: the flags' values by name (valkey_url, plugin_dir, refresh, [demo] rate, ...), [plugins.NAME] and grants, as README.md shows; flags given on the command line win"),
 				demo:       fs.Bool("demo", true, "run the demo workload beside the host"),
 				pluginDir:  fs.String("plugins", filepath.Join("bin", "plugins"), "plugin directory the host loads and watches (\"\": run without plugins)"),
 				cacheDir:   fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory (\"\": in memory)"),
