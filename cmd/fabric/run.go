@@ -70,7 +70,7 @@ func init() {
 						return err
 					}
 					return runPostgres(ctx, env, pgf, wf, runPostgresOpts{pluginDir: *o.pluginDir, cacheDir: *o.cacheDir,
-						statusFile: *o.statusFile, demo: *o.demo, logLevel: b.logLevel, trust: o.trust})
+						statusFile: *o.statusFile, demo: *o.demo, logs: b, trust: o.trust})
 				}
 				return runHost(ctx, env, b, wf, o)
 			}

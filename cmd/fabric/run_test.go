@@ -202,6 +202,17 @@ func TestFirstHourErrors(t *testing.T) {
 		}
 	})
 
+	// One log-level and log-format parser for both backends: on Postgres
+	// a bad level was taken as warn and --log-format ignored.
+	t.Run("BadLogFlagsOnPostgres", func(t *testing.T) {
+		for _, args := range [][]string{{"--log-level", "loud"}, {"--log-format", "xml"}} {
+			code, _, errOut := runCmd(t, append([]string{"run", "--backend", "postgres", "--duration", "1s", "--plugins", ""}, args...)...)
+			if code != 2 || !strings.Contains(errOut, args[0]) {
+				t.Errorf("%q: code %d, stderr %q", args, code, errOut)
+			}
+		}
+	})
+
 	t.Run("UnknownPluginSectionNamed", func(t *testing.T) {
 		wasm, err := os.ReadFile("../../bin/plugins/delayed_promoter.wasm")
 		if err != nil {
