@@ -13,6 +13,7 @@ require (
 	github.com/tetratelabs/wazero v1.9.0
 	github.com/valkey-io/valkey-go v1.0.79
 	golang.org/x/sys v0.48.0
+	golang.org/x/term v0.46.0
 )
 
 require (

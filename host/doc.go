@@ -73,5 +73,10 @@
 //     the cap (memory.go), unmapped when the instance is discarded.
 //   - Host functions honour the call's context: they cannot be interrupted
 //     by the wasm timeout, so the backend call itself carries the deadline.
-//   - The host never calls time.Now outside the default Clock.
+//   - Every time the host schedules by or records (cadence, deadlines,
+//     CycleRecord and status times) comes from Config.Clock. The system
+//     clock is read directly only to measure elapsed durations (a call's
+//     latency, a compile), to time a server-clock read, and to age the
+//     compilation cache's files, whose modification times are the
+//     system's.
 package host

@@ -418,7 +418,7 @@ func (p *plugin) status() PluginStatus {
 		LastRun:    p.lastRun, LastResult: p.lastResult, Totals: p.totals,
 		Calls: p.calls, Faults: p.faults, HostCalls: p.stats.HostCalls.Load(), Denied: p.stats.Denied.Load(),
 		LastDenial: p.stats.LastDenial(), Cycles: p.cycles, Swaps: p.swaps, LastSwap: p.lastSwap, QuarantineUntil: p.quarantineUntil,
-		Metrics: p.stats.Metrics(), Fault: p.fault, FaultKinds: maps.Clone(p.faultKinds),
+		Metrics: p.stats.Metrics(), MetricGauges: p.stats.Gauges(), Fault: p.fault, FaultKinds: maps.Clone(p.faultKinds),
 		Commands: p.budget.Commands.Load(), OverBudget: p.budget.Refused.Load(),
 	}
 }

@@ -7,8 +7,11 @@ import (
 )
 
 // SweepEvent is one finished sweep of a scanner plugin over its
-// partitions, as an Observer sees it. A plugin on due-time timers sweeps
-// only its due or woken partitions: each such pass is one event.
+// partitions, as an Observer sees it: one per PluginStatus.Cycles. A
+// plugin on due-time timers scans its due or woken partitions in several
+// passes per interval; the passes of one interval are one event, reported
+// when the next interval starts, its Duration their sum (the time spent
+// calling the plugin, 0 when nothing was due) and its Result their total.
 type SweepEvent struct {
 	// Plugin and Version name what served the sweep's last call.
 	Plugin, Version string
@@ -17,8 +20,8 @@ type SweepEvent struct {
 	Host string
 	// Cycle is the sweep number (PluginStatus.Cycles at its start).
 	Cycle uint64
-	// Start is when the sweep began; Duration how long it took, by the
-	// host's Clock.
+	// Start is when the sweep began; Duration how long it took (on
+	// timers: its passes together), by the host's Clock.
 	Start    time.Time
 	Duration time.Duration
 	// Result sums the sweep's partition calls.

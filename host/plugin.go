@@ -150,7 +150,7 @@ type loaderConfig struct {
 func readModuleFile(path string, maxBytes int64) ([]byte, string, moduleShape, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, "", moduleShape{}, fmt.Errorf("host: stat %s: %w", path, err)
+		return nil, "", moduleShape{}, fmt.Errorf("host: %w", err) // err names the path
 	}
 	if st.Size() > maxBytes {
 		return nil, "", moduleShape{}, fmt.Errorf("%w: %s is %d bytes, above the %d limit", errTooLarge, path, st.Size(), maxBytes)

@@ -62,11 +62,15 @@ type PluginStatus struct {
 	Denied     int64  `json:"denied"`
 	LastDenial string `json:"last_denial,omitempty"`
 	// Cycles is the number of sweeps started.
-	Cycles          uint64             `json:"cycles"`
-	Swaps           int                `json:"swaps"`
-	LastSwap        time.Time          `json:"last_swap,omitzero"`
-	QuarantineUntil time.Time          `json:"quarantine_until,omitzero"`
-	Metrics         map[string]float64 `json:"metrics,omitempty"`
+	Cycles          uint64    `json:"cycles"`
+	Swaps           int       `json:"swaps"`
+	LastSwap        time.Time `json:"last_swap,omitzero"`
+	QuarantineUntil time.Time `json:"quarantine_until,omitzero"`
+	// Metrics are the plugin's own counters and gauges (pdk Host.Metric):
+	// counters summed, gauges their last value. MetricGauges names the
+	// gauges among them.
+	Metrics      map[string]float64 `json:"metrics,omitempty"`
+	MetricGauges []string           `json:"metric_gauges,omitempty"`
 	// Requested is what the manifest asks for, Granted what the operator
 	// granted (Policy.For), Limits what the plugin runs under.
 	Requested *abi.Capabilities `json:"requested,omitempty"`

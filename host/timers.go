@@ -157,6 +157,18 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 	var next []time.Time
 	var cycleStart time.Time
 	var cycle uint64
+	// The interval's passes make one SweepEvent, reported when the next
+	// interval starts (or the loop ends): observers count whole sweeps,
+	// as PluginStatus.Cycles does, not passes.
+	var sweep SweepEvent
+	inSweep := false
+	flush := func() {
+		if inSweep {
+			p.h.observeSweep(sweep)
+			inSweep = false
+		}
+	}
+	defer flush()
 	for {
 		if until := p.quarantinedUntil(); !until.IsZero() {
 			if !p.h.wait(ctx, until.Sub(clock.Now())) {
@@ -169,12 +181,15 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 		}
 		now := clock.Now()
 		if cycleStart.IsZero() || now.Sub(cycleStart) >= spec.Interval {
+			flush()
 			cycleStart = now
 			p.mu.Lock()
 			p.cycles++
 			cycle = p.cycles
 			p.mu.Unlock()
 			p.tracker.AdvanceCycle()
+			sweep = SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: now}
+			inSweep = true
 		}
 		woken := p.wake.take(spec.Partitions)
 		var sum abi.ScanResult
@@ -205,7 +220,9 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			next[i] = p.nextScan(spec, o.res)
 		}
 		if scanned > 0 {
-			p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: start, Duration: clock.Now().Sub(start), Result: sum})
+			sweep.Version = p.mod.Load().Manifest().Version
+			sweep.Duration += clock.Now().Sub(start)
+			sweep.Result.Add(sum)
 		}
 		if sum.Acted > 0 || sum.Errors > 0 {
 			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", clock.Now().Sub(start).Milliseconds())

@@ -300,3 +300,86 @@ func TestDueTimerOnFakeClock(t *testing.T) {
 		t.Fatalf("the clock moved %s, past the poll interval", elapsed)
 	}
 }
+
+// sweepCounter is an Observer counting sweep events per plugin.
+type sweepCounter struct {
+	mu sync.Mutex
+	n  map[string]uint64
+}
+
+func (s *sweepCounter) SweepDone(ev host.SweepEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == nil {
+		s.n = map[string]uint64{}
+	}
+	s.n[ev.Plugin]++
+}
+
+func (s *sweepCounter) count(plugin string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[plugin]
+}
+
+// TestTimerSweepEventsAreWholeSweeps: a plugin on due-time timers makes
+// many passes per interval (here one per due execution); the Observer
+// (the sweep-duration histogram) sees one event per sweep, as
+// PluginStatus.Cycles counts them, not one per pass.
+func TestTimerSweepEventsAreWholeSweeps(t *testing.T) {
+	t.Parallel()
+	ctx := valkeytest.Context(t, 2*time.Minute)
+	c := valkeytest.Client(t)
+	dir := t.TempDir()
+	copyFile(t, fixture(t, "delayed_promoter"), filepath.Join(dir, "delayed_promoter.wasm"))
+	obs := &sweepCounter{}
+	logs := &logBuffer{}
+	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir, Backend: c, Observer: obs,
+		Partitions: model.PartitionConfig{Flow: 4, Budget: 2, Quota: 2},
+		Plugins:    map[string]host.PluginConfig{"delayed_promoter": {Interval: time.Second}},
+		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
+		Leases:     partlease.Config{Disabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	<-h.Started()
+	now, err := c.ServerTime(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []model.ExecutionID
+	for i := range 12 {
+		id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: uint16(i % 4)}, model.NewUUID())
+		if _, err := c.CreateExecution(ctx, &valkey.CreateExecutionParams{ExecutionID: id, Namespace: "ns", LaneID: "default",
+			ExecutionKind: "k", DelayUntil: now + 300 + int64(i)*150}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		valkeytest.Eventually(t, 30*time.Second, string(id)+" promoted", func() bool {
+			core, err := c.ExecutionCore(ctx, id)
+			return err == nil && core["eligibility_state"] == "eligible_now"
+		})
+	}
+	cycles := func() uint64 { st, _ := h.Plugin("delayed_promoter"); return st.Cycles }
+	valkeytest.Eventually(t, 30*time.Second, "three sweeps", func() bool { return cycles() >= 3 })
+	c1 := cycles()
+	events := obs.count("delayed_promoter")
+	c2 := cycles()
+	// Each sweep is reported when the next one starts.
+	if events+1 < c1 || events > c2 {
+		t.Errorf("%d sweep events for %d..%d sweeps", events, c1, c2)
+	}
+	logs.mu.Lock()
+	passes := uint64(strings.Count(logs.b.String(), `msg="scan cycle complete" plugin=delayed_promoter`))
+	logs.mu.Unlock()
+	if passes <= c2 {
+		t.Fatalf("only %d acting passes in %d sweeps: the test did not make several passes per sweep", passes, c2)
+	}
+	t.Logf("%d sweeps, %d sweep events, %d acting passes", c2, events, passes)
+}

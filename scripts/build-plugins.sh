@@ -6,6 +6,8 @@
 # A package is rebuilt only when a .go file under it, pdk/, abi/ or model/
 # is newer than its .wasm.
 set -euo pipefail
+# Whatever step fails says so (make alone reports only "Error 1").
+trap 'rc=$?; echo "build-plugins.sh: failed (exit $rc) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 out=bin/plugins
@@ -68,7 +70,17 @@ fi
 # (~/.cache/fabric/wazero) with a non-race test binary, so `go test -race`
 # loads compiled modules instead of compiling under the race detector.
 # FABRIC_PREWARM=0 skips it.
+# The prewarm inspects every file in bin/plugins: one the host would
+# refuse fails it, and its output (which file, why) is shown.
 if [ "$built" -gt 0 ] && [ "${FABRIC_PREWARM:-1}" = 1 ]; then
-  $GO test -count=1 -run '^TestFixturesValidate$' ./host/ >/dev/null
+  if ! log=$($GO test -count=1 -run '^TestFixturesValidate$' ./host/ 2>&1); then
+    {
+      echo "plugins: prewarm (go test -run TestFixturesValidate ./host/) failed: a plugin file the host would refuse?"
+      grep -E '\.wasm: |fixture|panic|cannot|error' <<<"$log" | sed -e 's/^[[:space:]]*/  /' -e 's|\.\./bin/|bin/|' || echo "$log"
+      echo "plugins: remove or rebuild the file(s) named above (fabric plugins validate FILE says why); FABRIC_PREWARM=0 skips this step"
+    } >&2
+    trap - ERR
+    exit 1
+  fi
   echo "plugins: compilation cache prewarmed"
 fi

@@ -5,7 +5,7 @@
 //
 // A producer uses a [Client]:
 //
-//	c, _ := sdk.NewClient(ctx, vc) // vc is a *valkey.Client
+//	c, _ := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc}) // vc is a *valkey.Client
 //	id, err := c.CreateExecution(ctx, sdk.ExecutionSpec{
 //		Lane: "emails", Kind: "send_email", Payload: []byte(`{"to":"a@b"}`),
 //		Policy: &sdk.Policy{MaxRetries: 3, Backoff: sdk.ExponentialBackoff(time.Second, time.Minute, 2)},

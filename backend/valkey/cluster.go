@@ -29,19 +29,30 @@ const (
 // connection errors).
 const clusterRefreshInterval = 5 * time.Second
 
+// urlSchemes lists the URL schemes parseURL accepts, for its errors.
+const urlSchemes = "redis://, rediss://, valkey://, valkeys://, unix:///path, or a cluster: valkey+cluster://, redis+cluster://, valkeys+cluster://, rediss+cluster://"
+
 // parseURL turns a fabric backend URL into valkey-go options. It reports
 // whether the URL demands a cluster (a +cluster scheme).
 func parseURL(raw string) (vk.ClientOption, bool, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
-	base, isCluster := strings.CutSuffix(scheme, "+cluster")
-	if !ok || !isCluster {
-		opt, err := vk.ParseURL(raw)
-		return opt, false, err
+	if !ok {
+		return vk.ClientOption{}, false, fmt.Errorf("no scheme (want %s)", urlSchemes)
 	}
+	base, isCluster := strings.CutSuffix(scheme, "+cluster")
 	switch base {
 	case "valkey", "redis", "valkeys", "rediss":
+	case "unix":
+		if !isCluster {
+			break
+		}
+		fallthrough
 	default:
-		return vk.ClientOption{}, true, fmt.Errorf("unknown scheme %q (want valkey+cluster, redis+cluster, valkeys+cluster or rediss+cluster)", scheme)
+		return vk.ClientOption{}, isCluster, fmt.Errorf("unknown scheme %q (want %s)", scheme, urlSchemes)
+	}
+	if !isCluster {
+		opt, err := vk.ParseURL(raw)
+		return opt, false, err
 	}
 	hostEnd := strings.IndexAny(rest, "/?")
 	if hostEnd < 0 {

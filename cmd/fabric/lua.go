@@ -25,12 +25,17 @@ func init() {
 	})
 	register(&command{
 		name:    "lua load",
-		summary: "Load (or replace) the flowfabric library on a server.",
+		summary: "Load (or replace) the flowfabric library on the server at --valkey-url.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			b := addBackendFlags(fs)
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
+				}
+				if b.url == "" {
+					// Without a URL connect starts a private server, which
+					// would stop (library and all) as this command exits.
+					return fmt.Errorf("%w: --valkey-url is required (the server to load the library on)", errUsage)
 				}
 				conn, err := b.connect(ctx, env)
 				if err != nil {

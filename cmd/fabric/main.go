@@ -50,6 +50,10 @@ func main() {
 // runCLI dispatches args and returns the process exit code: 0 success,
 // 1 failure, 2 usage error.
 func runCLI(ctx context.Context, env *cliEnv, args []string) int {
+	if len(args) > 1 && args[0] == "help" {
+		// "fabric help lua load" is "fabric lua load --help".
+		args = append(args[1:len(args):len(args)], "--help")
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		printHelp(env.stdout)
 		return 0
@@ -64,41 +68,71 @@ func runCLI(ctx context.Context, env *cliEnv, args []string) int {
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(env.stderr, "fabric: unknown command %q\n\n", strings.Join(args, " "))
-		printHelp(env.stderr)
+		fmt.Fprintf(env.stderr, "fabric: unknown command %q\n", strings.Join(args, " "))
+		if subs := subcommands(args[0]); len(subs) > 0 {
+			fmt.Fprintf(env.stderr, "'fabric %s' takes a subcommand: %s\n", args[0], strings.Join(subs, ", "))
+		}
+		fmt.Fprintln(env.stderr, "run 'fabric help' for the command list")
 		return 2
 	}
 	fs := flag.NewFlagSet("fabric "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
 	run := cmd.setup(fs)
-	fs.Usage = func() {
-		out := fs.Output()
-		fmt.Fprintf(out, "Usage: fabric %s [flags] %s\n\n%s\n", cmd.name, cmd.usage, cmd.summary)
-		hasFlags := false
-		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-		if hasFlags {
-			fmt.Fprintln(out, "\nFlags:")
-			fs.PrintDefaults()
-		}
-	}
+	// The flag package prints usage itself on -h and on every parse error
+	// (to its output, before returning). All printing is done here instead,
+	// once: help to stdout, usage errors as one line plus a hint on stderr.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(env.stdout)
-			fs.Usage()
+			printUsage(env.stdout, cmd, fs)
 			return 0
 		}
-		return 2
+		return usageError(env.stderr, cmd, err)
 	}
 	if err := run(ctx, env, fs.Args()); err != nil {
 		if errors.Is(err, errUsage) {
-			fmt.Fprintf(env.stderr, "fabric %s: %v\n", cmd.name, err)
-			fs.Usage()
-			return 2
+			return usageError(env.stderr, cmd, err)
 		}
 		fmt.Fprintf(env.stderr, "fabric %s: %v\n", cmd.name, err)
 		return 1
 	}
 	return 0
+}
+
+// usageError prints the reason for a usage error and where the usage is,
+// and returns exit code 2.
+func usageError(w io.Writer, cmd *command, err error) int {
+	msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
+	fmt.Fprintf(w, "fabric %s: %s\nrun 'fabric %s --help' for usage\n", cmd.name, msg, cmd.name)
+	return 2
+}
+
+// printUsage prints a command's synopsis, summary and flags to w. It is
+// the only place usage is printed.
+func printUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: fabric %s [flags] %s\n\n%s\n", cmd.name, cmd.usage, cmd.summary)
+	hasFlags := false
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		fmt.Fprintln(w, "\nFlags:")
+		out := fs.Output()
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(out)
+	}
+}
+
+// subcommands lists the registered subcommands of group ("lua" → load,
+// print).
+func subcommands(group string) []string {
+	var subs []string
+	for n := range commands {
+		if g, sub, ok := strings.Cut(n, " "); ok && g == group {
+			subs = append(subs, sub)
+		}
+	}
+	sort.Strings(subs)
+	return subs
 }
 
 func printHelp(w io.Writer) {

@@ -35,27 +35,52 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
-	t.Run("UnknownFlagExits2WithUsage", func(t *testing.T) {
-		code, _, errOut := runCmd(t, "lua", "load", "--no-such-flag")
-		if code != 2 || !strings.Contains(errOut, "Usage: fabric lua load") {
-			t.Fatalf("code %d, stderr %q", code, errOut)
+	t.Run("UnknownFlagIsOneLinePlusHint", func(t *testing.T) {
+		code, out, errOut := runCmd(t, "lua", "load", "--no-such-flag")
+		want := "fabric lua load: flag provided but not defined: -no-such-flag\nrun 'fabric lua load --help' for usage\n"
+		if code != 2 || errOut != want || out != "" {
+			t.Fatalf("code %d, stdout %q, stderr %q; want stderr %q", code, out, errOut, want)
 		}
 	})
 
 	t.Run("UnknownCommandExits2", func(t *testing.T) {
 		code, _, errOut := runCmd(t, "frobnicate")
-		if code != 2 || !strings.Contains(errOut, "unknown command") {
+		if code != 2 || !strings.Contains(errOut, "unknown command") || strings.Count(errOut, "\n") > 2 {
 			t.Fatalf("code %d, stderr %q", code, errOut)
 		}
 	})
 
-	t.Run("HelpOnEveryCommand", func(t *testing.T) {
+	t.Run("GroupWithoutSubcommandNamesThem", func(t *testing.T) {
+		code, _, errOut := runCmd(t, "lua")
+		if code != 2 || !strings.Contains(errOut, "load, print") {
+			t.Fatalf("code %d, stderr %q", code, errOut)
+		}
+	})
+
+	// Every command's --help and -h print usage exactly once, to stdout,
+	// and exit 0; "fabric help CMD" is the same.
+	t.Run("HelpOnEveryCommandOnce", func(t *testing.T) {
 		for name := range commands {
-			args := append(strings.Fields(name), "--help")
-			code, out, _ := runCmd(t, args...)
-			if code != 0 || !strings.Contains(out, "Usage: fabric "+name) {
-				t.Errorf("%s --help: code %d, out %q", name, code, out)
+			for _, args := range [][]string{
+				append(strings.Fields(name), "--help"),
+				append(strings.Fields(name), "-h"),
+				append([]string{"help"}, strings.Fields(name)...),
+			} {
+				code, out, errOut := runCmd(t, args...)
+				if code != 0 || strings.Count(out, "Usage: fabric "+name+" ") != 1 || errOut != "" {
+					t.Errorf("%q: code %d, stdout %q, stderr %q", args, code, out, errOut)
+				}
 			}
+		}
+	})
+
+	// A usage error found after parsing (errUsage) is the reason and the
+	// hint, not the usage.
+	t.Run("UsageErrorIsOneLinePlusHint", func(t *testing.T) {
+		code, _, errOut := runCmd(t, "plugins", "inspect")
+		want := "fabric plugins inspect: want one FILE\nrun 'fabric plugins inspect --help' for usage\n"
+		if code != 2 || errOut != want {
+			t.Fatalf("code %d, stderr %q; want %q", code, errOut, want)
 		}
 	})
 
@@ -67,7 +92,7 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("BadLogLevel", func(t *testing.T) {
-		code, _, errOut := runCmd(t, "lua", "load", "--log-level", "loud")
+		code, _, errOut := runCmd(t, "lua", "load", "--valkey-url", "unix:///nonexistent/fabric.sock", "--log-level", "loud")
 		if code != 2 || !strings.Contains(errOut, "--log-level") {
 			t.Fatalf("code %d, stderr %q", code, errOut)
 		}

@@ -33,7 +33,7 @@ func init() {
 		summary: "List plugins: a directory inspected offline, or a running host's status file.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			dir := fs.String("dir", filepath.Join("bin", "plugins"), "plugin directory to inspect offline")
-			status := fs.String("status", "", "status file of a running host (host.Config.StatusFile); overrides --dir")
+			status := fs.String("status", "", "status file of a running host (fabric run --status-file); overrides --dir")
 			cache := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory")
 			asJSON := fs.Bool("json", false, "print JSON")
 			return func(ctx context.Context, env *cliEnv, args []string) error {

@@ -126,3 +126,59 @@ func TestPluginNew(t *testing.T) {
 		t.Fatalf("scaffold wasm build failed: %v\n%s", err, b)
 	}
 }
+
+// TestPluginNewOutsideTheRepository scaffolds a plugin in a directory
+// outside the fabric repository and runs, there, exactly the commands
+// `fabric plugin new` printed (the "$ " lines): the scaffold is a module
+// of its own whose go.mod reaches this checkout by a replace line, it
+// passes its own tests (every lane of the registry by default, the
+// "lanes" config when set) and builds for wasip1.
+func TestPluginNewOutsideTheRepository(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	if _, in := fabricRoot(outside); in {
+		t.Fatalf("%s lies inside the fabric module", outside)
+	}
+	code, out, errOut := run(t, "plugin", "new", "--dir", outside, "myscanner")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	target := filepath.Join(outside, "myscanner")
+	gomod, err := os.ReadFile(filepath.Join(target, "go.mod"))
+	if err != nil {
+		t.Fatalf("no go.mod: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(gomod), "replace github.com/fabric-host/fabric => "+root) ||
+		!strings.Contains(out, "not fetchable from a module proxy") {
+		t.Fatalf("go.mod must replace fabric with %s and the output say why:\n%s\n---\n%s", root, gomod, out)
+	}
+	var script []string
+	for _, l := range strings.Split(out, "\n") {
+		if cmd, ok := strings.CutPrefix(strings.TrimSpace(l), "$ "); ok {
+			script = append(script, cmd)
+		}
+	}
+	if len(script) < 4 || strings.Contains(out, "make plugins") || strings.Contains(out, "./plugins/scanners") {
+		t.Fatalf("commands for an outside module expected:\n%s", out)
+	}
+	// Offline: everything the scaffold needs is the checkout and the
+	// module cache.
+	sh := exec.Command("bash", "-euxc", strings.Join(script, "\n"))
+	sh.Dir = outside
+	sh.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=", "GOWORK=off",
+		"PATH="+filepath.Join(runtime.GOROOT(), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	b, err := sh.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the printed commands failed: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), "ok  \tmyscanner") {
+		t.Errorf("go test did not run the scaffold's tests:\n%s", b)
+	}
+	if st, err := os.Stat(filepath.Join(target, "myscanner.wasm")); err != nil || st.Size() == 0 {
+		t.Fatalf("no myscanner.wasm: %v\n%s", err, b)
+	}
+}

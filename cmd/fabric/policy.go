@@ -308,7 +308,7 @@ func grantTOML(in *host.Inspection) string {
 	for _, kv := range []struct {
 		k string
 		v []string
-	}{{"capabilities.fcall", g.FCall}, {"capabilities.read", g.Read}, {"capabilities.write", g.Write}, {"capabilities.sql", g.SQL}} {
+	}{{"fcall", g.FCall}, {"read", g.Read}, {"write", g.Write}, {"sql", g.SQL}} {
 		if len(kv.v) == 0 {
 			continue
 		}

@@ -50,6 +50,21 @@ func TestPluginsValidateGrant(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ok: selfgrant 1.0.0") {
 		t.Fatalf("validate --config: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	// The grant validate prints, pasted into fabric.toml as it is, admits
+	// the plugin (it printed capabilities.fcall, a key the file refuses).
+	_, _, refused := run(t, "plugins", "validate", "--cache-dir", cache, fx)
+	_, printed, ok := strings.Cut(refused, "grant that would admit it (after review):\n")
+	printed, _, _ = strings.Cut(printed, "fabric plugins validate:")
+	if !ok || !strings.HasPrefix(printed, "[plugins.selfgrant.grant]") {
+		t.Fatalf("validate printed no grant: %q", refused)
+	}
+	if err := os.WriteFile(cfg, []byte(printed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = run(t, "plugins", "validate", "--cache-dir", cache, "--config", cfg, fx)
+	if code != 0 || !strings.Contains(out, "ok: selfgrant 1.0.0") {
+		t.Fatalf("validate with the printed grant:\n%s\nexit %d, stdout %q, stderr %q", printed, code, out, errOut)
+	}
 	if err := os.WriteFile(cfg, []byte("[plugins.selfgrant.grant]\nfcal = [\"ff_x\"]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
@@ -35,7 +35,7 @@ func init() {
 			b := addBackendFlags(fs)
 			wf := addWorkloadFlags(fs)
 			o := &runFlags{
-				config:     fs.String("config", "", "TOML config file (see runconfig.go); flags given on the command line win"),
+				config:     fs.String("config", "", "TOML config file: the flags' values by name (valkey_url, plugin_dir, refresh, [demo] rate, ...), [plugins.NAME] and grants, as README.md shows; flags given on the command line win"),
 				demo:       fs.Bool("demo", true, "run the demo workload beside the host"),
 				pluginDir:  fs.String("plugins", filepath.Join("bin", "plugins"), "plugin directory the host loads and watches (\"\": run without plugins)"),
 				cacheDir:   fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory (\"\": in memory)"),
@@ -70,7 +70,7 @@ func init() {
 						return err
 					}
 					return runPostgres(ctx, env, pgf, wf, runPostgresOpts{pluginDir: *o.pluginDir, cacheDir: *o.cacheDir,
-						statusFile: *o.statusFile, demo: *o.demo, logLevel: b.logLevel, trust: o.trust})
+						statusFile: *o.statusFile, demo: *o.demo, logs: b, trust: o.trust})
 				}
 				return runHost(ctx, env, b, wf, o)
 			}
@@ -225,6 +225,7 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 		if mode == "tty" {
 			vc.Workload, vc.Events = wtail.Last, events.Lines
 			vc.Width = func() int { return termWidth(env.stdout) }
+			vc.Height = func() int { _, rows := termSize(env.stdout); return rows }
 		}
 		v := statusview.New(vc)
 		vctx, vcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -281,24 +282,27 @@ func viewMode(v string, out io.Writer) (string, error) {
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// termSize is the terminal's column and row count (0, 0 when w is not a
+// terminal).
+func termSize(w io.Writer) (cols, rows int) {
+	f, ok := w.(*os.File)
 	if !ok {
-		return false
+		return 0, 0
 	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	cols, rows, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0, 0
+	}
+	return cols, rows
 }
 
 // termWidth is the terminal's column count (0 when unknown).
 func termWidth(w io.Writer) int {
-	f, ok := w.(*os.File)
-	if !ok {
-		return 0
-	}
-	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
-	if err != nil {
-		return 0
-	}
-	return int(ws.Col)
+	cols, _ := termSize(w)
+	return cols
 }
 
 // breakWriter forwards writes until the first failure (a closed pipe),
@@ -386,6 +390,11 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 		h.Stop()
 		h.Close(context.WithoutCancel(ctx))
 		return nil, ctx.Err()
+	}
+	if err := checkPluginSections(o.plugins, h.Plugins(), h.Files(), dir); err != nil {
+		h.Stop()
+		h.Close(context.WithoutCancel(ctx))
+		return nil, err
 	}
 	fmt.Fprintf(out, "host: %d plugins from %s\n", len(h.Plugins()), dir)
 	if st, ok := h.Leases(); ok {

@@ -48,7 +48,9 @@ func (f *runPGFlags) enabled() (bool, error) {
 type runPostgresOpts struct {
 	pluginDir, cacheDir, statusFile string
 	demo                            bool
-	logLevel                        string
+	// logs are run's --log-level and --log-format (backendFlags.logger,
+	// the one parser of both).
+	logs *backendFlags
 	// trust sets the host's Policy and trusted keys (policy.go).
 	trust *trustFlags
 }
@@ -62,13 +64,16 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 	if err != nil {
 		return err
 	}
+	log, err := o.logs.logger(env)
+	if err != nil {
+		return err
+	}
 	t, err := f.pg.target(ctx, env.stdout)
 	if err != nil {
 		return err
 	}
 	defer t.Close()
 	fmt.Fprintf(env.stdout, "fabric %s on Postgres: %s\n", Version, t.Where)
-	log := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: parseLevel(o.logLevel)}))
 	pc, err := postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})
 	if err != nil {
 		return err
@@ -101,14 +106,6 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 	sum, werr := runPostgresWorkload(ctx, pc, cfg, log, env.stdout)
 	fmt.Fprintf(env.stdout, "demo: %s\n", sum)
 	return werr
-}
-
-func parseLevel(s string) slog.Level {
-	var l slog.Level
-	if l.UnmarshalText([]byte(s)) != nil {
-		return slog.LevelWarn
-	}
-	return l
 }
 
 // startPostgresHost starts the host on dir with the Postgres pool; only

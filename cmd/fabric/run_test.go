@@ -158,6 +158,81 @@ config = { lanes = "x" }
 	})
 }
 
+// TestFirstHourErrors: each error a newcomer meets names what was wrong
+// and what is accepted, once.
+func TestFirstHourErrors(t *testing.T) {
+	t.Parallel()
+
+	t.Run("LuaLoadWithoutURLRefuses", func(t *testing.T) {
+		code, out, errOut := runCmd(t, "lua", "load")
+		if code != 2 || out != "" || !strings.Contains(errOut, "--valkey-url is required") {
+			t.Fatalf("code %d, stdout %q, stderr %q", code, out, errOut)
+		}
+	})
+
+	t.Run("BadURLNamesSchemes", func(t *testing.T) {
+		for _, tc := range []struct{ url, want string }{
+			{"nonsense", "no scheme"},
+			{"http://127.0.0.1:6379", `unknown scheme "http"`},
+			{"unix+cluster:///tmp/x", `unknown scheme "unix+cluster"`},
+		} {
+			code, _, errOut := runCmd(t, "lua", "load", "--valkey-url", tc.url)
+			if code != 1 || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "redis://, rediss://, valkey://") {
+				t.Errorf("%s: code %d, stderr %q", tc.url, code, errOut)
+			}
+		}
+	})
+
+	t.Run("MissingFileSaysStatOnce", func(t *testing.T) {
+		missing := filepath.Join(t.TempDir(), "nope.wasm")
+		for _, verb := range []string{"validate", "inspect"} {
+			code, _, errOut := runCmd(t, "plugins", verb, missing)
+			if code != 1 || strings.Count(errOut, "stat ") != 1 || !strings.Contains(errOut, "stat "+missing+": no such file") {
+				t.Errorf("plugins %s: code %d, stderr %q", verb, code, errOut)
+			}
+		}
+	})
+
+	t.Run("BadDurationNamesKeyAndValue", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "fabric.toml")
+		os.WriteFile(path, []byte("refresh = \"fast\"\n[demo]\nduration = \"soon\"\n"), 0o644)
+		code, _, errOut := runCmd(t, "run", "--config", path)
+		if code != 2 || !strings.Contains(errOut, `refresh = "fast": not a duration`) {
+			t.Fatalf("code %d, stderr %q", code, errOut)
+		}
+	})
+
+	// One log-level and log-format parser for both backends: on Postgres
+	// a bad level was taken as warn and --log-format ignored.
+	t.Run("BadLogFlagsOnPostgres", func(t *testing.T) {
+		for _, args := range [][]string{{"--log-level", "loud"}, {"--log-format", "xml"}} {
+			code, _, errOut := runCmd(t, append([]string{"run", "--backend", "postgres", "--duration", "1s", "--plugins", ""}, args...)...)
+			if code != 2 || !strings.Contains(errOut, args[0]) {
+				t.Errorf("%q: code %d, stderr %q", args, code, errOut)
+			}
+		}
+	})
+
+	t.Run("UnknownPluginSectionNamed", func(t *testing.T) {
+		wasm, err := os.ReadFile("../../bin/plugins/delayed_promoter.wasm")
+		if err != nil {
+			t.Fatalf("plugin set not built (run `make plugins`): %v", err)
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "delayed_promoter.wasm"), wasm, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "fabric.toml")
+		os.WriteFile(path, []byte("[plugins.delayed_promoter]\ninterval = \"1s\"\n[plugins.nosuchplugin]\ninterval = \"1s\"\n"), 0o644)
+		code, _, errOut := runCmd(t, "run", "--config", path, "--plugins", dir, "--view", "off", "--duration", "1s",
+			"--admin-addr", "", "--partitions", "flow=4,budget=2,quota=2")
+		if code != 2 || !strings.Contains(errOut, "[plugins.nosuchplugin] names no plugin") ||
+			!strings.Contains(errOut, "plugins there: delayed_promoter") {
+			t.Fatalf("code %d, stderr %q", code, errOut)
+		}
+	})
+}
+
 // TestStatusFromKeyspace runs `fabric status --valkey-url` against a
 // deployment with one execution in a delayed index.
 func TestStatusFromKeyspace(t *testing.T) {
@@ -189,7 +264,7 @@ func TestStatusFromKeyspace(t *testing.T) {
 
 func TestLogFormat(t *testing.T) {
 	t.Parallel()
-	code, _, errOut := runCmd(t, "lua", "load", "--log-format", "xml")
+	code, _, errOut := runCmd(t, "lua", "load", "--valkey-url", "unix:///nonexistent/fabric.sock", "--log-format", "xml")
 	if code != 2 || !strings.Contains(errOut, "--log-format") {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}

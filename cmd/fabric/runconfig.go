@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -120,12 +122,18 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 	}
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
-	set := func(name string, v *string) error {
+	set := func(key, name string, v *string) error {
 		if v == nil || given[name] {
 			return nil
 		}
 		if err := fs.Set(name, *v); err != nil {
-			return fmt.Errorf("%w: --config %s: %s: %v", errUsage, path, name, err)
+			// flag's duration parser says only "parse error".
+			if g, ok := fs.Lookup(name).Value.(flag.Getter); ok {
+				if _, isDur := g.Get().(time.Duration); isDur {
+					err = errors.New(`not a duration (want e.g. "250ms", "1s", "2m")`)
+				}
+			}
+			return fmt.Errorf("%w: --config %s: %s = %q: %v", errUsage, path, key, *v, err)
 		}
 		return nil
 	}
@@ -159,17 +167,20 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		parts = &s
 	}
 	for _, kv := range []struct {
-		name string
-		v    *string
+		key, name string
+		v         *string
 	}{
-		{"valkey-url", f.ValkeyURL}, {"plugins", f.PluginDir}, {"cache-dir", f.CacheDir}, {"status-file", f.StatusFile},
-		{"admin-addr", f.AdminAddr}, {"log-level", f.LogLevel}, {"log-format", f.LogFormat}, {"view", f.View},
-		{"refresh", f.Refresh}, {"census-interval", f.CensusInterval}, {"partitions", parts},
-		{"demo", str(f.Demo.Enabled)}, {"rate", str(f.Demo.Rate)}, {"lanes", lanes}, {"workers", str(f.Demo.Workers)},
-		{"concurrency", str(f.Demo.Concurrency)}, {"duration", f.Demo.Duration}, {"drain-timeout", f.Demo.DrainTimeout},
-		{"mix", f.Demo.Mix}, {"partition-leases", str(f.Leases)}, {"host-id", f.HostID}, {"lease-ttl", f.LeaseTTL},
+		{"valkey_url", "valkey-url", f.ValkeyURL}, {"plugin_dir", "plugins", f.PluginDir}, {"cache_dir", "cache-dir", f.CacheDir},
+		{"status_file", "status-file", f.StatusFile}, {"admin_addr", "admin-addr", f.AdminAddr}, {"log_level", "log-level", f.LogLevel},
+		{"log_format", "log-format", f.LogFormat}, {"view", "view", f.View}, {"refresh", "refresh", f.Refresh},
+		{"census_interval", "census-interval", f.CensusInterval}, {"partitions", "partitions", parts},
+		{"demo.enabled", "demo", str(f.Demo.Enabled)}, {"demo.rate", "rate", str(f.Demo.Rate)}, {"demo.lanes", "lanes", lanes},
+		{"demo.workers", "workers", str(f.Demo.Workers)}, {"demo.concurrency", "concurrency", str(f.Demo.Concurrency)},
+		{"demo.duration", "duration", f.Demo.Duration}, {"demo.drain_timeout", "drain-timeout", f.Demo.DrainTimeout},
+		{"demo.mix", "mix", f.Demo.Mix}, {"partition_leases", "partition-leases", str(f.Leases)}, {"host_id", "host-id", f.HostID},
+		{"lease_ttl", "lease-ttl", f.LeaseTTL},
 	} {
-		if err := set(kv.name, kv.v); err != nil {
+		if err := set(kv.key, kv.name, kv.v); err != nil {
 			return nil, err
 		}
 	}
@@ -193,6 +204,40 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		plugins[name] = pc
 	}
 	return plugins, nil
+}
+
+// checkPluginSections refuses a config file's [plugins.NAME] section that
+// names no plugin the host loaded from dir: a typo there would otherwise
+// leave the plugin it meant unconfigured without a word.
+// Files the host rejected count by the plugin name their manifest gave.
+func checkPluginSections(cfg map[string]host.PluginConfig, loaded []host.PluginStatus, files []host.FileStatus, dir string) error {
+	have := map[string]bool{}
+	var names []string
+	add := func(name string) {
+		if name != "" && !have[name] {
+			have[name] = true
+			names = append(names, name)
+		}
+	}
+	for _, p := range loaded {
+		add(p.Name)
+	}
+	for _, f := range files {
+		add(f.Plugin)
+	}
+	var unknown []string
+	for name := range cfg {
+		if !have[name] {
+			unknown = append(unknown, "[plugins."+name+"]")
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	sort.Strings(names)
+	return fmt.Errorf("%w: --config: %s names no plugin in %s (plugins there: %s)",
+		errUsage, strings.Join(unknown, ", "), dir, strings.Join(names, ", "))
 }
 
 // partitionsFlag parses "flow=256,budget=32,quota=32" (missing counts

@@ -25,7 +25,7 @@ func init() {
 			addr := fs.String("admin", "http://"+admin.ServerAddrDefault, "admin server of a running host; its /status has everything")
 			url := fs.String("valkey-url", "", "read the keyspace directly (executions, lag, throughput); plugins then come from --admin or --status-file when reachable")
 			statusFile := fs.String("status-file", "", "a host's status file (fabric run --status-file) for the plugins")
-			sample := fs.Duration("sample", time.Second, "with --valkey-url: time between the two censuses throughput is measured over")
+			sample := fs.Duration("sample", time.Second, "time between the two reads that throughput and ACTED/S are measured over (0: one read, no rates)")
 			asJSON := fs.Bool("json", false, "print the report as JSON")
 			partitions := &partitionsFlag{}
 			fs.Var(partitions, "partitions", "with --valkey-url: the deployment's partition counts, flow=N,budget=N,quota=N (default 256/32/32)")
@@ -34,14 +34,27 @@ func init() {
 					return err
 				}
 				var rep admin.Report
+				var rates map[string]float64
 				var err error
 				if *url == "" {
-					rep, err = fetchReport(ctx, strings.TrimSuffix(*addr, "/")+"/status")
+					// Two reports, --sample apart: ACTED/S is the difference.
+					status := strings.TrimSuffix(*addr, "/") + "/status"
+					rep, err = fetchReport(ctx, status)
 					if err != nil {
 						return fmt.Errorf("%w (is `fabric run` running? pass --admin or --valkey-url)", err)
 					}
+					if *sample > 0 && !*asJSON {
+						if err := sleepCtx(ctx, *sample); err != nil {
+							return err
+						}
+						prev := rep
+						if rep, err = fetchReport(ctx, status); err != nil {
+							return err
+						}
+						rates = statusview.ActedRates(prev.Plugins, rep.Plugins, rep.At.Sub(prev.At))
+					}
 				} else {
-					rep, err = keyspaceReport(ctx, env, *url, partitions, *statusFile, *addr, *sample)
+					rep, rates, err = keyspaceReport(ctx, env, *url, partitions, *statusFile, *addr, *sample)
 					if err != nil {
 						return err
 					}
@@ -55,7 +68,8 @@ func init() {
 				if rep.Backend != "" {
 					title += " · " + rep.Backend
 				}
-				statusview.Render(env.stdout, statusview.Frame{Title: title, Now: rep.At, Report: rep})
+				statusview.Render(env.stdout, statusview.Frame{Title: title, Now: rep.At, Report: rep, ActedPerSec: rates,
+					Width: termWidth(env.stdout)})
 				return nil
 			}
 		},
@@ -87,54 +101,77 @@ func fetchReport(ctx context.Context, url string) (admin.Report, error) {
 
 // keyspaceReport takes two censuses of the deployment at url, sample
 // apart, and adds the plugins of a status file or of a reachable admin
-// server.
-func keyspaceReport(ctx context.Context, env *cliEnv, url string, parts *partitionsFlag, statusFile, addr string, sample time.Duration) (admin.Report, error) {
+// server, read at both censuses for their ACTED/S (nil rates when the
+// plugins did not change between the reads, as a status file written
+// before the sample).
+func keyspaceReport(ctx context.Context, env *cliEnv, url string, parts *partitionsFlag, statusFile, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
 	b := &backendFlags{url: url, logLevel: "error", partitions: parts.PartitionConfig}
 	conn, err := b.connect(ctx, env)
 	if err != nil {
-		return admin.Report{}, err
+		return admin.Report{}, nil, err
 	}
 	defer conn.Close()
+	// plugins reads the plugin list and when it was taken.
+	plugins := func() ([]host.PluginStatus, time.Time, error) {
+		if statusFile != "" {
+			b, err := os.ReadFile(statusFile)
+			if err != nil {
+				return nil, time.Time{}, fmt.Errorf("--status-file: %w", err)
+			}
+			var snap host.Snapshot
+			if err := json.Unmarshal(b, &snap); err != nil {
+				return nil, time.Time{}, fmt.Errorf("--status-file %s: %w", statusFile, err)
+			}
+			var rejected []host.FileStatus
+			for _, f := range snap.Files {
+				if f.State == host.StateInvalid {
+					rejected = append(rejected, f)
+				}
+			}
+			return append(snap.Plugins, admin.RejectedRows(rejected)...), snap.At, nil
+		}
+		if rep, err := fetchReport(ctx, strings.TrimSuffix(addr, "/")+"/status"); err == nil {
+			return rep.Plugins, rep.At, nil
+		}
+		return nil, time.Time{}, nil
+	}
+	prev, prevAt, err := plugins()
+	if err != nil {
+		return admin.Report{}, nil, err
+	}
 	s := admin.NewSampler(admin.SamplerConfig{Backend: conn.Client, Logger: conn.Logger})
 	s.Sample(ctx)
+	cur, curAt := prev, prevAt
 	if _, _, err := s.Latest(); err == nil && sample > 0 {
-		t := time.NewTimer(sample)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return admin.Report{}, ctx.Err()
-		case <-t.C:
+		if err := sleepCtx(ctx, sample); err != nil {
+			return admin.Report{}, nil, err
 		}
 		s.Sample(ctx)
+		if cur, curAt, err = plugins(); err != nil {
+			return admin.Report{}, nil, err
+		}
 	}
 	var src admin.PluginSource
-	switch {
-	case statusFile != "":
-		b, err := os.ReadFile(statusFile)
-		if err != nil {
-			return admin.Report{}, fmt.Errorf("--status-file: %w", err)
-		}
-		var snap host.Snapshot
-		if err := json.Unmarshal(b, &snap); err != nil {
-			return admin.Report{}, fmt.Errorf("--status-file %s: %w", statusFile, err)
-		}
-		var rejected []host.FileStatus
-		for _, f := range snap.Files {
-			if f.State == host.StateInvalid {
-				rejected = append(rejected, f)
-			}
-		}
-		src = staticPlugins(append(snap.Plugins, admin.RejectedRows(rejected)...))
-	default:
-		if rep, err := fetchReport(ctx, strings.TrimSuffix(addr, "/")+"/status"); err == nil {
-			src = staticPlugins(rep.Plugins)
-		}
+	if cur != nil {
+		src = staticPlugins(cur)
 	}
 	rep := admin.BuildReport(time.Now(), conn.Where, src, s)
 	if rep.Census == nil && rep.Error != "" {
-		return rep, errors.New(rep.Error)
+		return rep, nil, errors.New(rep.Error)
 	}
-	return rep, nil
+	return rep, statusview.ActedRates(prev, cur, curAt.Sub(prevAt)), nil
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // staticPlugins is a fixed plugin list read from elsewhere.

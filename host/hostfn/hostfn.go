@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -47,6 +48,7 @@ type Stats struct {
 	mu         sync.Mutex
 	lastDenial string
 	metrics    map[string]float64
+	gauges     map[string]bool
 }
 
 // LastDenial returns the message of the latest refusal.
@@ -67,6 +69,21 @@ func (s *Stats) Metrics() map[string]float64 {
 	return out
 }
 
+// Gauges returns the names of the plugin's metrics that are gauges, sorted;
+// the others are counters.
+func (s *Stats) Gauges() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k, g := range s.gauges {
+		if g {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 func (s *Stats) denied(msg string) {
 	s.Denied.Add(1)
 	s.mu.Lock()
@@ -78,8 +95,9 @@ func (s *Stats) metric(m abi.Metric) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.metrics == nil {
-		s.metrics = map[string]float64{}
+		s.metrics, s.gauges = map[string]float64{}, map[string]bool{}
 	}
+	s.gauges[m.Name] = m.Kind == abi.MetricGauge
 	if m.Kind == abi.MetricGauge {
 		s.metrics[m.Name] = m.Value
 	} else {

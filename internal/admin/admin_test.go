@@ -127,6 +127,8 @@ func TestMetrics(t *testing.T) {
 		`fabric_plugin_items_total{outcome="scanned",plugin="healthy"}`,
 		`fabric_plugin_cycle_duration_seconds_count{plugin="healthy"}`,
 		`fabric_plugin_host_calls_total{plugin="healthy"}`,
+		// The fixture counts its scans itself with h.Metric.
+		`fabric_plugin_guest_counter_total{name="scans",plugin="healthy"}`,
 	}
 	var first string
 	valkeytest.Eventually(t, 60*time.Second, "healthy's series appear", func() bool {
@@ -174,6 +176,52 @@ func TestMetrics(t *testing.T) {
 		return len(o.Hosts) == 1 && o.Hosts[0].Host == h.HostID() && o.Hosts[0].Live &&
 			o.Hosts[0].Ranges["flow"] == "0-1" && o.Hosts[0].Ranges["quota"] == "0" && o.Hosts[0].Partitions == 4
 	})
+}
+
+// staticSource is a fixed plugin list.
+type staticSource []host.PluginStatus
+
+func (s staticSource) Plugins() []host.PluginStatus { return s }
+func (staticSource) Started() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// TestGuestMetrics: a plugin's own counters and gauges (h.Metric) are
+// series of /metrics, typed as the plugin reported them.
+func TestGuestMetrics(t *testing.T) {
+	t.Parallel()
+	m := admin.NewMetrics()
+	m.Attach(staticSource{{Name: "p", Version: "1.0.0", State: host.StateRunning,
+		Metrics: map[string]float64{"cancelled": 7, "queue_depth": 3.5}, MetricGauges: []string{"queue_depth"}}}, nil)
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			labels := ""
+			for _, l := range mt.GetLabel() {
+				labels += l.GetName() + "=" + l.GetValue() + ","
+			}
+			switch {
+			case mt.GetCounter() != nil:
+				got[f.GetName()+"{"+labels+"}"] = "counter " + strconv.FormatFloat(mt.GetCounter().GetValue(), 'f', -1, 64)
+			case mt.GetGauge() != nil:
+				got[f.GetName()+"{"+labels+"}"] = "gauge " + strconv.FormatFloat(mt.GetGauge().GetValue(), 'f', -1, 64)
+			}
+		}
+	}
+	for series, want := range map[string]string{
+		"fabric_plugin_guest_counter_total{name=cancelled,plugin=p,}": "counter 7",
+		"fabric_plugin_guest_gauge{name=queue_depth,plugin=p,}":       "gauge 3.5",
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %q, want %q", series, got[series], want)
+		}
+	}
 }
 
 func TestHealthz(t *testing.T) {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +26,7 @@ type PluginSource interface {
 // Series (plugin counters restart from zero when a plugin is unloaded and
 // loaded again, which Prometheus reads as a counter reset):
 //
-//	fabric_plugin_cycle_duration_seconds{plugin}       histogram of sweep durations
+//	fabric_plugin_cycle_duration_seconds{plugin}       histogram of sweep durations, one per sweep (on timers: an interval's passes together)
 //	fabric_plugin_cycles_total{plugin}                 sweeps started
 //	fabric_plugin_calls_total{plugin}                  partition calls
 //	fabric_plugin_items_total{plugin,outcome}          scanned, acted, skipped
@@ -44,6 +45,8 @@ type PluginSource interface {
 //	fabric_plugin_over_budget_total{plugin}            host calls refused for its budget
 //	fabric_plugin_memory_cap_bytes{plugin}             memory cap it runs under
 //	fabric_plugin_rejected{file,reason}                1 per file the host refused to load
+//	fabric_plugin_guest_counter_total{plugin,name}     the plugin's own counters (pdk Host.Metric)
+//	fabric_plugin_guest_gauge{plugin,name}             the plugin's own gauges (pdk Host.Metric)
 //	fabric_executions{state}                           executions by lane index
 //	fabric_executions_terminal_per_second              terminal throughput
 //	fabric_backend_up                                  1 when the last census succeeded
@@ -83,6 +86,8 @@ var (
 	descExecs      = prometheus.NewDesc("fabric_executions", "Executions by state (lane index).", []string{"state"}, nil)
 	descThroughput = prometheus.NewDesc("fabric_executions_terminal_per_second", "Executions reaching a terminal state per second, between the last two censuses.", nil, nil)
 	descUp         = prometheus.NewDesc("fabric_backend_up", "1 when the last keyspace census succeeded.", nil, nil)
+	descGuestCount = prometheus.NewDesc("fabric_plugin_guest_counter_total", "A counter the plugin keeps itself (pdk Host.Metric), by name.", []string{"plugin", "name"}, nil)
+	descGuestGauge = prometheus.NewDesc("fabric_plugin_guest_gauge", "A gauge the plugin sets itself (pdk Host.Metric), by name.", []string{"plugin", "name"}, nil)
 )
 
 // NewMetrics returns a registry with fabric's series plus the Go runtime
@@ -92,7 +97,7 @@ func NewMetrics() *Metrics {
 		reg: prometheus.NewRegistry(),
 		cycle: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fabric_plugin_cycle_duration_seconds",
-			Help:    "Duration of one sweep of the plugin over its partitions.",
+			Help:    "Duration of one sweep of the plugin over its partitions, one observation per sweep (as fabric_plugin_cycles_total counts them); for a plugin on due-time timers, the time its passes over due and woken partitions took in one interval, together.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14), // 0.5 ms .. ~75 s
 		}, []string{"plugin"}),
 	}
@@ -123,7 +128,7 @@ type snapshotCollector Metrics
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCycles, descCalls, descItems, descErrors, descQuarantine, descQuarNow,
 		descHostCalls, descRefused, descSwaps, descInfo, descLag, descWaiting, descWaitOldest, descExecs, descThroughput, descUp,
-		descFaults, descCommands, descOverBudget, descMemCap, descRejected} {
+		descFaults, descCommands, descOverBudget, descMemCap, descRejected, descGuestCount, descGuestGauge} {
 		ch <- d
 	}
 }
@@ -158,6 +163,13 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descOverBudget, float64(p.OverBudget), p.Name)
 			for kind, n := range p.FaultKinds {
 				counter(descFaults, float64(n), p.Name, kind)
+			}
+			for name, v := range p.Metrics {
+				if slices.Contains(p.MetricGauges, name) {
+					ch <- prometheus.MustNewConstMetric(descGuestGauge, prometheus.GaugeValue, v, p.Name, name)
+				} else {
+					counter(descGuestCount, v, p.Name, name)
+				}
 			}
 			if p.Limits != nil {
 				ch <- prometheus.MustNewConstMetric(descMemCap, prometheus.GaugeValue, float64(int64(p.Limits.MaxPages)<<16), p.Name)

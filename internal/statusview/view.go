@@ -46,72 +46,269 @@ type Frame struct {
 	Events []string
 	// Width is the terminal width; lines are cut to it (0: no limit).
 	Width int
+	// Height is the terminal height; the frame has at most this many
+	// lines (0: no limit).
+	Height int
 }
 
 // Render writes a full-screen frame: header, the plugin table,
 // executions by state, throughput, the workload and recent events. It
 // writes plain lines; the View adds cursor control on a terminal.
+//
+// With a Width, lines are cut to it and the plugin table drops its least
+// telling columns (LAST SWAP, VERSION, CYCLES, FAULTS, in that order)
+// until it fits. With a Height, the frame has at most Height lines: the
+// recent events go first, then the quietest plugin rows (a last row says
+// how many are not shown), so the header and column titles stay on screen.
 func Render(w io.Writer, f Frame) {
-	var b strings.Builder
-	line := func(format string, a ...any) {
-		s := fmt.Sprintf(format, a...)
+	cut := func(s string) string {
 		if r := []rune(s); f.Width > 0 && len(r) > f.Width {
 			s = string(r[:f.Width])
 		}
-		b.WriteString(s)
-		b.WriteByte('\n')
+		return s
 	}
+	var head, foot, events []string
+	add := func(dst *[]string) func(string, ...any) {
+		return func(format string, a ...any) { *dst = append(*dst, cut(fmt.Sprintf(format, a...))) }
+	}
+	hl, fl, el := add(&head), add(&foot), add(&events)
 	if f.Elapsed > 0 {
-		line("%s  %s  up %s", f.Title, f.Now.Format("15:04:05"), fmtDur(f.Elapsed))
+		hl("%s  %s  up %s", f.Title, f.Now.Format("15:04:05"), fmtDur(f.Elapsed))
 	} else {
-		line("%s  %s", f.Title, f.Now.Format("15:04:05"))
+		hl("%s  %s", f.Title, f.Now.Format("15:04:05"))
 	}
 	if f.Subtitle != "" {
-		line("%s", f.Subtitle)
+		hl("%s", f.Subtitle)
 	}
-	line("")
-	line("%-22s %-8s %-12s %8s %9s %8s %7s %7s %8s  %s", "PLUGIN", "VERSION", "STATE", "CYCLES", "ACTED", "ACTED/S", "ERRORS", "FAULTS", "LAG", "LAST SWAP")
-	if len(f.Report.Plugins) == 0 {
-		line("  (no plugins loaded)")
-	}
-	for _, p := range f.Report.Plugins {
-		if p.State == host.StateRejected {
-			line("%-22s %-8s %-12s %s", p.Name, "-", p.State, p.Reason)
-			continue
-		}
-		line("%-22s %-8s %-12s %8d %9d %8.1f %7d %7d %8s  %s", p.Name, p.Version, p.State, p.Cycles, p.Totals.Acted,
-			f.ActedPerSec[p.Name], p.Totals.Errors, p.Faults, lagOf(f.Report.Census, p.Name), swapOf(p, f.Now))
-	}
-	line("")
+	hl("")
+	titles, rows := pluginTable(f)
+	hl("%s", titles)
+	fl("")
 	if c := f.Report.Census; c != nil {
 		var parts []string
 		for _, st := range census.States {
 			parts = append(parts, fmt.Sprintf("%s %d", st, c.Executions[st]))
 		}
-		line("executions  %s", strings.Join(parts, " · "))
+		fl("executions  %s", strings.Join(parts, " · "))
 	} else {
-		line("executions  (no census yet)")
+		fl("executions  (no census yet)")
 	}
-	line("throughput  %.1f executions/s reaching a terminal state", f.Report.Throughput)
+	fl("throughput  %.1f executions/s reaching a terminal state", f.Report.Throughput)
 	if c := f.Report.Census; c != nil && c.Ownership != nil {
 		for _, l := range OwnershipLines(*c.Ownership) {
-			line("%s", l)
+			fl("%s", l)
 		}
 	}
 	if f.Report.Error != "" {
-		line("backend     %s", f.Report.Error)
+		fl("backend     %s", f.Report.Error)
 	}
 	if f.Workload != "" {
-		line("workload    %s", strings.TrimSpace(f.Workload))
+		fl("workload    %s", strings.TrimSpace(f.Workload))
 	}
 	if len(f.Events) > 0 {
-		line("")
-		line("recent events")
+		el("")
+		el("recent events")
 		for _, e := range f.Events {
-			line("  %s", e)
+			el("  %s", e)
+		}
+	}
+	if f.Height > 0 {
+		room := f.Height - len(head) - len(foot) - len(rows)
+		switch {
+		case room >= len(events):
+		case room >= 3: // the blank, the title and the latest events
+			events = append(events[:2:2], events[len(events)-(room-2):]...)
+		default:
+			events = nil
+		}
+		if over := len(head) + len(rows) + len(foot) + len(events) - f.Height; over > 0 {
+			rows = fewerRows(f, rows, len(rows)-over-1)
+		}
+	}
+	var b strings.Builder
+	for _, part := range [][]string{head, rows, foot, events} {
+		for _, l := range part {
+			b.WriteString(l)
+			b.WriteByte('\n')
 		}
 	}
 	io.WriteString(w, b.String())
+}
+
+// column is one column of the plugin table.
+type column struct {
+	title string
+	right bool
+	cell  func(p host.PluginStatus) string
+}
+
+// pluginTable lays out the plugin table: its title line and one line per
+// plugin (in f.Report.Plugins order), columns as wide as their widest
+// cell, dropping columns while wider than f.Width.
+func pluginTable(f Frame) (string, []string) {
+	rate := func(p host.PluginStatus) string {
+		if f.ActedPerSec == nil {
+			return "-" // one snapshot: no rate
+		}
+		return fmt.Sprintf("%.1f", f.ActedPerSec[p.Name])
+	}
+	cols := []column{
+		{"PLUGIN", false, func(p host.PluginStatus) string { return p.Name }},
+		{"VERSION", false, func(p host.PluginStatus) string { return p.Version }},
+		{"STATE", false, func(p host.PluginStatus) string { return string(p.State) }},
+		{"CYCLES", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Cycles) }},
+		{"ACTED", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Totals.Acted) }},
+		{"ACTED/S", true, rate},
+		{"ERRORS", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Totals.Errors) }},
+		{"FAULTS", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Faults) }},
+		{"LAG", true, func(p host.PluginStatus) string { return lagOf(f.Report.Census, p.Name) }},
+		{"LAST SWAP", false, func(p host.PluginStatus) string { return swapOf(p, f.Now) }},
+	}
+	// Dropped first to last while the table is too wide.
+	dropOrder := []string{"LAST SWAP", "VERSION", "CYCLES", "FAULTS"}
+	cells := make([][]string, len(f.Report.Plugins))
+	for i, p := range f.Report.Plugins {
+		cells[i] = make([]string, len(cols))
+		for j, c := range cols {
+			if p.State == host.StateRejected && c.title != "PLUGIN" && c.title != "STATE" {
+				cells[i][j] = "-"
+				continue
+			}
+			cells[i][j] = c.cell(p)
+		}
+	}
+	width := make([]int, len(cols))
+	for j, c := range cols {
+		width[j] = len(c.title)
+		for i, p := range f.Report.Plugins {
+			if p.State == host.StateRejected && c.title == "STATE" {
+				continue // its reason follows the state; it spans the rest
+			}
+			width[j] = max(width[j], len([]rune(cells[i][j])))
+		}
+	}
+	keep := make([]bool, len(cols))
+	for j := range keep {
+		keep[j] = true
+	}
+	total := func() int {
+		n := -1
+		for j := range cols {
+			if keep[j] {
+				n += width[j] + 1
+			}
+		}
+		return n
+	}
+	for _, d := range dropOrder {
+		if f.Width <= 0 || total() <= f.Width {
+			break
+		}
+		for j, c := range cols {
+			if c.title == d {
+				keep[j] = false
+			}
+		}
+	}
+	cut := func(s string) string {
+		if r := []rune(s); f.Width > 0 && len(r) > f.Width {
+			s = string(r[:f.Width])
+		}
+		return s
+	}
+	line := func(cell func(j int) string) string {
+		var b strings.Builder
+		for j, c := range cols {
+			if !keep[j] {
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			pad := strings.Repeat(" ", max(0, width[j]-len([]rune(cell(j)))))
+			if c.right {
+				b.WriteString(pad + cell(j))
+			} else {
+				b.WriteString(cell(j) + pad)
+			}
+		}
+		return cut(strings.TrimRight(b.String(), " "))
+	}
+	titles := line(func(j int) string { return cols[j].title })
+	var rows []string
+	if len(f.Report.Plugins) == 0 {
+		rows = append(rows, "  (no plugins loaded)")
+	}
+	for i, p := range f.Report.Plugins {
+		if p.State == host.StateRejected {
+			// Name, "-" and the state, then the reason across the rest.
+			var b strings.Builder
+			for j := range cols[:3] {
+				if keep[j] {
+					b.WriteString(cells[i][j] + strings.Repeat(" ", max(0, width[j]-len([]rune(cells[i][j])))) + " ")
+				}
+			}
+			rows = append(rows, cut(b.String()+p.Reason))
+			continue
+		}
+		rows = append(rows, line(func(j int) string { return cells[i][j] }))
+	}
+	return titles, rows
+}
+
+// fewerRows keeps n of the plugin rows (at least one) and a last line
+// saying how many are not shown. The rows kept are the ones worth a look:
+// not running, with errors or faults, then the busiest.
+func fewerRows(f Frame, rows []string, n int) []string {
+	ps := f.Report.Plugins
+	if n >= len(rows) || len(rows) != len(ps) {
+		return rows
+	}
+	n = max(1, n)
+	trouble := func(p host.PluginStatus) bool {
+		return (p.State != host.StateRunning && p.State != host.StateIdle) || p.Totals.Errors > 0 || p.Faults > 0
+	}
+	idx := make([]int, len(ps))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		pa, pb := ps[idx[a]], ps[idx[b]]
+		if ta, tb := trouble(pa), trouble(pb); ta != tb {
+			return ta
+		}
+		if ra, rb := f.ActedPerSec[pa.Name], f.ActedPerSec[pb.Name]; ra != rb {
+			return ra > rb
+		}
+		return pa.Totals.Acted > pb.Totals.Acted
+	})
+	chosen := idx[:n]
+	sort.Ints(chosen)
+	out := make([]string, 0, n+1)
+	for _, i := range chosen {
+		out = append(out, rows[i])
+	}
+	return append(out, fmt.Sprintf("  … %d more plugins not shown (quiet ones; a taller terminal shows them)", len(rows)-n))
+}
+
+// ActedRates is, per plugin, items acted on per second between two
+// snapshots of the plugins dt apart: the ACTED/S column. It is nil when
+// dt is not positive (no rate can be told).
+func ActedRates(prev, cur []host.PluginStatus, dt time.Duration) map[string]float64 {
+	if dt <= 0 {
+		return nil
+	}
+	old := make(map[string]host.PluginStatus, len(prev))
+	for _, p := range prev {
+		old[p.Name] = p
+	}
+	rates := make(map[string]float64, len(cur))
+	for _, p := range cur {
+		if o, ok := old[p.Name]; ok && p.Totals.Acted >= o.Totals.Acted {
+			rates[p.Name] = float64(p.Totals.Acted-o.Totals.Acted) / dt.Seconds()
+		}
+	}
+	return rates
 }
 
 // OwnershipLines describes who holds which partitions, one line per host
@@ -292,8 +489,8 @@ type Config struct {
 	Title, Subtitle string
 	// Report returns the deployment's state. Required.
 	Report func() admin.Report
-	// Width returns the terminal width (nil or 0: no limit).
-	Width func() int
+	// Width and Height return the terminal size (nil or 0: no limit).
+	Width, Height func() int
 	// Workload returns the latest workload line (optional).
 	Workload func() string
 	// Events returns recent log lines (optional).
@@ -345,20 +542,15 @@ func (v *View) Frame() Frame {
 	f := Frame{Title: v.cfg.Title, Subtitle: v.cfg.Subtitle, Now: now, Elapsed: now.Sub(v.start), Report: r,
 		ActedPerSec: map[string]float64{}}
 	if v.prev != nil {
-		if dt := now.Sub(v.prevT).Seconds(); dt > 0 {
-			old := map[string]host.PluginStatus{}
-			for _, p := range v.prev.Plugins {
-				old[p.Name] = p
-			}
-			for _, p := range r.Plugins {
-				if o, ok := old[p.Name]; ok && p.Totals.Acted >= o.Totals.Acted {
-					f.ActedPerSec[p.Name] = float64(p.Totals.Acted-o.Totals.Acted) / dt
-				}
-			}
+		if rates := ActedRates(v.prev.Plugins, r.Plugins, now.Sub(v.prevT)); rates != nil {
+			f.ActedPerSec = rates
 		}
 	}
 	if v.cfg.Width != nil {
 		f.Width = v.cfg.Width()
+	}
+	if v.cfg.Height != nil {
+		f.Height = v.cfg.Height()
 	}
 	if v.cfg.Workload != nil {
 		f.Workload = v.cfg.Workload()
@@ -421,12 +613,13 @@ func (v *View) Draw() {
 	Render(&b, f)
 	var s strings.Builder
 	s.WriteString(home)
-	for _, l := range strings.SplitAfter(b.String(), "\n") {
-		if l == "" {
-			continue
+	// No newline after the last line: on a frame as tall as the screen it
+	// would scroll the first line away.
+	for i, l := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+		if i > 0 {
+			s.WriteString("\n")
 		}
-		s.WriteString(strings.TrimSuffix(l, "\n"))
-		s.WriteString(eraseLine + "\n")
+		s.WriteString(l + eraseLine)
 	}
 	s.WriteString(eraseBelow)
 	io.WriteString(out, s.String())

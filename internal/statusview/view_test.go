@@ -48,10 +48,10 @@ func TestRender(t *testing.T) {
 	want := `fabric dev on private redis-server  12:30:00  up 1m05s
 admin http://127.0.0.1:9480
 
-PLUGIN                 VERSION  STATE          CYCLES     ACTED  ACTED/S  ERRORS  FAULTS      LAG  LAST SWAP
-delayed_promoter       1.0.0    running           120       850     14.2       2       0    250ms  -
-lease_expiry           1.0.1    running            40         0      0.0       0       0       0s  12.0s ago
-unblock                0.9.0    quarantined         7         0      0.0       0       3        -  -
+PLUGIN           VERSION STATE       CYCLES ACTED ACTED/S ERRORS FAULTS   LAG LAST SWAP
+delayed_promoter 1.0.0   running        120   850    14.2      2      0 250ms -
+lease_expiry     1.0.1   running         40     0     0.0      0      0    0s 12.0s ago
+unblock          0.9.0   quarantined      7     0     0.0      0      3     - -
 
 executions  eligible 12 · delayed 30 · active 8 · suspended 3 · blocked 4 · terminal 5400
 throughput  95.5 executions/s reaching a terminal state
@@ -160,7 +160,7 @@ func TestRejectedFileRows(t *testing.T) {
 	cur.Plugins = append(cur.Plugins, rows...)
 	var b bytes.Buffer
 	statusview.Render(&b, statusview.Frame{Title: "fabric", Now: t0, Report: cur})
-	if want := "notwasm.wasm           -        rejected     not wasm: host: not a wasm module\n"; !strings.Contains(b.String(), want) {
+	if want := "notwasm.wasm     -       rejected    not wasm: host: not a wasm module\n"; !strings.Contains(b.String(), want) {
 		t.Fatalf("frame lacks %q:\n%s", want, b.String())
 	}
 	prev := fixedReport()
@@ -169,5 +169,86 @@ func TestRejectedFileRows(t *testing.T) {
 	}
 	if got := statusview.Lines(&cur, statusview.Frame{Now: t0, Report: prev}); got[0] != "file notwasm.wasm no longer rejected" {
 		t.Fatalf("clearing: %q", got)
+	}
+}
+
+// stockReport is the stock plugin set (26 plugins, the longest name 25
+// characters) with a few busy ones.
+func stockReport() admin.Report {
+	r := fixedReport()
+	r.Plugins = nil
+	for i, n := range strings.Fields(`attempt_timeout budget_reconciler budget_reset cancel_reconciler delayed_promoter
+		dependency dependency_reconciler edge_cancel edge_cancel_reconciler execution_deadline flow_projector
+		index_reconciler lease_expiry pending_wp_expiry pg_attempt_timeout pg_delayed_promoter pg_dependency_reconciler
+		pg_edge_cancel_reconciler pg_lease_expiry pg_retention pg_suspension_timeout pg_worker_registry_sweep
+		quota_reconciler retention_trimmer suspension_timeout unblock`) {
+		r.Plugins = append(r.Plugins, host.PluginStatus{Name: n, Version: "1.0.0", State: host.StateRunning,
+			Cycles: 123456, Totals: abi.ScanResult{Acted: uint32(1000 * i)}, Swaps: 2, LastSwap: t0.Add(-90 * time.Second)})
+	}
+	return r
+}
+
+// TestRenderFitsATerminal: names over 22 characters keep the columns
+// aligned, 80 columns keep the numbers (dropping LAST SWAP and VERSION
+// rather than cutting LAG), and 24 rows keep the header and the column
+// titles on screen with the busiest plugins.
+func TestRenderFitsATerminal(t *testing.T) {
+	t.Parallel()
+	rates := map[string]float64{"pg_edge_cancel_reconciler": 42, "delayed_promoter": 7}
+	var b bytes.Buffer
+	statusview.Render(&b, statusview.Frame{Title: "fabric", Now: t0, Report: stockReport(), ActedPerSec: rates})
+	lines := strings.Split(b.String(), "\n")
+	title := lines[2]
+	end := strings.Index(title, "ACTED/S") + len("ACTED/S")
+	for _, l := range lines[3:29] {
+		if len(l) < end || l[end-1] == ' ' || (len(l) > end && l[end] != ' ') {
+			t.Errorf("ACTED/S column not aligned under its title:\n%s\n%s", title, l)
+		}
+	}
+	if !strings.Contains(b.String(), "pg_edge_cancel_reconciler 1.0.0") {
+		t.Errorf("long name runs into the next column:\n%s", b.String())
+	}
+
+	b.Reset()
+	statusview.Render(&b, statusview.Frame{Title: "fabric", Now: t0, Report: stockReport(), ActedPerSec: rates, Width: 80, Height: 24})
+	lines = strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) > 24 {
+		t.Errorf("%d lines in a 24-row terminal:\n%s", len(lines), b.String())
+	}
+	for _, l := range lines {
+		if len([]rune(l)) > 80 {
+			t.Errorf("line longer than 80: %q", l)
+		}
+	}
+	if lines[0] != "fabric  12:30:00" || !strings.HasPrefix(lines[2], "PLUGIN ") {
+		t.Errorf("header or column titles not on screen:\n%s", b.String())
+	}
+	for _, col := range []string{"STATE", "ACTED", "ACTED/S", "ERRORS", "LAG"} {
+		if !strings.Contains(lines[2], " "+col+" ") && !strings.HasSuffix(lines[2], " "+col) {
+			t.Errorf("column %s dropped at 80 columns: %q", col, lines[2])
+		}
+	}
+	out := b.String()
+	if !strings.Contains(out, "pg_edge_cancel_reconciler") || !strings.Contains(out, "delayed_promoter") ||
+		!strings.Contains(out, "more plugins not shown") || !strings.Contains(out, "executions  eligible") {
+		t.Errorf("the busiest plugins, the count of hidden ones and the executions must show:\n%s", out)
+	}
+}
+
+func TestActedRates(t *testing.T) {
+	t.Parallel()
+	prev := []host.PluginStatus{{Name: "a", Totals: abi.ScanResult{Acted: 100}}, {Name: "b", Totals: abi.ScanResult{Acted: 5}}}
+	cur := []host.PluginStatus{{Name: "a", Totals: abi.ScanResult{Acted: 300}}, {Name: "b", Totals: abi.ScanResult{Acted: 5}}, {Name: "new"}}
+	r := statusview.ActedRates(prev, cur, 2*time.Second)
+	if r["a"] != 100 || r["b"] != 0 || len(r) != 2 {
+		t.Fatalf("rates %v", r)
+	}
+	if statusview.ActedRates(prev, cur, 0) != nil {
+		t.Fatal("rates without elapsed time")
+	}
+	var b bytes.Buffer
+	statusview.Render(&b, statusview.Frame{Title: "fabric", Now: t0, Report: fixedReport()})
+	if !strings.Contains(b.String(), "850       -") {
+		t.Fatalf("no rate known must show -, not 0.0:\n%s", b.String())
 	}
 }
