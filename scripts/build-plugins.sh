@@ -13,24 +13,40 @@ GO=${GO:-go}
 out=bin/plugins
 mkdir -p "$out"
 built=0
-build() { # src dst
+# stale lists "src dst" when dst is missing or older than a .go file under
+# src, pdk/, abi/ or model/.
+todo=()
+total=0
+stale() { # src dst
   local src=$1 dst=$2
+  total=$((total+1))
   if [ -f "$dst" ] && [ -z "$(find "$src" pdk abi model -name '*.go' -newer "$dst" 2>/dev/null | head -1)" ]; then
     return
   fi
-  GOOS=wasip1 GOARCH=wasm $GO build -buildmode=c-shared -o "$dst" "./$src"
-  built=$((built+1))
+  todo+=("$src $dst")
 }
 for dir in plugins/*/*/; do
   [ -d "$dir" ] || continue
   ls "$dir"*.go >/dev/null 2>&1 || continue
-  build "${dir%/}" "$out/$(basename "$dir").wasm"
+  stale "${dir%/}" "$out/$(basename "$dir").wasm"
 done
 for dir in testdata/plugins/*/; do
   [ -d "$dir" ] || continue
   ls "$dir"*.go >/dev/null 2>&1 || continue
-  build "${dir%/}" "testdata/plugins/$(basename "$dir").wasm"
+  stale "${dir%/}" "testdata/plugins/$(basename "$dir").wasm"
 done
+# Build what is stale, as many at a time as there are cores, saying each
+# one as it finishes (a first build takes minutes: say what is happening).
+if [ ${#todo[@]} -gt 0 ]; then
+  jobs=$(nproc 2>/dev/null || echo 2)
+  echo "plugins: building ${#todo[@]} of $total wasm modules, $jobs at a time (GOOS=wasip1 go build)"
+  export GO
+  printf '%s\n' "${todo[@]}" | nl -w1 -s' ' | xargs -P "$jobs" -L 1 bash -c '
+    i=$0 src=$1 dst=$2
+    GOOS=wasip1 GOARCH=wasm $GO build -buildmode=c-shared -o "$dst" "./$src" || { echo "plugins: building $src failed" >&2; exit 1; }
+    echo "plugins: built $(basename "$dst") ($i of '"${#todo[@]}"')"'
+  built=${#todo[@]}
+fi
 # Corrupt fixtures are generated from a good module, never committed:
 #   truncated.wasm  the first half of healthy.wasm (a half-written file)
 #   corrupt.wasm    healthy.wasm with its first section header overwritten
@@ -73,6 +89,7 @@ fi
 # The prewarm inspects every file in bin/plugins: one the host would
 # refuse fails it, and its output (which file, why) is shown.
 if [ "$built" -gt 0 ] && [ "${FABRIC_PREWARM:-1}" = 1 ]; then
+  echo "plugins: compiling the modules for the host's cache (once after a change; the host then loads them in moments)"
   if ! log=$($GO test -count=1 -run '^TestFixturesValidate$' ./host/ 2>&1); then
     {
       echo "plugins: prewarm (go test -run TestFixturesValidate ./host/) failed: a plugin file the host would refuse?"
