@@ -258,7 +258,8 @@ func pluginTable(f Frame) (string, []string) {
 
 // fewerRows keeps n of the plugin rows (at least one) and a last line
 // saying how many are not shown. The rows kept are the ones worth a look:
-// not running, with errors or faults, then the busiest.
+// quarantined, rejected, with errors or faults; then the busiest; then the
+// running before the disabled.
 func fewerRows(f Frame, rows []string, n int) []string {
 	ps := f.Report.Plugins
 	if n >= len(rows) || len(rows) != len(ps) {
@@ -266,7 +267,7 @@ func fewerRows(f Frame, rows []string, n int) []string {
 	}
 	n = max(1, n)
 	trouble := func(p host.PluginStatus) bool {
-		return (p.State != host.StateRunning && p.State != host.StateIdle) || p.Totals.Errors > 0 || p.Faults > 0
+		return p.State == host.StateQuarantined || p.State == host.StateRejected || p.Totals.Errors > 0 || p.Faults > 0
 	}
 	idx := make([]int, len(ps))
 	for i := range idx {
@@ -280,7 +281,11 @@ func fewerRows(f Frame, rows []string, n int) []string {
 		if ra, rb := f.ActedPerSec[pa.Name], f.ActedPerSec[pb.Name]; ra != rb {
 			return ra > rb
 		}
-		return pa.Totals.Acted > pb.Totals.Acted
+		if pa.Totals.Acted != pb.Totals.Acted {
+			return pa.Totals.Acted > pb.Totals.Acted
+		}
+		// Then the running ones before the disabled and idle.
+		return pa.State == host.StateRunning && pb.State != host.StateRunning
 	})
 	chosen := idx[:n]
 	sort.Ints(chosen)

@@ -228,6 +228,20 @@ func TestRenderFitsATerminal(t *testing.T) {
 			t.Errorf("column %s dropped at 80 columns: %q", col, lines[2])
 		}
 	}
+	// Disabled plugins (the pg_* ones on Valkey) are not trouble: a
+	// running quiet one is shown before them.
+	rep := stockReport()
+	for i := range rep.Plugins {
+		rep.Plugins[i].Totals.Acted = 0 // all quiet
+		if strings.HasPrefix(rep.Plugins[i].Name, "pg_") {
+			rep.Plugins[i].State = host.StateDisabled
+		}
+	}
+	var d bytes.Buffer
+	statusview.Render(&d, statusview.Frame{Title: "fabric", Now: t0, Report: rep, ActedPerSec: rates, Width: 80, Height: 24})
+	if !strings.Contains(d.String(), "budget_reconciler") || strings.Contains(d.String(), "pg_lease_expiry") {
+		t.Errorf("disabled rows shown before a running one:\n%s", d.String())
+	}
 	out := b.String()
 	if !strings.Contains(out, "pg_edge_cancel_reconciler") || !strings.Contains(out, "delayed_promoter") ||
 		!strings.Contains(out, "more plugins not shown") || !strings.Contains(out, "executions  eligible") {
