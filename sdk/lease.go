@@ -12,6 +12,7 @@ import (
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
+	vk "github.com/valkey-io/valkey-go"
 )
 
 // ErrLeaseLost is the cause of a lease context cancelled because a
@@ -271,15 +272,34 @@ func (l *Lease) Complete(ctx context.Context, result []byte) error {
 // cascade resolves a terminal flow member's outgoing edges when the
 // worker is configured to (WorkerConfig.ResolveDependencies). Best
 // effort: the engine's dependency reconciler is the safety net.
+//
+// The flow is read again when the claim saw none: a flow member is
+// created, then added to its flow, and a member without parents is
+// claimable in between; its claim saw no flow_id, and a cascade skipped
+// on that alone left its children blocked forever where no dependency
+// reconciler runs (seen in the demo under load). FlowFabric's completion
+// reads flow_id when the execution completes, too.
 func (l *Lease) cascade(ctx context.Context) {
-	if !l.w.cfg.ResolveDependencies || l.flow == "" || l.w.vc == nil {
+	if !l.w.cfg.ResolveDependencies || l.w.vc == nil {
 		return
 	}
-	flow, err := model.ParseUUID(l.flow)
+	id := l.flow
+	if id == "" {
+		raw := l.w.vc.Raw()
+		f, err := raw.Do(ctx, raw.B().Hget().Key(model.KeysFor(l.ID).Core()).Field("flow_id").Build()).ToString()
+		if err != nil && !vk.IsValkeyNil(err) {
+			l.w.log.Warn("resolve dependencies: read flow_id failed", "execution_id", l.ID, "error", err)
+			return
+		}
+		if id = f; id == "" {
+			return
+		}
+	}
+	flow, err := model.ParseUUID(id)
 	if err != nil {
 		return
 	}
 	if _, err := l.w.vc.CascadeCompletion(ctx, flow, l.ID, l.w.cfg.Clock().UnixMilli()); err != nil {
-		l.w.log.Warn("resolve dependencies failed", "execution_id", l.ID, "flow_id", l.flow, "error", err)
+		l.w.log.Warn("resolve dependencies failed", "execution_id", l.ID, "flow_id", id, "error", err)
 	}
 }

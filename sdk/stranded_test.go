@@ -143,3 +143,43 @@ func TestBusyWorkerReclaims(t *testing.T) {
 		t.Fatalf("attempt type %q, want reclaim", j.AttemptType)
 	}
 }
+
+// A flow member without parents is claimable between its create and its
+// add to the flow; a worker that claimed it then saw no flow_id. Its
+// completion still resolves its children (the flow is read again), so
+// they do not stay blocked where no dependency reconciler runs.
+func TestCascadeAfterClaimBeforeFlowAdd(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0) // flows route with the backend client's partition count
+	f, err := b.c.CreateFlow(b.ctx, "race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, ResolveDependencies: true})
+	root := b.c.NewFlowExecutionID(f.ID)
+	if _, err := b.c.CreateExecution(b.ctx, sdk.ExecutionSpec{ID: root, Lane: "l"}); err != nil {
+		t.Fatal(err)
+	}
+	var l *sdk.Lease
+	valkeytest.Eventually(t, 30*time.Second, "root claimed before it joins its flow", func() bool { l = b.claim(t, w); return l != nil })
+	if l.ID != root {
+		t.Fatalf("claimed %s, want %s", l.ID, root)
+	}
+	now, _ := b.vc.ServerTime(b.ctx)
+	if _, _, err := b.vc.AddExecutionToFlow(b.ctx, f.ID, root, now); err != nil {
+		t.Fatal(err)
+	}
+	child, err := f.Add(b.ctx, sdk.ExecutionSpec{Lane: "l"}, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := b.state(t, child); st.EligibilityState != model.EligibleBlockedByDeps {
+		t.Fatalf("child before the root completes: %s", st.EligibilityState)
+	}
+	if err := l.Complete(b.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.state(t, child); st.EligibilityState != model.EligibleNow {
+		t.Fatalf("child after the root completed: %s/%s (%s)", st.EligibilityState, st.BlockingReason, st.Fields["blocking_detail"])
+	}
+}
