@@ -172,7 +172,7 @@ func TestHostileSoak(t *testing.T) {
 		done <- result{sum, err}
 	}()
 	for _, name := range []string{"delayed_promoter", "lease_expiry"} {
-		valkeytest.Eventually(t, 60*time.Second, name+" sweeps twice", func() bool {
+		valkeytest.Eventually(t, 3*time.Minute, name+" sweeps twice", func() bool {
 			st, _ := h.Plugin(name)
 			return st.Cycles >= 2
 		})
