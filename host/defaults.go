@@ -9,8 +9,10 @@ const (
 	HostDebounceDefault = 150 * time.Millisecond
 	// HostStopTimeoutDefault: the graceful shutdown budget.
 	HostStopTimeoutDefault = 15 * time.Second
-	// HostPoolSizeDefault: warm instances kept per plugin version.
-	HostPoolSizeDefault = 2
+	// HostPoolSizeDefault: warm instances kept per plugin version. A
+	// plugin's calls run one at a time (one loop per plugin), so a second
+	// idle instance only held its memory (several MiB of guest heap each).
+	HostPoolSizeDefault = 1
 	// HostRecordsDefault: cycle records kept per plugin.
 	HostRecordsDefault = 4096
 	// HostMaxOutputBytesDefault: a scan result larger than this is bad

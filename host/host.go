@@ -288,6 +288,9 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		}
 		h.mu.Unlock()
 		old.retire(context.WithoutCancel(ctx))
+		if p.offBackend {
+			m.Close(ctx)
+		}
 		oldMan := old.Manifest()
 		log.Info("plugin swapped", "plugin", man.Name, "old_version", oldMan.Version, "new_version", man.Version, "sha256", m.sha256, "path", path)
 		h.statusChanged(true)
@@ -309,14 +312,22 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		p.state = StateDisabled
 	case len(man.Capabilities.SQL) > 0 && h.cfg.Postgres == nil:
 		p.state, p.reason = StateDisabled, "needs Postgres (capabilities.sql) and this host has none"
+		p.offBackend = true
 	case len(man.Capabilities.FCall)+len(man.Capabilities.Read)+len(man.Capabilities.Write) > 0 && h.cfg.Store == nil && h.cfg.Postgres != nil:
 		p.state, p.reason = StateDisabled, "needs Valkey (capabilities fcall/read/write) and this host runs on Postgres only"
+		p.offBackend = true
 	case man.Kind == abi.KindDispatcher && h.cfg.Completions.Enabled && h.cfg.Backend != nil && !man.Sweeps():
 		p.state = StateRunning // driven by completions (dispatch.go), no sweep loop
 	case man.Kind != abi.KindScanner && !man.Sweeps():
 		p.state = StateIdle
 	}
 	h.plugins[man.Name] = p
+	if p.offBackend {
+		// Its compiled code and warm instance would only hold memory
+		// (tens of MiB a plugin): keep what status shows, release the
+		// rest. A new version of the file is loaded afresh.
+		m.Close(ctx)
+	}
 	if p.state == StateRunning && (man.Kind == abi.KindScanner || man.Sweeps()) {
 		var pctx context.Context
 		pctx, p.cancel = context.WithCancel(ctx)

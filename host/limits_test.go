@@ -98,3 +98,16 @@ func TestHostCallBudget(t *testing.T) {
 	})
 	requireCadence(t, b, "healthy", 3)
 }
+
+// TestOffBackendPluginReleased: a Postgres plugin on a Valkey host is
+// listed disabled with the reason, and its compiled code and instance are
+// released (it can never run here; before, each such plugin held tens of
+// MiB for nothing).
+func TestOffBackendPluginReleased(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{fixtures: []string{"sqltrap"}})
+	st := waitLoaded(t, b, "sqltrap")
+	if st.State != host.StateDisabled || !strings.Contains(st.Reason, "needs Postgres") || !st.Released {
+		t.Fatalf("sqltrap on Valkey: state %s, reason %q, released %v", st.State, st.Reason, st.Released)
+	}
+}

@@ -45,6 +45,9 @@ type plugin struct {
 	heavy atomic.Bool
 	// kick wakes the loop out of a quarantine wait (a new version).
 	kick chan struct{}
+	// offBackend: the plugin needs the backend this host does not run;
+	// its modules are closed once loaded (only its status is kept).
+	offBackend bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -413,7 +416,7 @@ func (p *plugin) status() PluginStatus {
 	return PluginStatus{
 		Requested: &req, Granted: &grant, Limits: &lim, Signer: m.Signer(),
 		Name: p.name, Version: man.Version, Kind: man.Kind, ABI: man.ABI, SHA256: m.sha256, Path: m.path,
-		State: p.state, Reason: p.reason, IntervalMs: man.IntervalMs,
+		State: p.state, Reason: p.reason, Released: p.offBackend && m.isClosed(), IntervalMs: man.IntervalMs,
 		Partitions: int(p.h.cfg.Partitions.Count(man.PartitionFamily())),
 		LastRun:    p.lastRun, LastResult: p.lastResult, Totals: p.totals,
 		Calls: p.calls, Faults: p.faults, HostCalls: p.stats.HostCalls.Load(), Denied: p.stats.Denied.Load(),

@@ -417,6 +417,13 @@ func (m *Module) retire(ctx context.Context) {
 	}
 }
 
+// isClosed reports whether Close ran.
+func (m *Module) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
 // Close closes every pooled instance and the compiled plugin. It tries
 // every closer and joins their errors.
 func (m *Module) Close(ctx context.Context) error {

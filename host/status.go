@@ -37,14 +37,18 @@ const (
 // PluginStatus is a snapshot of one plugin, as `fabric plugins list` shows
 // it.
 type PluginStatus struct {
-	Name       string    `json:"name"`
-	Version    string    `json:"version"`
-	Kind       abi.Kind  `json:"kind"`
-	ABI        string    `json:"abi"`
-	SHA256     string    `json:"sha256"`
-	Path       string    `json:"path"`
-	State      State     `json:"state"`
-	Reason     string    `json:"reason,omitempty"`
+	Name    string   `json:"name"`
+	Version string   `json:"version"`
+	Kind    abi.Kind `json:"kind"`
+	ABI     string   `json:"abi"`
+	SHA256  string   `json:"sha256"`
+	Path    string   `json:"path"`
+	State   State    `json:"state"`
+	Reason  string   `json:"reason,omitempty"`
+	// Released: the plugin needs a backend this host does not run, so
+	// its compiled code and instances were released once its manifest was
+	// read (it costs no memory; only this status is kept).
+	Released   bool      `json:"released,omitempty"`
 	IntervalMs uint32    `json:"interval_ms"`
 	Partitions int       `json:"partitions"`
 	LastRun    time.Time `json:"last_run,omitzero"`
