@@ -73,6 +73,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		c.log = slog.Default()
 	}
 	if c.vc == nil {
+		if err := postgres.CheckSchema(ctx, c.pg.Pool()); err != nil {
+			return nil, fmt.Errorf("sdk: %w", err)
+		}
 		c.parts = c.pg.Partitions()
 		return c, nil
 	}

@@ -49,6 +49,9 @@ func ConnectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig)
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	if err := postgres.CheckSchema(ctx, pc.Pool()); err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
 	w := &Worker{pg: pc, cfg: cfg, parts: pc.Partitions(), log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
 		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{}}
 	for _, c := range cfg.Capabilities {

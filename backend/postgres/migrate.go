@@ -154,6 +154,25 @@ func LatestVersion() int64 {
 // failed half-way (success = false); an operator must repair it first.
 var ErrDirtyMigration = errors.New("postgres: migration ledger has a failed (dirty) migration")
 
+// ErrNotMigrated is returned by CheckSchema for a database without
+// fabric's schema: run `fabric migrate` (or Migrate) first.
+var ErrNotMigrated = errors.New("postgres: database not migrated")
+
+// CheckSchema reports ErrNotMigrated, with the command that fixes it,
+// when the database lacks the schema (ff_exec_core), so a client used
+// before `fabric migrate` says so instead of failing later with
+// `relation "ff_exec_core" does not exist`.
+func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	var present bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('ff_exec_core') IS NOT NULL").Scan(&present); err != nil {
+		return fmt.Errorf("postgres: check schema: %w", err)
+	}
+	if !present {
+		return fmt.Errorf("%w: it has no ff_exec_core table; run `fabric migrate --postgres-url URL` (or postgres.Migrate) first", ErrNotMigrated)
+	}
+	return nil
+}
+
 // MigrateConfig configures Migrate.
 type MigrateConfig struct {
 	// Progress receives one line per step; nil discards.

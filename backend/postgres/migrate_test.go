@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -191,4 +192,20 @@ func TestMigrations(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A database without fabric's schema is named as such, with the command
+// that fixes it, instead of failing later on a missing relation.
+func TestCheckSchema(t *testing.T) {
+	t.Parallel()
+	bare := pgtest.Dial(t, pgtest.NewDatabase(t, false))
+	migrated := pgtest.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	err := postgres.CheckSchema(ctx, bare)
+	if !errors.Is(err, postgres.ErrNotMigrated) || !strings.Contains(err.Error(), "fabric migrate") {
+		t.Fatalf("unmigrated database: %v", err)
+	}
+	if err := postgres.CheckSchema(ctx, migrated); err != nil {
+		t.Fatalf("migrated database: %v", err)
+	}
 }
