@@ -161,11 +161,17 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	if err != nil {
 		return err
 	}
+	// Say what start-up changed on the server: an operator pointing
+	// fabric at an existing deployment should know it installed code there.
+	act, err := conn.Client.EnsureLibrary(ctx)
+	if err != nil {
+		return err
+	}
 	if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: lanes, WaitpointHMACSecret: secret}); err != nil {
 		return err
 	}
 	lib := libraryVersion(ctx, conn.Client)
-	fmt.Fprintf(out, "flowfabric library %s loaded; partitions %+v\n", lib, conn.Client.Partitions())
+	fmt.Fprintf(out, "flowfabric library %s loaded (%s); partitions %+v\n", lib, libraryNote(act), conn.Client.Partitions())
 
 	metrics := admin.NewMetrics()
 	h, err := startHost(ctx, out, conn, hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
@@ -421,6 +427,17 @@ func printPlugins(out io.Writer, h *host.Host) {
 		fmt.Fprintf(out, "plugin %s %s: %d sweeps, %d calls, %d faults, scanned %d, acted %d, errors %d\n",
 			p.Name, p.Version, p.Cycles, p.Calls, p.Faults, p.Totals.Scanned, p.Totals.Acted, p.Totals.Errors)
 	}
+}
+
+// libraryNote says what EnsureLibrary did, for the start-up line.
+func libraryNote(act valkey.LibraryAction) string {
+	switch act {
+	case valkey.LibraryLoaded:
+		return "installed on the server now"
+	case valkey.LibraryReplaced:
+		return "replaced an older copy on the server"
+	}
+	return "already on the server"
 }
 
 func libraryVersion(ctx context.Context, c *valkey.Client) string {

@@ -115,6 +115,10 @@ func TestNothingLeftBehind(t *testing.T) {
 			if r.postgres {
 				return
 			}
+			// Start-up says what it changed on the server.
+			if !strings.Contains(out, "flowfabric library 34 loaded (installed on the server now)") {
+				t.Errorf("start-up does not say it installed the library on a fresh server:\n%s", out)
+			}
 			if m := suspended.FindStringSubmatch(out); m == nil || m[1] == "0" || m[1] != m[2] {
 				t.Errorf("suspend work did not suspend and resume (%v):\n%s", m, out)
 			}
