@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -44,9 +45,12 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("postgres: ClientConfig.URL is required")
 	}
+	// pgx redacts the URLs it quotes; scrub its errors anyway, since a
+	// password must reach no log whatever a driver version does.
+	secrets := redact.Secrets(cfg.URL)
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: parse url: %w", err)
+		return nil, redact.Error(fmt.Errorf("postgres: parse url: %w", err), secrets...)
 	}
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
@@ -60,11 +64,11 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: connect: %w", err)
+		return nil, redact.Error(fmt.Errorf("postgres: connect: %w", err), secrets...)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres: connect: %w", err)
+		return nil, redact.Error(fmt.Errorf("postgres: connect: %w", err), secrets...)
 	}
 	c := &Client{pool: pool, parts: cfg.Partitions, now: cfg.Now, log: cfg.Logger}
 	if c.parts == (model.PartitionConfig{}) {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/lua"
 	"github.com/fabric-host/fabric/model"
 )
@@ -38,7 +40,7 @@ type Client struct {
 	parts   model.PartitionConfig
 	log     *slog.Logger
 	cluster bool   // c is valkey-go's cluster client
-	where   string // the URL, for messages
+	where   string // the URL, redacted, for messages
 
 	reloadMu sync.Mutex
 }
@@ -58,35 +60,42 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err := cfg.Partitions.Validate(); err != nil {
 		return nil, err
 	}
+	// Messages name the server by its redacted URL, and any error text
+	// that quotes the password (a driver's, a parser's) is scrubbed.
+	where, secrets := redact.URL(cfg.URL), redact.Secrets(cfg.URL)
 	opt, wantCluster, err := parseURL(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("valkey: parse url %q: %w", cfg.URL, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the whole URL
+		}
+		return nil, redact.Error(fmt.Errorf("valkey: parse url %q: %w", where, err), secrets...)
 	}
 	if opt.SelectDB == 0 {
 		opt.SelectDB = cfg.DB
 	}
 	if wantCluster && opt.SelectDB != 0 {
-		return nil, fmt.Errorf("valkey: url %q: a cluster has only database 0 (asked for %d)", cfg.URL, opt.SelectDB)
+		return nil, fmt.Errorf("valkey: url %q: a cluster has only database 0 (asked for %d)", where, opt.SelectDB)
 	}
 	// Client-side caching needs RESP3 tracking, which fabric does not use.
 	opt.DisableCache = true
 	opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
 	c, err := vk.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("valkey: connect %s: %w", cfg.URL, err)
+		return nil, redact.Error(fmt.Errorf("valkey: connect %s: %w", where, err), secrets...)
 	}
-	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: cfg.URL}
+	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: where}
 	if cl.cluster {
 		cl.c = newSlotSafeClient(c)
 	}
 	cl.c = staleConnClient{Client: cl.c}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("valkey: ping %s: %w", cfg.URL, err)
+		return nil, redact.Error(fmt.Errorf("valkey: ping %s: %w", where, err), secrets...)
 	}
 	if err := cl.checkClusterMode(ctx, wantCluster, opt); err != nil {
 		c.Close()
-		return nil, err
+		return nil, redact.Error(err, secrets...)
 	}
 	return cl, nil
 }

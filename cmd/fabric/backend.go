@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/model"
 	vk "github.com/valkey-io/valkey-go"
 )
@@ -74,7 +75,7 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 	if err != nil {
 		return nil, err
 	}
-	conn := &backendConn{Logger: log, Where: b.url}
+	conn := &backendConn{Logger: log, Where: redact.URL(b.url)}
 	url := b.url
 	if url == "" {
 		srv, err := valkey.StartServer(ctx, valkey.ServerConfig{Logger: log})

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/internal/redact"
 )
 
 func init() {
@@ -43,11 +44,11 @@ func init() {
 				fmt.Fprintf(env.stdout, "migrating %s\n", t.Where)
 				pool, err := pgxpool.New(ctx, t.URL)
 				if err != nil {
-					return fmt.Errorf("postgres: %w", err)
+					return redact.Error(fmt.Errorf("postgres: %w", err), redact.Secrets(t.URL)...)
 				}
 				defer pool.Close()
 				if err := pool.Ping(ctx); err != nil {
-					return fmt.Errorf("postgres: %w", err)
+					return redact.Error(fmt.Errorf("postgres: %w", err), redact.Secrets(t.URL)...)
 				}
 				_, err = postgres.Migrate(ctx, pool, postgres.MigrateConfig{Progress: env.stdout, Target: *target})
 				return err

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/internal/redact"
 )
 
 // pgFlags are the flags of commands that talk to Postgres.
@@ -39,7 +40,7 @@ func (t *pgTarget) Close() {
 // empty.
 func (p *pgFlags) target(ctx context.Context, progress io.Writer) (*pgTarget, error) {
 	if p.url != "" {
-		return &pgTarget{URL: p.url, Where: "database " + p.url}, nil
+		return &pgTarget{URL: p.url, Where: "database " + redact.URL(p.url)}, nil
 	}
 	fmt.Fprintln(progress, "no --postgres-url: starting a throwaway Postgres cluster (initdb)...")
 	srv, err := postgres.StartServer(ctx, postgres.ServerConfig{})
