@@ -30,6 +30,11 @@ type ClientConfig struct {
 	Partitions model.PartitionConfig
 	// Logger receives client logs (default slog.Default()).
 	Logger *slog.Logger
+	// Username and Password authenticate the connections (AUTH, or an
+	// ACL user with Username). Set, they win over the URL's userinfo
+	// (redis://user:password@host). Neither is ever logged or quoted in
+	// an error.
+	Username, Password string
 }
 
 // Client is fabric's Valkey client: valkey-go underneath, the flowfabric
@@ -63,6 +68,9 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	// Messages name the server by its redacted URL, and any error text
 	// that quotes the password (a driver's, a parser's) is scrubbed.
 	where, secrets := redact.URL(cfg.URL), redact.Secrets(cfg.URL)
+	if cfg.Password != "" {
+		secrets = append(secrets, cfg.Password)
+	}
 	opt, wantCluster, err := parseURL(cfg.URL)
 	if err != nil {
 		var ue *url.Error
@@ -77,12 +85,15 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if wantCluster && opt.SelectDB != 0 {
 		return nil, fmt.Errorf("valkey: url %q: a cluster has only database 0 (asked for %d)", where, opt.SelectDB)
 	}
+	if err := applySecurity(&opt, cfg); err != nil {
+		return nil, err
+	}
 	// Client-side caching needs RESP3 tracking, which fabric does not use.
 	opt.DisableCache = true
 	opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
 	c, err := vk.NewClient(opt)
 	if err != nil {
-		return nil, redact.Error(fmt.Errorf("valkey: connect %s: %w", where, err), secrets...)
+		return nil, redact.Error(explainConnectError(fmt.Errorf("valkey: connect %s: %w", where, err), where, opt.Username), secrets...)
 	}
 	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: where}
 	if cl.cluster {
@@ -91,7 +102,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	cl.c = staleConnClient{Client: cl.c}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return nil, redact.Error(fmt.Errorf("valkey: ping %s: %w", where, err), secrets...)
+		return nil, redact.Error(explainConnectError(fmt.Errorf("valkey: ping %s: %w", where, err), where, opt.Username), secrets...)
 	}
 	if err := cl.checkClusterMode(ctx, wantCluster, opt); err != nil {
 		c.Close()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/internal/redact"
@@ -15,7 +17,9 @@ import (
 
 // backendFlags are the flags every command that talks to Valkey shares.
 type backendFlags struct {
-	url       string
+	url string
+	// conn is the connection's credentials and TLS.
+	conn      *connFlags
 	logLevel  string
 	logFormat string
 	// partitions, when set, are the deployment's partition counts (fabric
@@ -27,7 +31,7 @@ type backendFlags struct {
 }
 
 func addBackendFlags(fs *flag.FlagSet) *backendFlags {
-	b := &backendFlags{}
+	b := &backendFlags{conn: addConnFlags(fs)}
 	fs.StringVar(&b.url, "valkey-url", "", "Valkey/Redis URL (redis://host:port, unix:///path) or a cluster (valkey+cluster://host:port,host:port,...). Empty: start a private server child for this run.")
 	fs.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&b.logFormat, "log-format", "text", "log format: text or json (log/slog)")
@@ -85,7 +89,15 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 		conn.Server, url = srv, srv.URL()
 		conn.Where = fmt.Sprintf("private %s (pid %d, %s)", srv.Binary(), srv.PID(), srv.Socket())
 	}
-	cl, err := valkey.Dial(ctx, valkey.ClientConfig{URL: url, Logger: log, Partitions: b.partitions})
+	cc := valkey.ClientConfig{URL: url, Logger: log, Partitions: b.partitions}
+	if conn.Server == nil {
+		// A private server is reached on its unix socket, without either.
+		err = b.conn.apply(&cc, env)
+	}
+	var cl *valkey.Client
+	if err == nil {
+		cl, err = valkey.Dial(ctx, cc)
+	}
 	if err != nil {
 		if conn.Server != nil {
 			conn.Server.Stop()
@@ -98,3 +110,51 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 
 // valkeyCompleted is a built valkey-go command.
 type valkeyCompleted = vk.Completed
+
+// Environment variables of the Valkey credentials: a password kept out of
+// the command line (and so out of ps) and out of the config file.
+const (
+	envValkeyUser     = "FABRIC_VALKEY_USER"
+	envValkeyPassword = "FABRIC_VALKEY_PASSWORD"
+)
+
+// connFlags are the credentials of a Valkey connection. The password
+// comes from a file or the environment, never from a flag; each wins over
+// what the URL carries.
+type connFlags struct {
+	user, passwordFile string
+}
+
+func addConnFlags(fs *flag.FlagSet) *connFlags {
+	c := &connFlags{}
+	fs.StringVar(&c.user, "valkey-user", "", "Valkey ACL user (default: the URL's, else $"+envValkeyUser+", else the default user)")
+	fs.StringVar(&c.passwordFile, "valkey-password-file", "", "file holding the Valkey password (default: $"+envValkeyPassword+", else the URL's)")
+	return c
+}
+
+// apply sets the credentials on cfg: a flag first, then the environment,
+// then the URL's userinfo (which cfg.URL carries already).
+func (c *connFlags) apply(cfg *valkey.ClientConfig, env *cliEnv) error {
+	if c == nil {
+		c = &connFlags{}
+	}
+	cfg.Username = c.user
+	if cfg.Username == "" {
+		cfg.Username = env.env(envValkeyUser)
+	}
+	switch {
+	case c.passwordFile != "":
+		b, err := os.ReadFile(c.passwordFile)
+		if err != nil {
+			// The path, not the content, is in the error.
+			return fmt.Errorf("--valkey-password-file: %w", err)
+		}
+		cfg.Password = strings.TrimRight(string(b), "\r\n")
+		if cfg.Password == "" {
+			return fmt.Errorf("--valkey-password-file %s is empty", c.passwordFile)
+		}
+	default:
+		cfg.Password = env.env(envValkeyPassword)
+	}
+	return nil
+}

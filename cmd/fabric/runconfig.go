@@ -20,6 +20,8 @@ import (
 // over the flag's default. Durations are Go duration strings ("250ms").
 //
 //	valkey_url = "redis://127.0.0.1:6379"   # "" or absent: a private server
+//	valkey_user = "fabric"                  # an ACL user
+//	valkey_password_file = "/run/secrets/valkey"   # never the password itself
 //	plugin_dir = "bin/plugins"
 //	cache_dir = "/var/cache/fabric"
 //	status_file = "/run/fabric/status.json"
@@ -60,6 +62,8 @@ import (
 // require_signed, [grant] and [plugins.NAME.grant] (see policyFile).
 type runFile struct {
 	ValkeyURL      *string `toml:"valkey_url"`
+	ValkeyUser     *string `toml:"valkey_user"`
+	ValkeyPwFile   *string `toml:"valkey_password_file"`
 	PluginDir      *string `toml:"plugin_dir"`
 	CacheDir       *string `toml:"cache_dir"`
 	StatusFile     *string `toml:"status_file"`
@@ -179,6 +183,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"demo.duration", "duration", f.Demo.Duration}, {"demo.drain_timeout", "drain-timeout", f.Demo.DrainTimeout},
 		{"demo.mix", "mix", f.Demo.Mix}, {"partition_leases", "partition-leases", str(f.Leases)}, {"host_id", "host-id", f.HostID},
 		{"lease_ttl", "lease-ttl", f.LeaseTTL},
+		{"valkey_user", "valkey-user", f.ValkeyUser}, {"valkey_password_file", "valkey-password-file", f.ValkeyPwFile},
 	} {
 		if err := set(kv.key, kv.name, kv.v); err != nil {
 			return nil, err

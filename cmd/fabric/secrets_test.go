@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -114,5 +117,85 @@ func TestSecretsNeverShown(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "executions by state: completed=") {
 		t.Errorf("the run did not work through the password:\n%s", out)
+	}
+}
+
+// TestRunWithACLUser runs the host with the delayed_promoter plugin as an
+// ACL user whose user and password file come from fabric.toml, then
+// `fabric lua load` with flags and `fabric status` with the password in
+// the environment; wrong or missing passwords are clear errors that
+// quote no password.
+func TestRunWithACLUser(t *testing.T) {
+	t.Parallel()
+	wasm, err := os.ReadFile("../../bin/plugins/delayed_promoter.wasm")
+	if err != nil {
+		t.Fatalf("plugin set not built (run `make plugins`): %v", err)
+	}
+	defaultPW, alicePW := "default-"+randomHex(6), "alice-"+randomHex(6)
+	srv := valkeytest.NewTCPServer(t, "--requirepass", defaultPW, "--user", "alice", "on", ">"+alicePW, "~*", "&*", "+@all")
+	dir := t.TempDir()
+	plugins := filepath.Join(dir, "plugins")
+	pwFile, wrongFile := filepath.Join(dir, "alice.pw"), filepath.Join(dir, "wrong.pw")
+	for path, content := range map[string]string{
+		filepath.Join(plugins, "delayed_promoter.wasm"): string(wasm),
+		pwFile:    alicePW + "\n",
+		wrongFile: "not-" + alicePW + "\n",
+		filepath.Join(dir, "fabric.toml"): fmt.Sprintf("valkey_url = %q\nvalkey_user = \"alice\"\nvalkey_password_file = %q\n",
+			"redis://"+srv.TCPAddr(), pwFile),
+	} {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var shown strings.Builder
+	code, out, errOut := runCmd(t, "run", "--config", filepath.Join(dir, "fabric.toml"), "--plugins", plugins,
+		"--duration", "1s", "--rate", "40", "--mix", "immediate=1,delayed=1", "--admin-addr", "", "--log-level", "debug",
+		"--partitions", "flow=16,budget=4,quota=4")
+	shown.WriteString(out + errOut)
+	if code != 0 {
+		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	m := regexp.MustCompile(`plugin delayed_promoter \S+: .* acted (\d+), errors 0`).FindStringSubmatch(out)
+	if m == nil || m[1] == "0" || !strings.Contains(out, "unfinished 0") {
+		t.Fatalf("the host did not work as alice:\n%s", out)
+	}
+
+	code, out, errOut = runCmd(t, "lua", "load", "--valkey-url", "redis://"+srv.TCPAddr(), "--valkey-user", "alice",
+		"--valkey-password-file", pwFile)
+	shown.WriteString(out + errOut)
+	if code != 0 || !strings.Contains(out, "flowfabric library") {
+		t.Fatalf("lua load as alice: code %d\n%s%s", code, out, errOut)
+	}
+	env := func(k string) string {
+		return map[string]string{envValkeyPassword: defaultPW}[k]
+	}
+	var o, e syncBuffer
+	code = runCLI(context.Background(), &cliEnv{stdout: &o, stderr: &e, getenv: env},
+		[]string{"status", "--valkey-url", "redis://" + srv.TCPAddr(), "--sample", "0", "--admin", "", "--partitions", "flow=16,budget=4,quota=4"})
+	shown.WriteString(o.String() + e.String())
+	if code != 0 || !strings.Contains(o.String(), "executions") {
+		t.Fatalf("status with $%s: code %d\n%s%s", envValkeyPassword, code, o.String(), e.String())
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--valkey-user", "alice", "--valkey-password-file", wrongFile}, `authentication to redis://` + srv.TCPAddr() + ` failed for user "alice"`},
+		{[]string{"--valkey-password-file", pwFile}, `failed for user "default"`},
+		{nil, "requires authentication"},
+		{[]string{"--valkey-password-file", filepath.Join(dir, "absent")}, "--valkey-password-file"},
+	} {
+		code, out, errOut := runCmd(t, append([]string{"lua", "load", "--valkey-url", "redis://" + srv.TCPAddr()}, c.args...)...)
+		shown.WriteString(out + errOut)
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("lua load %v: code %d, want an error with %q:\n%s", c.args, code, c.want, errOut)
+		}
+	}
+	for _, pw := range []string{defaultPW, alicePW} {
+		if strings.Contains(shown.String(), pw) {
+			t.Errorf("a password was shown:\n%s", shown.String())
+		}
 	}
 }

@@ -24,6 +24,7 @@ func init() {
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			addr := fs.String("admin", "http://"+admin.ServerAddrDefault, "admin server of a running host; its /status has everything")
 			url := fs.String("valkey-url", "", "read the keyspace directly (executions, lag, throughput); plugins then come from --admin or --status-file when reachable")
+			cf := addConnFlags(fs)
 			statusFile := fs.String("status-file", "", "a host's status file (fabric run --status-file) for the plugins")
 			sample := fs.Duration("sample", time.Second, "time between the two reads that throughput and ACTED/S are measured over (0: one read, no rates)")
 			asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -54,7 +55,7 @@ func init() {
 						rates = statusview.ActedRates(prev.Plugins, rep.Plugins, rep.At.Sub(prev.At))
 					}
 				} else {
-					rep, rates, err = keyspaceReport(ctx, env, *url, partitions, *statusFile, *addr, *sample)
+					rep, rates, err = keyspaceReport(ctx, env, &backendFlags{url: *url, conn: cf}, partitions, *statusFile, *addr, *sample)
 					if err != nil {
 						return err
 					}
@@ -104,8 +105,8 @@ func fetchReport(ctx context.Context, url string) (admin.Report, error) {
 // server, read at both censuses for their ACTED/S (nil rates when the
 // plugins did not change between the reads, as a status file written
 // before the sample).
-func keyspaceReport(ctx context.Context, env *cliEnv, url string, parts *partitionsFlag, statusFile, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
-	b := &backendFlags{url: url, logLevel: "error", partitions: parts.PartitionConfig}
+func keyspaceReport(ctx context.Context, env *cliEnv, b *backendFlags, parts *partitionsFlag, statusFile, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
+	b.logLevel, b.partitions = "error", parts.PartitionConfig
 	conn, err := b.connect(ctx, env)
 	if err != nil {
 		return admin.Report{}, nil, err

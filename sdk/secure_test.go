@@ -1,0 +1,120 @@
+package sdk_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+// roundTrip drives one execution through the SDK over vc: create it, let
+// a worker run it, and wait until it reads as completed.
+func roundTrip(t *testing.T, vc *valkey.Client) {
+	t.Helper()
+	ctx := valkeytest.Context(t, 30*time.Second)
+	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{"secure"}}); err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatalf("sdk client: %v", err)
+	}
+	id, err := c.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "secure", Kind: "k", Payload: []byte("p")})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "secure-w", Lanes: []string{"secure"}})
+	if err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+	defer w.Close(context.Background())
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx, func(context.Context, *sdk.Job) error { return nil }) }()
+	defer func() { stop(); <-done }()
+	for {
+		st, err := c.State(ctx, id)
+		if err != nil {
+			t.Fatalf("state: %v", err)
+		}
+		if st.PublicState == "completed" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("execution %s is %s, not completed, after 30s", id, st.PublicState)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// aclArgs start a server whose default user needs defaultPW and whose
+// ACL user alice needs alicePW.
+func aclArgs(defaultPW, alicePW string) []string {
+	return []string{"--requirepass", defaultPW, "--user", "alice", "on", ">" + alicePW, "~*", "&*", "+@all"}
+}
+
+// TestSDKAuth connects the SDK to a server that requires a password, as
+// the default user (password in the URL) and as an ACL user (user and
+// password in ClientConfig), and drives an execution through each; a
+// wrong password or none is a clear error that quotes no password.
+func TestSDKAuth(t *testing.T) {
+	t.Parallel()
+	const defaultPW, alicePW = "default-Pw-1", "alice-Pw-2"
+	srv := valkeytest.NewTCPServer(t, aclArgs(defaultPW, alicePW)...)
+	ctx := valkeytest.Context(t, 30*time.Second)
+	dial := func(cfg valkey.ClientConfig) (*valkey.Client, error) {
+		cfg.Logger = valkeytest.Logger()
+		vc, err := valkey.Dial(ctx, cfg)
+		if err == nil {
+			t.Cleanup(vc.Close)
+		}
+		return vc, err
+	}
+	t.Run("DefaultUserInURL", func(t *testing.T) {
+		vc, err := dial(valkey.ClientConfig{URL: "redis://:" + defaultPW + "@" + srv.TCPAddr(), DB: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		roundTrip(t, vc)
+	})
+	t.Run("ACLUserInConfig", func(t *testing.T) {
+		vc, err := dial(valkey.ClientConfig{URL: "redis://" + srv.TCPAddr(), DB: 2, Username: "alice", Password: alicePW})
+		if err != nil {
+			t.Fatal(err)
+		}
+		who, err := vc.Raw().Do(ctx, vc.Raw().B().AclWhoami().Build()).ToString()
+		if err != nil || who != "alice" {
+			t.Fatalf("ACL WHOAMI = %q, %v; want alice", who, err)
+		}
+		roundTrip(t, vc)
+	})
+	t.Run("WrongPassword", func(t *testing.T) {
+		// alice's password for the default user, and a wrong one for alice.
+		for _, cfg := range []valkey.ClientConfig{
+			{URL: "redis://:" + alicePW + "@" + srv.TCPAddr()},
+			{URL: "redis://" + srv.TCPAddr(), Username: "alice", Password: "not-" + alicePW},
+		} {
+			_, err := dial(cfg)
+			if err == nil {
+				t.Fatalf("%s as %q: connected with a wrong password", cfg.URL, cfg.Username)
+			}
+			msg := err.Error()
+			t.Logf("wrong password: %s", msg)
+			if !strings.Contains(msg, "authentication") || !strings.Contains(msg, "WRONGPASS") ||
+				strings.Contains(msg, alicePW) || strings.Contains(msg, defaultPW) {
+				t.Errorf("wrong password: %q", msg)
+			}
+		}
+	})
+	t.Run("NoPassword", func(t *testing.T) {
+		_, err := dial(valkey.ClientConfig{URL: "redis://" + srv.TCPAddr()})
+		if err == nil || !strings.Contains(err.Error(), "requires authentication") {
+			t.Fatalf("no password: %v", err)
+		}
+	})
+}
