@@ -27,7 +27,7 @@ func roundTrip(t *testing.T, vc *valkey.Client) {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "secure-w", Lanes: []string{"secure"}})
+	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "secure-w", Lanes: []string{"secure"}, Logger: valkeytest.Logger()})
 	if err != nil {
 		t.Fatalf("worker: %v", err)
 	}
@@ -115,6 +115,74 @@ func TestSDKAuth(t *testing.T) {
 		_, err := dial(valkey.ClientConfig{URL: "redis://" + srv.TCPAddr()})
 		if err == nil || !strings.Contains(err.Error(), "requires authentication") {
 			t.Fatalf("no password: %v", err)
+		}
+	})
+}
+
+// TestSDKTLS connects the SDK over TLS to a server that also verifies
+// client certificates, and drives an execution through it; a server
+// certificate from an unknown CA, a name the certificate lacks, and a
+// missing client certificate are clear errors.
+func TestSDKTLS(t *testing.T) {
+	t.Parallel()
+	certs := valkeytest.NewCerts(t)
+	_, addr := valkeytest.NewTLSServer(t, certs, true)
+	_, port, _ := strings.Cut(addr, ":")
+	ctx := valkeytest.Context(t, 30*time.Second)
+	dial := func(url string, o valkey.TLSOptions) (*valkey.Client, error) {
+		tc, err := o.Config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		vc, err := valkey.Dial(ctx, valkey.ClientConfig{URL: url, TLS: tc, Logger: valkeytest.Logger()})
+		if err == nil {
+			t.Cleanup(vc.Close)
+		}
+		return vc, err
+	}
+	full := valkey.TLSOptions{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}
+	t.Run("Verified", func(t *testing.T) {
+		for _, url := range []string{"rediss://" + addr, "rediss://localhost:" + port} {
+			vc, err := dial(url, full)
+			if err != nil {
+				t.Fatalf("%s: %v", url, err)
+			}
+			roundTrip(t, vc)
+		}
+	})
+	t.Run("UntrustedCA", func(t *testing.T) {
+		other := valkeytest.NewCerts(t)
+		_, err := dial("rediss://"+addr, valkey.TLSOptions{CAFile: other.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey})
+		if err == nil || !strings.Contains(err.Error(), "not signed by a trusted CA") {
+			t.Fatalf("untrusted CA: %v", err)
+		}
+		t.Logf("untrusted CA: %v", err)
+		// The system's roots do not know the test CA either.
+		if _, err := dial("rediss://"+addr, valkey.TLSOptions{CertFile: certs.ClientCert, KeyFile: certs.ClientKey}); err == nil ||
+			!strings.Contains(err.Error(), "not signed by a trusted CA") {
+			t.Fatalf("system roots: %v", err)
+		}
+	})
+	t.Run("WrongServerName", func(t *testing.T) {
+		o := full
+		o.ServerName = "valkey.example"
+		_, err := dial("rediss://"+addr, o)
+		if err == nil || !strings.Contains(err.Error(), "does not name this host") {
+			t.Fatalf("wrong server name: %v", err)
+		}
+	})
+	t.Run("NoClientCertificate", func(t *testing.T) {
+		_, err := dial("rediss://"+addr, valkey.TLSOptions{CAFile: certs.CA})
+		if err == nil || !strings.Contains(err.Error(), "may require a client certificate") {
+			t.Fatalf("no client certificate: %v", err)
+		}
+		t.Logf("no client certificate: %v", err)
+	})
+	t.Run("PlainToTLSPort", func(t *testing.T) {
+		tc, _ := full.Config()
+		_, err := valkey.Dial(ctx, valkey.ClientConfig{URL: "unix:///nonexistent.sock", TLS: tc})
+		if err == nil || !strings.Contains(err.Error(), "TCP URL") {
+			t.Fatalf("TLS over a unix socket: %v", err)
 		}
 	})
 }

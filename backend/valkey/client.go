@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,11 @@ type ClientConfig struct {
 	// (redis://user:password@host). Neither is ever logged or quoted in
 	// an error.
 	Username, Password string
+	// TLS, when set, encrypts the connections with this config (see
+	// TLSOptions.Config); an empty ServerName becomes the URL's host. A
+	// rediss:// or valkeys:// URL alone gives TLS verified against the
+	// system's roots.
+	TLS *tls.Config
 }
 
 // Client is fabric's Valkey client: valkey-go underneath, the flowfabric
@@ -93,7 +99,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
 	c, err := vk.NewClient(opt)
 	if err != nil {
-		return nil, redact.Error(explainConnectError(fmt.Errorf("valkey: connect %s: %w", where, err), where, opt.Username), secrets...)
+		return nil, redact.Error(explainConnectError(fmt.Errorf("valkey: connect %s: %w", where, err), where, opt.Username, opt.TLSConfig != nil && len(opt.TLSConfig.Certificates) == 0), secrets...)
 	}
 	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: where}
 	if cl.cluster {
@@ -102,7 +108,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	cl.c = staleConnClient{Client: cl.c}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return nil, redact.Error(explainConnectError(fmt.Errorf("valkey: ping %s: %w", where, err), where, opt.Username), secrets...)
+		return nil, redact.Error(explainConnectError(fmt.Errorf("valkey: ping %s: %w", where, err), where, opt.Username, opt.TLSConfig != nil && len(opt.TLSConfig.Certificates) == 0), secrets...)
 	}
 	if err := cl.checkClusterMode(ctx, wantCluster, opt); err != nil {
 		c.Close()

@@ -123,12 +123,19 @@ const (
 // what the URL carries.
 type connFlags struct {
 	user, passwordFile string
+	// tls are the TLS files; any of them turns TLS on, as does a
+	// rediss:// or valkeys:// URL.
+	tls valkey.TLSOptions
 }
 
 func addConnFlags(fs *flag.FlagSet) *connFlags {
 	c := &connFlags{}
 	fs.StringVar(&c.user, "valkey-user", "", "Valkey ACL user (default: the URL's, else $"+envValkeyUser+", else the default user)")
 	fs.StringVar(&c.passwordFile, "valkey-password-file", "", "file holding the Valkey password (default: $"+envValkeyPassword+", else the URL's)")
+	fs.StringVar(&c.tls.CAFile, "valkey-tls-ca", "", "PEM CA bundle that signs the Valkey server's certificate (default: the system's roots); any --valkey-tls-* flag turns TLS on, as rediss:// does")
+	fs.StringVar(&c.tls.CertFile, "valkey-tls-cert", "", "PEM client certificate for a Valkey server that verifies clients (with --valkey-tls-key)")
+	fs.StringVar(&c.tls.KeyFile, "valkey-tls-key", "", "PEM key of --valkey-tls-cert")
+	fs.StringVar(&c.tls.ServerName, "valkey-tls-server-name", "", "name the Valkey server's certificate must carry (default: the URL's host)")
 	return c
 }
 
@@ -155,6 +162,13 @@ func (c *connFlags) apply(cfg *valkey.ClientConfig, env *cliEnv) error {
 		}
 	default:
 		cfg.Password = env.env(envValkeyPassword)
+	}
+	if !c.tls.IsZero() {
+		tc, err := c.tls.Config()
+		if err != nil {
+			return err
+		}
+		cfg.TLS = tc
 	}
 	return nil
 }

@@ -22,6 +22,10 @@ import (
 //	valkey_url = "redis://127.0.0.1:6379"   # "" or absent: a private server
 //	valkey_user = "fabric"                  # an ACL user
 //	valkey_password_file = "/run/secrets/valkey"   # never the password itself
+//	valkey_tls_ca = "/etc/fabric/valkey-ca.pem"    # any valkey_tls_* turns TLS on
+//	valkey_tls_cert = "/etc/fabric/client.pem"
+//	valkey_tls_key = "/etc/fabric/client.key"
+//	valkey_tls_server_name = "valkey.internal"
 //	plugin_dir = "bin/plugins"
 //	cache_dir = "/var/cache/fabric"
 //	status_file = "/run/fabric/status.json"
@@ -64,6 +68,10 @@ type runFile struct {
 	ValkeyURL      *string `toml:"valkey_url"`
 	ValkeyUser     *string `toml:"valkey_user"`
 	ValkeyPwFile   *string `toml:"valkey_password_file"`
+	ValkeyTLSCA    *string `toml:"valkey_tls_ca"`
+	ValkeyTLSCert  *string `toml:"valkey_tls_cert"`
+	ValkeyTLSKey   *string `toml:"valkey_tls_key"`
+	ValkeyTLSName  *string `toml:"valkey_tls_server_name"`
 	PluginDir      *string `toml:"plugin_dir"`
 	CacheDir       *string `toml:"cache_dir"`
 	StatusFile     *string `toml:"status_file"`
@@ -184,6 +192,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"demo.mix", "mix", f.Demo.Mix}, {"partition_leases", "partition-leases", str(f.Leases)}, {"host_id", "host-id", f.HostID},
 		{"lease_ttl", "lease-ttl", f.LeaseTTL},
 		{"valkey_user", "valkey-user", f.ValkeyUser}, {"valkey_password_file", "valkey-password-file", f.ValkeyPwFile},
+		{"valkey_tls_ca", "valkey-tls-ca", f.ValkeyTLSCA}, {"valkey_tls_cert", "valkey-tls-cert", f.ValkeyTLSCert}, {"valkey_tls_key", "valkey-tls-key", f.ValkeyTLSKey}, {"valkey_tls_server_name", "valkey-tls-server-name", f.ValkeyTLSName},
 	} {
 		if err := set(kv.key, kv.name, kv.v); err != nil {
 			return nil, err

@@ -199,3 +199,66 @@ func TestRunWithACLUser(t *testing.T) {
 		}
 	}
 }
+
+// TestRunOverTLS runs the host with the delayed_promoter plugin over TLS
+// only (the server has no plain TCP port and verifies client
+// certificates), its CA and client certificate from fabric.toml and its
+// password from the environment; then `fabric status` over TLS with
+// flags. A CA that did not sign the server's certificate is a clear
+// error.
+func TestRunOverTLS(t *testing.T) {
+	t.Parallel()
+	wasm, err := os.ReadFile("../../bin/plugins/delayed_promoter.wasm")
+	if err != nil {
+		t.Fatalf("plugin set not built (run `make plugins`): %v", err)
+	}
+	pw := "tls-" + randomHex(6)
+	certs := valkeytest.NewCerts(t)
+	_, addr := valkeytest.NewTLSServer(t, certs, true, "--requirepass", pw)
+	dir := t.TempDir()
+	plugins := filepath.Join(dir, "plugins")
+	os.MkdirAll(plugins, 0o755)
+	if err := os.WriteFile(filepath.Join(plugins, "delayed_promoter.wasm"), wasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	toml := fmt.Sprintf("valkey_url = %q\nvalkey_tls_ca = %q\nvalkey_tls_cert = %q\nvalkey_tls_key = %q\n",
+		"rediss://"+addr, certs.CA, certs.ClientCert, certs.ClientKey)
+	if err := os.WriteFile(filepath.Join(dir, "fabric.toml"), []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) string { return map[string]string{envValkeyPassword: pw}[k] }
+	run := func(args ...string) (int, string) {
+		var o, e syncBuffer
+		code := runCLI(context.Background(), &cliEnv{stdout: &o, stderr: &e, getenv: env}, args)
+		if strings.Contains(o.String()+e.String(), pw) {
+			t.Errorf("fabric %s showed the password:\n%s%s", args[0], o.String(), e.String())
+		}
+		return code, o.String() + e.String()
+	}
+	code, out := run("run", "--config", filepath.Join(dir, "fabric.toml"), "--plugins", plugins,
+		"--duration", "1s", "--rate", "40", "--mix", "immediate=1,delayed=1", "--admin-addr", "",
+		"--partitions", "flow=16,budget=4,quota=4")
+	if code != 0 {
+		t.Fatalf("run over TLS: code %d\n%s", code, out)
+	}
+	m := regexp.MustCompile(`plugin delayed_promoter \S+: .* acted (\d+), errors 0`).FindStringSubmatch(out)
+	if m == nil || m[1] == "0" || !strings.Contains(out, "unfinished 0") || !strings.Contains(out, "on rediss://"+addr) {
+		t.Fatalf("the host did not work over TLS:\n%s", out)
+	}
+	tlsFlags := []string{"--valkey-tls-ca", certs.CA, "--valkey-tls-cert", certs.ClientCert, "--valkey-tls-key", certs.ClientKey}
+	code, out = run(append([]string{"status", "--valkey-url", "rediss://" + addr, "--sample", "0", "--admin", "",
+		"--partitions", "flow=16,budget=4,quota=4"}, tlsFlags...)...)
+	if code != 0 || !strings.Contains(out, "executions") {
+		t.Fatalf("status over TLS: code %d\n%s", code, out)
+	}
+	other := valkeytest.NewCerts(t)
+	code, out = run("lua", "load", "--valkey-url", "rediss://"+addr, "--valkey-tls-ca", other.CA,
+		"--valkey-tls-cert", certs.ClientCert, "--valkey-tls-key", certs.ClientKey)
+	if code != 1 || !strings.Contains(out, "not signed by a trusted CA") {
+		t.Fatalf("untrusted server certificate: code %d\n%s", code, out)
+	}
+	code, out = run("lua", "load", "--valkey-url", "rediss://"+addr, "--valkey-tls-ca", certs.CA, "--valkey-tls-cert", certs.ClientCert)
+	if code != 1 || !strings.Contains(out, "both its certificate and its key") {
+		t.Fatalf("certificate without key: code %d\n%s", code, out)
+	}
+}
