@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -103,9 +104,12 @@ func TestSDKAuth(t *testing.T) {
 			if err == nil {
 				t.Fatalf("%s as %q: connected with a wrong password", cfg.URL, cfg.Username)
 			}
+			if !errors.Is(err, valkey.ErrAuth) || valkey.IsUnreachable(err) {
+				t.Errorf("wrong password: not ErrAuth, or called unreachable: %v", err)
+			}
 			msg := err.Error()
 			t.Logf("wrong password: %s", msg)
-			if !strings.Contains(msg, "authentication") || !strings.Contains(msg, "WRONGPASS") ||
+			if !strings.Contains(msg, "authentication refused") || !strings.Contains(msg, "WRONGPASS") ||
 				strings.Contains(msg, alicePW) || strings.Contains(msg, defaultPW) {
 				t.Errorf("wrong password: %q", msg)
 			}
@@ -153,7 +157,7 @@ func TestSDKTLS(t *testing.T) {
 	t.Run("UntrustedCA", func(t *testing.T) {
 		other := valkeytest.NewCerts(t)
 		_, err := dial("rediss://"+addr, valkey.TLSOptions{CAFile: other.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey})
-		if err == nil || !strings.Contains(err.Error(), "not signed by a trusted CA") {
+		if err == nil || !strings.Contains(err.Error(), "not signed by a trusted CA") || !errors.Is(err, valkey.ErrTLS) {
 			t.Fatalf("untrusted CA: %v", err)
 		}
 		t.Logf("untrusted CA: %v", err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 
 	vk "github.com/valkey-io/valkey-go"
 )
@@ -55,6 +56,36 @@ func (o TLSOptions) Config() (*tls.Config, error) {
 		c.Certificates = []tls.Certificate{cert}
 	}
 	return c, nil
+}
+
+// ErrAuth marks a connection the server refused for its credentials
+// (WRONGPASS, NOAUTH, NOPERM); ErrTLS one that failed its TLS handshake
+// (an untrusted or misnamed certificate, a missing client certificate).
+// Retrying either cannot help.
+var (
+	ErrAuth = errors.New("valkey: authentication refused")
+	ErrTLS  = errors.New("valkey: TLS handshake failed")
+)
+
+// IsUnreachable reports whether err, from Dial, means the server is not
+// there yet (refused, reset, missing socket, timeout, still loading its
+// data) rather than refusing this client: such a dial may succeed later.
+func IsUnreachable(err error) bool {
+	if err == nil || errors.Is(err, ErrAuth) || errors.Is(err, ErrTLS) {
+		return false
+	}
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ENOENT, syscall.EHOSTUNREACH,
+		syscall.ENETUNREACH, syscall.ECONNABORTED, syscall.EPIPE, io.EOF, io.ErrUnexpectedEOF} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "LOADING") || strings.Contains(msg, "connection refused")
 }
 
 // applySecurity sets cfg's credentials and TLS on opt, over what the URL
@@ -104,23 +135,23 @@ func explainConnectError(err error, where, user string, tlsNoCert bool) error {
 	var invalid x509.CertificateInvalidError
 	switch {
 	case strings.Contains(msg, "WRONGPASS"):
-		return fmt.Errorf("valkey: authentication to %s failed for user %q: wrong password, or the user does not exist or is disabled (check the URL, --valkey-user, --valkey-password-file or FABRIC_VALKEY_PASSWORD): %w", where, user, err)
+		return fmt.Errorf("%w by %s for user %q: wrong password, or the user does not exist or is disabled (check the URL, --valkey-user, --valkey-password-file or FABRIC_VALKEY_PASSWORD): %w", ErrAuth, where, user, err)
 	case strings.Contains(msg, "NOAUTH"):
-		return fmt.Errorf("valkey: %s requires authentication and no password was given (URL, --valkey-password-file or FABRIC_VALKEY_PASSWORD): %w", where, err)
+		return fmt.Errorf("%w: %s requires authentication and no password was given (URL, --valkey-password-file or FABRIC_VALKEY_PASSWORD): %w", ErrAuth, where, err)
 	case strings.Contains(msg, "NOPERM"):
-		return fmt.Errorf("valkey: user %q on %s lacks a permission fabric needs (its ACL must allow fabric's commands, keys and channels): %w", user, where, err)
+		return fmt.Errorf("%w: user %q on %s lacks a permission fabric needs (its ACL must allow fabric's commands, keys and channels): %w", ErrAuth, user, where, err)
 	case errors.As(err, &unknownAuthority):
-		return fmt.Errorf("valkey: TLS to %s: the server's certificate is not signed by a trusted CA (give its CA with --valkey-tls-ca): %w", where, err)
+		return fmt.Errorf("%w with %s: the server's certificate is not signed by a trusted CA (give its CA with --valkey-tls-ca): %w", ErrTLS, where, err)
 	case errors.As(err, &hostname):
-		return fmt.Errorf("valkey: TLS to %s: the server's certificate does not name this host (see --valkey-tls-server-name): %w", where, err)
+		return fmt.Errorf("%w with %s: the server's certificate does not name this host (see --valkey-tls-server-name): %w", ErrTLS, where, err)
 	case errors.As(err, &invalid):
-		return fmt.Errorf("valkey: TLS to %s: the server's certificate is invalid: %w", where, err)
+		return fmt.Errorf("%w with %s: the server's certificate is invalid: %w", ErrTLS, where, err)
 	case tlsNoCert && (strings.Contains(msg, "certificate required") || strings.Contains(msg, "connection reset") ||
 		errors.Is(err, io.EOF) || strings.Contains(msg, "bad certificate")):
 		// With TLS 1.3 the server refuses a missing client certificate
 		// after the client's side of the handshake: the client sees a
 		// reset or an alert on its first command.
-		return fmt.Errorf("valkey: TLS to %s: the server closed the connection; it may require a client certificate (--valkey-tls-cert and --valkey-tls-key): %w", where, err)
+		return fmt.Errorf("%w with %s: the server closed the connection; it may require a client certificate (--valkey-tls-cert and --valkey-tls-key): %w", ErrTLS, where, err)
 	}
 	return err
 }

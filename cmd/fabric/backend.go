@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/internal/redact"
@@ -25,6 +26,9 @@ type backendFlags struct {
 	// partitions, when set, are the deployment's partition counts (fabric
 	// run's --partitions or config file); zero means FlowFabric's defaults.
 	partitions model.PartitionConfig
+	// wait is how long connect retries a backend that is not there yet
+	// (refused, missing socket, loading); 0 fails at once.
+	wait time.Duration
 	// logOut, when set, receives logs instead of stderr (the live view
 	// keeps them off the screen it draws).
 	logOut io.Writer
@@ -96,7 +100,7 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 	}
 	var cl *valkey.Client
 	if err == nil {
-		cl, err = valkey.Dial(ctx, cc)
+		cl, err = dialWait(ctx, cc, b.wait, env.stderr, conn.Where)
 	}
 	if err != nil {
 		if conn.Server != nil {
@@ -171,4 +175,41 @@ func (c *connFlags) apply(cfg *valkey.ClientConfig, env *cliEnv) error {
 		cfg.TLS = tc
 	}
 	return nil
+}
+
+// dialWait dials cc, retrying with backoff for up to wait while the
+// backend is not there yet (valkey.IsUnreachable), and says so on say
+// at the first failure and every few seconds after. Credentials and TLS
+// refusals fail at once.
+func dialWait(ctx context.Context, cc valkey.ClientConfig, wait time.Duration, say io.Writer, where string) (*valkey.Client, error) {
+	start := time.Now()
+	delay, said := 100*time.Millisecond, time.Time{}
+	for {
+		cl, err := valkey.Dial(ctx, cc)
+		if err == nil {
+			if !said.IsZero() {
+				fmt.Fprintf(say, "fabric: backend %s reachable after %s\n", where, time.Since(start).Round(time.Millisecond))
+			}
+			return cl, nil
+		}
+		if wait <= 0 || !valkey.IsUnreachable(err) {
+			return nil, err
+		}
+		left := wait - time.Since(start)
+		if left <= 0 {
+			return nil, fmt.Errorf("backend %s not reachable within %s (--backend-wait): %w", where, wait, err)
+		}
+		if said.IsZero() || time.Since(said) >= 5*time.Second {
+			fmt.Fprintf(say, "fabric: waiting for backend %s (%v); retrying for up to %s (--backend-wait)\n", where, err, wait)
+			said = time.Now()
+		}
+		t := time.NewTimer(min(delay, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("waiting for backend %s: %w", where, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
 }

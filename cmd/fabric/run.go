@@ -33,6 +33,7 @@ func init() {
 			"until Ctrl-C or --duration, then drain and print a summary.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			b := addBackendFlags(fs)
+			fs.DurationVar(&b.wait, "backend-wait", 30*time.Second, "at start, how long to wait (with backoff) for a backend that is not reachable yet; 0 fails at once")
 			wf := addWorkloadFlags(fs)
 			o := &runFlags{
 				config:     fs.String("config", "", "TOML config file: the flags' values by name (valkey_url, plugin_dir, refresh, [demo] rate, ...), [plugins.NAME] and grants, as README.md shows; flags given on the command line win"),

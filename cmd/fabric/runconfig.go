@@ -26,6 +26,7 @@ import (
 //	valkey_tls_cert = "/etc/fabric/client.pem"
 //	valkey_tls_key = "/etc/fabric/client.key"
 //	valkey_tls_server_name = "valkey.internal"
+//	backend_wait = "30s"                    # wait this long for the backend at start
 //	plugin_dir = "bin/plugins"
 //	cache_dir = "/var/cache/fabric"
 //	status_file = "/run/fabric/status.json"
@@ -72,6 +73,7 @@ type runFile struct {
 	ValkeyTLSCert  *string `toml:"valkey_tls_cert"`
 	ValkeyTLSKey   *string `toml:"valkey_tls_key"`
 	ValkeyTLSName  *string `toml:"valkey_tls_server_name"`
+	BackendWait    *string `toml:"backend_wait"`
 	PluginDir      *string `toml:"plugin_dir"`
 	CacheDir       *string `toml:"cache_dir"`
 	StatusFile     *string `toml:"status_file"`
@@ -193,6 +195,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"lease_ttl", "lease-ttl", f.LeaseTTL},
 		{"valkey_user", "valkey-user", f.ValkeyUser}, {"valkey_password_file", "valkey-password-file", f.ValkeyPwFile},
 		{"valkey_tls_ca", "valkey-tls-ca", f.ValkeyTLSCA}, {"valkey_tls_cert", "valkey-tls-cert", f.ValkeyTLSCert}, {"valkey_tls_key", "valkey-tls-key", f.ValkeyTLSKey}, {"valkey_tls_server_name", "valkey-tls-server-name", f.ValkeyTLSName},
+		{"backend_wait", "backend-wait", f.BackendWait},
 	} {
 		if err := set(kv.key, kv.name, kv.v); err != nil {
 			return nil, err

@@ -182,8 +182,8 @@ func TestRunWithACLUser(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--valkey-user", "alice", "--valkey-password-file", wrongFile}, `authentication to redis://` + srv.TCPAddr() + ` failed for user "alice"`},
-		{[]string{"--valkey-password-file", pwFile}, `failed for user "default"`},
+		{[]string{"--valkey-user", "alice", "--valkey-password-file", wrongFile}, `authentication refused by redis://` + srv.TCPAddr() + ` for user "alice"`},
+		{[]string{"--valkey-password-file", pwFile}, `for user "default": wrong password`},
 		{nil, "requires authentication"},
 		{[]string{"--valkey-password-file", filepath.Join(dir, "absent")}, "--valkey-password-file"},
 	} {
@@ -260,5 +260,52 @@ func TestRunOverTLS(t *testing.T) {
 	code, out = run("lua", "load", "--valkey-url", "rediss://"+addr, "--valkey-tls-ca", certs.CA, "--valkey-tls-cert", certs.ClientCert)
 	if code != 1 || !strings.Contains(out, "both its certificate and its key") {
 		t.Fatalf("certificate without key: code %d\n%s", code, out)
+	}
+}
+
+// TestRunWaitsForBackend starts `fabric run` before its server: it says
+// it is waiting, retries, and runs once the server is up. With nothing
+// there it gives up after --backend-wait with a clear error; a server
+// that refuses its password fails at once.
+func TestRunWaitsForBackend(t *testing.T) {
+	t.Parallel()
+	port := valkeytest.FreePort(t)
+	url := "redis://127.0.0.1:" + strconv.Itoa(port)
+	out, errb, wait := startRun(t, "run", "--valkey-url", url, "--backend-wait", "60s", "--plugins", "",
+		"--duration", "1s", "--rate", "20", "--mix", "immediate=1", "--admin-addr", "", "--view", "off",
+		"--partitions", "flow=8,budget=2,quota=2")
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errb.String(), "waiting for backend "+url); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("run did not say it waits for the backend\nstdout:\n%s\nstderr:\n%s", out, errb)
+		}
+	}
+	if strings.Contains(out.String(), "fabric "+Version+" on") {
+		t.Fatalf("run started before its backend:\n%s", out)
+	}
+	up := time.Now()
+	valkeytest.NewServerOnPort(t, port)
+	if code := wait(); code != 0 {
+		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errb)
+	}
+	if !strings.Contains(errb.String(), "backend "+url+" reachable after") || !strings.Contains(out.String(), "executions by state: completed=") {
+		t.Fatalf("run did not go on once the backend was up (%s after it)\nstdout:\n%s\nstderr:\n%s", time.Since(up), out, errb)
+	}
+
+	dead := "redis://127.0.0.1:" + strconv.Itoa(valkeytest.FreePort(t))
+	start := time.Now()
+	code, o, e := runCmd(t, "run", "--valkey-url", dead, "--backend-wait", "1s", "--plugins", "", "--admin-addr", "", "--view", "off")
+	took := time.Since(start)
+	if code != 1 || !strings.Contains(e, "not reachable within 1s (--backend-wait)") || !strings.Contains(e, "connection refused") {
+		t.Fatalf("dead backend: code %d\n%s%s", code, o, e)
+	}
+	if took < time.Second || took > 10*time.Second {
+		t.Errorf("dead backend: gave up after %s, want about --backend-wait 1s", took)
+	}
+
+	srv := valkeytest.NewTCPServer(t, "--requirepass", "pw-"+randomHex(4))
+	start = time.Now()
+	code, o, e = runCmd(t, "run", "--valkey-url", "redis://"+srv.TCPAddr(), "--backend-wait", "60s", "--plugins", "", "--admin-addr", "", "--view", "off")
+	if code != 1 || !strings.Contains(e, "requires authentication") || strings.Contains(e, "waiting for backend") || time.Since(start) > 10*time.Second {
+		t.Fatalf("refused password: code %d after %s\n%s%s", code, time.Since(start), o, e)
 	}
 }

@@ -177,9 +177,16 @@ func FreePort(tb testing.TB) int {
 // "--requirepass", "pw" or TLS options; it is stopped when the test ends.
 func NewTCPServer(tb testing.TB, extraArgs ...string) *valkey.Server {
 	tb.Helper()
+	return NewServerOnPort(tb, FreePort(tb), extraArgs...)
+}
+
+// NewServerOnPort is NewTCPServer on a given port, for a test that
+// starts the server after its client (see FreePort).
+func NewServerOnPort(tb testing.TB, port int, extraArgs ...string) *valkey.Server {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := valkey.StartServer(ctx, valkey.ServerConfig{Port: FreePort(tb), ExtraArgs: extraArgs, Logger: Logger()})
+	s, err := valkey.StartServer(ctx, valkey.ServerConfig{Port: port, ExtraArgs: extraArgs, Logger: Logger()})
 	if err != nil {
 		tb.Fatalf("valkeytest: start server: %v", err)
 	}
