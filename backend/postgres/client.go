@@ -17,8 +17,13 @@ import (
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
-	// URL is a libpq/pgx connection URL or DSN. Required.
+	// URL is a libpq/pgx connection URL or DSN. Required. TLS is its
+	// sslmode (up to verify-full), sslrootcert, sslcert and sslkey; pgx
+	// also reads PGPASSWORD, PGPASSFILE and the other PG* variables.
 	URL string
+	// Password, when set, wins over the URL's and the environment's. It
+	// is never logged or quoted in an error.
+	Password string
 	// MaxConns caps the pool (0: pgxpool's default, max(4, NumCPU)).
 	MaxConns int32
 	// Now is the clock every operation reads "now" from (default
@@ -40,6 +45,19 @@ type Client struct {
 	log   *slog.Logger
 }
 
+// ParsePoolConfig parses url into a pool config with password, when set,
+// winning over the URL's; its error quotes no password.
+func ParsePoolConfig(url, password string) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, redact.Error(fmt.Errorf("postgres: parse url: %w", err), append(redact.Secrets(url), password)...)
+	}
+	if password != "" {
+		pc.ConnConfig.Password = password // fallback hosts share it
+	}
+	return pc, nil
+}
+
 // Connect opens a pool on cfg.URL and checks it with a ping.
 func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.URL == "" {
@@ -48,9 +66,12 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	// pgx redacts the URLs it quotes; scrub its errors anyway, since a
 	// password must reach no log whatever a driver version does.
 	secrets := redact.Secrets(cfg.URL)
-	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if cfg.Password != "" {
+		secrets = append(secrets, cfg.Password)
+	}
+	pc, err := ParsePoolConfig(cfg.URL, cfg.Password)
 	if err != nil {
-		return nil, redact.Error(fmt.Errorf("postgres: parse url: %w", err), secrets...)
+		return nil, err
 	}
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns

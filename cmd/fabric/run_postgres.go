@@ -68,13 +68,13 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 	if err != nil {
 		return err
 	}
-	t, err := f.pg.target(ctx, env.stdout)
+	t, err := f.pg.target(ctx, env)
 	if err != nil {
 		return err
 	}
 	defer t.Close()
 	fmt.Fprintf(env.stdout, "fabric %s on Postgres: %s\n", Version, t.Where)
-	pc, err := postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})
+	pc, err := postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})
 	if err != nil {
 		return err
 	}

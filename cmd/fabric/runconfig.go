@@ -26,6 +26,8 @@ import (
 //	valkey_tls_cert = "/etc/fabric/client.pem"
 //	valkey_tls_key = "/etc/fabric/client.key"
 //	valkey_tls_server_name = "valkey.internal"
+//	postgres_url = "postgres://fabric@db:5432/fabric?sslmode=verify-full&sslrootcert=/etc/fabric/pg-ca.pem"
+//	postgres_password_file = "/run/secrets/postgres"
 //	backend_wait = "30s"                    # wait this long for the backend at start
 //	plugin_dir = "bin/plugins"
 //	cache_dir = "/var/cache/fabric"
@@ -74,6 +76,8 @@ type runFile struct {
 	ValkeyTLSKey   *string `toml:"valkey_tls_key"`
 	ValkeyTLSName  *string `toml:"valkey_tls_server_name"`
 	BackendWait    *string `toml:"backend_wait"`
+	PostgresURL    *string `toml:"postgres_url"`
+	PostgresPwFile *string `toml:"postgres_password_file"`
 	PluginDir      *string `toml:"plugin_dir"`
 	CacheDir       *string `toml:"cache_dir"`
 	StatusFile     *string `toml:"status_file"`
@@ -196,6 +200,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"valkey_user", "valkey-user", f.ValkeyUser}, {"valkey_password_file", "valkey-password-file", f.ValkeyPwFile},
 		{"valkey_tls_ca", "valkey-tls-ca", f.ValkeyTLSCA}, {"valkey_tls_cert", "valkey-tls-cert", f.ValkeyTLSCert}, {"valkey_tls_key", "valkey-tls-key", f.ValkeyTLSKey}, {"valkey_tls_server_name", "valkey-tls-server-name", f.ValkeyTLSName},
 		{"backend_wait", "backend-wait", f.BackendWait},
+		{"postgres_url", "postgres-url", f.PostgresURL}, {"postgres_password_file", "postgres-password-file", f.PostgresPwFile},
 	} {
 		if err := set(kv.key, kv.name, kv.v); err != nil {
 			return nil, err
