@@ -251,6 +251,10 @@ func TestRunOverTLS(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "executions") {
 		t.Fatalf("status over TLS: code %d\n%s", code, out)
 	}
+	code, out = run(append([]string{"executions", "stuck", "--valkey-url", "rediss://" + addr, "--partitions", "flow=16,budget=4,quota=4"}, tlsFlags...)...)
+	if code != 0 {
+		t.Fatalf("executions stuck over TLS: code %d\n%s", code, out)
+	}
 	other := valkeytest.NewCerts(t)
 	code, out = run("lua", "load", "--valkey-url", "rediss://"+addr, "--valkey-tls-ca", other.CA,
 		"--valkey-tls-cert", certs.ClientCert, "--valkey-tls-key", certs.ClientKey)
