@@ -190,3 +190,30 @@ func TestSDKTLS(t *testing.T) {
 		}
 	})
 }
+
+// TestSDKTLSCluster drives an execution through the SDK on a cluster
+// whose nodes speak only TLS and require a password.
+func TestSDKTLSCluster(t *testing.T) {
+	t.Parallel()
+	certs := valkeytest.NewCerts(t)
+	const pw = "cluster-Pw-3"
+	addrs := valkeytest.NewTLSCluster(t, certs, pw)
+	tc, err := valkey.TLSOptions{CAFile: certs.CA}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := valkeytest.Context(t, 30*time.Second)
+	vc, err := valkey.Dial(ctx, valkey.ClientConfig{URL: "rediss+cluster://" + strings.Join(addrs, ","), Password: pw, TLS: tc,
+		Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vc.Close()
+	if !vc.IsCluster() {
+		t.Fatal("not a cluster client")
+	}
+	roundTrip(t, vc)
+	if _, err := valkey.Dial(ctx, valkey.ClientConfig{URL: "rediss+cluster://" + strings.Join(addrs, ","), Password: "not-" + pw, TLS: tc}); !errors.Is(err, valkey.ErrAuth) {
+		t.Fatalf("wrong password on the cluster: %v", err)
+	}
+}

@@ -313,3 +313,31 @@ func TestRunWaitsForBackend(t *testing.T) {
 		t.Fatalf("refused password: code %d after %s\n%s%s", code, time.Since(start), o, e)
 	}
 }
+
+// TestRunOnTLSCluster runs `fabric run` with the demo workload on a
+// 3-primary cluster that speaks only TLS (clients and cluster bus) and
+// requires a password, given in the environment: it bootstraps every
+// primary over TLS and finishes every execution.
+func TestRunOnTLSCluster(t *testing.T) {
+	t.Parallel()
+	certs := valkeytest.NewCerts(t)
+	pw := "cl-" + randomHex(6)
+	addrs := valkeytest.NewTLSCluster(t, certs, pw)
+	url := "rediss+cluster://" + strings.Join(addrs, ",")
+	var o, e syncBuffer
+	env := func(k string) string { return map[string]string{envValkeyPassword: pw}[k] }
+	code := runCLI(context.Background(), &cliEnv{stdout: &o, stderr: &e, getenv: env}, []string{"run", "--valkey-url", url,
+		"--valkey-tls-ca", certs.CA, "--plugins", "", "--admin-addr", "", "--view", "lines", "--refresh", "500ms",
+		"--duration", "2s", "--drain-timeout", "60s", "--rate", "40", "--mix", "immediate=2,delayed=1,retry=1",
+		"--partitions", "flow=8,budget=2,quota=2"})
+	out := o.String()
+	if code != 0 {
+		t.Fatalf("fabric run on the TLS cluster: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, e.String())
+	}
+	if !regexp.MustCompile(`executions by state: completed=[1-9]\d*\n`).MatchString(out) || !strings.Contains(out, "; unfinished 0;") {
+		t.Fatalf("the demo did not finish its work on the TLS cluster:\n%s\nstderr:\n%s", out, e.String())
+	}
+	if strings.Contains(out+e.String(), pw) {
+		t.Fatalf("the password was shown:\n%s%s", out, e.String())
+	}
+}

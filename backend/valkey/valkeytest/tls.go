@@ -11,10 +11,14 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 )
@@ -114,4 +118,75 @@ func NewTLSServer(tb testing.TB, certs *Certs, clientAuth bool, extraArgs ...str
 	}
 	tb.Cleanup(func() { s.Stop() })
 	return s, "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// NewTLSCluster starts a ClusterPrimaries-node cluster that speaks only
+// TLS, to clients and on its cluster bus, with certs' server certificate
+// and, when password is not empty, requirepass/masterauth password. It
+// returns the nodes' TLS addresses once every node reports
+// cluster_state:ok; the nodes are stopped when the test ends.
+func NewTLSCluster(tb testing.TB, certs *Certs, password string) []string {
+	tb.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		if cli, err = exec.LookPath("valkey-cli"); err != nil {
+			tb.Fatalf("valkeytest: neither redis-cli nor valkey-cli is on PATH: %v", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ports, err := freeClusterPorts(ClusterPrimaries)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var addrs []string
+	for _, port := range ports {
+		args := []string{"--tls-port", strconv.Itoa(port), "--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey,
+			"--tls-ca-cert-file", certs.CA, "--tls-auth-clients", "no", "--tls-cluster", "yes", "--tls-replication", "yes",
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "3000",
+			"--cluster-require-full-coverage", "no"}
+		if password != "" {
+			args = append(args, "--requirepass", password, "--masterauth", password)
+		}
+		s, err := valkey.StartServer(ctx, valkey.ServerConfig{ExtraArgs: args, Logger: Logger()})
+		if err != nil {
+			tb.Fatalf("valkeytest: start TLS cluster node: %v", err)
+		}
+		tb.Cleanup(func() { s.Stop() })
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(port))
+	}
+	create := append([]string{"--tls", "--cacert", certs.CA, "--cluster", "create"}, addrs...)
+	create = append(create, "--cluster-replicas", "0", "--cluster-yes")
+	cmd := exec.CommandContext(ctx, cli, create...)
+	if password != "" {
+		cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+password)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("valkeytest: %s --cluster create over TLS: %v: %s", cli, err, out)
+	}
+	tc, err := valkey.TLSOptions{CAFile: certs.CA}.Config()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, addr := range addrs {
+		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, TLSConfig: tc, Password: password,
+			ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			tb.Fatalf("valkeytest: TLS cluster node %s: %v", addr, err)
+		}
+		for {
+			info, err := c.Do(ctx, c.B().ClusterInfo().Build()).ToString()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				c.Close()
+				tb.Fatalf("valkeytest: TLS cluster node %s not cluster_state:ok: %v", addr, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		c.Close()
+	}
+	return addrs
 }
