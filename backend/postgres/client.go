@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +45,28 @@ type Client struct {
 	parts model.PartitionConfig
 	now   func() time.Time
 	log   *slog.Logger
+}
+
+// IsUnreachable reports whether err, from Connect, means the server is
+// not there yet (refused, no socket yet, a timeout, still starting up or
+// shutting down) rather than refusing this client: such a connect may
+// succeed later. Authentication and TLS failures are not.
+func IsUnreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// 57P03 cannot_connect_now: starting up, shutting down, in recovery.
+		return pgErr.Code == "57P03"
+	}
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ENOENT, syscall.EHOSTUNREACH, syscall.ENETUNREACH} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // ParsePoolConfig parses url into a pool config with password, when set,

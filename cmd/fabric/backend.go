@@ -178,26 +178,34 @@ func (c *connFlags) apply(cfg *valkey.ClientConfig, env *cliEnv) error {
 }
 
 // dialWait dials cc, retrying with backoff for up to wait while the
-// backend is not there yet (valkey.IsUnreachable), and says so on say
-// at the first failure and every few seconds after. Credentials and TLS
-// refusals fail at once.
+// backend is not there yet (valkey.IsUnreachable); see waitFor.
 func dialWait(ctx context.Context, cc valkey.ClientConfig, wait time.Duration, say io.Writer, where string) (*valkey.Client, error) {
+	return waitFor(ctx, wait, say, where, func() (*valkey.Client, error) { return valkey.Dial(ctx, cc) }, valkey.IsUnreachable)
+}
+
+// waitFor calls dial until it succeeds, retrying with backoff for up to
+// wait while unreachable says the backend is not there yet, and says so
+// on say at the first failure and every few seconds after. Any other
+// error (credentials, TLS) fails at once, as does every error when wait
+// is 0.
+func waitFor[T any](ctx context.Context, wait time.Duration, say io.Writer, where string, dial func() (T, error), unreachable func(error) bool) (T, error) {
 	start := time.Now()
 	delay, said := 100*time.Millisecond, time.Time{}
 	for {
-		cl, err := valkey.Dial(ctx, cc)
+		cl, err := dial()
 		if err == nil {
 			if !said.IsZero() {
 				fmt.Fprintf(say, "fabric: backend %s reachable after %s\n", where, time.Since(start).Round(time.Millisecond))
 			}
 			return cl, nil
 		}
-		if wait <= 0 || !valkey.IsUnreachable(err) {
-			return nil, err
+		var zero T
+		if wait <= 0 || !unreachable(err) {
+			return zero, err
 		}
 		left := wait - time.Since(start)
 		if left <= 0 {
-			return nil, fmt.Errorf("backend %s not reachable within %s (--backend-wait): %w", where, wait, err)
+			return zero, fmt.Errorf("backend %s not reachable within %s (--backend-wait): %w", where, wait, err)
 		}
 		if said.IsZero() || time.Since(said) >= 5*time.Second {
 			fmt.Fprintf(say, "fabric: waiting for backend %s (%v); retrying for up to %s (--backend-wait)\n", where, err, wait)
@@ -207,7 +215,7 @@ func dialWait(ctx context.Context, cc valkey.ClientConfig, wait time.Duration, s
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("waiting for backend %s: %w", where, ctx.Err())
+			return zero, fmt.Errorf("waiting for backend %s: %w", where, ctx.Err())
 		case <-t.C:
 		}
 		delay = min(delay*2, 2*time.Second)

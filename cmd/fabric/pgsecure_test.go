@@ -104,3 +104,21 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestRunPostgresWaitsForBackend: `fabric run` on a Postgres URL where
+// nothing listens says it waits, retries for --backend-wait, then fails
+// naming the limit.
+func TestRunPostgresWaitsForBackend(t *testing.T) {
+	t.Parallel()
+	pgURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", valkeytest.FreePort(t))
+	start := time.Now()
+	code, out, errOut := runCmd(t, "run", "--postgres-url", pgURL, "--backend-wait", "1500ms", "--plugins", "", "--duration", "1s")
+	took := time.Since(start)
+	if code != 1 || !strings.Contains(errOut, "fabric: waiting for backend database "+pgURL) ||
+		!strings.Contains(errOut, "not reachable within 1.5s (--backend-wait)") {
+		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if took < 1500*time.Millisecond || took > 15*time.Second {
+		t.Errorf("gave up after %s, want about --backend-wait 1.5s", took)
+	}
+}

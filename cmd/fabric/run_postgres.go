@@ -49,7 +49,7 @@ type runPostgresOpts struct {
 	pluginDir, cacheDir, statusFile string
 	demo                            bool
 	// logs are run's --log-level and --log-format (backendFlags.logger,
-	// the one parser of both).
+	// the one parser of both), and its --backend-wait.
 	logs *backendFlags
 	// trust sets the host's Policy and trusted keys (policy.go).
 	trust *trustFlags
@@ -74,7 +74,9 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 	}
 	defer t.Close()
 	fmt.Fprintf(env.stdout, "fabric %s on Postgres: %s\n", Version, t.Where)
-	pc, err := postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})
+	pc, err := waitFor(ctx, o.logs.wait, env.stderr, t.Where, func() (*postgres.Client, error) {
+		return postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})
+	}, postgres.IsUnreachable)
 	if err != nil {
 		return err
 	}
