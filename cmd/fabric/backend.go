@@ -29,6 +29,10 @@ type backendFlags struct {
 	// wait is how long connect retries a backend that is not there yet
 	// (refused, missing socket, loading); 0 fails at once.
 	wait time.Duration
+	// waitAdmin, when set, is the admin address a waitServer answers on
+	// while connect waits; adminBound is the address it had (the admin
+	// server proper takes it over, so port 0 keeps the port it picked).
+	waitAdmin, adminBound string
 	// logOut, when set, receives logs instead of stderr (the live view
 	// keeps them off the screen it draws).
 	logOut io.Writer
@@ -100,7 +104,26 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 	}
 	var cl *valkey.Client
 	if err == nil {
-		cl, err = dialWait(ctx, cc, b.wait, env.stderr, conn.Where)
+		var ws *waitServer
+		notify := func(cause error) {
+			if ws == nil && b.waitAdmin != "" {
+				var lerr error
+				if ws, lerr = startWaitServer(b.waitAdmin, conn.Where); lerr != nil {
+					b.waitAdmin = "" // the admin server proper will say why
+				} else {
+					fmt.Fprintf(env.stderr, "fabric: meanwhile http://%s/readyz answers 503 with the reason\n", ws.Addr())
+				}
+			}
+			if ws != nil {
+				ws.set(cause.Error())
+			}
+		}
+		cl, err = waitFor(ctx, b.wait, env.stderr, conn.Where, func() (*valkey.Client, error) { return valkey.Dial(ctx, cc) },
+			valkey.IsUnreachable, notify)
+		if ws != nil {
+			b.adminBound = ws.Addr()
+			ws.Stop()
+		}
 	}
 	if err != nil {
 		if conn.Server != nil {
@@ -177,18 +200,13 @@ func (c *connFlags) apply(cfg *valkey.ClientConfig, env *cliEnv) error {
 	return nil
 }
 
-// dialWait dials cc, retrying with backoff for up to wait while the
-// backend is not there yet (valkey.IsUnreachable); see waitFor.
-func dialWait(ctx context.Context, cc valkey.ClientConfig, wait time.Duration, say io.Writer, where string) (*valkey.Client, error) {
-	return waitFor(ctx, wait, say, where, func() (*valkey.Client, error) { return valkey.Dial(ctx, cc) }, valkey.IsUnreachable)
-}
-
 // waitFor calls dial until it succeeds, retrying with backoff for up to
 // wait while unreachable says the backend is not there yet, and says so
-// on say at the first failure and every few seconds after. Any other
-// error (credentials, TLS) fails at once, as does every error when wait
-// is 0.
-func waitFor[T any](ctx context.Context, wait time.Duration, say io.Writer, where string, dial func() (T, error), unreachable func(error) bool) (T, error) {
+// on say at the first failure and every few seconds after, and to notify
+// (when not nil) at every failure it waits out. Any other error
+// (credentials, TLS) fails at once, as does every error when wait is 0.
+func waitFor[T any](ctx context.Context, wait time.Duration, say io.Writer, where string, dial func() (T, error),
+	unreachable func(error) bool, notify func(error)) (T, error) {
 	start := time.Now()
 	delay, said := 100*time.Millisecond, time.Time{}
 	for {
@@ -210,6 +228,9 @@ func waitFor[T any](ctx context.Context, wait time.Duration, say io.Writer, wher
 		if said.IsZero() || time.Since(said) >= 5*time.Second {
 			fmt.Fprintf(say, "fabric: waiting for backend %s (%v); retrying for up to %s (--backend-wait)\n", where, err, wait)
 			said = time.Now()
+		}
+		if notify != nil {
+			notify(err)
 		}
 		t := time.NewTimer(min(delay, left))
 		select {

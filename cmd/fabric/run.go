@@ -146,6 +146,7 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 		}
 	}
 	b.partitions = o.partitions.PartitionConfig
+	b.waitAdmin = *o.adminAddr
 	conn, err := b.connect(ctx, env)
 	if err != nil {
 		return err
@@ -194,7 +195,11 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	metrics.Attach(src, sampler)
 	adminURL := ""
 	if *o.adminAddr != "" {
-		srv := admin.NewServer(admin.ServerConfig{Addr: *o.adminAddr, Host: src, Backend: conn.Client, BackendName: conn.Where,
+		addr := *o.adminAddr
+		if b.adminBound != "" {
+			addr = b.adminBound // the address /readyz answered on while connect waited
+		}
+		srv := admin.NewServer(admin.ServerConfig{Addr: addr, Host: src, Backend: conn.Client, BackendName: conn.Where,
 			Sampler: sampler, Metrics: metrics, Logger: conn.Logger})
 		if err := srv.Start(life); err != nil {
 			// Another run holds the port: this one still runs, unobserved.

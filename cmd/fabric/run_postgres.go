@@ -76,7 +76,7 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 	fmt.Fprintf(env.stdout, "fabric %s on Postgres: %s\n", Version, t.Where)
 	pc, err := waitFor(ctx, o.logs.wait, env.stderr, t.Where, func() (*postgres.Client, error) {
 		return postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})
-	}, postgres.IsUnreachable)
+	}, postgres.IsUnreachable, nil)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -276,12 +277,27 @@ func TestRunWaitsForBackend(t *testing.T) {
 	port := valkeytest.FreePort(t)
 	url := "redis://127.0.0.1:" + strconv.Itoa(port)
 	out, errb, wait := startRun(t, "run", "--valkey-url", url, "--backend-wait", "60s", "--plugins", "",
-		"--duration", "1s", "--rate", "20", "--mix", "immediate=1", "--admin-addr", "", "--view", "off",
+		"--duration", "1s", "--rate", "20", "--mix", "immediate=1", "--admin-addr", "127.0.0.1:0", "--view", "off",
 		"--partitions", "flow=8,budget=2,quota=2")
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errb.String(), "waiting for backend "+url); time.Sleep(20 * time.Millisecond) {
+	waitingRE := regexp.MustCompile(`meanwhile http://(\S+)/readyz answers 503`)
+	var addr string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if m := waitingRE.FindStringSubmatch(errb.String()); m != nil && strings.Contains(errb.String(), "waiting for backend "+url) {
+			addr = m[1]
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("run did not say it waits for the backend\nstdout:\n%s\nstderr:\n%s", out, errb)
 		}
+	}
+	for _, path := range []string{"/readyz", "/healthz"} {
+		code, body := httpGet(t, "http://"+addr+path)
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for backend "+url) || !strings.Contains(body, "connection refused") {
+			t.Fatalf("%s while waiting: %d %s", path, code, body)
+		}
+	}
+	if _, body := httpGet(t, "http://"+addr+"/status"); !strings.Contains(body, `"error":"waiting for backend `+url) {
+		t.Fatalf("/status while waiting: %s", body)
 	}
 	if strings.Contains(out.String(), "fabric "+Version+" on") {
 		t.Fatalf("run started before its backend:\n%s", out)
@@ -293,6 +309,9 @@ func TestRunWaitsForBackend(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "backend "+url+" reachable after") || !strings.Contains(out.String(), "executions by state: completed=") {
 		t.Fatalf("run did not go on once the backend was up (%s after it)\nstdout:\n%s\nstderr:\n%s", time.Since(up), out, errb)
+	}
+	if !strings.Contains(out.String(), "admin: http://"+addr+"/metrics") {
+		t.Errorf("the admin server did not take over %s, the address that answered while waiting:\n%s", addr, out)
 	}
 
 	dead := "redis://127.0.0.1:" + strconv.Itoa(valkeytest.FreePort(t))
