@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -33,6 +34,8 @@ type backendFlags struct {
 	// while connect waits; adminBound is the address it had (the admin
 	// server proper takes it over, so port 0 keeps the port it picked).
 	waitAdmin, adminBound string
+	// waitTLS, when set, is the admin server's TLS (the waitServer's too).
+	waitTLS *tls.Config
 	// logOut, when set, receives logs instead of stderr (the live view
 	// keeps them off the screen it draws).
 	logOut io.Writer
@@ -108,10 +111,10 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 		notify := func(cause error) {
 			if ws == nil && b.waitAdmin != "" {
 				var lerr error
-				if ws, lerr = startWaitServer(b.waitAdmin, conn.Where); lerr != nil {
+				if ws, lerr = startWaitServer(b.waitAdmin, b.waitTLS, conn.Where); lerr != nil {
 					b.waitAdmin = "" // the admin server proper will say why
 				} else {
-					fmt.Fprintf(env.stderr, "fabric: meanwhile http://%s/readyz answers 503 with the reason\n", ws.Addr())
+					fmt.Fprintf(env.stderr, "fabric: meanwhile %s/readyz answers 503 with the reason\n", ws.URL())
 				}
 			}
 			if ws != nil {

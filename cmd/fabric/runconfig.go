@@ -33,6 +33,8 @@ import (
 //	cache_dir = "/var/cache/fabric"
 //	status_file = "/run/fabric/status.json"
 //	admin_addr = "127.0.0.1:9480"           # "" disables the admin server
+//	admin_tls_cert = "/etc/fabric/admin.pem"  # HTTPS, with admin_tls_key
+//	admin_tls_key = "/etc/fabric/admin.key"
 //	log_level = "info"
 //	log_format = "json"
 //	view = "auto"                           # auto, tty, lines or off
@@ -82,6 +84,8 @@ type runFile struct {
 	CacheDir       *string `toml:"cache_dir"`
 	StatusFile     *string `toml:"status_file"`
 	AdminAddr      *string `toml:"admin_addr"`
+	AdminTLSCert   *string `toml:"admin_tls_cert"`
+	AdminTLSKey    *string `toml:"admin_tls_key"`
 	LogLevel       *string `toml:"log_level"`
 	LogFormat      *string `toml:"log_format"`
 	View           *string `toml:"view"`
@@ -201,6 +205,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"valkey_tls_ca", "valkey-tls-ca", f.ValkeyTLSCA}, {"valkey_tls_cert", "valkey-tls-cert", f.ValkeyTLSCert}, {"valkey_tls_key", "valkey-tls-key", f.ValkeyTLSKey}, {"valkey_tls_server_name", "valkey-tls-server-name", f.ValkeyTLSName},
 		{"backend_wait", "backend-wait", f.BackendWait},
 		{"postgres_url", "postgres-url", f.PostgresURL}, {"postgres_password_file", "postgres-password-file", f.PostgresPwFile},
+		{"admin_tls_cert", "admin-tls-cert", f.AdminTLSCert}, {"admin_tls_key", "admin-tls-key", f.AdminTLSKey},
 	} {
 		if err := set(kv.key, kv.name, kv.v); err != nil {
 			return nil, err

@@ -360,3 +360,39 @@ func TestRunOnTLSCluster(t *testing.T) {
 		t.Fatalf("the password was shown:\n%s%s", out, e.String())
 	}
 }
+
+// TestAdminOverTLS runs `fabric run` with an HTTPS admin server:
+// `fabric status --admin https://... --admin-ca` reads it, a client that
+// does not trust its CA gets a clear error, and plain HTTP gets no
+// status.
+func TestAdminOverTLS(t *testing.T) {
+	t.Parallel()
+	certs := valkeytest.NewCerts(t)
+	out, errb, wait := startRun(t, "run", "--plugins", "", "--duration", "2s", "--rate", "20", "--mix", "immediate=1",
+		"--admin-addr", "127.0.0.1:0", "--admin-tls-cert", certs.ServerCert, "--admin-tls-key", certs.ServerKey,
+		"--view", "off", "--census-interval", "200ms", "--partitions", "flow=8,budget=2,quota=2")
+	re := regexp.MustCompile(`admin: https://(\S+)/metrics`)
+	var addr string
+	for deadline := time.Now().Add(60 * time.Second); addr == ""; time.Sleep(20 * time.Millisecond) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no https admin address within 60s\nstdout:\n%s\nstderr:\n%s", out, errb)
+		}
+	}
+	code, o, e := runCmd(t, "status", "--admin", "https://"+addr, "--admin-ca", certs.CA, "--json")
+	var rep struct{ Backend string }
+	if code != 0 || json.Unmarshal([]byte(o), &rep) != nil || !strings.Contains(rep.Backend, "private") {
+		t.Fatalf("status over https: code %d\n%s%s", code, o, e)
+	}
+	code, o, e = runCmd(t, "status", "--admin", "https://"+addr)
+	if code != 1 || !strings.Contains(e, "certificate signed by unknown authority") {
+		t.Fatalf("status without the admin CA: code %d\n%s%s", code, o, e)
+	}
+	if status, body := httpGet(t, "http://"+addr+"/status"); status == http.StatusOK {
+		t.Fatalf("plain HTTP got the status: %s", body)
+	}
+	if code := wait(); code != 0 {
+		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errb)
+	}
+}

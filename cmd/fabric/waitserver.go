@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"sync"
@@ -21,18 +24,23 @@ type waitServer struct {
 	srv   *http.Server
 	done  chan struct{}
 	where string
+	// scheme is http:// or https://.
+	scheme string
 
 	mu     sync.Mutex
 	reason string
 }
 
 // startWaitServer listens on addr; the error is the listener's.
-func startWaitServer(addr, where string) (*waitServer, error) {
+func startWaitServer(addr string, tc *tls.Config, where string) (*waitServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	w := &waitServer{ln: ln, where: where, done: make(chan struct{})}
+	w := &waitServer{ln: ln, where: where, done: make(chan struct{}), scheme: "http://"}
+	if tc != nil {
+		ln, w.scheme = tls.NewListener(ln, tc), "https://"
+	}
 	mux := http.NewServeMux()
 	unavailable := func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")
@@ -47,7 +55,7 @@ func startWaitServer(addr, where string) (*waitServer, error) {
 		rw.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(rw).Encode(rep)
 	})
-	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() {
 		defer close(w.done)
 		if err := w.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -59,6 +67,9 @@ func startWaitServer(addr, where string) (*waitServer, error) {
 
 // Addr is the address listened on.
 func (w *waitServer) Addr() string { return w.ln.Addr().String() }
+
+// URL is the scheme and address listened on.
+func (w *waitServer) URL() string { return w.scheme + w.Addr() }
 
 // set records the latest reason the backend is not reachable.
 func (w *waitServer) set(reason string) {
