@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +216,67 @@ func TestSDKTLSCluster(t *testing.T) {
 	roundTrip(t, vc)
 	if _, err := valkey.Dial(ctx, valkey.ClientConfig{URL: "rediss+cluster://" + strings.Join(addrs, ","), Password: "not-" + pw, TLS: tc}); !errors.Is(err, valkey.ErrAuth) {
 		t.Fatalf("wrong password on the cluster: %v", err)
+	}
+}
+
+// BenchmarkCreateOverTransport measures CreateExecution, one at a time
+// (latency) and from 8 goroutines (throughput), over a unix socket, plain
+// TCP, TCP with an ACL user, and TLS with a client certificate, each on
+// its own private server:
+//
+//	go test -run '^$' -bench CreateOverTransport -benchtime 3000x ./sdk
+func BenchmarkCreateOverTransport(b *testing.B) {
+	certs := valkeytest.NewCerts(b)
+	const pw = "bench-Pw"
+	full, err := valkey.TLSOptions{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}.Config()
+	if err != nil {
+		b.Fatal(err)
+	}
+	unixSrv := valkeytest.NewServer(b)
+	tcpSrv := valkeytest.NewTCPServer(b)
+	aclSrv := valkeytest.NewTCPServer(b, aclArgs("x-"+pw, pw)...)
+	_, tlsAddr := valkeytest.NewTLSServer(b, certs, true)
+	for _, tc := range []struct {
+		name string
+		cfg  valkey.ClientConfig
+	}{
+		{"unix", valkey.ClientConfig{URL: unixSrv.URL()}},
+		{"tcp", valkey.ClientConfig{URL: "redis://" + tcpSrv.TCPAddr()}},
+		{"tcp+acl", valkey.ClientConfig{URL: "redis://" + aclSrv.TCPAddr(), Username: "alice", Password: pw}},
+		{"tls+clientcert", valkey.ClientConfig{URL: "rediss://" + tlsAddr, TLS: full}},
+	} {
+		ctx := context.Background()
+		tc.cfg.Logger = valkeytest.Logger()
+		vc, err := valkey.Dial(ctx, tc.cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{"bench"}}); err != nil {
+			b.Fatal(err)
+		}
+		c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		spec := sdk.ExecutionSpec{Lane: "bench", Kind: "k", Payload: []byte("payload")}
+		b.Run(tc.name+"/sequential", func(b *testing.B) {
+			for range b.N {
+				if _, err := c.CreateExecution(ctx, spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/parallel8", func(b *testing.B) {
+			b.SetParallelism(8 / max(1, runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := c.CreateExecution(ctx, spec); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+		vc.Close()
 	}
 }
