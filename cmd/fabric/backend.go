@@ -43,7 +43,7 @@ type backendFlags struct {
 
 func addBackendFlags(fs *flag.FlagSet) *backendFlags {
 	b := &backendFlags{conn: addConnFlags(fs)}
-	fs.StringVar(&b.url, "valkey-url", "", "Valkey/Redis URL (redis://host:port, unix:///path) or a cluster (valkey+cluster://host:port,host:port,...). Empty: start a private server child for this run.")
+	fs.StringVar(&b.url, "valkey-url", "", "Valkey/Redis URL (redis://[user:password@]host:port, rediss:// for TLS, unix:///path) or a cluster (valkey+cluster://host:port,host:port,..., rediss+cluster:// for TLS). Empty: start a private server child for this run.")
 	fs.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&b.logFormat, "log-format", "text", "log format: text or json (log/slog)")
 	return b
