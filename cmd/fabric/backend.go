@@ -160,7 +160,7 @@ type connFlags struct {
 
 func addConnFlags(fs *flag.FlagSet) *connFlags {
 	c := &connFlags{}
-	fs.StringVar(&c.user, "valkey-user", "", "Valkey ACL user (default: the URL's, else $"+envValkeyUser+", else the default user)")
+	fs.StringVar(&c.user, "valkey-user", "", "Valkey ACL user (default: $"+envValkeyUser+", else the URL's, else the default user)")
 	fs.StringVar(&c.passwordFile, "valkey-password-file", "", "file holding the Valkey password (default: $"+envValkeyPassword+", else the URL's)")
 	fs.StringVar(&c.tls.CAFile, "valkey-tls-ca", "", "PEM CA bundle that signs the Valkey server's certificate (default: the system's roots); any --valkey-tls-* flag turns TLS on, as rediss:// does")
 	fs.StringVar(&c.tls.CertFile, "valkey-tls-cert", "", "PEM client certificate for a Valkey server that verifies clients (with --valkey-tls-key)")
