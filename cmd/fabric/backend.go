@@ -104,6 +104,9 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 	if conn.Server == nil {
 		// A private server is reached on its unix socket, without either.
 		err = b.conn.apply(&cc, env)
+		// Whatever reaches a log of this connection, its password does not.
+		conn.Logger = slog.New(redact.Handler(log.Handler(), append(redact.Secrets(url), cc.Password)...))
+		cc.Logger = conn.Logger
 	}
 	var cl *valkey.Client
 	if err == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/internal/audit"
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -73,6 +74,7 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 		return err
 	}
 	defer t.Close()
+	log = slog.New(redact.Handler(log.Handler(), append(redact.Secrets(t.URL), t.Password)...))
 	fmt.Fprintf(env.stdout, "fabric %s on Postgres: %s\n", Version, t.Where)
 	pc, err := waitFor(ctx, o.logs.wait, env.stderr, t.Where, func() (*postgres.Client, error) {
 		return postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})

@@ -7,6 +7,9 @@
 package redact
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -187,3 +190,72 @@ type redacted struct {
 
 func (r *redacted) Error() string { return r.msg }
 func (r *redacted) Unwrap() error { return r.err }
+
+// Handler wraps an slog.Handler so that no record it passes on holds one
+// of the secrets: the message, every attribute value (groups included)
+// and any error's text are scrubbed with Text. It is the last line of
+// defence behind redacted URLs and errors: a secret that reached a log
+// call by some other path still does not reach the log.
+func Handler(h slog.Handler, secrets ...string) slog.Handler {
+	var keep []string
+	for _, s := range secrets {
+		if s != "" {
+			keep = append(keep, s)
+		}
+	}
+	if len(keep) == 0 {
+		return h
+	}
+	return &handler{h: h, secrets: keep}
+}
+
+type handler struct {
+	h       slog.Handler
+	secrets []string
+}
+
+func (r *handler) Enabled(ctx context.Context, l slog.Level) bool { return r.h.Enabled(ctx, l) }
+
+func (r *handler) Handle(ctx context.Context, rec slog.Record) error {
+	out := slog.NewRecord(rec.Time, rec.Level, Text(rec.Message, r.secrets...), rec.PC)
+	rec.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(r.attr(a))
+		return true
+	})
+	return r.h.Handle(ctx, out)
+}
+
+func (r *handler) WithAttrs(as []slog.Attr) slog.Handler {
+	clean := make([]slog.Attr, len(as))
+	for i, a := range as {
+		clean[i] = r.attr(a)
+	}
+	return &handler{h: r.h.WithAttrs(clean), secrets: r.secrets}
+}
+
+func (r *handler) WithGroup(name string) slog.Handler {
+	return &handler{h: r.h.WithGroup(name), secrets: r.secrets}
+}
+
+// attr scrubs one attribute; values that are not strings are scrubbed
+// as the text they would print as.
+func (r *handler) attr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, Text(v.String(), r.secrets...))
+	case slog.KindGroup:
+		g := v.Group()
+		clean := make([]any, len(g))
+		for i, ga := range g {
+			clean[i] = r.attr(ga)
+		}
+		return slog.Group(a.Key, clean...)
+	case slog.KindAny:
+		s := fmt.Sprint(v.Any())
+		if red := Text(s, r.secrets...); red != s {
+			return slog.String(a.Key, red)
+		}
+	}
+	return slog.Attr{Key: a.Key, Value: v}
+}

@@ -3,6 +3,7 @@ package redact
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -59,5 +60,25 @@ func TestSecretsAndError(t *testing.T) {
 	}
 	if plain := errors.New("no secret here"); Error(plain, "s3cret") != plain {
 		t.Fatal("an error without secrets was rewrapped")
+	}
+}
+
+func TestHandler(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(Handler(slog.NewTextHandler(&buf, nil), "s3cret", ""))
+	log.Info("dial redis://:s3cret@h failed", "url", "redis://:s3cret@h", "error", errors.New("auth s3cret refused"),
+		slog.Group("conn", "dsn", "password=s3cret"), "n", 3)
+	log.With("pw", "s3cret").WithGroup("g").Warn("again", "x", "s3cret")
+	out := buf.String()
+	if strings.Contains(out, "s3cret") {
+		t.Fatalf("a secret reached the log:\n%s", out)
+	}
+	for _, want := range []string{"redis://:xxxxx@h", "auth xxxxx refused", `conn.dsn="password=xxxxx"`, "n=3", "pw=xxxxx", "g.x=xxxxx"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if h := slog.NewTextHandler(&buf, nil); Handler(h) != slog.Handler(h) {
+		t.Error("a handler without secrets was wrapped")
 	}
 }
