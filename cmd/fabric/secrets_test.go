@@ -122,7 +122,8 @@ func TestSecretsNeverShown(t *testing.T) {
 }
 
 // TestRunWithACLUser runs the host with the delayed_promoter plugin as an
-// ACL user whose user and password file come from fabric.toml, then
+// ACL user without @dangerous commands (but INFO and CONFIG GET/SET)
+// whose user and password file come from fabric.toml, then
 // `fabric lua load` with flags and `fabric status` with the password in
 // the environment; wrong or missing passwords are clear errors that
 // quote no password.
@@ -133,7 +134,11 @@ func TestRunWithACLUser(t *testing.T) {
 		t.Fatalf("plugin set not built (run `make plugins`): %v", err)
 	}
 	defaultPW, alicePW := "default-"+randomHex(6), "alice-"+randomHex(6)
-	srv := valkeytest.NewTCPServer(t, "--requirepass", defaultPW, "--user", "alice", "on", ">"+alicePW, "~*", "&*", "+@all")
+	// alice has the least a host needs: every key, channel and data
+	// command, but none of @dangerous except INFO (the cluster-mode check)
+	// and CONFIG GET/SET (keyspace events for the due-timer wake-ups).
+	srv := valkeytest.NewTCPServer(t, "--requirepass", defaultPW, "--user", "alice", "on", ">"+alicePW, "~*", "&*", "+@all",
+		"-@dangerous", "+info", "+config|get", "+config|set")
 	dir := t.TempDir()
 	plugins := filepath.Join(dir, "plugins")
 	pwFile, wrongFile := filepath.Join(dir, "alice.pw"), filepath.Join(dir, "wrong.pw")
