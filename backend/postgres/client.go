@@ -5,19 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/model"
 )
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
-	// URL is a libpq/pgx connection URL or DSN. Required.
+	// URL is a libpq/pgx connection URL or DSN. Required. TLS is its
+	// sslmode (up to verify-full), sslrootcert, sslcert and sslkey; pgx
+	// also reads PGPASSWORD, PGPASSFILE and the other PG* variables.
 	URL string
+	// Password, when set, wins over the URL's and the environment's. It
+	// is never logged or quoted in an error.
+	Password string
 	// MaxConns caps the pool (0: pgxpool's default, max(4, NumCPU)).
 	MaxConns int32
 	// Now is the clock every operation reads "now" from (default
@@ -39,14 +47,55 @@ type Client struct {
 	log   *slog.Logger
 }
 
+// IsUnreachable reports whether err, from Connect, means the server is
+// not there yet (refused, no socket yet, a timeout, still starting up or
+// shutting down) rather than refusing this client: such a connect may
+// succeed later. Authentication and TLS failures are not.
+func IsUnreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// 57P03 cannot_connect_now: starting up, shutting down, in recovery.
+		return pgErr.Code == "57P03"
+	}
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ENOENT, syscall.EHOSTUNREACH, syscall.ENETUNREACH} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// ParsePoolConfig parses url into a pool config with password, when set,
+// winning over the URL's; its error quotes no password.
+func ParsePoolConfig(url, password string) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, redact.Error(fmt.Errorf("postgres: parse url: %w", err), append(redact.Secrets(url), password)...)
+	}
+	if password != "" {
+		pc.ConnConfig.Password = password // fallback hosts share it
+	}
+	return pc, nil
+}
+
 // Connect opens a pool on cfg.URL and checks it with a ping.
 func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("postgres: ClientConfig.URL is required")
 	}
-	pc, err := pgxpool.ParseConfig(cfg.URL)
+	// pgx redacts the URLs it quotes; scrub its errors anyway, since a
+	// password must reach no log whatever a driver version does.
+	secrets := redact.Secrets(cfg.URL)
+	if cfg.Password != "" {
+		secrets = append(secrets, cfg.Password)
+	}
+	pc, err := ParsePoolConfig(cfg.URL, cfg.Password)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: parse url: %w", err)
+		return nil, err
 	}
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
@@ -60,11 +109,11 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: connect: %w", err)
+		return nil, redact.Error(fmt.Errorf("postgres: connect: %w", err), secrets...)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres: connect: %w", err)
+		return nil, redact.Error(fmt.Errorf("postgres: connect: %w", err), secrets...)
 	}
 	c := &Client{pool: pool, parts: cfg.Partitions, now: cfg.Now, log: cfg.Logger}
 	if c.parts == (model.PartitionConfig{}) {

@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -45,6 +46,16 @@ type ServerConfig struct {
 	// Durable keeps fsync and synchronous commit on. Off by default: a
 	// throwaway cluster trades durability for speed.
 	Durable bool
+	// TLSCertFile and TLSKeyFile, when set, turn ssl on with this PEM
+	// server certificate and key (copied into Dir for the server's user).
+	TLSCertFile, TLSKeyFile string
+	// TLSCAFile, with TLSCertFile, is the CA that signs client
+	// certificates (ssl_ca_file), for HBA rules with clientcert=.
+	TLSCAFile string
+	// HBA, when set, replaces the TCP rules of pg_hba.conf with these
+	// lines, e.g. "hostssl all all 127.0.0.1/32 scram-sha-256"; unix
+	// socket connections stay trusted (SocketURL).
+	HBA []string
 	// StartTimeout bounds initdb plus startup (default 60 s).
 	StartTimeout time.Duration
 	// Logger receives lifecycle logs (default slog.Default()).
@@ -208,6 +219,41 @@ func (s *Server) prepare(ctx context.Context) error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("postgres: initdb: %w: %s", err, lastLines(out.Bytes(), 5))
 	}
+	if s.cfg.HBA != nil {
+		hba := "local all all trust\n" + strings.Join(s.cfg.HBA, "\n") + "\n"
+		if err := s.writeOwned(filepath.Join(s.dataDir(), "pg_hba.conf"), []byte(hba)); err != nil {
+			return err
+		}
+	}
+	if s.cfg.TLSCertFile != "" {
+		files := map[string]string{s.cfg.TLSCertFile: "server.crt", s.cfg.TLSKeyFile: "server.key"}
+		if s.cfg.TLSCAFile != "" {
+			files[s.cfg.TLSCAFile] = "ca.crt"
+		}
+		for src, dst := range files {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				return fmt.Errorf("postgres: TLS file: %w", err)
+			}
+			if err := s.writeOwned(filepath.Join(s.dataDir(), dst), b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeOwned writes a 0600 file owned by the server's user (postgres
+// refuses a key file others can read).
+func (s *Server) writeOwned(path string, b []byte) error {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("postgres: write %s: %w", path, err)
+	}
+	if s.uid >= 0 {
+		if err := os.Chown(path, s.uid, s.gid); err != nil {
+			return fmt.Errorf("postgres: chown %s: %w", path, err)
+		}
+	}
 	return nil
 }
 
@@ -227,6 +273,12 @@ func (s *Server) args() []string {
 		"-c", "logging_collector=off",
 		"-c", "log_min_messages=warning",
 		"-c", "dynamic_shared_memory_type=mmap",
+	}
+	if s.cfg.TLSCertFile != "" {
+		a = append(a, "-c", "ssl=on", "-c", "ssl_cert_file=server.crt", "-c", "ssl_key_file=server.key")
+		if s.cfg.TLSCAFile != "" {
+			a = append(a, "-c", "ssl_ca_file=ca.crt")
+		}
 	}
 	if !s.cfg.Durable {
 		a = append(a, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
@@ -285,7 +337,7 @@ func (s *Server) start(ctx context.Context) error {
 func (s *Server) ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	c, err := pgx.Connect(pctx, s.URL("postgres"))
+	c, err := pgx.Connect(pctx, s.SocketURL("postgres"))
 	if err != nil {
 		return err
 	}
@@ -306,6 +358,12 @@ func (s *Server) URL(db string) string {
 	if s.cfg.Port != 0 {
 		return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.cfg.Port, url.PathEscape(db))
 	}
+	return s.SocketURL(db)
+}
+
+// SocketURL is a libpq/pgx URL for database db over the unix socket,
+// whatever Port is (socket connections are trusted).
+func (s *Server) SocketURL(db string) string {
 	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", url.PathEscape(db), url.QueryEscape(s.dir), s.port)
 }
 

@@ -2,14 +2,17 @@ package valkey
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/lua"
 	"github.com/fabric-host/fabric/model"
 )
@@ -28,6 +31,16 @@ type ClientConfig struct {
 	Partitions model.PartitionConfig
 	// Logger receives client logs (default slog.Default()).
 	Logger *slog.Logger
+	// Username and Password authenticate the connections (AUTH, or an
+	// ACL user with Username). Set, they win over the URL's userinfo
+	// (redis://user:password@host). Neither is ever logged or quoted in
+	// an error.
+	Username, Password string
+	// TLS, when set, encrypts the connections with this config (see
+	// TLSOptions.Config); an empty ServerName becomes the URL's host. A
+	// rediss:// or valkeys:// URL alone gives TLS verified against the
+	// system's roots.
+	TLS *tls.Config
 }
 
 // Client is fabric's Valkey client: valkey-go underneath, the flowfabric
@@ -38,7 +51,7 @@ type Client struct {
 	parts   model.PartitionConfig
 	log     *slog.Logger
 	cluster bool   // c is valkey-go's cluster client
-	where   string // the URL, for messages
+	where   string // the URL, redacted, for messages
 
 	reloadMu sync.Mutex
 }
@@ -58,35 +71,48 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err := cfg.Partitions.Validate(); err != nil {
 		return nil, err
 	}
+	// Messages name the server by its redacted URL, and any error text
+	// that quotes the password (a driver's, a parser's) is scrubbed.
+	where, secrets := redact.URL(cfg.URL), redact.Secrets(cfg.URL)
+	if cfg.Password != "" {
+		secrets = append(secrets, cfg.Password)
+	}
 	opt, wantCluster, err := parseURL(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("valkey: parse url %q: %w", cfg.URL, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the whole URL
+		}
+		return nil, redact.Error(fmt.Errorf("valkey: parse url %q: %w", where, err), secrets...)
 	}
 	if opt.SelectDB == 0 {
 		opt.SelectDB = cfg.DB
 	}
 	if wantCluster && opt.SelectDB != 0 {
-		return nil, fmt.Errorf("valkey: url %q: a cluster has only database 0 (asked for %d)", cfg.URL, opt.SelectDB)
+		return nil, fmt.Errorf("valkey: url %q: a cluster has only database 0 (asked for %d)", where, opt.SelectDB)
+	}
+	if err := applySecurity(&opt, cfg); err != nil {
+		return nil, err
 	}
 	// Client-side caching needs RESP3 tracking, which fabric does not use.
 	opt.DisableCache = true
 	opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
 	c, err := vk.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("valkey: connect %s: %w", cfg.URL, err)
+		return nil, redact.Error(explainConnectError(fmt.Errorf("valkey: connect %s: %w", where, err), where, opt.Username, opt.TLSConfig != nil && len(opt.TLSConfig.Certificates) == 0), secrets...)
 	}
-	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: cfg.URL}
+	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: where}
 	if cl.cluster {
 		cl.c = newSlotSafeClient(c)
 	}
 	cl.c = staleConnClient{Client: cl.c}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("valkey: ping %s: %w", cfg.URL, err)
+		return nil, redact.Error(explainConnectError(fmt.Errorf("valkey: ping %s: %w", where, err), where, opt.Username, opt.TLSConfig != nil && len(opt.TLSConfig.Certificates) == 0), secrets...)
 	}
 	if err := cl.checkClusterMode(ctx, wantCluster, opt); err != nil {
 		c.Close()
-		return nil, err
+		return nil, redact.Error(err, secrets...)
 	}
 	return cl, nil
 }

@@ -20,4 +20,20 @@
 // ErrCrossSlot instead of reaching valkey-go, which panics on one; Raw's
 // DoMulti splits a pipeline that mixes keyless commands with several slots,
 // another valkey-go panic.
+//
+// # Credentials and TLS
+//
+// A URL's userinfo authenticates (redis://user:password@host:port), or
+// ClientConfig.Username and Password, which win over it. rediss:// (and
+// valkeys://, rediss+cluster://) is TLS verified against the system's
+// roots; ClientConfig.TLS, built with TLSOptions.Config from a CA file, a
+// client certificate and key and a server name, sets it explicitly:
+//
+//	tc, err := valkey.TLSOptions{CAFile: "ca.pem", CertFile: "client.pem", KeyFile: "client.key"}.Config()
+//	vc, err := valkey.Dial(ctx, valkey.ClientConfig{URL: "rediss://valkey.internal:6380",
+//		Username: "fabric", Password: os.Getenv("FABRIC_VALKEY_PASSWORD"), TLS: tc})
+//
+// A refused password is ErrAuth, a failed handshake ErrTLS; IsUnreachable
+// tells a server that is not there yet from one that refuses. Errors and
+// messages name the server by its redacted URL: no password reaches them.
 package valkey

@@ -172,7 +172,8 @@ func (s *Server) start(ctx context.Context) error {
 	return nil
 }
 
-// ping sends an inline PING over the unix socket and expects +PONG.
+// ping sends an inline PING over the unix socket and expects +PONG (or
+// -NOAUTH from a server that requires a password).
 func (s *Server) ping() error {
 	c, err := net.DialTimeout("unix", s.socket, 200*time.Millisecond)
 	if err != nil {
@@ -188,7 +189,9 @@ func (s *Server) ping() error {
 	if err != nil {
 		return err
 	}
-	if !bytes.HasPrefix(buf[:n], []byte("+PONG")) {
+	// A server with requirepass or a disabled default user answers
+	// NOAUTH: it is up, and the client authenticates.
+	if !bytes.HasPrefix(buf[:n], []byte("+PONG")) && !bytes.HasPrefix(buf[:n], []byte("-NOAUTH")) {
 		return fmt.Errorf("unexpected PING reply %q", buf[:n])
 	}
 	return nil

@@ -2,32 +2,48 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/model"
 	vk "github.com/valkey-io/valkey-go"
 )
 
 // backendFlags are the flags every command that talks to Valkey shares.
 type backendFlags struct {
-	url       string
+	url string
+	// conn is the connection's credentials and TLS.
+	conn      *connFlags
 	logLevel  string
 	logFormat string
 	// partitions, when set, are the deployment's partition counts (fabric
 	// run's --partitions or config file); zero means FlowFabric's defaults.
 	partitions model.PartitionConfig
+	// wait is how long connect retries a backend that is not there yet
+	// (refused, missing socket, loading); 0 fails at once.
+	wait time.Duration
+	// waitAdmin, when set, is the admin address a waitServer answers on
+	// while connect waits; adminBound is the address it had (the admin
+	// server proper takes it over, so port 0 keeps the port it picked).
+	waitAdmin, adminBound string
+	// waitTLS, when set, is the admin server's TLS (the waitServer's too).
+	waitTLS *tls.Config
 	// logOut, when set, receives logs instead of stderr (the live view
 	// keeps them off the screen it draws).
 	logOut io.Writer
 }
 
 func addBackendFlags(fs *flag.FlagSet) *backendFlags {
-	b := &backendFlags{}
-	fs.StringVar(&b.url, "valkey-url", "", "Valkey/Redis URL (redis://host:port, unix:///path) or a cluster (valkey+cluster://host:port,host:port,...). Empty: start a private server child for this run.")
+	b := &backendFlags{conn: addConnFlags(fs)}
+	fs.StringVar(&b.url, "valkey-url", "", "Valkey/Redis URL (redis://[user:password@]host:port, rediss:// for TLS, unix:///path) or a cluster (valkey+cluster://host:port,host:port,..., rediss+cluster:// for TLS). Empty: start a private server child for this run.")
 	fs.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&b.logFormat, "log-format", "text", "log format: text or json (log/slog)")
 	return b
@@ -74,7 +90,7 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 	if err != nil {
 		return nil, err
 	}
-	conn := &backendConn{Logger: log, Where: b.url}
+	conn := &backendConn{Logger: log, Where: redact.URL(b.url)}
 	url := b.url
 	if url == "" {
 		srv, err := valkey.StartServer(ctx, valkey.ServerConfig{Logger: log})
@@ -84,7 +100,37 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 		conn.Server, url = srv, srv.URL()
 		conn.Where = fmt.Sprintf("private %s (pid %d, %s)", srv.Binary(), srv.PID(), srv.Socket())
 	}
-	cl, err := valkey.Dial(ctx, valkey.ClientConfig{URL: url, Logger: log, Partitions: b.partitions})
+	cc := valkey.ClientConfig{URL: url, Logger: log, Partitions: b.partitions}
+	if conn.Server == nil {
+		// A private server is reached on its unix socket, without either.
+		err = b.conn.apply(&cc, env)
+		// Whatever reaches a log of this connection, its password does not.
+		conn.Logger = slog.New(redact.Handler(log.Handler(), append(redact.Secrets(url), cc.Password)...))
+		cc.Logger = conn.Logger
+	}
+	var cl *valkey.Client
+	if err == nil {
+		var ws *waitServer
+		notify := func(cause error) {
+			if ws == nil && b.waitAdmin != "" {
+				var lerr error
+				if ws, lerr = startWaitServer(b.waitAdmin, b.waitTLS, conn.Where); lerr != nil {
+					b.waitAdmin = "" // the admin server proper will say why
+				} else {
+					fmt.Fprintf(env.stderr, "fabric: meanwhile %s/readyz answers 503 with the reason\n", ws.URL())
+				}
+			}
+			if ws != nil {
+				ws.set(cause.Error())
+			}
+		}
+		cl, err = waitFor(ctx, b.wait, env.stderr, conn.Where, func() (*valkey.Client, error) { return valkey.Dial(ctx, cc) },
+			valkey.IsUnreachable, notify)
+		if ws != nil {
+			b.adminBound = ws.Addr()
+			ws.Stop()
+		}
+	}
 	if err != nil {
 		if conn.Server != nil {
 			conn.Server.Stop()
@@ -97,3 +143,108 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 
 // valkeyCompleted is a built valkey-go command.
 type valkeyCompleted = vk.Completed
+
+// Environment variables of the Valkey credentials: a password kept out of
+// the command line (and so out of ps) and out of the config file.
+const (
+	envValkeyUser     = "FABRIC_VALKEY_USER"
+	envValkeyPassword = "FABRIC_VALKEY_PASSWORD"
+)
+
+// connFlags are the credentials of a Valkey connection. The password
+// comes from a file or the environment, never from a flag; each wins over
+// what the URL carries.
+type connFlags struct {
+	user, passwordFile string
+	// tls are the TLS files; any of them turns TLS on, as does a
+	// rediss:// or valkeys:// URL.
+	tls valkey.TLSOptions
+}
+
+func addConnFlags(fs *flag.FlagSet) *connFlags {
+	c := &connFlags{}
+	fs.StringVar(&c.user, "valkey-user", "", "Valkey ACL user (default: $"+envValkeyUser+", else the URL's, else the default user)")
+	fs.StringVar(&c.passwordFile, "valkey-password-file", "", "file holding the Valkey password (default: $"+envValkeyPassword+", else the URL's)")
+	fs.StringVar(&c.tls.CAFile, "valkey-tls-ca", "", "PEM CA bundle that signs the Valkey server's certificate (default: the system's roots); any --valkey-tls-* flag turns TLS on, as rediss:// does")
+	fs.StringVar(&c.tls.CertFile, "valkey-tls-cert", "", "PEM client certificate for a Valkey server that verifies clients (with --valkey-tls-key)")
+	fs.StringVar(&c.tls.KeyFile, "valkey-tls-key", "", "PEM key of --valkey-tls-cert")
+	fs.StringVar(&c.tls.ServerName, "valkey-tls-server-name", "", "name the Valkey server's certificate must carry (default: the URL's host)")
+	return c
+}
+
+// apply sets the credentials on cfg: a flag first, then the environment,
+// then the URL's userinfo (which cfg.URL carries already).
+func (c *connFlags) apply(cfg *valkey.ClientConfig, env *cliEnv) error {
+	if c == nil {
+		c = &connFlags{}
+	}
+	cfg.Username = c.user
+	if cfg.Username == "" {
+		cfg.Username = env.env(envValkeyUser)
+	}
+	switch {
+	case c.passwordFile != "":
+		b, err := os.ReadFile(c.passwordFile)
+		if err != nil {
+			// The path, not the content, is in the error.
+			return fmt.Errorf("--valkey-password-file: %w", err)
+		}
+		cfg.Password = strings.TrimRight(string(b), "\r\n")
+		if cfg.Password == "" {
+			return fmt.Errorf("--valkey-password-file %s is empty", c.passwordFile)
+		}
+	default:
+		cfg.Password = env.env(envValkeyPassword)
+	}
+	if !c.tls.IsZero() {
+		tc, err := c.tls.Config()
+		if err != nil {
+			return err
+		}
+		cfg.TLS = tc
+	}
+	return nil
+}
+
+// waitFor calls dial until it succeeds, retrying with backoff for up to
+// wait while unreachable says the backend is not there yet, and says so
+// on say at the first failure and every few seconds after, and to notify
+// (when not nil) at every failure it waits out. Any other error
+// (credentials, TLS) fails at once, as does every error when wait is 0.
+func waitFor[T any](ctx context.Context, wait time.Duration, say io.Writer, where string, dial func() (T, error),
+	unreachable func(error) bool, notify func(error)) (T, error) {
+	start := time.Now()
+	delay, said := 100*time.Millisecond, time.Time{}
+	for {
+		cl, err := dial()
+		if err == nil {
+			if !said.IsZero() {
+				fmt.Fprintf(say, "fabric: backend %s reachable after %s\n", where, time.Since(start).Round(time.Millisecond))
+			}
+			return cl, nil
+		}
+		var zero T
+		if wait <= 0 || !unreachable(err) {
+			return zero, err
+		}
+		left := wait - time.Since(start)
+		if left <= 0 {
+			return zero, fmt.Errorf("backend %s not reachable within %s (--backend-wait): %w", where, wait, err)
+		}
+		if said.IsZero() || time.Since(said) >= 5*time.Second {
+			fmt.Fprintf(say, "fabric: waiting for backend %s (%v); retrying for up to %s (--backend-wait)\n", where, err, wait)
+			said = time.Now()
+		}
+		if notify != nil {
+			notify(err)
+		}
+		t := time.NewTimer(min(delay, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, fmt.Errorf("waiting for backend %s: %w", where, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}

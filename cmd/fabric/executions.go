@@ -22,6 +22,7 @@ func init() {
 			"(leased, eligible, delayed, blocked, suspended, awaiting reclaim); exit 1 when there is one.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			url := fs.String("valkey-url", "", "the deployment to check (required: a private server has nothing to check)")
+			cf := addConnFlags(fs)
 			grace := fs.Duration("grace", 30*time.Second, "how late a due timer (lease expiry, delay, suspension timeout) may be before it counts as missed")
 			reclaim := fs.Duration("reclaim-within", 2*time.Minute, "how long an expired lease may await reclaim by a worker of its lane")
 			limit := fs.Int("limit", 100, "print at most this many violations")
@@ -38,7 +39,7 @@ func init() {
 				if *limit <= 0 {
 					return fmt.Errorf("%w: --limit must be positive, got %d", errUsage, *limit)
 				}
-				b := &backendFlags{url: *url, logLevel: "error", partitions: partitions.PartitionConfig}
+				b := &backendFlags{url: *url, conn: cf, logLevel: "error", partitions: partitions.PartitionConfig}
 				conn, err := b.connect(ctx, env)
 				if err != nil {
 					return err

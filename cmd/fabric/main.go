@@ -32,6 +32,17 @@ type command struct {
 type cliEnv struct {
 	stdout io.Writer
 	stderr io.Writer
+	// getenv reads the environment (os.Getenv when nil; tests that run in
+	// parallel give their own).
+	getenv func(string) string
+}
+
+// env reads the environment variable key.
+func (e *cliEnv) env(key string) string {
+	if e.getenv != nil {
+		return e.getenv(key)
+	}
+	return os.Getenv(key)
 }
 
 // errUsage marks an error that should print usage and exit 2.

@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fabric-host/fabric/backend/postgres"
 )
 
@@ -35,20 +33,17 @@ func init() {
 					}
 					return nil
 				}
-				t, err := pf.target(ctx, env.stdout)
+				t, err := pf.target(ctx, env)
 				if err != nil {
 					return err
 				}
 				defer t.Close()
 				fmt.Fprintf(env.stdout, "migrating %s\n", t.Where)
-				pool, err := pgxpool.New(ctx, t.URL)
+				pool, err := t.pool(ctx)
 				if err != nil {
-					return fmt.Errorf("postgres: %w", err)
+					return err
 				}
 				defer pool.Close()
-				if err := pool.Ping(ctx); err != nil {
-					return fmt.Errorf("postgres: %w", err)
-				}
 				_, err = postgres.Migrate(ctx, pool, postgres.MigrateConfig{Progress: env.stdout, Target: *target})
 				return err
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -33,6 +34,7 @@ func init() {
 			"until Ctrl-C or --duration, then drain and print a summary.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			b := addBackendFlags(fs)
+			fs.DurationVar(&b.wait, "backend-wait", 30*time.Second, "at start, how long to wait (with backoff) for a backend that is not reachable yet; 0 fails at once")
 			wf := addWorkloadFlags(fs)
 			o := &runFlags{
 				config:     fs.String("config", "", "TOML config file: the flags' values by name (valkey_url, plugin_dir, refresh, [demo] rate, ...), [plugins.NAME] and grants, as README.md shows; flags given on the command line win"),
@@ -49,6 +51,8 @@ func init() {
 				leaseTTL:   fs.Duration("lease-ttl", partlease.TTLDefault, "partition lease TTL: a dead host's partitions are taken over this long after its last renewal"),
 				trust:      addTrustFlags(fs), // policy.go
 			}
+			o.adminTLSCert = fs.String("admin-tls-cert", "", "PEM certificate: the admin server serves HTTPS (with --admin-tls-key)")
+			o.adminTLSKey = fs.String("admin-tls-key", "", "PEM key of --admin-tls-cert")
 			fs.Var(&o.partitions, "partitions", "partition counts of a new deployment, flow=N,budget=N,quota=N (default 256/32/32)")
 			pgf := addRunPostgresFlags(fs) // run_postgres.go
 			return func(ctx context.Context, env *cliEnv, args []string) error {
@@ -92,6 +96,23 @@ type runFlags struct {
 	pluginCfg map[string]host.PluginConfig
 	// trust is the operator's grants and trusted keys (policy.go).
 	trust *trustFlags
+	// adminTLSCert and adminTLSKey make the admin server serve HTTPS.
+	adminTLSCert, adminTLSKey *string
+}
+
+// adminTLS loads the admin server's certificate (nil: plain HTTP).
+func (o *runFlags) adminTLS() (*tls.Config, error) {
+	if o.adminTLSCert == nil || (*o.adminTLSCert == "" && *o.adminTLSKey == "") {
+		return nil, nil
+	}
+	if *o.adminTLSCert == "" || *o.adminTLSKey == "" {
+		return nil, fmt.Errorf("%w: --admin-tls-cert and --admin-tls-key go together", errUsage)
+	}
+	cert, err := tls.LoadX509KeyPair(*o.adminTLSCert, *o.adminTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-tls-cert: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // errBrokenPipe ends a run whose output reader went away (`| head`).
@@ -145,6 +166,10 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 		}
 	}
 	b.partitions = o.partitions.PartitionConfig
+	b.waitAdmin = *o.adminAddr
+	if b.waitTLS, err = o.adminTLS(); err != nil {
+		return err
+	}
 	conn, err := b.connect(ctx, env)
 	if err != nil {
 		return err
@@ -199,14 +224,18 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	metrics.Attach(src, sampler)
 	adminURL := ""
 	if *o.adminAddr != "" {
-		srv := admin.NewServer(admin.ServerConfig{Addr: *o.adminAddr, Host: src, Backend: conn.Client, BackendName: conn.Where,
-			Sampler: sampler, Metrics: metrics, Logger: conn.Logger})
+		addr := *o.adminAddr
+		if b.adminBound != "" {
+			addr = b.adminBound // the address /readyz answered on while connect waited
+		}
+		srv := admin.NewServer(admin.ServerConfig{Addr: addr, Host: src, Backend: conn.Client, BackendName: conn.Where,
+			Sampler: sampler, Metrics: metrics, Logger: conn.Logger, TLS: b.waitTLS})
 		if err := srv.Start(life); err != nil {
 			// Another run holds the port: this one still runs, unobserved.
 			fmt.Fprintf(out, "admin server not started: %v\n", err)
 		} else {
 			defer srv.Stop()
-			adminURL = "http://" + srv.Addr().String()
+			adminURL = srv.URL()
 			fmt.Fprintf(out, "admin: %s/metrics /healthz /readyz /plugins /status\n", adminURL)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/internal/audit"
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -49,7 +50,7 @@ type runPostgresOpts struct {
 	pluginDir, cacheDir, statusFile string
 	demo                            bool
 	// logs are run's --log-level and --log-format (backendFlags.logger,
-	// the one parser of both).
+	// the one parser of both), and its --backend-wait.
 	logs *backendFlags
 	// trust sets the host's Policy and trusted keys (policy.go).
 	trust *trustFlags
@@ -68,13 +69,16 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 	if err != nil {
 		return err
 	}
-	t, err := f.pg.target(ctx, env.stdout)
+	t, err := f.pg.target(ctx, env)
 	if err != nil {
 		return err
 	}
 	defer t.Close()
+	log = slog.New(redact.Handler(log.Handler(), append(redact.Secrets(t.URL), t.Password)...))
 	fmt.Fprintf(env.stdout, "fabric %s on Postgres: %s\n", Version, t.Where)
-	pc, err := postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})
+	pc, err := waitFor(ctx, o.logs.wait, env.stderr, t.Where, func() (*postgres.Client, error) {
+		return postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})
+	}, postgres.IsUnreachable, nil)
 	if err != nil {
 		return err
 	}

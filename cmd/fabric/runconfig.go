@@ -20,10 +20,21 @@ import (
 // over the flag's default. Durations are Go duration strings ("250ms").
 //
 //	valkey_url = "redis://127.0.0.1:6379"   # "" or absent: a private server
+//	valkey_user = "fabric"                  # an ACL user
+//	valkey_password_file = "/run/secrets/valkey"   # never the password itself
+//	valkey_tls_ca = "/etc/fabric/valkey-ca.pem"    # any valkey_tls_* turns TLS on
+//	valkey_tls_cert = "/etc/fabric/client.pem"
+//	valkey_tls_key = "/etc/fabric/client.key"
+//	valkey_tls_server_name = "valkey.internal"
+//	postgres_url = "postgres://fabric@db:5432/fabric?sslmode=verify-full&sslrootcert=/etc/fabric/pg-ca.pem"
+//	postgres_password_file = "/run/secrets/postgres"
+//	backend_wait = "30s"                    # wait this long for the backend at start
 //	plugin_dir = "bin/plugins"
 //	cache_dir = "/var/cache/fabric"
 //	status_file = "/run/fabric/status.json"
 //	admin_addr = "127.0.0.1:9480"           # "" disables the admin server
+//	admin_tls_cert = "/etc/fabric/admin.pem"  # HTTPS, with admin_tls_key
+//	admin_tls_key = "/etc/fabric/admin.key"
 //	log_level = "info"
 //	log_format = "json"
 //	view = "auto"                           # auto, tty, lines or off
@@ -60,10 +71,21 @@ import (
 // require_signed, [grant] and [plugins.NAME.grant] (see policyFile).
 type runFile struct {
 	ValkeyURL      *string `toml:"valkey_url"`
+	ValkeyUser     *string `toml:"valkey_user"`
+	ValkeyPwFile   *string `toml:"valkey_password_file"`
+	ValkeyTLSCA    *string `toml:"valkey_tls_ca"`
+	ValkeyTLSCert  *string `toml:"valkey_tls_cert"`
+	ValkeyTLSKey   *string `toml:"valkey_tls_key"`
+	ValkeyTLSName  *string `toml:"valkey_tls_server_name"`
+	BackendWait    *string `toml:"backend_wait"`
+	PostgresURL    *string `toml:"postgres_url"`
+	PostgresPwFile *string `toml:"postgres_password_file"`
 	PluginDir      *string `toml:"plugin_dir"`
 	CacheDir       *string `toml:"cache_dir"`
 	StatusFile     *string `toml:"status_file"`
 	AdminAddr      *string `toml:"admin_addr"`
+	AdminTLSCert   *string `toml:"admin_tls_cert"`
+	AdminTLSKey    *string `toml:"admin_tls_key"`
 	LogLevel       *string `toml:"log_level"`
 	LogFormat      *string `toml:"log_format"`
 	View           *string `toml:"view"`
@@ -179,6 +201,11 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"demo.duration", "duration", f.Demo.Duration}, {"demo.drain_timeout", "drain-timeout", f.Demo.DrainTimeout},
 		{"demo.mix", "mix", f.Demo.Mix}, {"partition_leases", "partition-leases", str(f.Leases)}, {"host_id", "host-id", f.HostID},
 		{"lease_ttl", "lease-ttl", f.LeaseTTL},
+		{"valkey_user", "valkey-user", f.ValkeyUser}, {"valkey_password_file", "valkey-password-file", f.ValkeyPwFile},
+		{"valkey_tls_ca", "valkey-tls-ca", f.ValkeyTLSCA}, {"valkey_tls_cert", "valkey-tls-cert", f.ValkeyTLSCert}, {"valkey_tls_key", "valkey-tls-key", f.ValkeyTLSKey}, {"valkey_tls_server_name", "valkey-tls-server-name", f.ValkeyTLSName},
+		{"backend_wait", "backend-wait", f.BackendWait},
+		{"postgres_url", "postgres-url", f.PostgresURL}, {"postgres_password_file", "postgres-password-file", f.PostgresPwFile},
+		{"admin_tls_cert", "admin-tls-cert", f.AdminTLSCert}, {"admin_tls_key", "admin-tls-key", f.AdminTLSKey},
 	} {
 		if err := set(kv.key, kv.name, kv.v); err != nil {
 			return nil, err

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,7 +25,9 @@ func init() {
 			"executions by state and throughput, from a host's admin server or from --valkey-url.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			addr := fs.String("admin", "http://"+admin.ServerAddrDefault, "admin server of a running host; its /status has everything")
+			adminCA := fs.String("admin-ca", "", "PEM CA that signs an https --admin server's certificate (default: the system's roots)")
 			url := fs.String("valkey-url", "", "read the keyspace directly (executions, lag, throughput); plugins then come from --admin or --status-file when reachable")
+			cf := addConnFlags(fs)
 			statusFile := fs.String("status-file", "", "a host's status file (fabric run --status-file) for the plugins")
 			sample := fs.Duration("sample", time.Second, "time between the two reads that throughput and ACTED/S are measured over (0: one read, no rates)")
 			asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -35,11 +39,14 @@ func init() {
 				}
 				var rep admin.Report
 				var rates map[string]float64
-				var err error
+				hc, err := adminClient(*adminCA)
+				if err != nil {
+					return err
+				}
 				if *url == "" {
 					// Two reports, --sample apart: ACTED/S is the difference.
 					status := strings.TrimSuffix(*addr, "/") + "/status"
-					rep, err = fetchReport(ctx, status)
+					rep, err = fetchReport(ctx, hc, status)
 					if err != nil {
 						return fmt.Errorf("%w (is `fabric run` running? pass --admin or --valkey-url)", err)
 					}
@@ -48,13 +55,13 @@ func init() {
 							return err
 						}
 						prev := rep
-						if rep, err = fetchReport(ctx, status); err != nil {
+						if rep, err = fetchReport(ctx, hc, status); err != nil {
 							return err
 						}
 						rates = statusview.ActedRates(prev.Plugins, rep.Plugins, rep.At.Sub(prev.At))
 					}
 				} else {
-					rep, rates, err = keyspaceReport(ctx, env, *url, partitions, *statusFile, *addr, *sample)
+					rep, rates, err = keyspaceReport(ctx, env, &backendFlags{url: *url, conn: cf}, partitions, *statusFile, hc, *addr, *sample)
 					if err != nil {
 						return err
 					}
@@ -76,8 +83,27 @@ func init() {
 	})
 }
 
+// adminClient is the HTTP client of an admin server: the default one, or
+// one trusting caFile's CAs for an https server with a private CA.
+func adminClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return http.DefaultClient, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--admin-ca %s: no PEM certificate in it", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
+}
+
 // fetchReport GETs a running host's /status.
-func fetchReport(ctx context.Context, url string) (admin.Report, error) {
+func fetchReport(ctx context.Context, hc *http.Client, url string) (admin.Report, error) {
 	var rep admin.Report
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -85,7 +111,7 @@ func fetchReport(ctx context.Context, url string) (admin.Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return rep, fmt.Errorf("status: %w", err)
 	}
@@ -104,8 +130,8 @@ func fetchReport(ctx context.Context, url string) (admin.Report, error) {
 // server, read at both censuses for their ACTED/S (nil rates when the
 // plugins did not change between the reads, as a status file written
 // before the sample).
-func keyspaceReport(ctx context.Context, env *cliEnv, url string, parts *partitionsFlag, statusFile, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
-	b := &backendFlags{url: url, logLevel: "error", partitions: parts.PartitionConfig}
+func keyspaceReport(ctx context.Context, env *cliEnv, b *backendFlags, parts *partitionsFlag, statusFile string, hc *http.Client, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
+	b.logLevel, b.partitions = "error", parts.PartitionConfig
 	conn, err := b.connect(ctx, env)
 	if err != nil {
 		return admin.Report{}, nil, err
@@ -130,7 +156,7 @@ func keyspaceReport(ctx context.Context, env *cliEnv, url string, parts *partiti
 			}
 			return append(snap.Plugins, admin.RejectedRows(rejected)...), snap.At, nil
 		}
-		if rep, err := fetchReport(ctx, strings.TrimSuffix(addr, "/")+"/status"); err == nil {
+		if rep, err := fetchReport(ctx, hc, strings.TrimSuffix(addr, "/")+"/status"); err == nil {
 			return rep.Plugins, rep.At, nil
 		}
 		return nil, time.Time{}, nil

@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,9 @@ type ServerConfig struct {
 	// Addr is the listen address (default 127.0.0.1:9480; port 0 picks a
 	// free one, see Server.Addr).
 	Addr string
+	// TLS, when set, serves HTTPS with this config (its certificate
+	// included) instead of plain HTTP.
+	TLS *tls.Config
 	// Host is the plugin source (nil: a deployment without a host).
 	Host PluginSource
 	// Backend is probed by /healthz and /readyz. Required.
@@ -85,6 +89,17 @@ func (s *Server) Handler() http.Handler { return s.mux }
 // Addr returns the address listened on (nil before Start).
 func (s *Server) Addr() net.Addr { return s.addr }
 
+// URL returns http://addr or, with TLS, https://addr ("" before Start).
+func (s *Server) URL() string {
+	if s.addr == nil {
+		return ""
+	}
+	if s.cfg.TLS != nil {
+		return "https://" + s.addr.String()
+	}
+	return "http://" + s.addr.String()
+}
+
 // Start listens on cfg.Addr and serves until Stop or ctx ends.
 func (s *Server) Start(ctx context.Context) error {
 	ctx, ok, started, stopped := s.StartInit(ctx)
@@ -97,8 +112,14 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("admin: listen %s: %w", s.cfg.Addr, err)
 	}
 	s.addr = ln.Addr()
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
 	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+		BaseContext: func(net.Listener) context.Context { return ctx },
+		// Failed TLS handshakes and the like go to the logger at debug,
+		// not to the standard logger on stderr.
+		ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

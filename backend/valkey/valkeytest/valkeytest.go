@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -156,4 +157,39 @@ func Eventually(tb testing.TB, d time.Duration, msg string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	for range 1000 {
+		p := 20000 + rand.IntN(25000)
+		if portFree(p) {
+			return p
+		}
+	}
+	tb.Fatal("valkeytest: no free loopback port")
+	return 0
+}
+
+// NewTCPServer starts a private server listening on a free loopback port
+// (as well as its unix socket) with extra command-line arguments, e.g.
+// "--requirepass", "pw" or TLS options; it is stopped when the test ends.
+func NewTCPServer(tb testing.TB, extraArgs ...string) *valkey.Server {
+	tb.Helper()
+	return NewServerOnPort(tb, FreePort(tb), extraArgs...)
+}
+
+// NewServerOnPort is NewTCPServer on a given port, for a test that
+// starts the server after its client (see FreePort).
+func NewServerOnPort(tb testing.TB, port int, extraArgs ...string) *valkey.Server {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := valkey.StartServer(ctx, valkey.ServerConfig{Port: port, ExtraArgs: extraArgs, Logger: Logger()})
+	if err != nil {
+		tb.Fatalf("valkeytest: start server: %v", err)
+	}
+	tb.Cleanup(func() { s.Stop() })
+	return s
 }
