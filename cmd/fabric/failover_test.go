@@ -18,6 +18,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
@@ -287,5 +288,14 @@ func TestFailoverSoak(t *testing.T) {
 	}
 	if len(doubled) > 0 {
 		t.Errorf("%d executions without exactly one completion, e.g. %v", len(doubled), doubled[:min(5, len(doubled))])
+	}
+	// The invariant every run keeps (internal/audit): each execution
+	// ended or states why it waits; here all ended.
+	rep, err := audit.Valkey(ctx, vc, audit.Options{})
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	if !rep.OK() || rep.Checked != n || rep.Terminal != n {
+		t.Errorf("audit: %s, want %d terminal; violations %v", rep.Summary(), n, rep.Violations)
 	}
 }
