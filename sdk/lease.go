@@ -205,6 +205,8 @@ func (l *Lease) end() {
 
 // finishCall runs a lease-ending call: it stops renewal first (so no
 // renew races the release), retries transport failures up to 3 times,
+// waits out a server's transient errors (valkey.IsTransient) while the
+// lease lasts,
 // and treats an execution_not_active reply that shows this very lease's
 // epoch and attempt with the expected outcome as success (the replay of
 // a call whose reply was lost), as FlowFabric's SDK does.
@@ -219,7 +221,8 @@ func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call 
 		return err
 	}
 	var err error
-	for try := 0; try < 3; try++ {
+	pause := 25 * time.Millisecond
+	for try := 0; ; try++ {
 		if err = call(ctx); err == nil {
 			l.end()
 			return nil
@@ -227,6 +230,26 @@ func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call 
 		if valkey.CodeOf(err) != "" || pgCode(err) || ctx.Err() != nil {
 			break
 		}
+		// A transport error is sent again at once, up to 3 times; a
+		// server's passing bad moment (BUSY under a long script, LOADING,
+		// a failover, a reset connection) is waited out with a doubling
+		// pause while the lease is still ours.
+		if !valkey.IsTransient(err) {
+			if try < 2 {
+				continue
+			}
+			break
+		}
+		if time.Until(l.ExpiresAt()) < pause {
+			break
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
 	}
 	var le *valkey.LuaError
 	if errors.As(err, &le) && le.Code == valkey.CodeExecutionNotActive && outcome != "" &&

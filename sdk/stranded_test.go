@@ -183,3 +183,64 @@ func TestCascadeAfterClaimBeforeFlowAdd(t *testing.T) {
 		t.Fatalf("child after the root completed: %s/%s (%s)", st.EligibilityState, st.BlockingReason, st.Fields["blocking_detail"])
 	}
 }
+
+// A completion that meets a busy server (a long script: BUSY) waits it
+// out while the lease lasts instead of giving up after three immediate
+// tries and leaving the execution to lease expiry.
+func TestCompleteWaitsOutBusy(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.NewServer(t)
+	vc := valkeytest.Dial(t, srv.URL(), 0)
+	ctx := valkeytest.Context(t, 60*time.Second)
+	if _, err := vc.EnsureLibrary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw := vc.Raw()
+	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("busy-reply-threshold", "10").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "l"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without notifications: valkey-go v1.0.79 can panic ("protocol bug,
+	// message handled out of order") when a subscription connection is
+	// answered BUSY, which is not what this test is about (see the notes
+	// of issue 18).
+	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, DisableNotifications: true,
+		Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	var l *sdk.Lease
+	valkeytest.Eventually(t, 30*time.Second, "claimed", func() bool {
+		l, err = w.ClaimNext(ctx)
+		return err == nil && l != nil
+	})
+	// A script spinning 800 ms on the server's clock, on a connection of
+	// its own; the completion is sent while it runs.
+	const spin = `local t = redis.call('TIME'); local s = t[1] * 1000 + t[2] / 1000
+while true do local n = redis.call('TIME'); if n[1] * 1000 + n[2] / 1000 - s > tonumber(ARGV[1]) then break end end
+return 1`
+	busy := valkeytest.Dial(t, srv.URL(), 0).Raw()
+	spun := make(chan error, 1)
+	go func() { spun <- busy.Do(ctx, busy.B().Eval().Script(spin).Numkeys(0).Arg("800").Build()).Error() }()
+	valkeytest.Eventually(t, 10*time.Second, "the server answers BUSY", func() bool {
+		err := raw.Do(ctx, raw.B().Ping().Build()).Error()
+		return err != nil && strings.HasPrefix(err.Error(), "BUSY")
+	})
+	if err := l.Complete(ctx, []byte("ok")); err != nil {
+		t.Fatalf("complete during BUSY: %v", err)
+	}
+	if err := <-spun; err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.State(ctx, id); err != nil || st.PublicState != model.PublicCompleted {
+		t.Fatalf("state after the busy spell: %+v %v", st, err)
+	}
+}

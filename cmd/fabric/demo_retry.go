@@ -2,16 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	vk "github.com/valkey-io/valkey-go"
+	"github.com/fabric-host/fabric/backend/valkey"
 )
 
 // Transient-error retry of the demo workload's submissions: a backend
@@ -29,52 +24,6 @@ const (
 	demoRetryFor = 30 * time.Second
 )
 
-// transientPrefixes are the error replies a server gives while it cannot
-// serve for a moment.
-var transientPrefixes = []string{"BUSY ", "LOADING ", "TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN "}
-
-// isTransient reports whether err is a backend's passing bad moment
-// rather than a refusal: a transient error reply, or a connection reset,
-// refused or cut short.
-func isTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	if ve, ok := asValkeyError(err); ok {
-		msg := ve.Error()
-		for _, p := range transientPrefixes {
-			if strings.HasPrefix(msg, p) {
-				return true
-			}
-		}
-		return false
-	}
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	// Wrapped as text by a layer that did not keep the reply's type.
-	msg := err.Error()
-	for _, p := range transientPrefixes {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-func asValkeyError(err error) (*vk.ValkeyError, bool) {
-	var ve *vk.ValkeyError
-	if errors.As(err, &ve) && !ve.IsNil() {
-		return ve, true
-	}
-	return nil, false
-}
-
 // transientLog counts and reports the transient errors the workload met.
 type transientLog struct {
 	retried, dropped atomic.Int64
@@ -89,7 +38,7 @@ func (t *transientLog) retry(ctx context.Context, what string, report func(strin
 	var deadline time.Time
 	for {
 		err := op()
-		if err == nil || !isTransient(err) {
+		if err == nil || !valkey.IsTransient(err) {
 			return err
 		}
 		now := time.Now()

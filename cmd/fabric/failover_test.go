@@ -18,8 +18,8 @@ import (
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
-	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
