@@ -15,12 +15,9 @@ import (
 	"testing"
 	"time"
 
-	vk "github.com/valkey-io/valkey-go"
-
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
-	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
@@ -262,25 +259,7 @@ func TestSoakKill9(t *testing.T) {
 		idsMu.Lock()
 		cur := append([]model.ExecutionID(nil), ids...)
 		idsMu.Unlock()
-		raw := vc.Raw()
-		done := 0
-		for start := 0; start < len(cur); start += 1000 {
-			end := min(start+1000, len(cur))
-			cmds := make([]valkeyCompleted, 0, end-start)
-			for _, id := range cur[start:end] {
-				cmds = append(cmds, raw.B().Hget().Key(model.KeysFor(id).Core()).Field("lifecycle_phase").Build())
-			}
-			for _, r := range raw.DoMulti(ctx, cmds...) {
-				ph, err := r.ToString()
-				if err != nil && !vk.IsValkeyNil(err) {
-					return 0, err
-				}
-				if ph == model.PhaseTerminal {
-					done++
-				}
-			}
-		}
-		return done, nil
+		return countTerminal(ctx, vc, cur)
 	}
 	start := time.Now()
 	tick := time.NewTicker(3 * time.Second)
@@ -346,59 +325,9 @@ func TestSoakKill9(t *testing.T) {
 		}
 	}
 
-	// Count from the keyspace: every execution completed, exactly one
-	// completion event each.
-	raw := vc.Raw()
-	var notCompleted, doubled []string
-	for start := 0; start < len(ids); start += 500 {
-		end := min(start+500, len(ids))
-		var cmds []valkeyCompleted
-		for _, id := range ids[start:end] {
-			k := model.KeysFor(id)
-			cmds = append(cmds, raw.B().Hget().Key(k.Core()).Field("public_state").Build(),
-				raw.B().Xrange().Key(k.LeaseHistory()).Start("-").End("+").Build())
-		}
-		res := raw.DoMulti(ctx, cmds...)
-		for i, id := range ids[start:end] {
-			state, _ := res[2*i].ToString()
-			if state != "completed" {
-				notCompleted = append(notCompleted, fmt.Sprintf("%s=%s", id, state))
-			}
-			entries, err := res[2*i+1].AsXRange()
-			if err != nil {
-				t.Fatalf("lease history of %s: %v", id, err)
-			}
-			completions := 0
-			for _, e := range entries {
-				if e.FieldValues["event"] == "released" && e.FieldValues["reason"] == "completed" {
-					completions++
-				}
-			}
-			if completions != 1 {
-				doubled = append(doubled, fmt.Sprintf("%s: %d completions", id, completions))
-			}
-		}
-	}
 	t.Logf("soak: %d executions in %s (%.0f/s) through %d host kill -9s, %d worker crashes, 1 server restart; %d handler runs",
 		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), hostKills, workerCrashes, runs.Load())
-	if len(ids) != n {
-		t.Fatalf("%d executions created, want %d", len(ids), n)
-	}
-	if len(notCompleted) > 0 {
-		t.Errorf("%d executions not completed, e.g. %v", len(notCompleted), notCompleted[:min(5, len(notCompleted))])
-	}
-	if len(doubled) > 0 {
-		t.Errorf("%d executions without exactly one completion, e.g. %v", len(doubled), doubled[:min(5, len(doubled))])
-	}
-	// The invariant every run keeps: each execution ended or states why
-	// it waits (here all ended).
-	rep, err := audit.Valkey(ctx, vc, audit.Options{})
-	if err != nil {
-		t.Fatalf("audit: %v", err)
-	}
-	if !rep.OK() || rep.Checked != n || rep.Terminal != n {
-		t.Errorf("audit: %s, want %d terminal; violations %v", rep.Summary(), n, rep.Violations)
-	}
+	checkCompletedOnce(t, ctx, vc, ids, n)
 }
 
 // describeUnfinished logs the state of up to max executions that are not
