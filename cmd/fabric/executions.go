@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/internal/audit"
 )
 
@@ -21,8 +22,9 @@ func init() {
 		summary: "List every execution of a deployment that neither ended nor states a live reason to wait " +
 			"(leased, eligible, delayed, blocked, suspended, awaiting reclaim); exit 1 when there is one.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
-			url := fs.String("valkey-url", "", "the deployment to check (required: a private server has nothing to check)")
+			url := fs.String("valkey-url", "", "the Valkey deployment to check (this or --postgres-url is required: a private server has nothing to check)")
 			cf := addConnFlags(fs)
+			pgf := addPostgresFlags(fs)
 			grace := fs.Duration("grace", 30*time.Second, "how late a due timer (lease expiry, delay, suspension timeout) may be before it counts as missed")
 			reclaim := fs.Duration("reclaim-within", 2*time.Minute, "how long an expired lease may await reclaim by a worker of its lane")
 			limit := fs.Int("limit", 100, "print at most this many violations")
@@ -33,21 +35,40 @@ func init() {
 				if err := noArgs(args); err != nil {
 					return err
 				}
-				if *url == "" {
-					return fmt.Errorf("%w: --valkey-url is required (the deployment to check)", errUsage)
+				if (*url == "") == (pgf.url == "") {
+					return fmt.Errorf("%w: give one of --valkey-url and --postgres-url (the deployment to check)", errUsage)
 				}
 				if *limit <= 0 {
 					return fmt.Errorf("%w: --limit must be positive, got %d", errUsage, *limit)
 				}
-				b := &backendFlags{url: *url, conn: cf, logLevel: "error", partitions: partitions.PartitionConfig}
-				conn, err := b.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer conn.Close()
-				rep, err := audit.Valkey(ctx, conn.Client, audit.Options{Grace: *grace, ReclaimWithin: *reclaim, Limit: *limit})
-				if err != nil {
-					return err
+				opts := audit.Options{Grace: *grace, ReclaimWithin: *reclaim, Limit: *limit}
+				var rep *audit.Report
+				if pgf.url != "" {
+					t, err := pgf.target(ctx, env)
+					if err != nil {
+						return err
+					}
+					pool, err := t.pool(ctx)
+					if err != nil {
+						return err
+					}
+					defer pool.Close()
+					if err := postgres.CheckSchema(ctx, pool); err != nil {
+						return err
+					}
+					if rep, err = audit.Postgres(ctx, pool, opts); err != nil {
+						return err
+					}
+				} else {
+					b := &backendFlags{url: *url, conn: cf, logLevel: "error", partitions: partitions.PartitionConfig}
+					conn, err := b.connect(ctx, env)
+					if err != nil {
+						return err
+					}
+					defer conn.Close()
+					if rep, err = audit.Valkey(ctx, conn.Client, opts); err != nil {
+						return err
+					}
 				}
 				if *asJSON {
 					enc := json.NewEncoder(env.stdout)
