@@ -43,6 +43,7 @@ func init() {
 				cacheDir:   fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory (\"\": in memory)"),
 				statusFile: fs.String("status-file", "", "write the host's plugin status here for `fabric plugins list --status`"),
 				adminAddr:  fs.String("admin-addr", admin.ServerAddrDefault, "admin HTTP address (/metrics, /healthz, /readyz, /plugins, /status); \"\" disables it"),
+				tokenFile:  fs.String("admin-token-file", "", "file whose first line is the admin token the console's write actions require (default $FABRIC_ADMIN_TOKEN; none: writes refused)"),
 				view:       fs.String("view", "auto", "status view: auto (live on a terminal, lines otherwise), tty, lines or off"),
 				refresh:    fs.Duration("refresh", 0, "status view refresh interval (default 1s live, 2s lines)"),
 				census:     fs.Duration("census-interval", admin.SamplerIntervalDefault, "keyspace census interval (executions by state, lag)"),
@@ -85,6 +86,7 @@ func init() {
 // runFlags are `fabric run`'s own flags.
 type runFlags struct {
 	config, pluginDir, cacheDir, statusFile, adminAddr, view *string
+	tokenFile                                                *string
 	demo                                                     *bool
 	refresh, census                                          *time.Duration
 	// leases, hostID and leaseTTL configure partition leases.
@@ -224,19 +226,28 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	metrics.Attach(src, sampler)
 	adminURL := ""
 	if *o.adminAddr != "" {
+		token, err := readAdminToken(*o.tokenFile)
+		if err != nil {
+			return err
+		}
 		addr := *o.adminAddr
 		if b.adminBound != "" {
 			addr = b.adminBound // the address /readyz answered on while connect waited
 		}
 		srv := admin.NewServer(admin.ServerConfig{Addr: addr, Host: src, Backend: conn.Client, BackendName: conn.Where,
-			Sampler: sampler, Metrics: metrics, Logger: conn.Logger, TLS: b.waitTLS})
+			Sampler: sampler, Metrics: metrics, Logger: conn.Logger, TLS: b.waitTLS, AdminToken: token})
 		if err := srv.Start(life); err != nil {
 			// Another run holds the port: this one still runs, unobserved.
 			fmt.Fprintf(out, "admin server not started: %v\n", err)
 		} else {
 			defer srv.Stop()
 			adminURL = srv.URL()
-			fmt.Fprintf(out, "admin: %s/metrics /healthz /readyz /plugins /status\n", adminURL)
+			fmt.Fprintf(out, "admin: %s/metrics /healthz /readyz /plugins /status /api\n", adminURL)
+			writes := "writes need the admin token"
+			if token == "" {
+				writes = "read-only: no admin token (--admin-token-file or " + adminTokenEnv + ")"
+			}
+			fmt.Fprintf(out, "console: %s/ui/ (%s)\n", adminURL, writes)
 		}
 	}
 

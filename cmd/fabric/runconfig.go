@@ -35,6 +35,7 @@ import (
 //	admin_addr = "127.0.0.1:9480"           # "" disables the admin server
 //	admin_tls_cert = "/etc/fabric/admin.pem"  # HTTPS, with admin_tls_key
 //	admin_tls_key = "/etc/fabric/admin.key"
+//	admin_token_file = "/etc/fabric/admin.token" # console writes need it
 //	log_level = "info"
 //	log_format = "json"
 //	view = "auto"                           # auto, tty, lines or off
@@ -86,6 +87,7 @@ type runFile struct {
 	AdminAddr      *string `toml:"admin_addr"`
 	AdminTLSCert   *string `toml:"admin_tls_cert"`
 	AdminTLSKey    *string `toml:"admin_tls_key"`
+	AdminTokenFile *string `toml:"admin_token_file"`
 	LogLevel       *string `toml:"log_level"`
 	LogFormat      *string `toml:"log_format"`
 	View           *string `toml:"view"`
@@ -206,6 +208,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"backend_wait", "backend-wait", f.BackendWait},
 		{"postgres_url", "postgres-url", f.PostgresURL}, {"postgres_password_file", "postgres-password-file", f.PostgresPwFile},
 		{"admin_tls_cert", "admin-tls-cert", f.AdminTLSCert}, {"admin_tls_key", "admin-tls-key", f.AdminTLSKey},
+		{"admin_token_file", "admin-token-file", f.AdminTokenFile},
 	} {
 		if err := set(kv.key, kv.name, kv.v); err != nil {
 			return nil, err

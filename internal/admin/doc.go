@@ -19,4 +19,44 @@
 //   - /plugins: the host's plugins, a JSON list of host.PluginStatus.
 //   - /status: a Report (plugins, executions by state, lag, throughput),
 //     what `fabric status` shows.
+//   - /ui/: the operator console's web UI (embedded; / redirects there).
+//
+// # Operator console API
+//
+// JSON in, JSON out; the CLI verbs (fabric executions, flows, lanes,
+// workers) and the web UI call these same routes. Every error answers
+// an APIError {"error": "...", "status": N}: 400 for a malformed id,
+// state, limit, cursor or body; 404 for an unknown execution, flow, lane
+// or route; 403 for a write without the admin token; 409 when the
+// execution's state refuses the action (the error names FlowFabric's
+// code, e.g. execution_not_eligible); 501 for what the backend cannot do.
+//
+//   - GET /api/executions?lane=&state=&flow=&limit=&cursor= — an
+//     ExecutionPage. state is a lane index (eligible, delayed, active,
+//     suspended, terminal, blocked, blocked:<reason>) or a terminal
+//     public state (completed, failed, cancelled, expired, skipped);
+//     limit is 1..1000 (50); next_cursor continues the listing.
+//   - GET /api/executions/{id} — an ExecutionDetail: core fields,
+//     payload and result previews, tags, policy, current lease, lease
+//     history, attempts with their errors and stream frames, suspension,
+//     waitpoints (never their tokens), flow membership.
+//   - GET /api/flows/{id} — a FlowView: flow record, members with their
+//     states, edges, counts per state.
+//   - GET /api/lanes — {"lanes": [LaneCounts]}: per lane, counts per
+//     lane index.
+//   - GET /api/workers?namespace=default — {"workers": [WorkerInfo]}:
+//     registered instances, lanes, capabilities, last heartbeat, leases.
+//
+// Writes need "Authorization: Bearer <admin token>" (ServerConfig.
+// AdminToken; `fabric run --admin-token-file`, admin_token_file in
+// fabric.toml or FABRIC_ADMIN_TOKEN); without a configured token every
+// write is refused. Each answers an ActionResult.
+//
+//   - POST /api/executions/{id}/cancel {"reason": "..."}: operator cancel.
+//   - POST /api/executions/{id}/replay (or /retry): re-run a terminal one.
+//   - POST /api/executions/{id}/priority {"priority": 0..9000}: eligible only.
+//   - POST /api/executions/{id}/signal {"name": "...", "payload": "{}",
+//     "waitpoint_id": optional}: the server supplies the waitpoint token.
+//   - POST /api/lanes/{lane}/pause|resume: 501, FlowFabric keeps no lane
+//     state on Valkey (see Console.SetLaneState).
 package admin

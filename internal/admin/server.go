@@ -42,6 +42,9 @@ type ServerConfig struct {
 	ProbeTimeout time.Duration
 	// Logger receives server errors (default slog.Default()).
 	Logger *slog.Logger
+	// AdminToken authorizes the console's write actions (Authorization:
+	// Bearer); "" refuses every write. See console_api.go.
+	AdminToken string
 }
 
 // Server is the admin HTTP server.
@@ -53,8 +56,9 @@ type ServerConfig struct {
 //   - Safe for concurrent use.
 type Server struct {
 	startstop.Base
-	cfg ServerConfig
-	mux *http.ServeMux
+	cfg     ServerConfig
+	mux     *http.ServeMux
+	console *Console
 
 	addr net.Addr
 }
@@ -74,12 +78,13 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.Metrics = NewMetrics()
 	}
 	cfg.Metrics.Attach(cfg.Host, cfg.Sampler)
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), console: NewConsole(cfg.Backend)}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry(), promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /plugins", s.plugins)
 	s.mux.HandleFunc("GET /status", s.status)
+	s.routeConsole()
 	return s
 }
 

@@ -1,0 +1,195 @@
+package admin
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// APIError is the body of every /api error answer.
+type APIError struct {
+	// Error says what went wrong, for a person.
+	Error string `json:"error"`
+	// Status repeats the HTTP status code.
+	Status int `json:"status"`
+}
+
+// routeConsole adds the operator console: the JSON API under /api and the
+// web UI under /ui (console_ui.go).
+func (s *Server) routeConsole() {
+	s.mux.HandleFunc("GET /api/executions", s.apiList)
+	s.mux.HandleFunc("GET /api/executions/{id}", s.apiExecution)
+	s.mux.HandleFunc("POST /api/executions/{id}/{action}", s.apiAction)
+	s.mux.HandleFunc("GET /api/flows/{id}", s.apiFlow)
+	s.mux.HandleFunc("GET /api/lanes", s.apiLanes)
+	s.mux.HandleFunc("POST /api/lanes/{lane}/{action}", s.apiLaneAction)
+	s.mux.HandleFunc("GET /api/workers", s.apiWorkers)
+	s.mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
+		apiFail(w, fmt.Errorf("%w: no API route %s", ErrNotFound, r.URL.Path))
+	})
+	s.routeUI()
+}
+
+// apiFail answers err with its status: ErrBadRequest 400, ErrNotFound
+// 404, ErrConflict 409, ErrUnsupported 501, anything else 500.
+func apiFail(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		code = http.StatusBadRequest
+	case errors.Is(err, ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrConflict):
+		code = http.StatusConflict
+	case errors.Is(err, ErrUnsupported):
+		code = http.StatusNotImplemented
+	}
+	writeJSON(w, code, APIError{Error: err.Error(), Status: code})
+}
+
+func (s *Server) apiList(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	q := ListQuery{Lane: v.Get("lane"), State: v.Get("state"), Flow: v.Get("flow"), Cursor: v.Get("cursor")}
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			apiFail(w, fmt.Errorf("%w: limit %q is not a number in 1..1000", ErrBadRequest, l))
+			return
+		}
+		q.Limit = n
+	}
+	page, err := s.console.ListExecutions(r.Context(), q)
+	if err != nil {
+		apiFail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (s *Server) apiExecution(w http.ResponseWriter, r *http.Request) {
+	d, err := s.console.Execution(r.Context(), r.PathValue("id"))
+	if err != nil {
+		apiFail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) apiFlow(w http.ResponseWriter, r *http.Request) {
+	f, err := s.console.Flow(r.Context(), r.PathValue("id"))
+	if err != nil {
+		apiFail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+func (s *Server) apiLanes(w http.ResponseWriter, r *http.Request) {
+	l, err := s.console.Lanes(r.Context())
+	if err != nil {
+		apiFail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"lanes": l})
+}
+
+func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
+	ns := r.URL.Query().Get("namespace")
+	if ns == "" {
+		ns = "default"
+	}
+	ws, err := s.console.Workers(r.Context(), ns)
+	if err != nil {
+		apiFail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "workers": ws})
+}
+
+// authorized checks the request's bearer token against the configured
+// admin token in constant time; it answers 403 itself when refused.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.AdminToken == "" {
+		writeJSON(w, http.StatusForbidden, APIError{Status: http.StatusForbidden,
+			Error: "writes are disabled: this host has no admin token (start it with --admin-token-file, admin_token_file in fabric.toml or FABRIC_ADMIN_TOKEN)"})
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(s.cfg.AdminToken)) != 1 {
+		msg := "admin token required: send it as Authorization: Bearer <token>"
+		if ok {
+			msg = "admin token refused: it does not match this host's"
+		}
+		writeJSON(w, http.StatusForbidden, APIError{Status: http.StatusForbidden, Error: msg})
+		return false
+	}
+	return true
+}
+
+// actionBody is the JSON body of POST /api/executions/{id}/{action}.
+type actionBody struct {
+	Reason   string `json:"reason"`
+	Priority *int   `json:"priority"`
+	SignalRequest
+}
+
+func (s *Server) apiAction(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(w, r) {
+		return
+	}
+	var b actionBody
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&b); err != nil {
+			apiFail(w, fmt.Errorf("%w: body: %v", ErrBadRequest, err))
+			return
+		}
+	}
+	id, action := r.PathValue("id"), r.PathValue("action")
+	var res *ActionResult
+	var err error
+	switch action {
+	case "cancel":
+		res, err = s.console.Cancel(r.Context(), id, b.Reason)
+	case "replay", "retry":
+		res, err = s.console.Replay(r.Context(), id)
+	case "priority":
+		if b.Priority == nil {
+			err = fmt.Errorf("%w: body needs {\"priority\": 0..9000}", ErrBadRequest)
+			break
+		}
+		res, err = s.console.Priority(r.Context(), id, *b.Priority)
+	case "signal":
+		res, err = s.console.Signal(r.Context(), id, b.SignalRequest)
+	default:
+		err = fmt.Errorf("%w: unknown action %q (cancel, replay, priority, signal)", ErrNotFound, action)
+	}
+	if err != nil {
+		apiFail(w, err)
+		return
+	}
+	s.cfg.Logger.Info("admin action", "action", action, "execution", id, "remote", r.RemoteAddr, "at", time.Now().UTC())
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) apiLaneAction(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(w, r) {
+		return
+	}
+	action := r.PathValue("action")
+	var state string
+	switch action {
+	case "pause":
+		state = "paused"
+	case "resume":
+		state = "active"
+	default:
+		apiFail(w, fmt.Errorf("%w: unknown lane action %q (pause, resume)", ErrNotFound, action))
+		return
+	}
+	apiFail(w, s.console.SetLaneState(r.Context(), r.PathValue("lane"), state))
+}

@@ -1,0 +1,114 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+// seeded is a deployment with executions in every interesting state, made
+// by a real SDK worker: what the console tests list, show and act on.
+type seeded struct {
+	vc *valkey.Client
+	// Completed, Failed, Suspended, Active, Eligible and Delayed are
+	// executions of lane laneA in those states.
+	Completed, Failed, Suspended, Active, Eligible, Delayed model.ExecutionID
+	// Flow is a flow on laneB: Root completed, Left and Right (after
+	// Root) then eligible.
+	Flow              model.UUID
+	Root, Left, Right model.ExecutionID
+	// Worker is the registered worker instance holding Active's lease.
+	Worker string
+}
+
+const (
+	laneA = "console-a"
+	laneB = "console-b"
+	// seedSecret is the waitpoint HMAC secret (hex) of seeded deployments.
+	seedSecret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+)
+
+func seed(t *testing.T, vc *valkey.Client) *seeded {
+	t.Helper()
+	ctx := valkeytest.Context(t, time.Minute)
+	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{laneA, laneB}, WaitpointHMACSecret: seedSecret}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "console-worker", InstanceID: "console-worker-1",
+		Lanes: []string{laneA, laneB}, Capabilities: []string{"cpu"}, ResolveDependencies: true,
+		DisableNotifications: true, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	s := &seeded{vc: vc, Worker: w.InstanceID()}
+	create := func(spec sdk.ExecutionSpec) model.ExecutionID {
+		t.Helper()
+		id, err := c.CreateExecution(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	claim := func(want model.ExecutionID) *sdk.Lease {
+		t.Helper()
+		var l *sdk.Lease
+		valkeytest.Eventually(t, 10*time.Second, "claim "+string(want), func() bool {
+			var err error
+			l, err = w.ClaimNext(ctx)
+			if err != nil {
+				t.Fatalf("ClaimNext: %v", err)
+			}
+			return l != nil
+		})
+		if got := l.ID; got != want {
+			t.Fatalf("claimed %s, want %s", got, want)
+		}
+		return l
+	}
+
+	s.Completed = create(sdk.ExecutionSpec{Lane: laneA, Kind: "resize", Payload: []byte(`{"image":"cat.png"}`)})
+	if err := claim(s.Completed).Complete(ctx, []byte(`{"ok":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.Failed = create(sdk.ExecutionSpec{Lane: laneA, Kind: "resize", Payload: []byte(`{"image":"broken.png"}`)})
+	if _, err := claim(s.Failed).Fail(ctx, "decoder exploded: bad header", "handler", false); err != nil {
+		t.Fatal(err)
+	}
+	s.Suspended = create(sdk.ExecutionSpec{Lane: laneA, Kind: "approve", Payload: []byte(`{"doc":7}`)})
+	if _, err := claim(s.Suspended).Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approve"}, Timeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.CreateFlow(ctx, "pipeline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Flow = f.ID
+	if s.Root, err = f.Add(ctx, sdk.ExecutionSpec{Lane: laneB, Kind: "extract"}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Left, err = f.Add(ctx, sdk.ExecutionSpec{Lane: laneB, Kind: "transform"}, s.Root); err != nil {
+		t.Fatal(err)
+	}
+	if s.Right, err = f.Add(ctx, sdk.ExecutionSpec{Lane: laneB, Kind: "load"}, s.Root); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim(s.Root).Complete(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Left runs and holds its lease: the worker's one lease.
+	s.Active = s.Left
+	claim(s.Left)
+	s.Eligible = create(sdk.ExecutionSpec{Lane: laneA, Kind: "resize", Priority: 5})
+	s.Delayed = create(sdk.ExecutionSpec{Lane: laneA, Kind: "report", Delay: time.Hour})
+	return s
+}
