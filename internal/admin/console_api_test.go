@@ -11,6 +11,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/admin/consoletest"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -57,10 +58,10 @@ func wantErr(t *testing.T, method, u, token string, body any, code int, contains
 	}
 }
 
-func consoleServer(t *testing.T, token string) (string, *seeded) {
+func consoleServer(t *testing.T, token string) (string, *consoletest.Seeded) {
 	t.Helper()
 	vc := valkeytest.Client(t)
-	s := seed(t, vc)
+	s := consoletest.Seed(t, vc)
 	base := startServer(t, admin.ServerConfig{Backend: vc, AdminToken: token})
 	return base, s
 }
@@ -70,13 +71,13 @@ func TestConsoleAPIReads(t *testing.T) {
 
 	t.Run("list by lane and state", func(t *testing.T) {
 		var p admin.ExecutionPage
-		if c := call(t, "GET", base+"/api/executions?lane="+laneA, "", nil, &p); c != 200 {
+		if c := call(t, "GET", base+"/api/executions?lane="+consoletest.LaneA, "", nil, &p); c != 200 {
 			t.Fatalf("status %d", c)
 		}
 		got := map[string]string{}
 		for _, r := range p.Executions {
 			got[r.ID] = r.State
-			if r.Lane != laneA {
+			if r.Lane != consoletest.LaneA {
 				t.Fatalf("lane filter leaked %+v", r)
 			}
 		}
@@ -205,7 +206,7 @@ func TestConsoleAPIReads(t *testing.T) {
 	t.Run("lanes and workers", func(t *testing.T) {
 		var l struct{ Lanes []admin.LaneCounts }
 		call(t, "GET", base+"/api/lanes", "", nil, &l)
-		if len(l.Lanes) != 2 || l.Lanes[0].Lane != laneA || l.Lanes[0].Total != 5 || l.Lanes[0].Counts["terminal"] != 2 ||
+		if len(l.Lanes) != 2 || l.Lanes[0].Lane != consoletest.LaneA || l.Lanes[0].Total != 5 || l.Lanes[0].Counts["terminal"] != 2 ||
 			l.Lanes[1].Counts["active"] != 1 {
 			t.Fatalf("lanes %+v", l)
 		}
@@ -247,7 +248,7 @@ func TestConsoleAPIWrites(t *testing.T) {
 		if st := state(s.Eligible); st != "waiting" {
 			t.Fatalf("a refused cancel changed the state to %s", st)
 		}
-		noToken := startServer(t, admin.ServerConfig{Backend: s.vc})
+		noToken := startServer(t, admin.ServerConfig{Backend: s.VC})
 		wantErr(t, "POST", noToken+"/api/executions/"+string(s.Eligible)+"/cancel", testToken, nil, 403, "writes are disabled")
 	})
 
@@ -300,7 +301,7 @@ func TestConsoleAPIWrites(t *testing.T) {
 		wantErr(t, "POST", ex(model.ExecutionID("{fp:1}:"+model.NewUUID().String()), "cancel"), testToken, nil, 404, "execution")
 		wantErr(t, "POST", ex(s.Delayed, "explode"), testToken, nil, 404, "unknown action")
 		wantErr(t, "POST", base+"/api/lanes/nope/pause", testToken, nil, 404, `unknown lane "nope"`)
-		wantErr(t, "POST", base+"/api/lanes/"+laneA+"/pause", testToken, nil, 501, "no lane state")
-		wantErr(t, "POST", base+"/api/lanes/"+laneA+"/pause", "", nil, 403, "admin token required")
+		wantErr(t, "POST", base+"/api/lanes/"+consoletest.LaneA+"/pause", testToken, nil, 501, "no lane state")
+		wantErr(t, "POST", base+"/api/lanes/"+consoletest.LaneA+"/pause", "", nil, 403, "admin token required")
 	})
 }

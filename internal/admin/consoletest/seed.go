@@ -1,4 +1,7 @@
-package admin_test
+// Package consoletest seeds a Valkey deployment with executions, a flow
+// and a worker in the states the operator console shows, for the tests of
+// internal/admin and cmd/fabric.
+package consoletest
 
 import (
 	"context"
@@ -11,14 +14,15 @@ import (
 	"github.com/fabric-host/fabric/sdk"
 )
 
-// seeded is a deployment with executions in every interesting state, made
+// Seeded is a deployment with executions in every interesting state, made
 // by a real SDK worker: what the console tests list, show and act on.
-type seeded struct {
-	vc *valkey.Client
+type Seeded struct {
+	// VC is the deployment's client.
+	VC *valkey.Client
 	// Completed, Failed, Suspended, Active, Eligible and Delayed are
-	// executions of lane laneA in those states.
+	// executions of lane LaneA in those states.
 	Completed, Failed, Suspended, Active, Eligible, Delayed model.ExecutionID
-	// Flow is a flow on laneB: Root completed, Left and Right (after
+	// Flow is a flow on LaneB: Root completed, Left and Right (after
 	// Root) then eligible.
 	Flow              model.UUID
 	Root, Left, Right model.ExecutionID
@@ -26,17 +30,20 @@ type seeded struct {
 	Worker string
 }
 
+// Lanes of a seeded deployment.
 const (
-	laneA = "console-a"
-	laneB = "console-b"
+	LaneA = "console-a"
+	LaneB = "console-b"
 	// seedSecret is the waitpoint HMAC secret (hex) of seeded deployments.
 	seedSecret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 )
 
-func seed(t *testing.T, vc *valkey.Client) *seeded {
+// Seed bootstraps vc's deployment and fills it (see Seeded); the worker
+// closes when the test ends.
+func Seed(t *testing.T, vc *valkey.Client) *Seeded {
 	t.Helper()
 	ctx := valkeytest.Context(t, time.Minute)
-	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{laneA, laneB}, WaitpointHMACSecret: seedSecret}); err != nil {
+	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{LaneA, LaneB}, WaitpointHMACSecret: seedSecret}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
@@ -44,13 +51,13 @@ func seed(t *testing.T, vc *valkey.Client) *seeded {
 		t.Fatal(err)
 	}
 	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "console-worker", InstanceID: "console-worker-1",
-		Lanes: []string{laneA, laneB}, Capabilities: []string{"cpu"}, ResolveDependencies: true,
+		Lanes: []string{LaneA, LaneB}, Capabilities: []string{"cpu"}, ResolveDependencies: true,
 		DisableNotifications: true, Logger: valkeytest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close(context.Background()) })
-	s := &seeded{vc: vc, Worker: w.InstanceID()}
+	s := &Seeded{VC: vc, Worker: w.InstanceID()}
 	create := func(spec sdk.ExecutionSpec) model.ExecutionID {
 		t.Helper()
 		id, err := c.CreateExecution(ctx, spec)
@@ -76,15 +83,15 @@ func seed(t *testing.T, vc *valkey.Client) *seeded {
 		return l
 	}
 
-	s.Completed = create(sdk.ExecutionSpec{Lane: laneA, Kind: "resize", Payload: []byte(`{"image":"cat.png"}`)})
+	s.Completed = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "resize", Payload: []byte(`{"image":"cat.png"}`)})
 	if err := claim(s.Completed).Complete(ctx, []byte(`{"ok":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	s.Failed = create(sdk.ExecutionSpec{Lane: laneA, Kind: "resize", Payload: []byte(`{"image":"broken.png"}`)})
+	s.Failed = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "resize", Payload: []byte(`{"image":"broken.png"}`)})
 	if _, err := claim(s.Failed).Fail(ctx, "decoder exploded: bad header", "handler", false); err != nil {
 		t.Fatal(err)
 	}
-	s.Suspended = create(sdk.ExecutionSpec{Lane: laneA, Kind: "approve", Payload: []byte(`{"doc":7}`)})
+	s.Suspended = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "approve", Payload: []byte(`{"doc":7}`)})
 	if _, err := claim(s.Suspended).Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approve"}, Timeout: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +100,13 @@ func seed(t *testing.T, vc *valkey.Client) *seeded {
 		t.Fatal(err)
 	}
 	s.Flow = f.ID
-	if s.Root, err = f.Add(ctx, sdk.ExecutionSpec{Lane: laneB, Kind: "extract"}); err != nil {
+	if s.Root, err = f.Add(ctx, sdk.ExecutionSpec{Lane: LaneB, Kind: "extract"}); err != nil {
 		t.Fatal(err)
 	}
-	if s.Left, err = f.Add(ctx, sdk.ExecutionSpec{Lane: laneB, Kind: "transform"}, s.Root); err != nil {
+	if s.Left, err = f.Add(ctx, sdk.ExecutionSpec{Lane: LaneB, Kind: "transform"}, s.Root); err != nil {
 		t.Fatal(err)
 	}
-	if s.Right, err = f.Add(ctx, sdk.ExecutionSpec{Lane: laneB, Kind: "load"}, s.Root); err != nil {
+	if s.Right, err = f.Add(ctx, sdk.ExecutionSpec{Lane: LaneB, Kind: "load"}, s.Root); err != nil {
 		t.Fatal(err)
 	}
 	if err := claim(s.Root).Complete(ctx, nil); err != nil {
@@ -108,7 +115,7 @@ func seed(t *testing.T, vc *valkey.Client) *seeded {
 	// Left runs and holds its lease: the worker's one lease.
 	s.Active = s.Left
 	claim(s.Left)
-	s.Eligible = create(sdk.ExecutionSpec{Lane: laneA, Kind: "resize", Priority: 5})
-	s.Delayed = create(sdk.ExecutionSpec{Lane: laneA, Kind: "report", Delay: time.Hour})
+	s.Eligible = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "resize", Priority: 5})
+	s.Delayed = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "report", Delay: time.Hour})
 	return s
 }

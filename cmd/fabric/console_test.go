@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/admin/consoletest"
+)
+
+// consoleHost serves a seeded deployment's admin API with token, as
+// `fabric run --admin-token-file` does.
+func consoleHost(t *testing.T, token string) (string, *consoletest.Seeded) {
+	t.Helper()
+	vc := valkeytest.Client(t)
+	s := consoletest.Seed(t, vc)
+	srv := admin.NewServer(admin.ServerConfig{Addr: "127.0.0.1:0", Backend: vc, AdminToken: token, Logger: valkeytest.Logger()})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return "http://" + srv.Addr().String(), s
+}
+
+func TestConsoleCLI(t *testing.T) {
+	const token = "cli-token-42"
+	addr, s := consoleHost(t, token)
+	tokFile := filepath.Join(t.TempDir(), "admin.token")
+	if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(want int, args ...string) (string, string) {
+		t.Helper()
+		code, out, errOut := runCmd(t, append(args, "--admin", addr)...)
+		if code != want {
+			t.Fatalf("fabric %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errOut)
+		}
+		return out, errOut
+	}
+
+	t.Run("executions list", func(t *testing.T) {
+		out, _ := run(0, "executions", "list", "--lane", consoletest.LaneA, "--state", "failed")
+		if !strings.Contains(out, string(s.Failed)) || strings.Contains(out, string(s.Completed)) || !strings.Contains(out, "failed") {
+			t.Fatalf("list:\n%s", out)
+		}
+		out, _ = run(0, "executions", "list", "--limit", "3", "--json")
+		var p admin.ExecutionPage
+		if err := json.Unmarshal([]byte(out), &p); err != nil || len(p.Executions) != 3 || p.NextCursor == "" {
+			t.Fatalf("list --json: %v %+v", err, p)
+		}
+		out, _ = run(0, "executions", "list", "--limit", "3", "--cursor", p.NextCursor)
+		if strings.Contains(out, p.Executions[0].ID) || !strings.Contains(out, "more: --cursor") {
+			t.Fatalf("second page repeats the first or has no cursor:\n%s", out)
+		}
+		_, errOut := run(1, "executions", "list", "--lane", "nope")
+		if !strings.Contains(errOut, `unknown lane "nope"`) || !strings.Contains(errOut, "404") {
+			t.Fatalf("unknown lane: %s", errOut)
+		}
+		run(1, "executions", "list", "--state", "sleepy")
+	})
+
+	t.Run("executions show", func(t *testing.T) {
+		out, _ := run(0, "executions", "show", string(s.Failed))
+		for _, want := range []string{"public_state: failed", "decoder exploded", "lease history: 2 events", "acquired", `payload (22 bytes): {"image":"broken.png"}`} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("show lacks %q:\n%s", want, out)
+			}
+		}
+		out, _ = run(0, "executions", "show", "--json", string(s.Left))
+		var d admin.ExecutionDetail
+		if err := json.Unmarshal([]byte(out), &d); err != nil || d.Flow == nil || d.Flow.FlowID != s.Flow.String() {
+			t.Fatalf("show --json: %v %+v", err, d.Flow)
+		}
+		_, errOut := run(1, "executions", "show", "bad-id")
+		if !strings.Contains(errOut, "400") {
+			t.Fatalf("bad id: %s", errOut)
+		}
+		run(2, "executions", "show")
+	})
+
+	t.Run("flows show", func(t *testing.T) {
+		out, _ := run(0, "flows", "show", s.Flow.String())
+		for _, want := range []string{"members=3 edges=2", "completed", "active", "waiting", "n1 -> ", "success_only"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("flows show lacks %q:\n%s", want, out)
+			}
+		}
+		run(1, "flows", "show", "00000000-0000-4000-8000-000000000001")
+	})
+
+	t.Run("lanes and workers", func(t *testing.T) {
+		out, _ := run(0, "lanes")
+		if !strings.Contains(out, consoletest.LaneA) || !strings.Contains(out, consoletest.LaneB) {
+			t.Fatalf("lanes:\n%s", out)
+		}
+		out, _ = run(0, "lanes", "--json")
+		var l struct{ Lanes []admin.LaneCounts }
+		if err := json.Unmarshal([]byte(out), &l); err != nil || len(l.Lanes) != 2 || l.Lanes[0].Total != 5 {
+			t.Fatalf("lanes --json: %v %+v", err, l)
+		}
+		out, _ = run(0, "workers")
+		if !strings.Contains(out, s.Worker) || !strings.Contains(out, "cpu") {
+			t.Fatalf("workers:\n%s", out)
+		}
+		_, errOut := run(1, "lanes", "pause", consoletest.LaneA, "--admin-token-file", tokFile)
+		if !strings.Contains(errOut, "no lane state") || !strings.Contains(errOut, "501") {
+			t.Fatalf("lanes pause: %s", errOut)
+		}
+	})
+
+	t.Run("writes", func(t *testing.T) {
+		t.Setenv(adminTokenEnv, "")
+		_, errOut := run(1, "executions", "cancel", string(s.Eligible))
+		if !strings.Contains(errOut, "403") || !strings.Contains(errOut, "--admin-token-file") {
+			t.Fatalf("cancel without token: %s", errOut)
+		}
+		out, _ := run(0, "executions", "priority", string(s.Eligible), "42", "--admin-token-file", tokFile)
+		if !strings.Contains(out, "new=42") {
+			t.Fatalf("priority: %s", out)
+		}
+		run(2, "executions", "priority", string(s.Eligible), "high", "--admin-token-file", tokFile)
+		t.Setenv(adminTokenEnv, token)
+		out, _ = run(0, "executions", "signal", string(s.Suspended), "approve")
+		if !strings.Contains(out, "effect=resume_condition_satisfied") {
+			t.Fatalf("signal: %s", out)
+		}
+		out, _ = run(0, "executions", "cancel", string(s.Eligible), "--reason", "cli test")
+		if !strings.Contains(out, "cancel "+string(s.Eligible)) {
+			t.Fatalf("cancel: %s", out)
+		}
+		_, errOut = run(1, "executions", "cancel", string(s.Eligible))
+		if !strings.Contains(errOut, "execution_not_active") || !strings.Contains(errOut, "409") {
+			t.Fatalf("second cancel: %s", errOut)
+		}
+		run(0, "executions", "retry", string(s.Failed))
+		out, _ = run(0, "executions", "show", string(s.Failed))
+		if !strings.Contains(out, "public_state: waiting") || !strings.Contains(out, "replay_count: 1") {
+			t.Fatalf("after retry:\n%s", out)
+		}
+		run(1, "executions", "cancel", "{fp:1}:00000000-0000-4000-8000-000000000001")
+	})
+}
+
+func TestReadAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(adminTokenEnv, " from-env ")
+	if tok, err := readAdminToken(""); err != nil || tok != "from-env" {
+		t.Fatalf("env: %q %v", tok, err)
+	}
+	f := filepath.Join(dir, "tok")
+	_ = os.WriteFile(f, []byte("from-file\nsecond line\n"), 0o600)
+	if tok, err := readAdminToken(f); err != nil || tok != "from-file" {
+		t.Fatalf("file: %q %v", tok, err)
+	}
+	empty := filepath.Join(dir, "empty")
+	_ = os.WriteFile(empty, []byte("\n"), 0o600)
+	if _, err := readAdminToken(empty); err == nil {
+		t.Fatal("an empty token file was accepted")
+	}
+	if _, err := readAdminToken(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("a missing token file was accepted")
+	}
+}
