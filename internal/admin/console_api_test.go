@@ -305,3 +305,22 @@ func TestConsoleAPIWrites(t *testing.T) {
 		wantErr(t, "POST", base+"/api/lanes/"+consoletest.LaneA+"/pause", "", nil, 403, "admin token required")
 	})
 }
+
+func TestConsoleUIServed(t *testing.T) {
+	base := startServer(t, admin.ServerConfig{Backend: valkeytest.Client(t)})
+	for path, want := range map[string]string{"/ui/": `<script src="app.js">`, "/ui/app.js": "/api/executions", "/ui/style.css": "svg#dag"} {
+		code, body := get(t, base+path)
+		if code != 200 || !strings.Contains(body, want) {
+			t.Fatalf("GET %s: %d, body lacks %q", path, code, want)
+		}
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
+		t.Fatalf("GET /: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
