@@ -13,7 +13,8 @@ all: build
 # deps installs what the build and the tests need: a server binary
 # (valkey-server preferred, redis-server from Debian otherwise), Postgres
 # (initdb/postgres for the throwaway clusters of backend/postgres; Debian's
-# postgresql-15) and the Go modules.
+# postgresql-15), Debian's chromium (the operator console's browser test,
+# cmd/fabric TestConsoleBrowser) and the Go modules.
 deps:
 	@if ! command -v valkey-server >/dev/null 2>&1 && ! command -v redis-server >/dev/null 2>&1; then \
 		echo "installing redis-server (apt-get)"; \
@@ -25,6 +26,11 @@ deps:
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql-15 >/dev/null \
 		|| DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
+	fi
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "installing chromium (apt-get; the console's browser test drives it headless)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
 	fi
 	@$(GO) mod download
 	@cd bench/peers && $(GO) mod download
