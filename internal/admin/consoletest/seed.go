@@ -22,8 +22,8 @@ type Seeded struct {
 	// Completed, Failed, Suspended, Active, Eligible and Delayed are
 	// executions of lane LaneA in those states.
 	Completed, Failed, Suspended, Active, Eligible, Delayed model.ExecutionID
-	// Flow is a flow on LaneB: Root completed, Left and Right (after
-	// Root) then eligible.
+	// Flow is a flow on LaneB: Root completed, Left and Right after
+	// Root; Left is active (the worker's lease), Right waiting.
 	Flow              model.UUID
 	Root, Left, Right model.ExecutionID
 	// Worker is the registered worker instance holding Active's lease.
@@ -112,9 +112,24 @@ func Seed(t *testing.T, vc *valkey.Client) *Seeded {
 	if err := claim(s.Root).Complete(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Left runs and holds its lease: the worker's one lease.
+	// One of the two children runs and holds its lease (the worker's one
+	// lease): whichever the worker claims is Left, the other Right.
+	var l *sdk.Lease
+	valkeytest.Eventually(t, 10*time.Second, "claim a child", func() bool {
+		var err error
+		if l, err = w.ClaimNext(ctx); err != nil {
+			t.Fatalf("ClaimNext: %v", err)
+		}
+		return l != nil
+	})
+	switch l.ID {
+	case s.Left:
+	case s.Right:
+		s.Left, s.Right = s.Right, s.Left
+	default:
+		t.Fatalf("claimed %s, want a child of the flow", l.ID)
+	}
 	s.Active = s.Left
-	claim(s.Left)
 	s.Eligible = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "resize", Priority: 5})
 	s.Delayed = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "report", Delay: time.Hour})
 	return s
