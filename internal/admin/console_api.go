@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,20 +21,68 @@ type APIError struct {
 	Status int `json:"status"`
 }
 
-// routeConsole adds the operator console: the JSON API under /api and the
-// web UI under /ui (console_ui.go).
-func (s *Server) routeConsole() {
-	s.mux.HandleFunc("GET /api/executions", s.apiList)
-	s.mux.HandleFunc("GET /api/executions/{id}", s.apiExecution)
-	s.mux.HandleFunc("POST /api/executions/{id}/{action}", s.apiAction)
-	s.mux.HandleFunc("GET /api/flows/{id}", s.apiFlow)
-	s.mux.HandleFunc("GET /api/lanes", s.apiLanes)
-	s.mux.HandleFunc("POST /api/lanes/{lane}/{action}", s.apiLaneAction)
-	s.mux.HandleFunc("GET /api/workers", s.apiWorkers)
-	s.mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
-		apiFail(w, fmt.Errorf("%w: no API route %s", ErrNotFound, r.URL.Path))
+// ConsoleBackend is what the console API reads and acts on: *Console for
+// Valkey, *PGConsole for Postgres.
+type ConsoleBackend interface {
+	ListExecutions(ctx context.Context, q ListQuery) (*ExecutionPage, error)
+	Execution(ctx context.Context, id string) (*ExecutionDetail, error)
+	Flow(ctx context.Context, id string) (*FlowView, error)
+	Lanes(ctx context.Context) ([]LaneCounts, error)
+	Workers(ctx context.Context, ns string) ([]WorkerInfo, error)
+	Cancel(ctx context.Context, id, reason string) (*ActionResult, error)
+	Replay(ctx context.Context, id string) (*ActionResult, error)
+	Priority(ctx context.Context, id string, priority int) (*ActionResult, error)
+	Signal(ctx context.Context, id string, s SignalRequest) (*ActionResult, error)
+	SetLaneState(ctx context.Context, lane, state string) error
+}
+
+// ConsoleConfig configures NewConsoleHandler.
+type ConsoleConfig struct {
+	// Backend answers the API. Required.
+	Backend ConsoleBackend
+	// AdminToken authorizes writes ("" refuses them all).
+	AdminToken string
+	// Logger receives the actions taken (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// consoleAPI serves the console's JSON API and web UI.
+type consoleAPI struct {
+	cfg ConsoleConfig
+}
+
+// NewConsoleHandler returns the operator console: the JSON API under
+// /api/ and the web UI under /ui/ (/ redirects there). The admin Server
+// mounts it; a host without one (the Postgres backend) serves it alone.
+func NewConsoleHandler(cfg ConsoleConfig) http.Handler {
+	if cfg.Backend == nil {
+		panic("admin: ConsoleConfig.Backend is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &consoleAPI{cfg: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/executions", s.apiList)
+	mux.HandleFunc("GET /api/executions/{id}", s.apiExecution)
+	mux.HandleFunc("POST /api/executions/{id}/{action}", s.apiAction)
+	mux.HandleFunc("GET /api/flows/{id}", s.apiFlow)
+	mux.HandleFunc("GET /api/lanes", s.apiLanes)
+	mux.HandleFunc("POST /api/lanes/{lane}/{action}", s.apiLaneAction)
+	mux.HandleFunc("GET /api/workers", s.apiWorkers)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		apiFail(w, fmt.Errorf("%w: no API route %s %s", ErrNotFound, r.Method, r.URL.Path))
 	})
-	s.routeUI()
+	routeUI(mux)
+	return mux
+}
+
+// routeConsole mounts the console on the admin server.
+func (s *Server) routeConsole() {
+	h := NewConsoleHandler(ConsoleConfig{Backend: NewConsole(s.cfg.Backend), AdminToken: s.cfg.AdminToken, Logger: s.cfg.Logger})
+	s.mux.Handle("/api/", h)
+	s.mux.Handle("/ui/", h)
+	s.mux.Handle("GET /{$}", h)
 }
 
 // apiFail answers err with its status: ErrBadRequest 400, ErrNotFound
@@ -52,7 +102,7 @@ func apiFail(w http.ResponseWriter, err error) {
 	writeJSON(w, code, APIError{Error: err.Error(), Status: code})
 }
 
-func (s *Server) apiList(w http.ResponseWriter, r *http.Request) {
+func (s *consoleAPI) apiList(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	q := ListQuery{Lane: v.Get("lane"), State: v.Get("state"), Flow: v.Get("flow"), Cursor: v.Get("cursor")}
 	if l := v.Get("limit"); l != "" {
@@ -63,7 +113,7 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request) {
 		}
 		q.Limit = n
 	}
-	page, err := s.console.ListExecutions(r.Context(), q)
+	page, err := s.cfg.Backend.ListExecutions(r.Context(), q)
 	if err != nil {
 		apiFail(w, err)
 		return
@@ -71,8 +121,8 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-func (s *Server) apiExecution(w http.ResponseWriter, r *http.Request) {
-	d, err := s.console.Execution(r.Context(), r.PathValue("id"))
+func (s *consoleAPI) apiExecution(w http.ResponseWriter, r *http.Request) {
+	d, err := s.cfg.Backend.Execution(r.Context(), r.PathValue("id"))
 	if err != nil {
 		apiFail(w, err)
 		return
@@ -80,8 +130,8 @@ func (s *Server) apiExecution(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d)
 }
 
-func (s *Server) apiFlow(w http.ResponseWriter, r *http.Request) {
-	f, err := s.console.Flow(r.Context(), r.PathValue("id"))
+func (s *consoleAPI) apiFlow(w http.ResponseWriter, r *http.Request) {
+	f, err := s.cfg.Backend.Flow(r.Context(), r.PathValue("id"))
 	if err != nil {
 		apiFail(w, err)
 		return
@@ -89,8 +139,8 @@ func (s *Server) apiFlow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, f)
 }
 
-func (s *Server) apiLanes(w http.ResponseWriter, r *http.Request) {
-	l, err := s.console.Lanes(r.Context())
+func (s *consoleAPI) apiLanes(w http.ResponseWriter, r *http.Request) {
+	l, err := s.cfg.Backend.Lanes(r.Context())
 	if err != nil {
 		apiFail(w, err)
 		return
@@ -98,12 +148,12 @@ func (s *Server) apiLanes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"lanes": l})
 }
 
-func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
+func (s *consoleAPI) apiWorkers(w http.ResponseWriter, r *http.Request) {
 	ns := r.URL.Query().Get("namespace")
 	if ns == "" {
 		ns = "default"
 	}
-	ws, err := s.console.Workers(r.Context(), ns)
+	ws, err := s.cfg.Backend.Workers(r.Context(), ns)
 	if err != nil {
 		apiFail(w, err)
 		return
@@ -113,7 +163,7 @@ func (s *Server) apiWorkers(w http.ResponseWriter, r *http.Request) {
 
 // authorized checks the request's bearer token against the configured
 // admin token in constant time; it answers 403 itself when refused.
-func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+func (s *consoleAPI) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if s.cfg.AdminToken == "" {
 		writeJSON(w, http.StatusForbidden, APIError{Status: http.StatusForbidden,
 			Error: "writes are disabled: this host has no admin token (start it with --admin-token-file, admin_token_file in fabric.toml or FABRIC_ADMIN_TOKEN)"})
@@ -138,7 +188,7 @@ type actionBody struct {
 	SignalRequest
 }
 
-func (s *Server) apiAction(w http.ResponseWriter, r *http.Request) {
+func (s *consoleAPI) apiAction(w http.ResponseWriter, r *http.Request) {
 	if !s.authorized(w, r) {
 		return
 	}
@@ -154,17 +204,17 @@ func (s *Server) apiAction(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch action {
 	case "cancel":
-		res, err = s.console.Cancel(r.Context(), id, b.Reason)
+		res, err = s.cfg.Backend.Cancel(r.Context(), id, b.Reason)
 	case "replay", "retry":
-		res, err = s.console.Replay(r.Context(), id)
+		res, err = s.cfg.Backend.Replay(r.Context(), id)
 	case "priority":
 		if b.Priority == nil {
 			err = fmt.Errorf("%w: body needs {\"priority\": 0..9000}", ErrBadRequest)
 			break
 		}
-		res, err = s.console.Priority(r.Context(), id, *b.Priority)
+		res, err = s.cfg.Backend.Priority(r.Context(), id, *b.Priority)
 	case "signal":
-		res, err = s.console.Signal(r.Context(), id, b.SignalRequest)
+		res, err = s.cfg.Backend.Signal(r.Context(), id, b.SignalRequest)
 	default:
 		err = fmt.Errorf("%w: unknown action %q (cancel, replay, priority, signal)", ErrNotFound, action)
 	}
@@ -176,7 +226,7 @@ func (s *Server) apiAction(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-func (s *Server) apiLaneAction(w http.ResponseWriter, r *http.Request) {
+func (s *consoleAPI) apiLaneAction(w http.ResponseWriter, r *http.Request) {
 	if !s.authorized(w, r) {
 		return
 	}
@@ -191,5 +241,5 @@ func (s *Server) apiLaneAction(w http.ResponseWriter, r *http.Request) {
 		apiFail(w, fmt.Errorf("%w: unknown lane action %q (pause, resume)", ErrNotFound, action))
 		return
 	}
-	apiFail(w, s.console.SetLaneState(r.Context(), r.PathValue("lane"), state))
+	apiFail(w, s.cfg.Backend.SetLaneState(r.Context(), r.PathValue("lane"), state))
 }

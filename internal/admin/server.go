@@ -56,9 +56,8 @@ type ServerConfig struct {
 //   - Safe for concurrent use.
 type Server struct {
 	startstop.Base
-	cfg     ServerConfig
-	mux     *http.ServeMux
-	console *Console
+	cfg ServerConfig
+	mux *http.ServeMux
 
 	addr net.Addr
 }
@@ -78,7 +77,7 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg.Metrics = NewMetrics()
 	}
 	cfg.Metrics.Attach(cfg.Host, cfg.Sampler)
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), console: NewConsole(cfg.Backend)}
+	s := &Server{cfg: cfg, mux: http.NewServeMux()}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Metrics.Registry(), promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
