@@ -9,7 +9,7 @@ const tokenState = document.getElementById("token-state");
 const STATE_COLORS = {
   waiting: "#4a7bd0", delayed: "#8a6fd1", active: "#e39a1b", suspended: "#b0841a",
   completed: "#2e9a4b", failed: "#d03a3a", cancelled: "#6b7280", expired: "#9b3b8f",
-  skipped: "#9ca3af", waiting_children: "#3aa0b5", rate_limited: "#c2671c", resumable: "#5a9e2f",
+  skipped: "#9ca3af", running: "#e39a1b", waiting_children: "#3aa0b5", rate_limited: "#c2671c", resumable: "#5a9e2f",
 };
 
 function esc(s) {
