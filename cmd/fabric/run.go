@@ -75,7 +75,8 @@ func init() {
 						return err
 					}
 					return runPostgres(ctx, env, pgf, wf, runPostgresOpts{pluginDir: *o.pluginDir, cacheDir: *o.cacheDir,
-						statusFile: *o.statusFile, demo: *o.demo, logs: b, trust: o.trust})
+						statusFile: *o.statusFile, demo: *o.demo, logs: b, trust: o.trust,
+						adminAddr: *o.adminAddr, tokenFile: *o.tokenFile})
 				}
 				return runHost(ctx, env, b, wf, o)
 			}

@@ -54,6 +54,8 @@ type runPostgresOpts struct {
 	logs *backendFlags
 	// trust sets the host's Policy and trusted keys (policy.go).
 	trust *trustFlags
+	// adminAddr and tokenFile serve the operator console (console_pg.go).
+	adminAddr, tokenFile string
 }
 
 // runPostgres is `fabric run` on Postgres: it migrates the database (a
@@ -97,6 +99,11 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 			h.Close(context.WithoutCancel(ctx))
 		}()
 	}
+	stopConsole, err := startPGConsole(ctx, env.stdout, o.adminAddr, o.tokenFile, pc, h, log)
+	if err != nil {
+		return err
+	}
+	defer stopConsole()
 	if !o.demo {
 		fmt.Fprintln(env.stdout, "host running; Ctrl-C stops it")
 		<-ctx.Done()
