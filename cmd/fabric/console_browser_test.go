@@ -147,6 +147,23 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatal("overview lists no plugins although the host loaded bin/plugins")
 	}
 
+	// A plugin's detail: its grant and recent cycles (with bin/plugins).
+	if plugins != "" {
+		do("plugin detail", chromedp.Click(chromedp.CSS(`tr[data-plugin="delayed_promoter"] a.plugin-link`)),
+			chromedp.WaitVisible(chromedp.CSS(`#plugin-name`)), shot("plugin"))
+		if st := evalJS[string](t, bctx, `document.querySelector("#plugin-state").dataset.state`); st != "running" {
+			t.Fatalf("delayed_promoter state %q", st)
+		}
+		valkeytest.Eventually(t, 20*time.Second, "the plugin page shows cycles", func() bool {
+			do("reload plugin detail", page("#/plugin/delayed_promoter"))
+			return evalJS[int](t, bctx, `document.querySelectorAll("#cycles tbody tr").length`) > 0
+		})
+		do("unknown plugin", page("#/plugin/nope"))
+		if e := evalJS[string](t, bctx, `document.querySelector("#error").textContent`); !strings.Contains(e, "404") || !strings.Contains(e, `unknown plugin "nope"`) {
+			t.Fatalf("unknown plugin page: %q", e)
+		}
+	}
+
 	// Lanes, then a lane's executions.
 	do("lanes", page("#/lanes"), shot("lanes"))
 	if n := evalJS[int](t, bctx, `document.querySelectorAll("#lanes tbody tr").length`); n < 4 { // console-a/b, demo-a/b

@@ -35,6 +35,7 @@ func startPGConsole(ctx context.Context, out io.Writer, addr, tokenFile string, 
 	if h != nil {
 		src = h
 	}
+	mux.HandleFunc("GET /api/plugins/{name}", admin.PluginDetailHandler(src))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(admin.BuildReport(time.Now(), "postgres", src, nil))

@@ -81,6 +81,7 @@ func NewConsoleHandler(cfg ConsoleConfig) http.Handler {
 func (s *Server) routeConsole() {
 	h := NewConsoleHandler(ConsoleConfig{Backend: NewConsole(s.cfg.Backend), AdminToken: s.cfg.AdminToken, Logger: s.cfg.Logger})
 	s.mux.Handle("/api/", h)
+	s.mux.HandleFunc("GET /api/plugins/{name}", PluginDetailHandler(s.cfg.Host))
 	s.mux.Handle("/ui/", h)
 	s.mux.Handle("GET /{$}", h)
 }

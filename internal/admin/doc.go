@@ -48,6 +48,9 @@
 //     lane index.
 //   - GET /api/workers?namespace=default — {"workers": [WorkerInfo]}:
 //     registered instances, lanes, capabilities, last heartbeat, leases.
+//   - GET /api/plugins/{name} — a PluginDetail: the plugin's status
+//     (manifest, requested and granted capabilities, limits, faults,
+//     swaps) and its recent cycles.
 //
 // Writes need "Authorization: Bearer <admin token>" (ServerConfig.
 // AdminToken; `fabric run --admin-token-file`, admin_token_file in

@@ -74,7 +74,7 @@ async function overview() {
   if (throughput.length > 60) throughput.shift();
   const c = r.census || { executions: {}, lag_ms: {} };
   const cards = Object.entries(c.executions || {}).map(([k, v]) => `<div class="card" data-count="${esc(k)}">${esc(k)}<b>${v}</b></div>`).join("");
-  const plugins = (r.plugins || []).map((p) => `<tr data-plugin="${esc(p.name)}"><td>${esc(p.name)}</td><td>${esc(p.version)}</td>` +
+  const plugins = (r.plugins || []).map((p) => `<tr data-plugin="${esc(p.name)}"><td>${p.state === "rejected" ? esc(p.name) : `<a class="plugin-link" href="#/plugin/${encodeURIComponent(p.name)}">${esc(p.name)}</a>`}</td><td>${esc(p.version)}</td>` +
     `<td>${esc(p.state)}</td><td class="num">${p.cycles ?? ""}</td><td class="num">${(c.lag_ms || {})[p.name] ?? ""}</td>` +
     `<td class="num">${p.faults ?? ""}</td><td>${esc(p.last_swap || "")}</td><td>${esc(p.reason || p.fault || "")}</td></tr>`);
   const rejected = (r.rejected || []).map((f) => `<tr><td class="mono">${esc(f.path)}</td><td>${esc(f.reason)}</td><td>${esc(f.error)}</td></tr>`);
@@ -249,6 +249,30 @@ async function flow(id) {
   }
 }
 
+// ---- plugin detail ---------------------------------------------------------
+
+async function plugin(name) {
+  const d = await api("/api/plugins/" + encodeURIComponent(name));
+  const p = d.plugin;
+  const cycles = d.cycles.map((c) => `<tr><td class="num">${c.cycle}</td><td class="num">${c.partition}</td><td>${esc(c.start)}</td>` +
+    `<td class="num">${Math.max(0, new Date(c.end) - new Date(c.start))}</td><td class="mono">${esc(JSON.stringify(c.result))}</td>` +
+    `<td>${esc(c.error || "")}</td><td>${esc(c.host || "")}</td></tr>`);
+  const json = (v) => `<pre>${esc(JSON.stringify(v ?? null, null, 2))}</pre>`;
+  view.innerHTML = `<h1>Plugin <span id="plugin-name">${esc(p.name)}</span> <span class="state" id="plugin-state" data-state="${esc(p.state)}" style="background:#555">${esc(p.state)}</span></h1>
+    ${kv({ version: p.version, kind: p.kind, abi: p.abi, sha256: p.sha256, path: p.path, signer: p.signer, reason: p.reason,
+      interval_ms: p.interval_ms, partitions: p.partitions, cycles: p.cycles, calls: p.calls, faults: p.faults, fault: p.fault,
+      swaps: p.swaps, last_swap: p.last_swap, last_run: p.last_run, quarantine_until: p.quarantine_until, denied: p.denied,
+      last_denial: p.last_denial, commands: p.commands, over_budget: p.over_budget })}
+    <h2>Totals</h2>${json(p.totals)}
+    <h2>Requested (manifest)</h2>${json(p.requested)}
+    <h2>Granted</h2>${json(p.granted)}
+    <h2>Limits</h2>${json(p.limits)}
+    ${p.fault_kinds ? `<h2>Faults by kind</h2>${json(p.fault_kinds)}` : ""}
+    <h2>Recent cycles (newest first)</h2>
+    ${table("cycles", ["cycle", "partition", "start", "ms", "result", "error", "host"], cycles)}
+    <p>Shadow diff: not available (fabric has no shadow runs yet). Plugins are enabled and disabled in fabric.toml, not here.</p>`;
+}
+
 // ---- workers ---------------------------------------------------------------
 
 async function workers(params) {
@@ -277,6 +301,7 @@ async function route() {
     else if (parts[0] === "execution") await execution(decodeURIComponent(parts.slice(1).join("/")));
     else if (parts[0] === "flow") await flow(decodeURIComponent(parts[1] || ""));
     else if (parts[0] === "workers") await workers(params);
+    else if (parts[0] === "plugin") await plugin(decodeURIComponent(parts[1] || ""));
     else view.innerHTML = `<div class="error-box" id="error">no page ${esc(h)}</div>`;
     document.body.dataset.loaded = h;
   } catch (err) {
