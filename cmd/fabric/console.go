@@ -26,12 +26,14 @@ import (
 // consoleFlags are the flags every console verb shares.
 type consoleFlags struct {
 	addr      *string
+	ca        *string
 	tokenFile *string
 	asJSON    *bool
 }
 
 func addConsoleFlags(fs *flag.FlagSet, read bool) *consoleFlags {
-	c := &consoleFlags{addr: fs.String("admin", "http://"+admin.ServerAddrDefault, "admin server of a running host (fabric run prints it)")}
+	c := &consoleFlags{addr: fs.String("admin", "http://"+admin.ServerAddrDefault, "admin server of a running host (fabric run prints it)"),
+		ca: fs.String("admin-ca", "", "PEM CA that signs an https --admin server's certificate (default: the system's roots)")}
 	if read {
 		c.asJSON = fs.Bool("json", false, "print the API's JSON answer")
 	} else {
@@ -78,9 +80,13 @@ func (c *consoleFlags) do(ctx context.Context, method, path string, body any, ou
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc, err := adminClient(*c.ca)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w (is `fabric run` running? pass --admin)", method, u, err)
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w (is `fabric run` running? pass --admin, and --admin-ca for a private CA)", method, u, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
