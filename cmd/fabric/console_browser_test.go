@@ -139,7 +139,13 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 
 	// Overview: the census from the running host (and its plugins).
-	do("overview", page("#/"), shot("overview"))
+	// The throughput chart draws the host's sampler history (a reading
+	// every 300 ms): wait for a few before the picture.
+	valkeytest.Eventually(t, 20*time.Second, "the overview charts 10 throughput readings", func() bool {
+		do("overview", page("#/"))
+		return evalJS[int](t, bctx, `Number(document.querySelector("#throughput-chart").dataset.points)`) >= 10
+	})
+	do("overview screenshot", shot("overview"))
 	if n := evalJS[int](t, bctx, `document.querySelectorAll(".card").length`); n == 0 {
 		t.Fatal("overview shows no execution counts")
 	}

@@ -82,6 +82,9 @@ func (s *Server) routeConsole() {
 	h := NewConsoleHandler(ConsoleConfig{Backend: NewConsole(s.cfg.Backend), AdminToken: s.cfg.AdminToken, Logger: s.cfg.Logger})
 	s.mux.Handle("/api/", h)
 	s.mux.HandleFunc("GET /api/plugins/{name}", PluginDetailHandler(s.cfg.Host))
+	if s.cfg.Sampler != nil {
+		s.mux.HandleFunc("GET /api/throughput", throughputHandler(s.cfg.Sampler))
+	}
 	s.mux.Handle("/ui/", h)
 	s.mux.Handle("GET /{$}", h)
 }

@@ -2,12 +2,14 @@ package admin_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/internal/admin"
@@ -323,4 +325,26 @@ func TestConsoleUIServed(t *testing.T) {
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
 		t.Fatalf("GET /: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}
+}
+
+func TestConsoleThroughputHistory(t *testing.T) {
+	vc := valkeytest.Client(t)
+	s := admin.NewSampler(admin.SamplerConfig{Backend: vc, Interval: 20 * time.Millisecond, Logger: valkeytest.Logger()})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	base := startServer(t, admin.ServerConfig{Backend: vc, Sampler: s})
+	var h struct{ Points []admin.ThroughputPoint }
+	valkeytest.Eventually(t, 10*time.Second, "three throughput readings", func() bool {
+		h.Points = nil
+		return call(t, "GET", base+"/api/throughput", "", nil, &h) == 200 && len(h.Points) >= 3
+	})
+	for i := 1; i < len(h.Points); i++ {
+		if !h.Points[i].At.After(h.Points[i-1].At) {
+			t.Fatalf("readings out of order: %+v", h.Points)
+		}
+	}
+	noSampler := startServer(t, admin.ServerConfig{Backend: vc})
+	wantErr(t, "GET", noSampler+"/api/throughput", "", nil, 404, "no API route")
 }

@@ -51,6 +51,8 @@
 //   - GET /api/plugins/{name} — a PluginDetail: the plugin's status
 //     (manifest, requested and granted capabilities, limits, faults,
 //     swaps) and its recent cycles.
+//   - GET /api/throughput — {"points": [ThroughputPoint]}: the sampler's
+//     last readings (404 without a sampler).
 //
 // Writes need "Authorization: Bearer <admin token>" (ServerConfig.
 // AdminToken; `fabric run --admin-token-file`, admin_token_file in

@@ -43,7 +43,8 @@ type Sampler struct {
 	last       *census.Census
 	throughput float64
 	err        error
-	taken      chan struct{} // closed and replaced after every census
+	taken      chan struct{}     // closed and replaced after every census
+	history    []ThroughputPoint // the last throughputHistory readings (console_throughput.go)
 }
 
 // NewSampler validates cfg and fills its defaults; a nil Backend is a
@@ -102,6 +103,7 @@ func (s *Sampler) Sample(ctx context.Context) {
 		if s.last != nil {
 			if dt := c.At.Sub(s.last.At).Seconds(); dt > 0 {
 				s.throughput = max(0, float64(c.Executions["terminal"]-s.last.Executions["terminal"])/dt)
+				s.record(c.At, s.throughput)
 			}
 		}
 		s.last, s.err = c, nil

@@ -70,7 +70,11 @@ let overviewTimer = null;
 
 async function overview() {
   const r = await api("/status");
-  throughput.push(r.throughput || 0);
+  // The host's sampler keeps the last readings; without one (Postgres)
+  // the chart is this page's own samples.
+  const hist = await api("/api/throughput").then((h) => h.points.map((p) => p.per_second)).catch(() => null);
+  if (hist) throughput.splice(0, throughput.length, ...hist.slice(-60));
+  else throughput.push(r.throughput || 0);
   if (throughput.length > 60) throughput.shift();
   const c = r.census || { executions: {}, lag_ms: {} };
   const cards = Object.entries(c.executions || {}).map(([k, v]) => `<div class="card" data-count="${esc(k)}">${esc(k)}<b>${v}</b></div>`).join("");
@@ -79,13 +83,14 @@ async function overview() {
     `<td class="num">${p.faults ?? ""}</td><td>${esc(p.last_swap || "")}</td><td>${esc(p.reason || p.fault || "")}</td></tr>`);
   const rejected = (r.rejected || []).map((f) => `<tr><td class="mono">${esc(f.path)}</td><td>${esc(f.reason)}</td><td>${esc(f.error)}</td></tr>`);
   const max = Math.max(1, ...throughput);
-  const pts = throughput.map((v, i) => `${i * 6},${60 - (v / max) * 55}`).join(" ");
+  const step = 356 / Math.max(1, throughput.length - 1);
+  const pts = throughput.map((v, i) => `${2 + i * step},${60 - (v / max) * 55}`).join(" ");
   view.innerHTML = `<h1>Overview</h1>
     <p>${esc(r.backend || "")} · census at ${esc(c.at || "")} · throughput <b id="throughput">${(r.throughput || 0).toFixed(1)}</b>/s
     ${r.error ? `<span class="error-box">${esc(r.error)}</span>` : ""}</p>
     <div class="cards">${cards}</div>
-    <h2>Throughput (terminal executions per second, this page's samples)</h2>
-    <svg id="throughput-chart" width="360" height="62" style="background:#fff;border:1px solid #dde1e8">
+    <h2>Throughput (terminal executions per second, last ${throughput.length} readings, peak ${max.toFixed(1)})</h2>
+    <svg id="throughput-chart" data-points="${throughput.length}" width="360" height="62" style="background:#fff;border:1px solid #dde1e8">
       <polyline fill="none" stroke="#2e9a4b" stroke-width="2" points="${pts}"/></svg>
     <h2>Plugins</h2>
     ${table("plugins", ["name", "version", "state", "cycles", "lag ms", "faults", "last swap", "reason"], plugins)}
