@@ -265,7 +265,7 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 		title := fmt.Sprintf("fabric %s · %s · library %s", Version, conn.Where, lib)
 		sub := "Ctrl-C: stop submitting, drain and exit"
 		if adminURL != "" {
-			sub = "admin " + adminURL + " · " + sub
+			sub = "console " + adminURL + "/ui/ · " + sub
 		}
 		vc := statusview.Config{Out: out, TTY: mode == "tty", Interval: *o.refresh, Title: title, Subtitle: sub,
 			Report: func() admin.Report { return admin.BuildReport(time.Now(), conn.Where, src, sampler) }}
