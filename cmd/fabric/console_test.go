@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,5 +201,30 @@ func TestConsoleCLIOverTLS(t *testing.T) {
 	code, out, errOut = runCmd(t, "executions", "cancel", string(s.Eligible), "--admin", srv.URL(), "--admin-ca", certs.CA)
 	if code != 0 || !strings.Contains(out, "cancel "+string(s.Eligible)) {
 		t.Fatalf("cancel over https: %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestAdminTokenFileFromConfig: admin_token_file in fabric.toml sets
+// --admin-token-file unless the flag was given.
+func TestAdminTokenFileFromConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fabric.toml")
+	if err := os.WriteFile(path, []byte("admin_token_file = \"/etc/fabric/admin.token\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{{nil, "/etc/fabric/admin.token"}, {[]string{"--admin-token-file", "/given"}, "/given"}} {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		tok := fs.String("admin-token-file", "", "")
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadRunFile(fs, path); err != nil {
+			t.Fatal(err)
+		}
+		if *tok != tc.want {
+			t.Fatalf("args %v: --admin-token-file %q, want %q", tc.args, *tok, tc.want)
+		}
 	}
 }
