@@ -177,7 +177,8 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	do("executions of a lane", page("#/executions?lane="+consoletest.LaneA), shot("executions"))
 	ids := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#executions tbody tr")].map(r => r.dataset.id)`)
-	want := map[string]bool{string(s.Completed): true, string(s.Failed): true, string(s.Suspended): true, string(s.Eligible): true, string(s.Delayed): true}
+	want := map[string]bool{string(s.Completed): true, string(s.Failed): true, string(s.Suspended): true, string(s.Eligible): true, string(s.Delayed): true,
+		string(s.Completed2): true}
 	if len(ids) != len(want) {
 		t.Fatalf("lane %s lists %v", consoletest.LaneA, ids)
 	}

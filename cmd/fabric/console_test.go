@@ -102,7 +102,7 @@ func TestConsoleCLI(t *testing.T) {
 		}
 		out, _ = run(0, "lanes", "--json")
 		var l struct{ Lanes []admin.LaneCounts }
-		if err := json.Unmarshal([]byte(out), &l); err != nil || len(l.Lanes) != 2 || l.Lanes[0].Total != 5 {
+		if err := json.Unmarshal([]byte(out), &l); err != nil || len(l.Lanes) != 2 || l.Lanes[0].Total != 6 {
 			t.Fatalf("lanes --json: %v %+v", err, l)
 		}
 		out, _ = run(0, "workers")

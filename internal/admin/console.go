@@ -150,6 +150,21 @@ func atoiOr(s string) int { n, _ := strconv.Atoi(s); return n }
 // rows reads the core fields of ids in one pipeline; a missing core (an
 // index entry whose execution was trimmed) is dropped.
 func (cs *Console) rows(ctx context.Context, ids []string) ([]ExecutionRow, error) {
+	at, err := cs.rowsAt(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ExecutionRow, 0, len(at))
+	for _, r := range at {
+		if r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out, nil
+}
+
+// rowsAt is rows aligned with ids: nil where the core is missing.
+func (cs *Console) rowsAt(ctx context.Context, ids []string) ([]*ExecutionRow, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -162,7 +177,7 @@ func (cs *Console) rows(ctx context.Context, ids []string) ([]ExecutionRow, erro
 		}
 		cmds[i] = raw.B().Hmget().Key(model.KeysFor(eid).Core()).Field(rowFields...).Build()
 	}
-	out := make([]ExecutionRow, 0, len(ids))
+	out := make([]*ExecutionRow, len(ids))
 	for i, r := range raw.DoMulti(ctx, cmds...) {
 		vals, err := r.ToArray()
 		if err != nil {
@@ -175,10 +190,15 @@ func (cs *Console) rows(ctx context.Context, ids []string) ([]ExecutionRow, erro
 		if v[1] == "" && v[2] == "" {
 			continue
 		}
-		out = append(out, rowFrom(ids[i], v))
+		row := rowFrom(ids[i], v)
+		out[i] = &row
 	}
 	return out, nil
 }
+
+// filteredChunk is how many index members a filtered listing reads per
+// round trip (an unfiltered one reads what the page still needs).
+const filteredChunk = 256
 
 func (q *ListQuery) normalize() (int64, error) {
 	if q.Limit == 0 {
@@ -254,25 +274,33 @@ func (cs *Console) ListExecutions(ctx context.Context, q ListQuery) (*ExecutionP
 		}
 		start := max(off-pos, 0)
 		for start < counts[k] && len(page.Executions) < q.Limit {
-			stop := start + int64(q.Limit-len(page.Executions)) - 1
+			n := int64(q.Limit - len(page.Executions))
+			if wantState != "" {
+				n = max(n, filteredChunk)
+			}
 			ids, err := raw.Do(ctx, raw.B().Zrange().Key(keys[k]).Min(strconv.FormatInt(start, 10)).
-				Max(strconv.FormatInt(stop, 10)).Build()).AsStrSlice()
+				Max(strconv.FormatInt(start+n-1, 10)).Build()).AsStrSlice()
 			if err != nil {
 				return nil, fmt.Errorf("console: ZRANGE %s: %w", keys[k], err)
 			}
 			if len(ids) == 0 {
 				break
 			}
-			rows, err := cs.rows(ctx, ids)
+			rows, err := cs.rowsAt(ctx, ids)
 			if err != nil {
 				return nil, err
 			}
-			for _, r := range rows {
-				if wantState == "" || r.State == wantState {
-					page.Executions = append(page.Executions, r)
+			consumed := len(ids)
+			for j, r := range rows {
+				if r != nil && (wantState == "" || r.State == wantState) {
+					page.Executions = append(page.Executions, *r)
+					if len(page.Executions) == q.Limit {
+						consumed = j + 1 // the next page starts after this member
+						break
+					}
 				}
 			}
-			start += int64(len(ids))
+			start += int64(consumed)
 			off = pos + start
 		}
 		if len(page.Executions) >= q.Limit && off < pos+counts[k] {

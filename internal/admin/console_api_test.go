@@ -84,7 +84,7 @@ func TestConsoleAPIReads(t *testing.T) {
 			}
 		}
 		want := map[model.ExecutionID]string{s.Completed: "completed", s.Failed: "failed", s.Suspended: "suspended",
-			s.Eligible: "waiting", s.Delayed: "delayed"}
+			s.Eligible: "waiting", s.Delayed: "delayed", s.Completed2: "completed"}
 		for id, st := range want {
 			if got[string(id)] != st {
 				t.Errorf("%s: state %q, want %q (listing %v)", id, got[string(id)], st, got)
@@ -124,13 +124,35 @@ func TestConsoleAPIReads(t *testing.T) {
 			}
 			cursor = p.NextCursor
 		}
-		if len(seen) != 8 {
-			t.Fatalf("paging saw %d executions, want 8: %v", len(seen), seen)
+		if len(seen) != 9 {
+			t.Fatalf("paging saw %d executions, want 9: %v", len(seen), seen)
 		}
 		for id, n := range seen {
 			if n != 1 {
 				t.Fatalf("%s seen %d times", id, n)
 			}
+		}
+	})
+
+	t.Run("filtered paging stops inside a chunk", func(t *testing.T) {
+		var got []string
+		cursor := ""
+		for range 6 {
+			var p admin.ExecutionPage
+			q := url.Values{"limit": {"1"}, "state": {"completed"}, "cursor": {cursor}}
+			if c := call(t, "GET", base+"/api/executions?"+q.Encode(), "", nil, &p); c != 200 {
+				t.Fatalf("status %d", c)
+			}
+			for _, r := range p.Executions {
+				got = append(got, r.ID)
+			}
+			if cursor = p.NextCursor; cursor == "" {
+				break
+			}
+		}
+		want := map[string]bool{string(s.Completed): true, string(s.Completed2): true, string(s.Root): true}
+		if len(got) != 3 || !want[got[0]] || !want[got[1]] || !want[got[2]] || got[0] == got[1] || got[1] == got[2] || got[0] == got[2] {
+			t.Fatalf("completed, one per page: %v", got)
 		}
 	})
 
@@ -208,7 +230,7 @@ func TestConsoleAPIReads(t *testing.T) {
 	t.Run("lanes and workers", func(t *testing.T) {
 		var l struct{ Lanes []admin.LaneCounts }
 		call(t, "GET", base+"/api/lanes", "", nil, &l)
-		if len(l.Lanes) != 2 || l.Lanes[0].Lane != consoletest.LaneA || l.Lanes[0].Total != 5 || l.Lanes[0].Counts["terminal"] != 2 ||
+		if len(l.Lanes) != 2 || l.Lanes[0].Lane != consoletest.LaneA || l.Lanes[0].Total != 6 || l.Lanes[0].Counts["terminal"] != 3 ||
 			l.Lanes[1].Counts["active"] != 1 {
 			t.Fatalf("lanes %+v", l)
 		}
@@ -357,7 +379,7 @@ func TestConsoleAPICluster(t *testing.T) {
 	s := consoletest.Seed(t, vc)
 	base := startServer(t, admin.ServerConfig{Backend: vc, AdminToken: testToken})
 	var p admin.ExecutionPage
-	if c := call(t, "GET", base+"/api/executions?lane="+consoletest.LaneA, "", nil, &p); c != 200 || len(p.Executions) != 5 {
+	if c := call(t, "GET", base+"/api/executions?lane="+consoletest.LaneA, "", nil, &p); c != 200 || len(p.Executions) != 6 {
 		t.Fatalf("cluster list: %d %+v", c, p)
 	}
 	var d admin.ExecutionDetail
@@ -375,7 +397,7 @@ func TestConsoleAPICluster(t *testing.T) {
 	found := false
 	for _, x := range l.Lanes {
 		if x.Lane == consoletest.LaneA {
-			found = x.Total == 5
+			found = x.Total == 6
 		}
 	}
 	if !found {

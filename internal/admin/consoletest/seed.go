@@ -22,6 +22,8 @@ type Seeded struct {
 	// Completed, Failed, Suspended, Active, Eligible and Delayed are
 	// executions of lane LaneA in those states.
 	Completed, Failed, Suspended, Active, Eligible, Delayed model.ExecutionID
+	// Completed2 completed right after Completed (both of LaneA).
+	Completed2 model.ExecutionID
 	// Flow is a flow on LaneB: Root completed, Left and Right after
 	// Root; Left is active (the worker's lease), Right waiting.
 	Flow              model.UUID
@@ -85,6 +87,10 @@ func Seed(t *testing.T, vc *valkey.Client) *Seeded {
 
 	s.Completed = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "resize", Payload: []byte(`{"image":"cat.png"}`)})
 	if err := claim(s.Completed).Complete(ctx, []byte(`{"ok":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.Completed2 = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "resize"})
+	if err := claim(s.Completed2).Complete(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	s.Failed = create(sdk.ExecutionSpec{Lane: LaneA, Kind: "resize", Payload: []byte(`{"image":"broken.png"}`)})
