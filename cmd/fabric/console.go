@@ -172,6 +172,7 @@ func init() {
 			flow := fs.String("flow", "", "only the members of this flow")
 			limit := fs.Int("limit", 50, "page size (1..1000)")
 			cursor := fs.String("cursor", "", "continue from a previous page's next cursor")
+			desc := fs.Bool("desc", false, "reverse order (terminal executions newest first); keep it when paging")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				args, err := positionals(fs, args)
 				if err != nil {
@@ -181,6 +182,9 @@ func init() {
 					return err
 				}
 				q := url.Values{"limit": {strconv.Itoa(*limit)}}
+				if *desc {
+					q.Set("order", "desc")
+				}
 				for k, v := range map[string]string{"lane": *lane, "state": *state, "flow": *flow, "cursor": *cursor} {
 					if v != "" {
 						q.Set(k, v)

@@ -64,6 +64,14 @@ func TestConsoleCLI(t *testing.T) {
 			t.Fatalf("unknown lane: %s", errOut)
 		}
 		run(1, "executions", "list", "--state", "sleepy")
+		var asc, desc admin.ExecutionPage
+		out, _ = run(0, "executions", "list", "--lane", consoletest.LaneA, "--json")
+		_ = json.Unmarshal([]byte(out), &asc)
+		out, _ = run(0, "executions", "list", "--lane", consoletest.LaneA, "--desc", "--json")
+		_ = json.Unmarshal([]byte(out), &desc)
+		if len(asc.Executions) != 6 || len(desc.Executions) != 6 || asc.Executions[0].ID != desc.Executions[5].ID {
+			t.Fatalf("--desc: asc %+v desc %+v", asc.Executions, desc.Executions)
+		}
 	})
 
 	t.Run("executions show", func(t *testing.T) {

@@ -47,6 +47,10 @@ type ListQuery struct {
 	// Cursor continues a listing where the previous page's NextCursor
 	// left it ("" from the start).
 	Cursor string
+	// Desc lists in reverse: on Valkey the last partition, lane and index
+	// first, each index by descending score (terminal newest first); on
+	// Postgres newest first.
+	Desc bool
 }
 
 // ExecutionRow is one execution of a listing.
@@ -255,6 +259,9 @@ func (cs *Console) ListExecutions(ctx context.Context, q ListQuery) (*ExecutionP
 			}
 		}
 	}
+	if q.Desc {
+		slices.Reverse(keys)
+	}
 	cmds := make([]vk.Completed, len(keys))
 	for i, k := range keys {
 		cmds[i] = raw.B().Zcard().Key(k).Build()
@@ -278,8 +285,14 @@ func (cs *Console) ListExecutions(ctx context.Context, q ListQuery) (*ExecutionP
 			if wantState != "" {
 				n = max(n, filteredChunk)
 			}
-			ids, err := raw.Do(ctx, raw.B().Zrange().Key(keys[k]).Min(strconv.FormatInt(start, 10)).
-				Max(strconv.FormatInt(start+n-1, 10)).Build()).AsStrSlice()
+			rng := raw.B().Zrange().Key(keys[k]).Min(strconv.FormatInt(start, 10)).Max(strconv.FormatInt(start+n-1, 10))
+			var cmd vk.Completed
+			if q.Desc {
+				cmd = rng.Rev().Build()
+			} else {
+				cmd = rng.Build()
+			}
+			ids, err := raw.Do(ctx, cmd).AsStrSlice()
 			if err != nil {
 				return nil, fmt.Errorf("console: ZRANGE %s: %w", keys[k], err)
 			}

@@ -109,6 +109,14 @@ func apiFail(w http.ResponseWriter, err error) {
 func (s *consoleAPI) apiList(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	q := ListQuery{Lane: v.Get("lane"), State: v.Get("state"), Flow: v.Get("flow"), Cursor: v.Get("cursor")}
+	switch v.Get("order") {
+	case "", "asc":
+	case "desc":
+		q.Desc = true
+	default:
+		apiFail(w, fmt.Errorf("%w: order %q: want asc or desc", ErrBadRequest, v.Get("order")))
+		return
+	}
 	if l := v.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 {

@@ -134,6 +134,21 @@ func TestConsoleAPIReads(t *testing.T) {
 		}
 	})
 
+	t.Run("order=desc is the listing reversed", func(t *testing.T) {
+		var asc, desc admin.ExecutionPage
+		call(t, "GET", base+"/api/executions?lane="+consoletest.LaneA, "", nil, &asc)
+		call(t, "GET", base+"/api/executions?order=desc&lane="+consoletest.LaneA, "", nil, &desc)
+		if len(asc.Executions) != 6 || len(desc.Executions) != 6 {
+			t.Fatalf("asc %d, desc %d", len(asc.Executions), len(desc.Executions))
+		}
+		for i := range asc.Executions {
+			if asc.Executions[i].ID != desc.Executions[len(desc.Executions)-1-i].ID {
+				t.Fatalf("desc is not asc reversed:\n%+v\n%+v", asc.Executions, desc.Executions)
+			}
+		}
+		wantErr(t, "GET", base+"/api/executions?order=sideways", "", nil, 400, "order")
+	})
+
 	t.Run("filtered paging stops inside a chunk", func(t *testing.T) {
 		var got []string
 		cursor := ""

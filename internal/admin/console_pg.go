@@ -112,8 +112,12 @@ func (pc *PGConsole) ListExecutions(ctx context.Context, q ListQuery) (*Executio
 		where += fmt.Sprintf(" AND partition_key = $%d AND flow_id = $%d", len(args)-1, len(args))
 	}
 	args = append(args, q.Limit+1, off)
+	order := "created_at_ms, partition_key, execution_id"
+	if q.Desc {
+		order = "created_at_ms DESC, partition_key DESC, execution_id DESC"
+	}
 	rows, err := pc.c.Pool().Query(ctx, `SELECT `+pgRowCols+` FROM ff_exec_core WHERE `+where+
-		fmt.Sprintf(` ORDER BY created_at_ms, partition_key, execution_id LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
+		fmt.Sprintf(` ORDER BY %s LIMIT $%d OFFSET $%d`, order, len(args)-1, len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("console: list executions: %w", err)
 	}

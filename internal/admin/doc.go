@@ -33,11 +33,12 @@
 // execution's state refuses the action (the error names FlowFabric's
 // code, e.g. execution_not_eligible); 501 for what the backend cannot do.
 //
-//   - GET /api/executions?lane=&state=&flow=&limit=&cursor= — an
+//   - GET /api/executions?lane=&state=&flow=&limit=&cursor=&order= — an
 //     ExecutionPage. state is a lane index (eligible, delayed, active,
 //     suspended, terminal, blocked, blocked:<reason>) or a terminal
 //     public state (completed, failed, cancelled, expired, skipped);
-//     limit is 1..1000 (50); next_cursor continues the listing.
+//     limit is 1..1000 (50); order=desc reverses the listing (terminal
+//     newest first); next_cursor continues the listing.
 //   - GET /api/executions/{id} — an ExecutionDetail: core fields,
 //     payload and result previews, tags, policy, current lease, lease
 //     history, attempts with their errors and stream frames, suspension,

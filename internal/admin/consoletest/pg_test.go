@@ -125,6 +125,10 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 	if len(p.Executions) != 1 || p.Executions[0].ID != string(delayed) {
 		t.Fatalf("state=delayed: %+v", p)
 	}
+	getJSON(t, "GET", base+"/api/executions?limit=1&order=desc", &p)
+	if len(p.Executions) != 1 || p.Executions[0].ID != string(child) {
+		t.Fatalf("newest first: %+v, want %s", p, child)
+	}
 	getJSON(t, "GET", base+"/api/executions?limit=2", &p)
 	if len(p.Executions) != 2 || p.NextCursor != "2" {
 		t.Fatalf("page 1: %+v", p)

@@ -118,7 +118,7 @@ const STATES = ["", "eligible", "delayed", "active", "suspended", "blocked", "te
 
 async function executions(params) {
   const q = new URLSearchParams();
-  for (const k of ["lane", "state", "flow", "limit", "cursor"]) if (params.get(k)) q.set(k, params.get(k));
+  for (const k of ["lane", "state", "flow", "limit", "cursor", "order"]) if (params.get(k)) q.set(k, params.get(k));
   if (!q.get("limit")) q.set("limit", "25");
   const [page, ls] = await Promise.all([api("/api/executions?" + q), api("/api/lanes")]);
   const laneOpts = ["", ...ls.lanes.map((l) => l.lane)].map((l) => `<option ${l === (params.get("lane") || "") ? "selected" : ""} value="${esc(l)}">${esc(l || "all lanes")}</option>`).join("");
@@ -135,6 +135,7 @@ async function executions(params) {
       <label>state<select name="state">${stateOpts}</select></label>
       <label>flow<input name="flow" value="${esc(params.get("flow") || "")}" placeholder="flow id"></label>
       <label>page size<input name="limit" type="number" min="1" max="1000" value="${esc(q.get("limit"))}"></label>
+      <label>order<select name="order"><option value="">oldest first</option><option value="desc" ${q.get("order") === "desc" ? "selected" : ""}>newest first</option></select></label>
       <button type="submit">Filter</button>
     </form>
     ${table("executions", ["id", "lane", "state", "kind", "priority", "attempts", "created", "flow"], rows)}
