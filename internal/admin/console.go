@@ -107,7 +107,7 @@ func indexesFor(state string) ([]string, string, error) {
 	return nil, "", fmt.Errorf("%w: unknown state %q (one of %s)", ErrBadRequest, state, strings.Join(ListStates(), ", "))
 }
 
-// Lanes returns the deployment's lanes (ff:idx:lanes), sorted.
+// laneNames returns the deployment's lanes (ff:idx:lanes), sorted.
 func (cs *Console) laneNames(ctx context.Context) ([]string, error) {
 	raw := cs.c.Raw()
 	lanes, err := raw.Do(ctx, raw.B().Smembers().Key(model.KeyLanesIndex).Build()).AsStrSlice()
@@ -660,11 +660,6 @@ func (cs *Console) Execution(ctx context.Context, id string) (*ExecutionDetail, 
 		d.Flow = m
 	}
 	return d, nil
-}
-
-// FlowNode is one member of a flow.
-type FlowNode struct {
-	ExecutionRow
 }
 
 // FlowEdge is one dependency edge of a flow.
