@@ -188,7 +188,20 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	}
 
-	// Open one from the list: the failed one shows its attempt's error.
+	// Paging: two rows a page, the next page's link gives two others.
+	do("first page", page("#/executions?lane="+consoletest.LaneA+"&limit=2"))
+	first := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#executions tbody tr")].map(r => r.dataset.id)`)
+	do("next page", chromedp.Click(chromedp.CSS(`#next-page`)),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-loaded*="cursor=2"]`)))
+	second := evalJS[[]string](t, bctx, `[...document.querySelectorAll("#executions tbody tr")].map(r => r.dataset.id)`)
+	if len(first) != 2 || len(second) != 2 || first[0] == second[0] || first[1] == second[0] || first[0] == second[1] || first[1] == second[1] {
+		t.Fatalf("pages %v then %v", first, second)
+	}
+
+	// Back to the full listing; open one from it: the failed one shows
+	// its attempt's error.
+	do("executions again", page("#/executions?lane="+consoletest.LaneA))
+
 	link := fmt.Sprintf(`tr[data-id=%q] a.exec-link`, string(s.Failed))
 	if !evalJS[bool](t, bctx, fmt.Sprintf(`document.querySelector(%q) !== null`, link)) {
 		t.Fatalf("no link %s in the listing", link)
