@@ -86,10 +86,18 @@ func runTimers(t *testing.T, srv *valkey.Server, db int, timers host.TimerConfig
 		return true
 	})
 	var run timerRun
+	// The least of three windows: on a loaded machine the wake-up
+	// subscription can come up after the first sweeps, and the catch-up
+	// sweep the host then runs (every partition once) may fall in the
+	// first window; the idle regime is what the later ones see.
 	const window = 2 * time.Second
-	before, start := commandCalls(t, c), time.Now()
-	<-time.After(window) // a measurement window, not a synchronisation
-	run.idlePerSec = float64(commandCalls(t, c)-before) / time.Since(start).Seconds()
+	for i := range 3 {
+		before, start := commandCalls(t, c), time.Now()
+		<-time.After(window) // a measurement window, not a synchronisation
+		if r := float64(commandCalls(t, c)-before) / time.Since(start).Seconds(); i == 0 || r < run.idlePerSec {
+			run.idlePerSec = r
+		}
+	}
 
 	now, err := c.ServerTime(ctx)
 	if err != nil {
