@@ -125,6 +125,9 @@ type ExecutionSpec struct {
 	Priority int
 	// Delay postpones the first claim (0: eligible now; never negative).
 	Delay time.Duration
+	// RunAt, instead of Delay, postpones the first claim until an
+	// absolute time (one already past means now).
+	RunAt time.Time
 	// IdempotencyKey makes the create idempotent for 24 h within the
 	// execution's partition: a repeat returns the first id.
 	IdempotencyKey string
@@ -148,6 +151,12 @@ func (s *ExecutionSpec) validate() error {
 	}
 	if s.Delay < 0 {
 		return invalid("delay", "must not be negative (got %s)", s.Delay)
+	}
+	if s.Delay > 0 && !s.RunAt.IsZero() {
+		return invalid("delay", "set Delay or RunAt, not both")
+	}
+	if len(s.IdempotencyKey) > IdempotencyKeyMaxBytes {
+		return invalid("idempotency_key", "%d bytes exceed %d", len(s.IdempotencyKey), IdempotencyKeyMaxBytes)
 	}
 	for k := range s.Tags {
 		if k == "" {
@@ -210,6 +219,8 @@ func (c *Client) createParams(spec *ExecutionSpec) (*valkey.CreateExecutionParam
 	var delayUntil int64
 	if spec.Delay > 0 {
 		delayUntil = c.clock().Add(spec.Delay).UnixMilli()
+	} else if !spec.RunAt.IsZero() && spec.RunAt.After(c.clock()) {
+		delayUntil = spec.RunAt.UnixMilli()
 	}
 	p := &valkey.CreateExecutionParams{
 		ExecutionID: id, Namespace: cmp.Or(spec.Namespace, c.ns), LaneID: spec.Lane,

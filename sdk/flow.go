@@ -66,7 +66,7 @@ func (f *Flow) Add(ctx context.Context, spec ExecutionSpec, after ...model.Execu
 	if spec.ID != "" {
 		return "", invalid("id", "flow members are minted on the flow's partition; leave ID empty")
 	}
-	if spec.Delay > 0 && len(after) > 0 {
+	if (spec.Delay > 0 || !spec.RunAt.IsZero()) && len(after) > 0 {
 		return "", invalid("delay", "a member with parents cannot also be delayed")
 	}
 	p := f.c.parts.FlowPartition(f.ID)
