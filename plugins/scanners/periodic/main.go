@@ -79,20 +79,20 @@ func fire(h pdk.Host, p model.Partition, d pdk.Due) []abi.Call {
 			def[flat[i]] = flat[i+1]
 		}
 	}
-	eid := periodic.TickID(p, name, tick)
-	advance := func(next int64) abi.Call {
+	advance := func(tick, next int64) abi.Call {
+		eid := periodic.TickID(p, name, tick)
 		return abi.Call{Function: "fabric_periodic_advance", Item: name,
 			Keys: []string{keys.PeriodicSchedule(name), keys.PeriodicIndex(), model.KeysFor(eid).Core()},
 			Args: []string{name, pdk.Itoa(tick), pdk.Itoa(next), string(eid)}}
 	}
 	if len(def) == 0 {
 		// Removed since the index read: the advance drops the entry.
-		return []abi.Call{advance(0)}
+		return []abi.Call{advance(tick, 0)}
 	}
 	timing, err := periodic.TimingOf(def)
 	if err != nil {
 		h.Log(abi.LogWarn, "schedule "+name+": "+err.Error()+"; removing it from the index")
-		return []abi.Call{advance(0)}
+		return []abi.Call{advance(tick, 0)}
 	}
 	if def[periodic.FieldNextDueMs] != pdk.Itoa(tick) {
 		return nil // index and hash disagree mid-update; the next scan sees both
@@ -104,9 +104,6 @@ func fire(h pdk.Host, p model.Partition, d pdk.Due) []abi.Call {
 	if tags == nil {
 		tags = map[string]string{}
 	}
-	tags[periodic.TagSchedule] = name
-	tags[periodic.TagTick] = pdk.Itoa(tick)
-	tagsJSON, _ := json.Marshal(tags)
 	policy := def[periodic.FieldPolicy]
 	if policy == "" {
 		policy = "{}"
@@ -115,17 +112,46 @@ func fire(h pdk.Host, p model.Partition, d pdk.Due) []abi.Call {
 	if priority == "" {
 		priority = "0"
 	}
+	// Every overdue tick (up to MaxTicksPerScan) fires in this batch: each
+	// create is followed by the advance from its tick to the next, a chain
+	// of compare-and-sets applied in order.
+	var calls []abi.Call
+	for n := 0; n < MaxTicksPerScan; n++ {
+		calls = append(calls, createCall(p, name, tick, def, tags, policy, priority))
+		next := timing.After(tick, d.NowMs)
+		calls = append(calls, advance(tick, next))
+		if next == 0 || next > d.NowMs {
+			break
+		}
+		tick = next
+	}
+	return calls
+}
+
+// MaxTicksPerScan bounds the overdue ticks of one schedule fired by one
+// scan (a host catching up after a stall); the rest fire on the next.
+const MaxTicksPerScan = 16
+
+// createCall is ff_create_execution of name's tick.
+func createCall(p model.Partition, name string, tick int64, def, tags map[string]string, policy, priority string) abi.Call {
+	keys := model.KeysOn(p)
+	eid := periodic.TickID(p, name, tick)
+	t := make(map[string]string, len(tags)+2)
+	for k, v := range tags {
+		t[k] = v
+	}
+	t[periodic.TagSchedule] = name
+	t[periodic.TagTick] = pdk.Itoa(tick)
+	tagsJSON, _ := json.Marshal(t)
 	lane := def[periodic.FieldLane]
 	ek := model.KeysFor(eid)
 	// KEYS: core, payload, policy, tags, scheduling zset, idem (noop),
 	// execution_deadline, all_executions. ARGV: eid, namespace, lane, kind,
 	// priority, creator, policy_json, payload, delay_until, dedup_ttl_ms,
 	// tags_json, deadline_at, partition_id.
-	create := abi.Call{Function: "ff_create_execution", Item: name,
+	return abi.Call{Function: "ff_create_execution", Item: name,
 		Keys: []string{ek.Core(), ek.Payload(), ek.Policy(), ek.Tags(), keys.LaneEligible(lane), keys.Noop(),
 			keys.ExecutionDeadline(), keys.AllExecutions()},
 		Args: []string{string(eid), def[periodic.FieldNamespace], lane, def[periodic.FieldKind], priority, Creator,
 			policy, def[periodic.FieldPayload], "", "", string(tagsJSON), "", pdk.Itoa(int64(p.Index))}}
-	next := timing.After(tick, d.NowMs)
-	return []abi.Call{create, advance(next)}
 }

@@ -60,3 +60,45 @@ func TestScanFiresDueSchedules(t *testing.T) {
 }
 
 func pdkItoa(v int64) string { return pdk.Itoa(v) }
+
+// TestScanCatchesUpOverdueTicks: a schedule three ticks behind fires the
+// three in one batch, each create followed by the advance of its tick.
+func TestScanCatchesUpOverdueTicks(t *testing.T) {
+	t.Parallel()
+	part := model.Partition{Family: model.FamilyFlow, Index: 1}
+	keys := model.KeysOn(part)
+	h := pdktest.New(t, Plugin.Manifest)
+	h.NowMs = 12_500
+	h.ZAdd(keys.PeriodicIndex(), 10_000, "s")
+	h.HSet(keys.PeriodicSchedule("s"), periodic.FieldLane, "l", periodic.FieldKind, "k", periodic.FieldEveryMs, "1000",
+		periodic.FieldAnchorMs, "0", periodic.FieldNextDueMs, "10000")
+	h.Handle("ff_create_execution", func(k, args []string) abi.CallResult {
+		return abi.CallResult{Result: abi.StatusOK, Status: "OK", Fields: []string{args[0]}}
+	})
+	h.Handle("fabric_periodic_advance", func(k, args []string) abi.CallResult {
+		return abi.CallResult{Result: abi.StatusOK, Status: "OK", Fields: []string{"advanced", args[2]}}
+	})
+	h.Scan(Plugin, part, 1)
+	var got []string
+	for _, c := range h.Calls {
+		switch c.Function {
+		case "ff_create_execution":
+			got = append(got, "create "+c.Args[10])
+		case "fabric_periodic_advance":
+			got = append(got, "advance "+c.Args[1]+"->"+c.Args[2])
+		}
+	}
+	want := []string{
+		`create {"fabric.periodic":"s","fabric.periodic_tick_ms":"10000"}`, "advance 10000->11000",
+		`create {"fabric.periodic":"s","fabric.periodic_tick_ms":"11000"}`, "advance 11000->12000",
+		`create {"fabric.periodic":"s","fabric.periodic_tick_ms":"12000"}`, "advance 12000->13000",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("calls = %q", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("call %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+}
