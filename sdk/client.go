@@ -128,7 +128,8 @@ type ExecutionSpec struct {
 	// RunAt, instead of Delay, postpones the first claim until an
 	// absolute time (one already past means now).
 	RunAt time.Time
-	// IdempotencyKey makes the create idempotent for 24 h within the
+	// IdempotencyKey makes the create idempotent (for 24 h on Valkey; on
+	// Postgres as long as the first execution exists) within the
 	// execution's partition: a repeat returns the first id.
 	IdempotencyKey string
 	// Tags are stored in the execution's tags hash.
