@@ -197,7 +197,19 @@ type Frame struct {
 	Payload []byte
 	// CorrelationID optionally links frames.
 	CorrelationID string
+	// Mode is FrameDurable (the default), FrameBestEffort (trimmed by
+	// age and rate, hidden from readers that exclude it) or FrameSummary
+	// (Payload is a JSON merge patch applied to the attempt's summary
+	// document; see Client.ReadSummary).
+	Mode string
 }
+
+// Frame modes.
+const (
+	FrameDurable    = "durable"
+	FrameBestEffort = "best_effort"
+	FrameSummary    = "summary"
+)
 
 // AppendFrame appends an output frame to the attempt's durable stream
 // (ff_append_frame) and returns its stream entry id.
@@ -211,9 +223,22 @@ func (l *Lease) AppendFrame(ctx context.Context, f Frame) (string, error) {
 	if len(f.Payload) > valkey.DefaultMaxFramePayloadBytes {
 		return "", invalid("frame.payload", "%d bytes exceed %d", len(f.Payload), valkey.DefaultMaxFramePayloadBytes)
 	}
-	res, err := l.w.vc.AppendFrame(ctx, &valkey.AppendFrameParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex,
+	ap := &valkey.AppendFrameParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex,
 		Fence: l.fence, FrameType: f.Type, Payload: string(f.Payload), CorrelationID: f.CorrelationID,
-		RetentionMaxLen: valkey.DefaultRetentionMaxLen})
+		RetentionMaxLen: valkey.DefaultRetentionMaxLen}
+	switch f.Mode {
+	case "", FrameDurable:
+	case FrameBestEffort:
+		ap.Mode = FrameBestEffort
+	case FrameSummary:
+		if !json.Valid(f.Payload) {
+			return "", invalid("frame.payload", "a summary frame's payload must be a JSON merge patch")
+		}
+		ap.Mode, ap.PatchKind = FrameSummary, "json-merge-patch"
+	default:
+		return "", invalid("frame.mode", "unknown mode %q (durable, best_effort or summary)", f.Mode)
+	}
+	res, err := l.w.vc.AppendFrame(ctx, ap)
 	if err != nil {
 		return "", fmt.Errorf("sdk: append frame to %s: %w", l.ID, err)
 	}
