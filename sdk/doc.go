@@ -24,11 +24,15 @@
 //	err = w.Run(ctx, mux.ServeJob)
 //
 // Beyond single jobs: [Flow.AddJoin] builds DAGs with AllOf, AnyOf and
-// Quorum joins; [Job.Suspend] parks a job until a signal delivered with
-// [Client.DeliverSignal] resumes it; [Client.AddPeriodic] schedules jobs
-// on an interval or a cron expression (fired by the hosts' periodic
-// plugin); [Job.ReportProgress] and [Job.ReportUsage] report progress and
-// budget usage. The examples/ directory has a runnable program for each.
+// Quorum joins, and [Job.WaitForChildren] fans out at run time;
+// [Job.Suspend] parks a job on one or several waitpoints (or a pending one,
+// [Lease.CreatePendingWaitpoint]) until a signal delivered with
+// [Client.DeliverSignal] resumes it; [Client.AddPeriodic] schedules jobs on
+// an interval or a cron expression (fired by the hosts' periodic plugin);
+// [Job.ReportProgress] and [Job.ReportUsage] report progress and budget
+// usage; frames have modes ([Frame].Mode) and [Client.TailAttemptStream]
+// follows a stream live; [Worker.ClaimExecution] claims a given execution.
+// The examples/ directory has runnable programs.
 //
 // On Postgres the same Worker, Lease, Job and Run work over a
 // *postgres.Client: create with [ConnectPostgres] and produce with a
