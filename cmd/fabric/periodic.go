@@ -29,11 +29,11 @@ func (t tagsFlag) Set(v string) error {
 
 // periodicClient connects to the deployment at url and returns an SDK
 // client on it (partition counts from ff:config:partitions).
-func periodicClient(ctx context.Context, env *cliEnv, url string) (*sdk.Client, func(), error) {
+func periodicClient(ctx context.Context, env *cliEnv, url string, cf *connFlags) (*sdk.Client, func(), error) {
 	if url == "" {
 		return nil, nil, fmt.Errorf("%w: --valkey-url is required (schedules live in the deployment)", errUsage)
 	}
-	b := &backendFlags{url: url, logLevel: "error"}
+	b := &backendFlags{url: url, conn: cf, logLevel: "error"}
 	conn, err := b.connect(ctx, env)
 	if err != nil {
 		return nil, nil, err
@@ -62,6 +62,7 @@ func init() {
 		summary: "Add (or replace) a periodic schedule: the periodic plugin of the running hosts creates one execution of --kind per tick (--every or --cron, UTC).",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			url := fs.String("valkey-url", "", "the deployment (required)")
+			cf := addConnFlags(fs)
 			every := fs.Duration("every", 0, "fixed interval between ticks (at least 100ms)")
 			cronExpr := fs.String("cron", "", `5-field cron expression or descriptor, in UTC (e.g. "*/5 * * * *", "@hourly")`)
 			kind := fs.String("kind", "", "execution kind of the created executions (required)")
@@ -91,7 +92,7 @@ func init() {
 					opts = append(opts, sdk.WithTags(tags))
 				}
 				p := sdk.Periodic{Name: args[0], Every: *every, Cron: *cronExpr, Kind: *kind, Payload: []byte(*payload)}
-				c, done, err := periodicClient(ctx, env, *url)
+				c, done, err := periodicClient(ctx, env, *url, cf)
 				if err != nil {
 					return err
 				}
@@ -112,11 +113,12 @@ func init() {
 		summary: "Remove a periodic schedule (executions it created are kept); exit 1 if there is none of that name.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			url := fs.String("valkey-url", "", "the deployment (required)")
+			cf := addConnFlags(fs)
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if len(args) != 1 {
 					return fmt.Errorf("%w: want exactly one schedule NAME", errUsage)
 				}
-				c, done, err := periodicClient(ctx, env, *url)
+				c, done, err := periodicClient(ctx, env, *url, cf)
 				if err != nil {
 					return err
 				}
@@ -134,12 +136,13 @@ func init() {
 		summary: "List the periodic schedules: timing, kind, lane, next and last tick.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			url := fs.String("valkey-url", "", "the deployment (required)")
+			cf := addConnFlags(fs)
 			asJSON := fs.Bool("json", false, "print the schedules as JSON")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
 				}
-				c, done, err := periodicClient(ctx, env, *url)
+				c, done, err := periodicClient(ctx, env, *url, cf)
 				if err != nil {
 					return err
 				}
