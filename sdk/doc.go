@@ -7,7 +7,7 @@
 // sent:
 //
 //	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc}) // vc is a *valkey.Client
-//	id, err := sdk.EnqueueJSON(ctx, c, "email.send", Email{To: "a@b"},
+//	id, err := sdk.EnqueueJSON(ctx, c, "email.send", map[string]string{"to": "a@b"},
 //		sdk.WithLane("emails"), sdk.WithIdempotencyKey("welcome:a@b"),
 //		sdk.WithRetry(3, sdk.ExponentialBackoff(time.Second, time.Minute, 2)))
 //
@@ -15,9 +15,9 @@
 // middlewares:
 //
 //	mux := sdk.NewMux()
-//	mux.Use(sdk.Recover(logger), sdk.Logging(logger))
-//	sdk.HandleJSON(mux, "email.send", func(ctx context.Context, job *sdk.Job, m Email) error {
-//		return send(ctx, m) // nil completes, an error fails (retry per policy)
+//	mux.Use(sdk.Recover(nil), sdk.Logging(nil)) // nil: slog.Default()
+//	sdk.HandleJSON(mux, "email.send", func(ctx context.Context, job *sdk.Job, m map[string]string) error {
+//		return send(ctx, []byte(m["to"])) // nil completes, an error fails (retry per policy)
 //	})
 //	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}})
 //	defer w.Close(context.Background())
