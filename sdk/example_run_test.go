@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -256,4 +257,89 @@ func ExampleJob_ReportProgress() {
 	// Output:
 	// 50 row 500 of 1000
 	// completed
+}
+
+// A flow member fans out children at run time and runs again once they
+// all succeeded.
+func ExampleJob_WaitForChildren() {
+	ctx := context.Background()
+	vc := exampleBackend()
+	defer vc.Close()
+	client, _ := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: quiet})
+	flow, _ := client.CreateFlow(ctx, "report")
+	_, _ = flow.Add(ctx, sdk.ExecutionSpec{Lane: "reports", Kind: "report"})
+
+	done := make(chan struct{})
+	var mu sync.Mutex
+	shards := 0
+	mux := sdk.NewMux()
+	mux.Handle("report", func(ctx context.Context, job *sdk.Job) error {
+		if job.AttemptType == "resumed" {
+			mu.Lock()
+			fmt.Println("merging", shards, "shards")
+			mu.Unlock()
+			close(done)
+			return nil
+		}
+		var kids []model.ExecutionID
+		for range 3 {
+			id, err := client.Flow(job.FlowID()).Add(ctx, sdk.ExecutionSpec{Lane: "reports", Kind: "shard"})
+			if err != nil {
+				return err
+			}
+			kids = append(kids, id)
+		}
+		return job.WaitForChildren(ctx, kids...)
+	})
+	mux.Handle("shard", func(context.Context, *sdk.Job) error {
+		mu.Lock()
+		shards++
+		mu.Unlock()
+		return nil
+	})
+	w, _ := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "r", Lanes: []string{"reports"}, Concurrency: 3,
+		ResolveDependencies: true, Logger: quiet})
+	defer w.Close(ctx)
+	runUntil(w, mux.ServeJob, done)
+	// Output:
+	// merging 3 shards
+}
+
+// A reader follows an attempt's output live until the attempt ends.
+func ExampleClient_TailAttemptStream() {
+	ctx := context.Background()
+	vc := exampleBackend()
+	defer vc.Close()
+	client, _ := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: quiet})
+	id, _ := client.Enqueue(ctx, "generate", nil, sdk.WithLane("llm"))
+	w, _ := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "g", Lanes: []string{"llm"}, Logger: quiet})
+	defer w.Close(ctx)
+	stop := make(chan struct{})
+	defer close(stop)
+	go runUntil(w, func(ctx context.Context, job *sdk.Job) error {
+		for _, tok := range []string{"Hello", ", ", "world"} {
+			if _, err := job.AppendFrame(ctx, sdk.Frame{Type: "token", Payload: []byte(tok)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, stop)
+
+	text, after := "", ""
+	for {
+		frames, closed, err := client.TailAttemptStream(ctx, id, 0, after, time.Second, 100)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, f := range frames {
+			text += f.Fields["payload"]
+			after = f.ID
+		}
+		if closed && len(frames) == 0 {
+			break
+		}
+	}
+	fmt.Println(text)
+	// Output:
+	// Hello, world
 }
