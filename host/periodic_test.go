@@ -57,12 +57,14 @@ func periodicAcrossHosts(t *testing.T, o periodicOpts) {
 		FieldValue(model.ConfigFieldQuotaPartitions, "2").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
+	// The stock policy: periodic runs under its built-in grant.
+	policy := host.StockPolicy()
 	var hosts []*host.Host
 	for _, id := range []string{"host-a", "host-b"} {
 		dir := t.TempDir()
 		copyFile(t, fixture(t, "periodic"), filepath.Join(dir, "periodic.wasm"))
 		h, err := host.New(host.Config{
-			PluginDir: dir, CacheDir: cacheDir, Policy: fixturePolicy(t),
+			PluginDir: dir, CacheDir: cacheDir, Policy: &policy,
 			Backend:    valkeytest.Dial(t, srv.URL(), 0),
 			Logger:     valkeytest.Logger(),
 			Partitions: model.PartitionConfig{Flow: 4, Budget: 2, Quota: 2},
