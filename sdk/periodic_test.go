@@ -2,10 +2,15 @@ package sdk_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/internal/periodic"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
@@ -96,5 +101,66 @@ func TestPeriodicStore(t *testing.T) {
 	}
 	if err := closed.RemovePeriodic(b.ctx, ""); !errors.Is(err, sdk.ErrInvalidInput) {
 		t.Errorf("remove empty name: %v", err)
+	}
+}
+
+// TestPeriodicAdvanceFunction drives fabric_periodic_advance directly: it
+// moves a schedule only from the tick it is at and only once the tick's
+// execution exists, and drops the index entry of a removed schedule.
+func TestPeriodicAdvanceFunction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	if err := b.vc.EnsureFabricLibrary(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.c.AddPeriodic(b.ctx, sdk.Periodic{Name: "adv", Every: time.Minute, Kind: "k"}, sdk.WithLane("adv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := b.c.Partitions().SoloPartition("adv")
+	pk := model.KeysOn(part)
+	tick := info.NextDue.UnixMilli()
+	eid := periodic.TickID(part, "adv", tick)
+	advance := func(name string, tick, next int64) (string, error) {
+		e := periodic.TickID(part, name, tick)
+		rep, err := b.vc.FCall(b.ctx, "fabric_periodic_advance",
+			[]string{pk.PeriodicSchedule(name), pk.PeriodicIndex(), model.KeysFor(e).Core()},
+			[]string{name, strconv.FormatInt(tick, 10), strconv.FormatInt(next, 10), string(e)})
+		if err != nil {
+			return "", err
+		}
+		return rep.Field(0), nil
+	}
+	// Before the tick's execution exists: refused, nothing moves.
+	if _, err := advance("adv", tick, tick+60_000); valkey.CodeOf(err) != "not_created" {
+		t.Fatalf("advance without the execution: %v", err)
+	}
+	if _, err := b.c.CreateExecution(b.ctx, sdk.ExecutionSpec{ID: eid, Lane: "adv"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := advance("adv", tick, tick+60_000); err != nil || got != "advanced" {
+		t.Fatalf("advance = %q, %v", got, err)
+	}
+	// A second host with the same tick finds it moved on.
+	if got, err := advance("adv", tick, tick+60_000); err != nil || got != "stale" {
+		t.Fatalf("repeat = %q, %v", got, err)
+	}
+	l, _ := b.c.ListPeriodic(b.ctx)
+	if len(l) != 1 || l[0].NextDue.UnixMilli() != tick+60_000 || l[0].LastTick.UnixMilli() != tick || l[0].LastExecutionID != eid {
+		t.Fatalf("after advance: %+v", l)
+	}
+	score, err := b.vc.Raw().Do(b.ctx, b.vc.Raw().B().Zscore().Key(pk.PeriodicIndex()).Member("adv").Build()).AsFloat64()
+	if err != nil || int64(score) != tick+60_000 {
+		t.Fatalf("index score %v, %v", score, err)
+	}
+	// A stray index entry of a removed schedule is dropped.
+	if err := b.vc.Raw().Do(b.ctx, b.vc.Raw().B().Zadd().Key(pk.PeriodicIndex()).ScoreMember().ScoreMember(1, "ghost").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := advance("ghost", 1, 2); err != nil || got != "gone" {
+		t.Fatalf("ghost = %q, %v", got, err)
+	}
+	if err := b.vc.Raw().Do(b.ctx, b.vc.Raw().B().Zscore().Key(pk.PeriodicIndex()).Member("ghost").Build()).Error(); !vk.IsValkeyNil(err) {
+		t.Fatalf("ghost still indexed: %v", err)
 	}
 }
