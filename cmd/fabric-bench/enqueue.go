@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +20,12 @@ import (
 func runEnqueueOpts(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	n, p := e.size.E2EJobs, e.size.Producers
 	sc.Size = fmt.Sprintf("%d enqueues, %d producers, cap %s per run", n, p, e.size.RunCap)
+	u0, _ := e.serverUsec(ctx)
 	fab, err := fabricEnqueueOpts(ctx, e, n, p)
 	if err != nil {
 		return err
 	}
+	u1, _ := e.serverUsec(ctx)
 	row := Row{Measure: "enqueues/s with options", Fabric: fab.rate(), Unit: "/s", HigherIsBetter: true,
 		OfLimit: fab.rate() / e.limitOr1(), Note: fab.cappedNote()}
 	pr, err := e.peer(ctx, "asynq-enqueue-opts", "-socket", e.vsrv.Socket(), "-db", strconv.Itoa(e.freshDB()),
@@ -34,6 +37,14 @@ func runEnqueueOpts(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		if pr.Capped {
 			row.Note += fmt.Sprintf("; asynq capped after %d of %d", pr.Jobs, n)
 		}
+	}
+	u2, _ := e.serverUsec(ctx)
+	if fab.done > 0 && pr != nil && pr.Jobs > 0 {
+		if row.Note != "" {
+			row.Note += "; "
+		}
+		row.Note += fmt.Sprintf("server time per enqueue: fabric %.0f µs (FCALL ff_create_execution), asynq %.0f µs (EVALSHA)",
+			float64(u1-u0)/float64(fab.done), float64(u2-u1)/float64(pr.Jobs))
 	}
 	sc.Rows = append(sc.Rows, row)
 	sc.Notes = append(sc.Notes,
@@ -82,4 +93,35 @@ func fabricEnqueueOpts(ctx context.Context, e *benchEnv, n, producers int) (e2eR
 		return e2eResult{}, fmt.Errorf("enqueue: %w", err)
 	}
 	return e2eResult{done: done.Load(), elapsed: time.Since(start), capped: rctx.Err() != nil, want: n}, nil
+}
+
+// serverUsec is the time the server spent in script calls (FCALL,
+// EVALSHA, EVAL) in µs, from INFO commandstats.
+func (e *benchEnv) serverUsec(ctx context.Context) (int64, error) {
+	raw := e.stats.Raw()
+	s, err := raw.Do(ctx, raw.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		// Commands run inside scripts have lines of their own: count only
+		// the script calls, which include them.
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		switch strings.TrimPrefix(name, "cmdstat_") {
+		case "fcall", "evalsha", "eval":
+		default:
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total, nil
 }
