@@ -15,4 +15,5 @@ var DefaultPlugins = []string{
 	"retention_trimmer",  // 60 s
 	"unblock",            // 5 s
 	"execution_deadline", // 5 s
+	"periodic",           // 1 s; fabric's periodic schedules (timers wake it on the due tick)
 }

@@ -247,6 +247,17 @@ func (k PartitionKeys) Idempotency(ns, idemKey string) string {
 // Noop is the placeholder key for optional KEYS slots; never read or written.
 func (k PartitionKeys) Noop() string { return "ff:noop:" + k.tag }
 
+// PeriodicIndex is the zset of the partition's periodic schedules (fabric's
+// own, not FlowFabric's): member the schedule name, score its next due
+// tick (ms). The periodic scanner serves it.
+func (k PartitionKeys) PeriodicIndex() string { return k.idx("periodic") }
+
+// PeriodicSchedule is the hash defining periodic schedule name (kind, lane,
+// payload, policy, interval or cron expression, next due tick).
+func (k PartitionKeys) PeriodicSchedule(name string) string {
+	return "ff:periodic:" + k.tag + ":" + name
+}
+
 // FlowKeys builds the keys of one flow.
 type FlowKeys struct {
 	tag  string
@@ -358,6 +369,9 @@ const (
 	KeyConfigPartitions = "ff:config:partitions"
 	// KeyLanesIndex is the set of lane ids seeded at boot.
 	KeyLanesIndex = "ff:idx:lanes"
+	// KeyPeriodicRegistry is the hash of every periodic schedule: name →
+	// lane (the schedule lives on the lane's solo partition).
+	KeyPeriodicRegistry = "ff:periodic:registry"
 	// ChannelDAGCompletions is the pub/sub channel of flow-member terminal
 	// transitions.
 	ChannelDAGCompletions = "ff:dag:completions"

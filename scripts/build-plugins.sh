@@ -14,13 +14,13 @@ out=bin/plugins
 mkdir -p "$out"
 built=0
 # stale lists "src dst" when dst is missing or older than a .go file under
-# src, pdk/, abi/ or model/.
+# src, pdk/, abi/, model/ or internal/periodic/.
 todo=()
 total=0
 stale() { # src dst
   local src=$1 dst=$2
   total=$((total+1))
-  if [ -f "$dst" ] && [ -z "$(find "$src" pdk abi model -name '*.go' -newer "$dst" 2>/dev/null | head -1)" ]; then
+  if [ -f "$dst" ] && [ -z "$(find "$src" pdk abi model internal/periodic -name '*.go' -newer "$dst" 2>/dev/null | head -1)" ]; then
     return
   fi
   todo+=("$src $dst")

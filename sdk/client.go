@@ -125,7 +125,11 @@ type ExecutionSpec struct {
 	Priority int
 	// Delay postpones the first claim (0: eligible now; never negative).
 	Delay time.Duration
-	// IdempotencyKey makes the create idempotent for 24 h within the
+	// RunAt, instead of Delay, postpones the first claim until an
+	// absolute time (one already past means now).
+	RunAt time.Time
+	// IdempotencyKey makes the create idempotent (for 24 h on Valkey; on
+	// Postgres as long as the first execution exists) within the
 	// execution's partition: a repeat returns the first id.
 	IdempotencyKey string
 	// Tags are stored in the execution's tags hash.
@@ -148,6 +152,12 @@ func (s *ExecutionSpec) validate() error {
 	}
 	if s.Delay < 0 {
 		return invalid("delay", "must not be negative (got %s)", s.Delay)
+	}
+	if s.Delay > 0 && !s.RunAt.IsZero() {
+		return invalid("delay", "set Delay or RunAt, not both")
+	}
+	if len(s.IdempotencyKey) > IdempotencyKeyMaxBytes {
+		return invalid("idempotency_key", "%d bytes exceed %d", len(s.IdempotencyKey), IdempotencyKeyMaxBytes)
 	}
 	for k := range s.Tags {
 		if k == "" {
@@ -210,6 +220,8 @@ func (c *Client) createParams(spec *ExecutionSpec) (*valkey.CreateExecutionParam
 	var delayUntil int64
 	if spec.Delay > 0 {
 		delayUntil = c.clock().Add(spec.Delay).UnixMilli()
+	} else if !spec.RunAt.IsZero() && spec.RunAt.After(c.clock()) {
+		delayUntil = spec.RunAt.UnixMilli()
 	}
 	p := &valkey.CreateExecutionParams{
 		ExecutionID: id, Namespace: cmp.Or(spec.Namespace, c.ns), LaneID: spec.Lane,

@@ -3,21 +3,36 @@
 // suspend them, speaking FlowFabric's Valkey data model through the
 // flowfabric function library.
 //
-// A producer uses a [Client]:
+// A producer uses a [Client]; options are validated before anything is
+// sent:
 //
-//	c, _ := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc}) // vc is a *valkey.Client
-//	id, err := c.CreateExecution(ctx, sdk.ExecutionSpec{
-//		Lane: "emails", Kind: "send_email", Payload: []byte(`{"to":"a@b"}`),
-//		Policy: &sdk.Policy{MaxRetries: 3, Backoff: sdk.ExponentialBackoff(time.Second, time.Minute, 2)},
+//	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc}) // vc is a *valkey.Client
+//	id, err := sdk.EnqueueJSON(ctx, c, "email.send", map[string]string{"to": "a@b"},
+//		sdk.WithLane("emails"), sdk.WithIdempotencyKey("welcome:a@b"),
+//		sdk.WithRetry(3, sdk.ExponentialBackoff(time.Second, time.Minute, 2)))
+//
+// A consumer runs a [Worker] with a [Mux] routing jobs by kind through
+// middlewares:
+//
+//	mux := sdk.NewMux()
+//	mux.Use(sdk.Recover(nil), sdk.Logging(nil)) // nil: slog.Default()
+//	sdk.HandleJSON(mux, "email.send", func(ctx context.Context, job *sdk.Job, m map[string]string) error {
+//		return send(ctx, []byte(m["to"])) // nil completes, an error fails (retry per policy)
 //	})
-//
-// A consumer runs a [Worker]:
-//
-//	w, _ := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}})
+//	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}})
 //	defer w.Close(context.Background())
-//	err := w.Run(ctx, func(ctx context.Context, job *sdk.Job) error {
-//		return send(ctx, job.Payload) // nil completes, an error fails (retry per policy)
-//	})
+//	err = w.Run(ctx, mux.ServeJob)
+//
+// Beyond single jobs: [Flow.AddJoin] builds DAGs with AllOf, AnyOf and
+// Quorum joins, and [Job.WaitForChildren] fans out at run time;
+// [Job.Suspend] parks a job on one or several waitpoints (or a pending one,
+// [Lease.CreatePendingWaitpoint]) until a signal delivered with
+// [Client.DeliverSignal] resumes it; [Client.AddPeriodic] schedules jobs on
+// an interval or a cron expression (fired by the hosts' periodic plugin);
+// [Job.ReportProgress] and [Job.ReportUsage] report progress and budget
+// usage; frames have modes ([Frame].Mode) and [Client.TailAttemptStream]
+// follows a stream live; [Worker.ClaimExecution] claims a given execution.
+// The examples/ directory has runnable programs.
 //
 // On Postgres the same Worker, Lease, Job and Run work over a
 // *postgres.Client: create with [ConnectPostgres] and produce with a

@@ -63,10 +63,86 @@ func (c *Client) CreateFlow(ctx context.Context, kind string) (*Flow, error) {
 // a child is never runnable while one of its edges is missing, whichever
 // of its parents finish while Add runs.
 func (f *Flow) Add(ctx context.Context, spec ExecutionSpec, after ...model.ExecutionID) (model.ExecutionID, error) {
+	return f.AddJoin(ctx, spec, AllOf(), after...)
+}
+
+// SiblingPolicy says what happens to the parents still running when an
+// AnyOf or Quorum join is satisfied.
+type SiblingPolicy string
+
+const (
+	// CancelRemaining cancels the parents that have not finished once the
+	// join is satisfied (reason sibling_quorum_satisfied; the host's
+	// edge_cancel dispatcher carries it out).
+	CancelRemaining SiblingPolicy = valkey.OnSatisfiedCancelRemain
+	// LetRun lets them finish; their outcomes no longer matter to the
+	// child.
+	LetRun SiblingPolicy = valkey.OnSatisfiedLetRun
+)
+
+// Join is how a flow member's parents gate it: AllOf (every parent
+// succeeds; a failed parent skips the child), AnyOf (the first success
+// runs it), Quorum (k successes run it; once k can no longer be reached
+// the child is skipped).
+type Join struct {
+	variant  string
+	k        int
+	siblings SiblingPolicy
+}
+
+// AllOf is the default join: every parent must succeed.
+func AllOf() Join { return Join{variant: valkey.EdgeGroupAllOf} }
+
+// AnyOf runs the child after the first parent that succeeds; siblings
+// says what becomes of the others.
+func AnyOf(siblings SiblingPolicy) Join {
+	return Join{variant: valkey.EdgeGroupAnyOf, siblings: siblings}
+}
+
+// Quorum runs the child once k parents succeeded; siblings says what
+// becomes of the others.
+func Quorum(k int, siblings SiblingPolicy) Join {
+	return Join{variant: valkey.EdgeGroupQuorum, k: k, siblings: siblings}
+}
+
+func (j Join) validate(parents int) error {
+	switch j.variant {
+	case valkey.EdgeGroupAllOf:
+		return nil
+	case valkey.EdgeGroupAnyOf, valkey.EdgeGroupQuorum:
+	default:
+		return invalid("join", "use AllOf, AnyOf or Quorum (got the zero Join)")
+	}
+	if j.siblings != CancelRemaining && j.siblings != LetRun {
+		return invalid("join.siblings", "want CancelRemaining or LetRun (got %q)", j.siblings)
+	}
+	if parents == 0 {
+		return invalid("join", "%s needs at least one parent", j.variant)
+	}
+	if j.variant == valkey.EdgeGroupQuorum && (j.k < 1 || j.k > parents) {
+		return invalid("join.k", "quorum %d is out of range 1..%d (the number of parents)", j.k, parents)
+	}
+	return nil
+}
+
+// AddJoin is Add with a join other than AllOf: the child's inbound edge
+// group gets join's policy (ff_set_edge_group_policy) before its first
+// edge is applied.
+//
+//	winner, _ := flow.AddJoin(ctx, spec, sdk.AnyOf(sdk.CancelRemaining), mirrorA, mirrorB, mirrorC)
+//	commit, _ := flow.AddJoin(ctx, spec, sdk.Quorum(2, sdk.LetRun), replica1, replica2, replica3)
+//
+// Workers that complete parents must resolve their edges: run them with
+// WorkerConfig.ResolveDependencies or run the host's dependency
+// dispatcher.
+func (f *Flow) AddJoin(ctx context.Context, spec ExecutionSpec, join Join, after ...model.ExecutionID) (model.ExecutionID, error) {
+	if err := join.validate(len(after)); err != nil {
+		return "", err
+	}
 	if spec.ID != "" {
 		return "", invalid("id", "flow members are minted on the flow's partition; leave ID empty")
 	}
-	if spec.Delay > 0 && len(after) > 0 {
+	if (spec.Delay > 0 || !spec.RunAt.IsZero()) && len(after) > 0 {
 		return "", invalid("delay", "a member with parents cannot also be delayed")
 	}
 	p := f.c.parts.FlowPartition(f.ID)
@@ -89,6 +165,11 @@ func (f *Flow) Add(ctx context.Context, spec ExecutionSpec, after ...model.Execu
 	}
 	if len(after) == 0 {
 		return id, nil
+	}
+	if join.variant != valkey.EdgeGroupAllOf {
+		if _, err := f.c.vc.SetEdgeGroupPolicy(ctx, f.ID, id, join.variant, string(join.siblings), join.k, now); err != nil {
+			return id, fmt.Errorf("sdk: %w", err)
+		}
 	}
 	edges := make([]*valkey.EdgeParams, len(after))
 	for i, parent := range after {

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -160,6 +161,13 @@ func pgLeaseGone(err error) bool {
 }
 
 func (c *Client) pgCreate(ctx context.Context, p *valkey.CreateExecutionParams, spec *ExecutionSpec) (model.ExecutionID, error) {
+	if spec.IdempotencyKey != "" && spec.ID == "" {
+		// The Postgres backend keeps no idempotency index (the key is only
+		// recorded): derive the id from the namespace and key instead, so
+		// a repeat lands on the same row and creates nothing. Unlike
+		// Valkey's 24 h window, the key holds as long as the row exists.
+		p.ExecutionID = idempotentID(p.ExecutionID.Partition(), p.Namespace, spec.IdempotencyKey)
+	}
 	var caps []string
 	if spec.Policy != nil {
 		caps = spec.Policy.RequiredCapabilities
@@ -174,4 +182,15 @@ func (c *Client) pgCreate(ctx context.Context, p *valkey.CreateExecutionParams, 
 		return "", fmt.Errorf("sdk: %w", err)
 	}
 	return p.ExecutionID, nil
+}
+
+// idempotentID is the execution id of an idempotency key on partition p:
+// a name-based (SHA-256, version 8) UUID of the namespace and key.
+func idempotentID(p model.Partition, ns, key string) model.ExecutionID {
+	sum := sha256.Sum256([]byte("fabric.idempotency\x00" + ns + "\x00" + key))
+	var u model.UUID
+	copy(u[:], sum[:16])
+	u[6] = u[6]&0x0f | 0x80
+	u[8] = u[8]&0x3f | 0x80
+	return model.NewExecutionID(p, u)
 }

@@ -15,7 +15,11 @@ import (
 	"github.com/fabric-host/fabric/sdk"
 )
 
-func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
+func TestMain(m *testing.M) {
+	code := valkeytest.Run(m)
+	stopExampleServer()
+	os.Exit(code)
+}
 
 // testBundle is a fresh database with a small partition count (so a
 // sweep is one or two rounds) and a client on it.

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,6 +31,22 @@ type SuspendSpec struct {
 	// Reason is the suspension's reason code (waiting_for_signal when
 	// empty).
 	Reason string
+	// ExtraWaitpoints adds waitpoints to the suspension, one per key
+	// ("" for a random key), each with its own token and the same
+	// condition: a signal satisfying any one of them resumes the
+	// execution (e.g. one waitpoint per approver). Not with Pending.
+	ExtraWaitpoints []string
+	// Pending suspends on a waitpoint created earlier in this attempt
+	// with CreatePendingWaitpoint: signals delivered to it before the
+	// suspend were buffered and count now (the result may be
+	// AlreadySatisfied). WaitpointKey is ignored.
+	Pending *Waitpoint
+}
+
+// Waitpoint is one waitpoint of a suspension: where signals are
+// delivered (ID) and the HMAC token that authenticates them.
+type Waitpoint struct {
+	ID, Key, Token string
 }
 
 func (s *SuspendSpec) validate() error {
@@ -46,8 +63,20 @@ func (s *SuspendSpec) validate() error {
 			return invalid("suspend.signals", "signal names must not be empty")
 		}
 	}
+	if s.Pending != nil && len(s.ExtraWaitpoints) > 0 {
+		return invalid("suspend.extra_waitpoints", "extra waitpoints cannot be combined with a pending waitpoint")
+	}
+	if s.Pending != nil && s.Pending.ID == "" {
+		return invalid("suspend.pending", "waitpoint id is empty")
+	}
+	if len(s.ExtraWaitpoints) > MaxExtraWaitpoints {
+		return invalid("suspend.extra_waitpoints", "%d exceed %d", len(s.ExtraWaitpoints), MaxExtraWaitpoints)
+	}
 	return nil
 }
+
+// MaxExtraWaitpoints bounds SuspendSpec.ExtraWaitpoints.
+const MaxExtraWaitpoints = 64
 
 // conditionJSON renders the single-waitpoint resume condition
 // FlowFabric's backend sends (signal_set, any/all).
@@ -84,6 +113,10 @@ type Suspension struct {
 	// AlreadySatisfied: signals buffered earlier already satisfy the
 	// condition; the lease is kept and the execution is still active.
 	AlreadySatisfied bool
+	// Waitpoints are all the suspension's waitpoints, the primary one
+	// (WaitpointID, WaitpointKey, Token) first, then the extra ones in
+	// SuspendSpec.ExtraWaitpoints order.
+	Waitpoints []Waitpoint
 }
 
 // Suspend releases the lease and parks the execution until its resume
@@ -107,6 +140,15 @@ func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, err
 		WorkerInstanceID: l.w.cfg.InstanceID}
 	if p.WaitpointKey == "" {
 		p.WaitpointKey = "wpk:" + newID()
+	}
+	for _, key := range spec.ExtraWaitpoints {
+		if key == "" {
+			key = "wpk:" + newID()
+		}
+		p.Extra = append(p.Extra, valkey.WaitpointBinding{WaitpointID: newID(), WaitpointKey: key})
+	}
+	if spec.Pending != nil {
+		p.WaitpointID, p.WaitpointKey, p.UsePendingWaitpoint = spec.Pending.ID, "", true
 	}
 	if p.ReasonCode == "" {
 		p.ReasonCode = "waiting_for_signal"
@@ -132,8 +174,13 @@ func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, err
 	if !res.AlreadySatisfied {
 		l.w.stats.suspended.Add(1)
 	}
-	return &Suspension{ExecutionID: l.ID, SuspensionID: res.SuspensionID, WaitpointID: res.Waitpoint.WaitpointID,
-		WaitpointKey: res.Waitpoint.WaitpointKey, Token: res.Waitpoint.Token, AlreadySatisfied: res.AlreadySatisfied}, nil
+	out := &Suspension{ExecutionID: l.ID, SuspensionID: res.SuspensionID, WaitpointID: res.Waitpoint.WaitpointID,
+		WaitpointKey: res.Waitpoint.WaitpointKey, Token: res.Waitpoint.Token, AlreadySatisfied: res.AlreadySatisfied}
+	out.Waitpoints = append(out.Waitpoints, Waitpoint{ID: out.WaitpointID, Key: out.WaitpointKey, Token: out.Token})
+	for _, x := range res.Extra {
+		out.Waitpoints = append(out.Waitpoints, Waitpoint{ID: x.WaitpointID, Key: x.WaitpointKey, Token: x.Token})
+	}
+	return out, nil
 }
 
 // Suspend suspends the job (see Lease.Suspend). After a successful
@@ -150,7 +197,19 @@ type Frame struct {
 	Payload []byte
 	// CorrelationID optionally links frames.
 	CorrelationID string
+	// Mode is FrameDurable (the default), FrameBestEffort (trimmed by
+	// age and rate, hidden from readers that exclude it) or FrameSummary
+	// (Payload is a JSON merge patch applied to the attempt's summary
+	// document; see Client.ReadSummary).
+	Mode string
 }
+
+// Frame modes.
+const (
+	FrameDurable    = "durable"
+	FrameBestEffort = "best_effort"
+	FrameSummary    = "summary"
+)
 
 // AppendFrame appends an output frame to the attempt's durable stream
 // (ff_append_frame) and returns its stream entry id.
@@ -164,9 +223,22 @@ func (l *Lease) AppendFrame(ctx context.Context, f Frame) (string, error) {
 	if len(f.Payload) > valkey.DefaultMaxFramePayloadBytes {
 		return "", invalid("frame.payload", "%d bytes exceed %d", len(f.Payload), valkey.DefaultMaxFramePayloadBytes)
 	}
-	res, err := l.w.vc.AppendFrame(ctx, &valkey.AppendFrameParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex,
+	ap := &valkey.AppendFrameParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex,
 		Fence: l.fence, FrameType: f.Type, Payload: string(f.Payload), CorrelationID: f.CorrelationID,
-		RetentionMaxLen: valkey.DefaultRetentionMaxLen})
+		RetentionMaxLen: valkey.DefaultRetentionMaxLen}
+	switch f.Mode {
+	case "", FrameDurable:
+	case FrameBestEffort:
+		ap.Mode = FrameBestEffort
+	case FrameSummary:
+		if !json.Valid(f.Payload) {
+			return "", invalid("frame.payload", "a summary frame's payload must be a JSON merge patch")
+		}
+		ap.Mode, ap.PatchKind = FrameSummary, "json-merge-patch"
+	default:
+		return "", invalid("frame.mode", "unknown mode %q (durable, best_effort or summary)", f.Mode)
+	}
+	res, err := l.w.vc.AppendFrame(ctx, ap)
 	if err != nil {
 		return "", fmt.Errorf("sdk: append frame to %s: %w", l.ID, err)
 	}
@@ -207,7 +279,9 @@ type SignalResult struct {
 
 // DeliverSignal delivers an authenticated signal (ff_deliver_signal); a
 // signal that satisfies the resume condition makes the execution
-// claimable again.
+// claimable again. A signal for a pending waitpoint (see
+// Lease.CreatePendingWaitpoint) is buffered until the execution suspends
+// on it (Effect buffered_for_pending_waitpoint).
 func (c *Client) DeliverSignal(ctx context.Context, id model.ExecutionID, s Signal) (*SignalResult, error) {
 	if c.vc == nil {
 		return nil, errNotOnPostgres("Client.DeliverSignal")
@@ -226,9 +300,15 @@ func (c *Client) DeliverSignal(ctx context.Context, id model.ExecutionID, s Sign
 	if payload == "" {
 		payload = "{}"
 	}
-	r, err := c.vc.DeliverSignal(ctx, &valkey.SignalParams{SignalID: newID(), ExecutionID: id,
+	sp := &valkey.SignalParams{SignalID: newID(), ExecutionID: id,
 		WaitpointID: s.WaitpointID, SignalName: s.Name, SignalCategory: "external", SourceType: "sdk",
-		SourceIdentity: src, Payload: payload, IdempotencyKey: s.IdempotencyKey, WaitpointToken: s.Token})
+		SourceIdentity: src, Payload: payload, IdempotencyKey: s.IdempotencyKey, WaitpointToken: s.Token}
+	r, err := c.vc.DeliverSignal(ctx, sp)
+	if errors.Is(err, valkey.CodeWaitpointPendingUseBuffer) {
+		// A pending waitpoint (the execution has not suspended yet):
+		// buffer the signal; the suspend that activates it counts it.
+		r, err = c.vc.BufferSignalForPendingWaitpoint(ctx, sp)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
 	}

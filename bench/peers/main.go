@@ -10,6 +10,7 @@
 //	peers asynq-e2e   -socket S -db N -jobs N -workers W -producers P -timeout D
 //	peers asynq-delay -socket S -db N -jobs N -spread D -timeout D
 //	peers asynq-idle  -socket S -db N -hold D
+//	peers asynq-enqueue-opts -socket S -db N -jobs N -producers P -timeout D
 //	peers river-e2e   -url U -jobs N -workers W -producers P [-fetch-cooldown D] -timeout D
 package main
 
@@ -91,6 +92,8 @@ func main() {
 		res, err = asynqDelay(ctx, asynqOpt(*socket, *db), *jobs, *spread, *check)
 	case "asynq-idle":
 		res, err = asynqIdle(ctx, asynqOpt(*socket, *db), *hold)
+	case "asynq-enqueue-opts":
+		res, err = asynqEnqueueOpts(ctx, asynqOpt(*socket, *db), *jobs, *producers)
 	case "river-e2e":
 		res, err = riverE2E(ctx, *url, *jobs, *workers, *producers, *cooldown)
 	default:
@@ -173,6 +176,41 @@ func asynqE2E(ctx context.Context, opt asynq.RedisClientOpt, jobs, workers, prod
 		capped = true
 	}
 	return &Result{Version: asynqVersion, Jobs: done.Load(), Seconds: time.Since(start).Seconds(), Capped: capped}, nil
+}
+
+// asynqEnqueueOpts measures Client.Enqueue with the options fabric's
+// scenario 9 sets: queue, max retry, timeout, process-in (1 h, so nothing
+// runs) and a unique task id per job (asynq's idempotent enqueue). asynq
+// has no per-task priority or tags.
+func asynqEnqueueOpts(ctx context.Context, opt asynq.RedisClientOpt, jobs, producers int) (*Result, error) {
+	cl := asynq.NewClient(opt)
+	defer cl.Close()
+	var done atomic.Int64
+	start := time.Now()
+	errs := make(chan error, producers)
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := p; i < jobs; i += producers {
+				_, err := cl.EnqueueContext(ctx, asynq.NewTask("bench", []byte(`{"n":1}`)),
+					asynq.Queue("bench_opts"), asynq.MaxRetry(3), asynq.Timeout(30*time.Second),
+					asynq.ProcessIn(time.Hour), asynq.TaskID("job-"+strconv.Itoa(i)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil && ctx.Err() == nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	return &Result{Version: asynqVersion, Jobs: done.Load(), Seconds: time.Since(start).Seconds(), Capped: ctx.Err() != nil}, nil
 }
 
 // asynqDelay schedules jobs due uniformly over spread (from 1 s after

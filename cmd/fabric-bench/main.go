@@ -135,6 +135,7 @@ var scenarios = []scenarioDef{
 	{5, "Scanner cost", runScannerCost},
 	{6, "Hot-swap", runSwap},
 	{7, "Memory", runMemory},
+	{9, "Enqueue with options", runEnqueueOpts},
 }
 
 func main() {

@@ -23,7 +23,7 @@ function fab.del_chunks(keys)
   return n
 end
 
-redis.register_function('fabric_version', function(keys, args) return '3' end)
+redis.register_function('fabric_version', function(keys, args) return '4' end)
 
 -- fabric_purge_execution deletes one terminal execution past its retention,
 -- atomically (FlowFabric's retention_trimmer deletes in chunks from the
@@ -392,4 +392,41 @@ redis.register_function('fabric_host_leave', function(keys, args)
   if not host or host == '' then return fab.err('invalid_input', 'host_id') end
   if redis.call('ZREM', key, host) == 1 then return fab.ok('left') end
   return fab.ok('absent')
+end)
+
+-- fabric_periodic_advance moves a periodic schedule past the tick it just
+-- fired, once the tick's execution exists (the periodic scanner creates it
+-- in the same pipeline with a deterministic id, so every host creates the
+-- same one; this makes the advance a compare-and-set on the tick).
+--   KEYS[1] schedule hash  KEYS[2] periodic index zset
+--   KEYS[3] exec core of the tick's execution
+--   ARGV[1] schedule name  ARGV[2] tick_ms (the fired next_due_ms)
+--   ARGV[3] next tick ms ('0': none, the schedule leaves the index)
+--   ARGV[4] the tick's execution id
+-- Replies: ok('advanced', next) | ok('stale') (another host advanced it) |
+--   ok('gone') (schedule removed: index entry dropped) |
+--   err('not_created') (no execution for the tick: nothing moved) |
+--   err('invalid_input', what)
+redis.register_function('fabric_periodic_advance', function(keys, args)
+  local def, idx, core = keys[1], keys[2], keys[3]
+  if not def or not idx or not core then return fab.err('invalid_input', 'keys') end
+  local name, tick, nxt, eid = args[1], args[2], tonumber(args[3] or ''), args[4]
+  if not name or name == '' then return fab.err('invalid_input', 'name') end
+  if not tick or tick == '' or not tonumber(tick) then return fab.err('invalid_input', 'tick_ms') end
+  if not nxt then return fab.err('invalid_input', 'next_ms') end
+  if redis.call('EXISTS', def) == 0 then
+    redis.call('ZREM', idx, name)
+    return fab.ok('gone')
+  end
+  if redis.call('HGET', def, 'next_due_ms') ~= tick then return fab.ok('stale') end
+  if redis.call('EXISTS', core) == 0 then return fab.err('not_created') end
+  redis.call('HSET', def, 'last_tick_ms', tick, 'last_execution_id', eid or '')
+  if nxt > 0 then
+    redis.call('HSET', def, 'next_due_ms', string.format('%d', nxt))
+    redis.call('ZADD', idx, nxt, name)
+  else
+    redis.call('HSET', def, 'next_due_ms', '')
+    redis.call('ZREM', idx, name)
+  end
+  return fab.ok('advanced', string.format('%d', nxt))
 end)

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+)
+
+func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
+
+// TestFlowExample runs the DAG against a real server: the any-of step and
+// the quorum step both complete.
+func TestFlowExample(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(valkeytest.Context(t, time.Minute), valkeytest.Client(t), &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "unpack: completed\nreport: completed\n"; out.String() != want {
+		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), want)
+	}
+}

@@ -1,0 +1,128 @@
+// Command suspension shows a job that waits for a person: the handler
+// suspends the execution on a waitpoint ("approve" or "reject"), hands the
+// waitpoint's id and token to the outside world (here a channel standing
+// in for an email with a link), and an external party delivers the signal
+// with the token; the execution resumes on any worker and completes.
+//
+//	go run ./examples/suspension
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/examples/internal/exenv"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+func main() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	vc, closeAll, err := exenv.Connect(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer closeAll()
+	if err := run(ctx, vc, os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, vc *valkey.Client, out io.Writer) error {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: logger})
+	if err != nil {
+		return err
+	}
+	// Waitpoint tokens are HMACs under a per-partition secret. `fabric run`
+	// installs one at start-up; without a host, install one here (a
+	// stored secret is kept).
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
+	if err := vc.InstallWaitpointHMACSecret(ctx, hex.EncodeToString(secret)); err != nil {
+		return err
+	}
+	id, err := client.Enqueue(ctx, "expense.review", []byte(`{"amount":1200}`), sdk.WithLane("approvals"))
+	if err != nil {
+		return err
+	}
+
+	// The "inbox" of the approver: where the waitpoint token is sent.
+	inbox := make(chan *sdk.Suspension, 1)
+	mux := sdk.NewMux()
+	mux.Handle("expense.review", func(ctx context.Context, job *sdk.Job) error {
+		if job.AttemptType == "resumed" {
+			job.SetResult([]byte("expense approved"))
+			return nil
+		}
+		s, err := job.Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approve", "reject"}, Timeout: 24 * time.Hour})
+		if err != nil {
+			return err
+		}
+		inbox <- s
+		return nil // ignored after a suspend: the execution waits
+	})
+	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "reviewer", Lanes: []string{"approvals"}, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer w.Close(context.Background())
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = w.Run(runCtx, mux.ServeJob) }()
+
+	var s *sdk.Suspension
+	select {
+	case s = <-inbox:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	st, err := client.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "waiting: %s\n", st.PublicState)
+
+	// The approver clicks the link: an external process delivers the
+	// signal, authenticated by the waitpoint token.
+	res, err := client.DeliverSignal(ctx, s.ExecutionID, sdk.Signal{WaitpointID: s.WaitpointID, Token: s.Token,
+		Name: "approve", Payload: []byte(`{"by":"dana"}`), IdempotencyKey: "approve-once"})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "signal resumed it: %v\n", res.Resumed)
+
+	for {
+		st, err := client.State(ctx, id)
+		if err != nil {
+			return err
+		}
+		if st.PublicState == model.PublicCompleted {
+			r, err := client.Result(ctx, id)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s\n", r)
+			return nil
+		}
+		if st.Terminal() {
+			return fmt.Errorf("ended %s", st.PublicState)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
