@@ -157,9 +157,7 @@ func startPostgresHost(ctx context.Context, env *cliEnv, pc *postgres.Client, o 
 		return nil, ctx.Err()
 	}
 	fmt.Fprintf(env.stdout, "host: %d plugins from %s\n", len(h.Plugins()), o.pluginDir)
-	for _, p := range h.Plugins() {
-		fmt.Fprintf(env.stdout, "  %-22s %-8s %-10s %s\n", p.Name, p.Version, p.State, p.Reason)
-	}
+	writePluginList(env.stdout, h.Plugins())
 	return h, nil
 }
 
