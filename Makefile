@@ -6,15 +6,16 @@ GO ?= go
 BIN := bin
 GOFLAGS_TEST ?= -race -count=1 -timeout 20m
 
-.PHONY: all deps build plugins test run vet fmt-check clean bench soak
+.PHONY: all deps test-deps build plugins test run vet fmt-check clean bench soak
 
 all: build
 
-# deps installs what the build and the tests need: a server binary
-# (valkey-server preferred, redis-server from Debian otherwise), Postgres
-# (initdb/postgres for the throwaway clusters of backend/postgres; Debian's
-# postgresql-15), Debian's chromium (the operator console's browser test,
-# cmd/fabric TestConsoleBrowser) and the Go modules.
+# deps installs what the build, `make run` and the tests need: a server
+# binary (valkey-server preferred, redis-server from Debian otherwise),
+# Postgres (initdb/postgres for the throwaway clusters of backend/postgres;
+# Debian's postgresql-15) and the Go modules. test-deps adds what only the
+# tests need: Debian's chromium (the operator console's browser test,
+# cmd/fabric TestConsoleBrowser), so `make run` never installs a browser.
 deps:
 	@if ! command -v valkey-server >/dev/null 2>&1 && ! command -v redis-server >/dev/null 2>&1; then \
 		echo "installing redis-server (apt-get)"; \
@@ -27,13 +28,15 @@ deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql-15 >/dev/null \
 		|| DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
 	fi
+	@$(GO) mod download
+	@cd bench/peers && $(GO) mod download
+
+test-deps: deps
 	@if ! command -v chromium >/dev/null 2>&1; then \
 		echo "installing chromium (apt-get; the console's browser test drives it headless)"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
 	fi
-	@$(GO) mod download
-	@cd bench/peers && $(GO) mod download
 
 build: deps
 	@mkdir -p $(BIN)
@@ -56,7 +59,7 @@ vet:
 # 10,000 on its own.
 SOAK_EXECUTIONS ?= 3000
 
-test: deps plugins fmt-check vet
+test: test-deps plugins fmt-check vet
 	FABRIC_SOAK_EXECUTIONS=$(SOAK_EXECUTIONS) $(GO) test $(GOFLAGS_TEST) ./...
 
 # soak: the bounded fault soak of issue 13 at full size: SDK workers

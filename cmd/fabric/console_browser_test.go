@@ -17,7 +17,7 @@ import (
 	"github.com/fabric-host/fabric/internal/admin/consoletest"
 )
 
-// chromiumPath finds Debian's chromium (make deps installs it).
+// chromiumPath finds Debian's chromium (make test-deps, which make test runs, installs it).
 func chromiumPath() string {
 	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"} {
 		if _, err := os.Stat(p); err == nil {
@@ -38,7 +38,7 @@ func chromiumPath() string {
 func TestConsoleBrowser(t *testing.T) {
 	chromium := chromiumPath()
 	if chromium == "" {
-		t.Skip("chromium is not installed (make deps installs Debian's chromium)")
+		t.Skip("chromium is not installed (make test-deps installs Debian's chromium)")
 	}
 	srv := valkeytest.NewServer(t)
 	s := consoletest.Seed(t, valkeytest.Dial(t, srv.URL(), 0))

@@ -76,7 +76,11 @@ func init() {
 					}
 				}
 				w := env.stdout
+				// wasm is where the printed commands leave the module,
+				// relative to the directory they end in.
+				wasm := name + ".wasm"
 				if inRepo {
+					wasm = "bin/plugins/" + name + ".wasm"
 					rel, err := filepath.Rel(root, target)
 					if err != nil {
 						return err
@@ -105,7 +109,7 @@ func init() {
 					fmt.Fprintf(w, "  $ cd %s\n  $ go mod tidy\n  $ go test ./...\n  $ GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o %s.wasm .\n", target, name)
 					fmt.Fprintf(w, "then copy %s.wasm into the host's plugin directory (bin/plugins of `fabric run`);\n", name)
 				}
-				fmt.Fprintf(w, "the host runs it once fabric.toml grants what it requests: `fabric plugins validate %s.wasm` prints the [plugins.%s.grant] to add.\n", name, name)
+				fmt.Fprintf(w, "the host runs it once fabric.toml grants what it requests: `fabric plugins validate %s` prints the [plugins.%s.grant] to add.\n", wasm, name)
 				fmt.Fprintf(w, "It scans the lanes of its \"lanes\" config (default: every lane of the lane registry, the demo's demo-a/b/c included).\n")
 				return nil
 			}

@@ -110,6 +110,11 @@ func TestPluginNew(t *testing.T) {
 	if !strings.Contains(out, "created") {
 		t.Fatalf("stdout %q", out)
 	}
+	// The validate hint names the file make plugins writes, relative to
+	// the repository root the printed commands cd into.
+	if want := "fabric plugins validate bin/plugins/" + name + ".wasm`"; !strings.Contains(out, want) {
+		t.Fatalf("stdout must say %q:\n%s", want, out)
+	}
 	if code, _, _ := run(t, "plugin", "new", "--dir", parent, name); code != 1 {
 		t.Fatal("scaffolding over an existing plugin must fail")
 	}
@@ -161,6 +166,9 @@ func TestPluginNewOutsideTheRepository(t *testing.T) {
 		if cmd, ok := strings.CutPrefix(strings.TrimSpace(l), "$ "); ok {
 			script = append(script, cmd)
 		}
+	}
+	if !strings.Contains(out, "fabric plugins validate myscanner.wasm`") {
+		t.Fatalf("the validate hint must name the module the build writes:\n%s", out)
 	}
 	if len(script) < 4 || strings.Contains(out, "make plugins") || strings.Contains(out, "./plugins/scanners") {
 		t.Fatalf("commands for an outside module expected:\n%s", out)

@@ -448,10 +448,22 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 		fmt.Fprintf(out, "host id %s: partition leases (TTL %s), %d live hosts; owns flow %s · budget %s · quota %s\n",
 			st.HostID, time.Duration(st.TTLMs)*time.Millisecond, len(st.Members), orNone(st.Owned["flow"]), orNone(st.Owned["budget"]), orNone(st.Owned["quota"]))
 	}
-	for _, p := range h.Plugins() {
-		fmt.Fprintf(out, "  %-22s %-8s %-10s %s\n", p.Name, p.Version, p.State, p.Reason)
-	}
+	writePluginList(out, h.Plugins())
 	return h, nil
+}
+
+// writePluginList prints the start-up list of plugins, one a line (name,
+// version, state, reason), each column as wide as its widest cell so a
+// long name (pg_edge_cancel_reconciler) does not push its row out of line.
+func writePluginList(w io.Writer, ps []host.PluginStatus) {
+	nameW, verW, stateW := 0, 0, 0
+	for _, p := range ps {
+		nameW, verW, stateW = max(nameW, len(p.Name)), max(verW, len(p.Version)), max(stateW, len(string(p.State)))
+	}
+	for _, p := range ps {
+		line := fmt.Sprintf("  %-*s %-*s %-*s %s", nameW, p.Name, verW, p.Version, stateW, p.State, p.Reason)
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
 }
 
 // hostPlugin reports whether h serves the named plugin.

@@ -157,9 +157,7 @@ func startPostgresHost(ctx context.Context, env *cliEnv, pc *postgres.Client, o 
 		return nil, ctx.Err()
 	}
 	fmt.Fprintf(env.stdout, "host: %d plugins from %s\n", len(h.Plugins()), o.pluginDir)
-	for _, p := range h.Plugins() {
-		fmt.Fprintf(env.stdout, "  %-22s %-8s %-10s %s\n", p.Name, p.Version, p.State, p.Reason)
-	}
+	writePluginList(env.stdout, h.Plugins())
 	return h, nil
 }
 
@@ -275,11 +273,16 @@ submit:
 		if kind == pgKindRetry {
 			spec.Policy = &sdk.Policy{MaxRetries: 1, Backoff: sdk.FixedBackoff(100 * time.Millisecond)}
 		}
-		if _, err := client.CreateExecution(sctx, spec); err != nil {
-			if sctx.Err() != nil {
-				break
-			}
-			werr = err
+		// The create runs to its end once begun, as the Valkey workload's
+		// do: one cut off by the duration or a Ctrl-C could commit yet
+		// return the context's error, leaving an execution the summary
+		// never counted (submitted N, completed N+1) and the drain never
+		// waited for.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(sctx), 30*time.Second)
+		_, err := client.CreateExecution(cctx, spec)
+		ccancel()
+		if err != nil {
+			werr = fmt.Errorf("demo: create execution: %w", err)
 			break
 		}
 		sum.submitted.Add(1)

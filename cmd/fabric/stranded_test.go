@@ -113,6 +113,14 @@ func TestNothingLeftBehind(t *testing.T) {
 				t.Errorf("output has %q:\n%s", r.notWant, out)
 			}
 			if r.postgres {
+				// Every execution the database holds was counted as
+				// submitted (the summary's completed counts handler
+				// successes, which a re-run after a lost lease can repeat).
+				audited := regexp.MustCompile(`demo: audit: (\d+) executions`).FindStringSubmatch(out)
+				counted := regexp.MustCompile(`demo: submitted (\d+), completed \d+ `).FindStringSubmatch(out)
+				if audited == nil || counted == nil || audited[1] != counted[1] {
+					t.Errorf("audit %v, summary %v: every execution in the database must be counted as submitted:\n%s", audited, counted, out)
+				}
 				return
 			}
 			// Start-up says what it changed on the server.
