@@ -126,7 +126,7 @@ func (w *workloadFlags) secretFor(ctx context.Context, conn *backendConn, out io
 		"Choose it with --waitpoint-hmac-secret or FF_WAITPOINT_HMAC_SECRET (hex); every FlowFabric server of this deployment must use the same",
 		conn.Where, missing, conn.Client.Partitions().Flow)
 	fmt.Fprintln(out, msg)
-	conn.Logger.Warn(msg)
+	conn.Logger.Info(msg) // said on the output already; the log has it at info
 	return randomHex(32), nil
 }
 

@@ -137,7 +137,10 @@ func init() {
 					return fmt.Errorf("%s is not a valid plugin: %w", args[0], err)
 				}
 				if in.NotGranted != "" {
-					fmt.Fprintf(env.stderr, "grant that would admit it (after review):\n%s", grantTOML(in))
+					// On stdout, as TOML (the header a comment), so that
+					// `fabric plugins validate F >> fabric.toml` keeps it
+					// for review; the refusal itself goes to stderr.
+					fmt.Fprintf(env.stdout, "# the grant that would admit it (review before adding it to fabric.toml):\n%s", grantTOML(in))
 					return fmt.Errorf("%s would be refused: %s requests more than it is granted: %s", args[0], in.Manifest.Name, in.NotGranted)
 				}
 				fmt.Fprintf(env.stdout, "ok: %s %s (%s, ABI %s) sha256 %s\n", in.Manifest.Name, in.Manifest.Version, in.Manifest.Kind, in.Manifest.ABI, in.SHA256)
