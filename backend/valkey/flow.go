@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -426,6 +427,14 @@ func (c *Client) cascade(ctx context.Context, flow model.UUID, eid model.Executi
 		r, err := c.ResolveDependency(ctx, &ResolveDependencyParams{Flow: flow, EdgeID: edge, Upstream: eid,
 			Downstream: child, UpstreamOutcome: outcome, NowMs: nowMs})
 		if err != nil {
+			if errors.Is(err, CodeInvalidDependency) {
+				// Staged, not applied to the child yet: the SDK applies a
+				// member's edges after staging them and resolves finished
+				// parents itself then, so this is the expected race of a
+				// parent finishing first, not a fault.
+				c.log.Debug("cascade: edge not applied to its child yet; the child's add resolves it", "edge", edge, "child", child)
+				continue
+			}
 			c.log.Warn("cascade: resolve failed", "edge", edge, "child", child, "error", err)
 			continue
 		}
