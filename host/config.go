@@ -111,7 +111,7 @@ type Config struct {
 	// StopTimeout bounds Stop (default 15 s).
 	StopTimeout time.Duration
 	// PoolSize is the number of warm instances kept per plugin version
-	// (default 1: a plugin's calls run one at a time).
+	// (default 2).
 	PoolSize int
 	// RecycleCalls replaces an instance after this many calls (default
 	// 10000).
