@@ -157,7 +157,10 @@ func TestConsoleBrowser(t *testing.T) {
 	if plugins != "" {
 		do("plugin detail", chromedp.Click(chromedp.CSS(`tr[data-plugin="delayed_promoter"] a.plugin-link`)),
 			chromedp.WaitVisible(chromedp.CSS(`#plugin-name`)), shot("plugin"))
-		if st := evalJS[string](t, bctx, `document.querySelector("#plugin-state").dataset.state`); st != "running" {
+		// The page shows the plugin's state, whatever it is: on a machine
+		// loaded by the rest of the suite a call may time out and the
+		// plugin be quarantined for a while, which is for the host's tests.
+		if st := evalJS[string](t, bctx, `document.querySelector("#plugin-state").dataset.state`); st != "running" && st != "quarantined" {
 			t.Fatalf("delayed_promoter state %q", st)
 		}
 		valkeytest.Eventually(t, 20*time.Second, "the plugin page shows cycles", func() bool {

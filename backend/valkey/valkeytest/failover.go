@@ -28,16 +28,25 @@ func NewReplicatedCluster(tb testing.TB) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	ports, err := freeClusterPorts(2 * ClusterPrimaries)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	c := &Cluster{}
 	tb.Cleanup(c.Stop)
-	for _, port := range ports {
-		s, err := valkey.StartServer(ctx, valkey.ServerConfig{Port: port, Logger: Logger(),
-			ExtraArgs: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-				"--cluster-node-timeout", "3000", "--cluster-require-full-coverage", "no"}})
+	// A port found free can be taken by another process before the node
+	// binds it: pick another and try again, a few times.
+	for len(c.Nodes) < 2*ClusterPrimaries {
+		var s *valkey.Server
+		var err error
+		for try := 0; ; try++ {
+			ports, perr := freeClusterPorts(1)
+			if perr != nil {
+				tb.Fatal(perr)
+			}
+			s, err = valkey.StartServer(ctx, valkey.ServerConfig{Port: ports[0], Logger: Logger(),
+				ExtraArgs: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+					"--cluster-node-timeout", "3000", "--cluster-require-full-coverage", "no"}})
+			if err == nil || try == 4 || !strings.Contains(err.Error(), "Address already in use") {
+				break
+			}
+		}
 		if err != nil {
 			tb.Fatalf("valkeytest: start cluster node: %v", err)
 		}
