@@ -69,6 +69,11 @@ func setupClusterEnv(t *testing.T) *clusterEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("host log (subscriptions, cluster, warnings):\n%s", logs.Grep(200, "wake", "cluster", "subscri", "level=WARN", "level=ERROR"))
+		}
+	})
 	select {
 	case <-h.Started():
 	case <-time.After(6 * time.Minute):

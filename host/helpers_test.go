@@ -109,6 +109,25 @@ func (l *logBuffer) Contains(s string) bool {
 	return strings.Contains(l.b.String(), s)
 }
 
+// Grep returns the last max lines of the log holding any of subs.
+func (l *logBuffer) Grep(max int, subs ...string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		for _, s := range subs {
+			if strings.Contains(line, s) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return strings.Join(out, "\n")
+}
+
 type testBundle struct {
 	host *host.Host
 	dir  string

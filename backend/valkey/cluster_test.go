@@ -206,6 +206,54 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("KeyeventWatchNoticesAPrimaryWithoutFlags", func(t *testing.T) {
+		// A primary restarted on its old address comes back without the
+		// notify flags, and one that came up between setting the flags and
+		// subscribing never got them: the watch ends so that its caller
+		// sets them and subscribes again.
+		if err := c.EnableZaddKeyevents(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		up := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- c.WatchZaddKeyevents(wctx, func(string) {}, func() { close(up) })
+		}()
+		select {
+		case <-up:
+		case err := <-done:
+			t.Fatalf("watch ended before it was up: %v", err)
+		case <-ctx.Done():
+			t.Fatal("watch never came up")
+		}
+		nc, err := cl.NodeClient(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		if err := nc.Do(ctx, nc.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, valkey.ErrPrimariesChanged) || !strings.Contains(err.Error(), cl.Addrs()[2]) {
+				t.Fatalf("watch ended with %v; want ErrPrimariesChanged naming %s", err, cl.Addrs()[2])
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the watch did not notice a primary without the zadd keyevent flags within 30s")
+		}
+		// Setting them again restores every node.
+		if err := c.EnableZaddKeyevents(ctx); err != nil {
+			t.Fatal(err)
+		}
+		kv, err := nc.Do(ctx, nc.B().ConfigGet().Parameter("notify-keyspace-events").Build()).AsStrMap()
+		if err != nil || !strings.Contains(kv["notify-keyspace-events"], "E") {
+			t.Fatalf("flags after EnableZaddKeyevents: %v %v", kv, err)
+		}
+	})
+
 	t.Run("RestartedPrimaryGetsLibraryBack", func(t *testing.T) {
 		if err := cl.RestartNode(ctx, 2); err != nil {
 			t.Fatal(err)

@@ -40,15 +40,15 @@ func enableZaddKeyeventsOn(ctx context.Context, node vk.Client) error {
 		return fmt.Errorf("config get notify-keyspace-events: %w", err)
 	}
 	cur := kv["notify-keyspace-events"]
+	if hasZaddKeyevents(cur) {
+		return nil
+	}
 	want := cur
 	if !strings.Contains(want, "E") {
 		want += "E"
 	}
 	if !strings.Contains(want, "z") && !strings.Contains(want, "A") {
 		want += "z"
-	}
-	if want == cur {
-		return nil
 	}
 	if err := node.Do(ctx, node.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", want).Build()).Error(); err != nil {
 		return fmt.Errorf("config set notify-keyspace-events %s: %w", want, err)
@@ -74,9 +74,11 @@ func (c *Client) ZaddKeyeventChannel(ctx context.Context) (string, error) {
 	return "__keyevent@" + strconv.Itoa(db) + "__:zadd", nil
 }
 
-// ErrPrimariesChanged ends a WatchZaddKeyevents whose set of cluster
-// primaries is out of date; the caller subscribes again (and sets the
-// notify flags again: a node that is new or restarted lacks them).
+// ErrPrimariesChanged ends a WatchZaddKeyevents whose view of the cluster
+// primaries is out of date: the set of primaries changed, or one of them
+// lacks the keyevent notify flags the others have (it restarted, or it
+// came up between the caller setting the flags and subscribing). The
+// caller sets the notify flags and subscribes again.
 var ErrPrimariesChanged = errors.New("cluster primaries changed")
 
 // primariesWatchInterval is how often WatchZaddKeyevents checks the set of
@@ -166,7 +168,12 @@ func subscribeOn(ctx context.Context, node vk.Client, channel string, onKey func
 }
 
 // watchPrimaries returns ErrPrimariesChanged once the reachable primaries
-// differ from nodes (nil when ctx ends first).
+// differ from nodes, or once some of nodes have the zadd keyevent flags
+// and others do not (nil when ctx ends first). A primary restarted on its
+// old address keeps the set unchanged but comes back without the flags;
+// one that came up between EnableZaddKeyevents and the subscription never
+// got them. Where nobody may read or set the flags (CONFIG refused
+// everywhere, or set on none) there is nothing to compare.
 func (c *Client) watchPrimaries(ctx context.Context, nodes []Node) error {
 	t := time.NewTicker(primariesWatchInterval)
 	defer t.Stop()
@@ -186,7 +193,39 @@ func (c *Client) watchPrimaries(ctx context.Context, nodes []Node) error {
 		if !sameAddrs(now, nodes) {
 			return fmt.Errorf("%w: %s -> %s", ErrPrimariesChanged, addrList(nodes), addrList(now))
 		}
+		if lacking := lackingZaddFlags(ctx, nodes); lacking != "" {
+			return fmt.Errorf("%w: %s lacks the zadd keyevent flags the other primaries have (restarted?)", ErrPrimariesChanged, lacking)
+		}
 	}
+}
+
+// lackingZaddFlags returns the address of a node of nodes without the
+// zadd keyevent flags while another node has them ("" when all agree or
+// a node cannot be asked).
+func lackingZaddFlags(ctx context.Context, nodes []Node) string {
+	var with int
+	lacking := ""
+	for _, n := range nodes {
+		kv, err := n.Client.Do(ctx, n.Client.B().ConfigGet().Parameter("notify-keyspace-events").Build()).AsStrMap()
+		if err != nil {
+			return ""
+		}
+		if hasZaddKeyevents(kv["notify-keyspace-events"]) {
+			with++
+		} else if lacking == "" {
+			lacking = n.Addr
+		}
+	}
+	if with == 0 {
+		return ""
+	}
+	return lacking
+}
+
+// hasZaddKeyevents reports whether notify-keyspace-events flags publish
+// ZADDs on the keyevent channel (E, and z or the A alias).
+func hasZaddKeyevents(flags string) bool {
+	return strings.Contains(flags, "E") && (strings.Contains(flags, "z") || strings.Contains(flags, "A"))
 }
 
 func sameAddrs(a, b []Node) bool {
