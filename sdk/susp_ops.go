@@ -36,6 +36,12 @@ type SuspendSpec struct {
 	// condition: a signal satisfying any one of them resumes the
 	// execution (e.g. one waitpoint per approver). Not with Pending.
 	ExtraWaitpoints []string
+	// AllWaitpoints resumes only when every waitpoint (the primary one
+	// and each of ExtraWaitpoints) received a signal matching Signals
+	// (a composite AllOf condition), e.g. every approver signed off.
+	// Signals may then name at most one signal (none: any name), and
+	// MatchAll does not apply. Requires ExtraWaitpoints.
+	AllWaitpoints bool
 	// Pending suspends on a waitpoint created earlier in this attempt
 	// with CreatePendingWaitpoint: signals delivered to it before the
 	// suspend were buffered and count now (the result may be
@@ -68,6 +74,23 @@ func (s *SuspendSpec) validate() error {
 	}
 	if s.Pending != nil && s.Pending.ID == "" {
 		return invalid("suspend.pending", "waitpoint id is empty")
+	}
+	if s.AllWaitpoints {
+		switch {
+		case len(s.ExtraWaitpoints) == 0:
+			return invalid("suspend.all_waitpoints", "needs extra waitpoints (one waitpoint alone is the default condition)")
+		case len(s.Signals) > 1:
+			return invalid("suspend.all_waitpoints", "at most one signal name (got %d)", len(s.Signals))
+		case s.MatchAll:
+			return invalid("suspend.all_waitpoints", "cannot be combined with MatchAll")
+		}
+		seen := map[string]bool{s.WaitpointKey: s.WaitpointKey != ""}
+		for _, k := range s.ExtraWaitpoints {
+			if k != "" && seen[k] {
+				return invalid("suspend.extra_waitpoints", "key %q is used twice", k)
+			}
+			seen[k] = true
+		}
 	}
 	if len(s.ExtraWaitpoints) > MaxExtraWaitpoints {
 		return invalid("suspend.extra_waitpoints", "%d exceed %d", len(s.ExtraWaitpoints), MaxExtraWaitpoints)
@@ -149,6 +172,9 @@ func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, err
 	}
 	if spec.Pending != nil {
 		p.WaitpointID, p.WaitpointKey, p.UsePendingWaitpoint = spec.Pending.ID, "", true
+	}
+	if spec.AllWaitpoints {
+		p.ResumeConditionJSON = spec.allOfJSON(p.WaitpointKey, p.Extra)
 	}
 	if p.ReasonCode == "" {
 		p.ReasonCode = "waiting_for_signal"
