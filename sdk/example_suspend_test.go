@@ -237,3 +237,30 @@ func ExampleJob_AppendFrame_summary() {
 	// Output:
 	// 2 pages, last /about after 2 patches
 }
+
+// A producer with a batch at hand sends it in one round trip; specs are
+// built (and validated) with BuildSpec, so one bad spec sends nothing.
+func ExampleClient_EnqueueMany() {
+	ctx := context.Background()
+	vc := exampleBackend()
+	defer vc.Close()
+	client, _ := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: quiet})
+	var specs []sdk.ExecutionSpec
+	for _, user := range []string{"ann", "bob", "cy"} {
+		spec, err := sdk.BuildSpec("welcome", []byte(user), sdk.WithLane("emails"), sdk.WithIdempotencyKey("welcome:"+user))
+		if err != nil {
+			log.Fatal(err)
+		}
+		specs = append(specs, spec)
+	}
+	ids, err := client.EnqueueMany(ctx, specs...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(ids), "enqueued")
+	_, err = client.EnqueueMany(ctx, specs[0], sdk.ExecutionSpec{Kind: "welcome"})
+	fmt.Println(err)
+	// Output:
+	// 3 enqueued
+	// spec 1: sdk: invalid input: lane: must not be empty
+}
