@@ -26,8 +26,8 @@
 // Beyond single jobs: [Client.EnqueueMany] sends a batch in one round
 // trip; [Flow.AddJoin] builds DAGs with AllOf, AnyOf and Quorum joins, and
 // [Job.WaitForChildren] fans out at run time; [Job.Suspend] parks a job on
-// one or several waitpoints (any one of them, or all with
-// [SuspendSpec].AllWaitpoints; or a pending one,
+// one or several waitpoints (any one of them, all with
+// [SuspendSpec].AllWaitpoints, or a quorum; or a pending one,
 // [Lease.CreatePendingWaitpoint], with [Job.TrySuspend] going on at once
 // when its buffered signals already satisfy it) until a signal delivered
 // with [Client.DeliverSignal] resumes it, and the resumed attempt reads

@@ -14,10 +14,12 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 )
 
-// allOfJSON renders the composite condition of SuspendSpec.AllWaitpoints:
-// an AllOf node whose members are one Single node per waitpoint key, each
-// with the same matcher (by name, or any name).
-func (s *SuspendSpec) allOfJSON(primary string, extra []valkey.WaitpointBinding) string {
+// compositeJSON renders the composite condition of
+// SuspendSpec.AllWaitpoints (an AllOf node whose members are one Single
+// node per waitpoint key) or SuspendSpec.WaitpointQuorum (a Count node of
+// distinct waitpoints over the keys), each with the same matcher (by
+// name, or any name).
+func (s *SuspendSpec) compositeJSON(primary string, extra []valkey.WaitpointBinding) string {
 	var matcher any = map[string]string{"kind": "Wildcard"}
 	if len(s.Signals) == 1 {
 		matcher = map[string]string{"kind": "ByName", "name": s.Signals[0]}
@@ -26,13 +28,19 @@ func (s *SuspendSpec) allOfJSON(primary string, extra []valkey.WaitpointBinding)
 	for _, x := range extra {
 		keys = append(keys, x.WaitpointKey)
 	}
-	members := make([]any, len(keys))
-	for i, k := range keys {
-		members[i] = map[string]any{"kind": "Single", "path": "members[" + strconv.Itoa(i) + "]",
-			"waitpoint_key": k, "matcher": matcher}
+	var tree map[string]any
+	if s.WaitpointQuorum > 0 {
+		tree = map[string]any{"kind": "Count", "path": "", "n": s.WaitpointQuorum,
+			"count_kind": "DistinctWaitpoints", "matcher": matcher, "waitpoints": keys}
+	} else {
+		members := make([]any, len(keys))
+		for i, k := range keys {
+			members[i] = map[string]any{"kind": "Single", "path": "members[" + strconv.Itoa(i) + "]",
+				"waitpoint_key": k, "matcher": matcher}
+		}
+		tree = map[string]any{"kind": "AllOf", "path": "", "members": members}
 	}
-	b, _ := json.Marshal(map[string]any{"v": 1, "composite": true,
-		"tree":             map[string]any{"kind": "AllOf", "path": "", "members": members},
+	b, _ := json.Marshal(map[string]any{"v": 1, "composite": true, "tree": tree,
 		"timeout_behavior": s.behavior(), "allow_operator_override": true})
 	return string(b)
 }
@@ -52,9 +60,9 @@ type ResumeSignal struct {
 }
 
 // ResumeSignals returns the signals that resumed this attempt from its
-// suspension, oldest first: those that satisfied the resume condition's
-// matchers (every waitpoint's satisfiers under
-// SuspendSpec.AllWaitpoints). Signals that were delivered but matched
+// suspension, oldest first (by acceptance time, in milliseconds): those that satisfied the resume condition's
+// matchers (every counted waitpoint's satisfiers under
+// SuspendSpec.AllWaitpoints or WaitpointQuorum). Signals that were delivered but matched
 // nothing are not included. It returns nothing for an attempt that was
 // not resumed by signals (a first run, a retry, a timeout resume).
 func (l *Lease) ResumeSignals(ctx context.Context) ([]ResumeSignal, error) {

@@ -43,6 +43,23 @@ func reclaim(t *testing.T, b *testBundle, w *sdk.Worker, id model.ExecutionID) *
 	return r
 }
 
+// sameSet reports whether got holds exactly want, in any order.
+func sameSet(got []string, want ...string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	n := map[string]int{}
+	for _, g := range got {
+		n[g]++
+	}
+	for _, w := range want {
+		if n[w]--; n[w] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func signalNames(sigs []sdk.ResumeSignal) (names, payloads []string) {
 	for _, s := range sigs {
 		names, payloads = append(names, s.Name), append(payloads, string(s.Payload))
@@ -99,6 +116,45 @@ func TestSuspendAllWaitpoints(t *testing.T) {
 	}
 }
 
+func TestSuspendWaitpointQuorum(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	w, l := claimSuspendable(t, b, "review")
+	s, err := l.Suspend(b.ctx, sdk.SuspendSpec{Signals: []string{"lgtm"}, WaitpointQuorum: 2, Timeout: time.Hour,
+		ExtraWaitpoints: []string{"", ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, r2, r3 := s.Waitpoints[0], s.Waitpoints[1], s.Waitpoints[2]
+	if r := deliver(t, b, l.ID, r1, "lgtm", `"r1"`); r.Resumed {
+		t.Fatalf("one of two: %+v", r)
+	}
+	if r := deliver(t, b, l.ID, r1, "lgtm", `"r1 again"`); r.Resumed || r.Effect != "appended_to_waitpoint_duplicate" {
+		t.Fatalf("the same reviewer twice: %+v", r)
+	}
+	if r := deliver(t, b, l.ID, r2, "nit", `"r2"`); r.Resumed || r.Effect != "signal_ignored_matcher_failed" {
+		t.Fatalf("another name: %+v", r)
+	}
+	if st := b.state(t, l.ID); st.PublicState != model.PublicSuspended {
+		t.Fatalf("state %s, want suspended", st.PublicState)
+	}
+	if r := deliver(t, b, l.ID, r3, "lgtm", `"r3"`); !r.Resumed {
+		t.Fatalf("second distinct reviewer: %+v", r)
+	}
+	r := reclaim(t, b, w, l.ID)
+	sigs, err := r.ResumeSignals(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ordered by acceptance time in milliseconds: compare as a set.
+	if _, payloads := signalNames(sigs); len(sigs) != 2 || !sameSet(payloads, `"r1"`, `"r3"`) {
+		t.Fatalf("resume signals = %v", payloads)
+	}
+	if err := r.Complete(b.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestResumeSignals(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
@@ -124,9 +180,13 @@ func TestResumeSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, payloads := signalNames(sigs)
-	if len(sigs) != 2 || names[0] != "paid" || names[1] != "signed" ||
-		payloads[0] != `{"amount":12}` || payloads[1] != `{"by":"dana"}` {
+	if len(sigs) != 2 || !sameSet(names, "paid", "signed") || !sameSet(payloads, `{"amount":12}`, `{"by":"dana"}`) {
 		t.Fatalf("resume signals = %v %v", names, payloads)
+	}
+	for _, s := range sigs {
+		if (s.Name == "paid") != (string(s.Payload) == `{"amount":12}`) {
+			t.Fatalf("payload of %s = %s", s.Name, s.Payload)
+		}
 	}
 	for _, s := range sigs {
 		if s.ID == "" || s.WaitpointID != wp.ID || s.SourceType != "sdk" || s.AcceptedAt.IsZero() {
@@ -205,6 +265,10 @@ func TestTrySuspend(t *testing.T) {
 			"AllWaitpointsMatchAll": {AllWaitpoints: true, ExtraWaitpoints: []string{""}, Signals: []string{"a"}, MatchAll: true},
 			"AllWaitpointsSameKey":  {AllWaitpoints: true, WaitpointKey: "k", ExtraWaitpoints: []string{"k"}},
 			"NegativeTimeout":       {Timeout: -time.Second},
+			"QuorumOverTotal":       {WaitpointQuorum: 3, ExtraWaitpoints: []string{""}},
+			"QuorumNegative":        {WaitpointQuorum: -1, ExtraWaitpoints: []string{""}},
+			"QuorumAlone":           {WaitpointQuorum: 1},
+			"QuorumAndAll":          {WaitpointQuorum: 1, AllWaitpoints: true, ExtraWaitpoints: []string{""}},
 		} {
 			if _, err := l.TrySuspend(b.ctx, spec); !errors.Is(err, sdk.ErrInvalidInput) {
 				t.Errorf("%s: %v", name, err)

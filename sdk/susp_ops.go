@@ -42,6 +42,12 @@ type SuspendSpec struct {
 	// Signals may then name at most one signal (none: any name), and
 	// MatchAll does not apply. Requires ExtraWaitpoints.
 	AllWaitpoints bool
+	// WaitpointQuorum resumes once this many distinct waitpoints (of
+	// the primary one and ExtraWaitpoints) received a signal matching
+	// Signals (a composite Count condition), e.g. two of three
+	// reviewers. 0: not used. Same rules as AllWaitpoints, which is the
+	// quorum of all; the two are exclusive.
+	WaitpointQuorum int
 	// Pending suspends on a waitpoint created earlier in this attempt
 	// with CreatePendingWaitpoint: signals delivered to it before the
 	// suspend were buffered and count now (the result may be
@@ -75,7 +81,15 @@ func (s *SuspendSpec) validate() error {
 	if s.Pending != nil && s.Pending.ID == "" {
 		return invalid("suspend.pending", "waitpoint id is empty")
 	}
-	if s.AllWaitpoints {
+	if s.WaitpointQuorum != 0 {
+		switch {
+		case s.AllWaitpoints:
+			return invalid("suspend.waitpoint_quorum", "cannot be combined with AllWaitpoints")
+		case s.WaitpointQuorum < 1 || s.WaitpointQuorum > 1+len(s.ExtraWaitpoints):
+			return invalid("suspend.waitpoint_quorum", "%d is out of range 1..%d (the waitpoints)", s.WaitpointQuorum, 1+len(s.ExtraWaitpoints))
+		}
+	}
+	if s.AllWaitpoints || s.WaitpointQuorum != 0 {
 		switch {
 		case len(s.ExtraWaitpoints) == 0:
 			return invalid("suspend.all_waitpoints", "needs extra waitpoints (one waitpoint alone is the default condition)")
@@ -173,8 +187,8 @@ func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, err
 	if spec.Pending != nil {
 		p.WaitpointID, p.WaitpointKey, p.UsePendingWaitpoint = spec.Pending.ID, "", true
 	}
-	if spec.AllWaitpoints {
-		p.ResumeConditionJSON = spec.allOfJSON(p.WaitpointKey, p.Extra)
+	if spec.AllWaitpoints || spec.WaitpointQuorum != 0 {
+		p.ResumeConditionJSON = spec.compositeJSON(p.WaitpointKey, p.Extra)
 	}
 	if p.ReasonCode == "" {
 		p.ReasonCode = "waiting_for_signal"
