@@ -264,3 +264,31 @@ func ExampleClient_EnqueueMany() {
 	// 3 enqueued
 	// spec 1: sdk: invalid input: lane: must not be empty
 }
+
+// Two of three reviewers suffice: WaitpointQuorum counts distinct
+// waitpoints that received a matching signal.
+func ExampleSuspendSpec_waitpointQuorum() {
+	ctx := context.Background()
+	vc := exampleBackend()
+	defer vc.Close()
+	client, _ := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: quiet})
+	id, _ := client.Enqueue(ctx, "merge", nil, sdk.WithLane("reviews"))
+	w, _ := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "rv", Lanes: []string{"reviews"}, Logger: quiet})
+	defer w.Close(ctx)
+
+	l := claimFirst(ctx, w)
+	s, err := l.Suspend(ctx, sdk.SuspendSpec{Signals: []string{"lgtm"}, WaitpointQuorum: 2, Timeout: time.Hour,
+		WaitpointKey: "reviewer:a", ExtraWaitpoints: []string{"reviewer:b", "reviewer:c"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, wp := range []sdk.Waitpoint{s.Waitpoints[0], s.Waitpoints[0], s.Waitpoints[2]} {
+		res, _ := client.DeliverSignal(ctx, id, sdk.Signal{WaitpointID: wp.ID, Token: wp.Token, Name: "lgtm"})
+		fmt.Println(wp.Key, "lgtm; resumed:", res.Resumed)
+	}
+	_ = claimFirst(ctx, w).Complete(ctx, nil)
+	// Output:
+	// reviewer:a lgtm; resumed: false
+	// reviewer:a lgtm; resumed: false
+	// reviewer:c lgtm; resumed: true
+}
