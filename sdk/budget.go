@@ -323,3 +323,33 @@ func (l *Lease) Admit(ctx context.Context, quota model.UUID) (*Admission, error)
 func (j *Job) Admit(ctx context.Context, quota model.UUID) (*Admission, error) {
 	return j.lease.Admit(ctx, quota)
 }
+
+// Admitting returns a middleware that takes a slot of quota (Job.Admit)
+// before the handler runs and releases it when the handler returns: a job
+// over the quota's rate is delayed until its window frees a slot
+// (DelayFor(RetryAfter)), one over its concurrency bound is delayed by
+// busy; a delayed job keeps its attempt and is admitted again when it
+// runs. An error reading the quota fails the attempt (retried per policy).
+func Admitting(quota model.UUID, busy time.Duration) Middleware {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, job *Job) error {
+			a, err := job.Admit(ctx, quota)
+			if err != nil {
+				return err
+			}
+			if !a.Admitted {
+				if a.Reason == "rate" {
+					return DelayFor(max(a.RetryAfter, time.Millisecond))
+				}
+				return DelayFor(busy)
+			}
+			defer func() {
+				if err := a.Release(context.WithoutCancel(ctx)); err != nil {
+					job.lease.w.log.Warn("quota slot not released; the quota reconciler recounts it",
+						"execution_id", job.ID, "quota", quota.String(), "error", err)
+				}
+			}()
+			return next(ctx, job)
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package sdk_test
 
 import (
+	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,4 +170,88 @@ func TestBudgetQuotaBadInputFailsBeforeNetwork(t *testing.T) {
 	if _, err := c.QuotaUsage(b.ctx, model.UUID{}); !errors.Is(err, sdk.ErrInvalidInput) {
 		t.Errorf("quota usage without id: %v", err)
 	}
+}
+
+// TestAdmittingMiddleware: the Admitting middleware runs a job only with
+// a slot of the quota, delays the others (by the window's wait or by
+// busy) and gives the slot back when the handler returns.
+func TestAdmittingMiddleware(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Concurrency", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		q, err := b.c.CreateQuota(b.ctx, sdk.Quota{Window: time.Minute, MaxConcurrent: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := b.create(t, sdk.ExecutionSpec{Lane: "api", Kind: "call", Payload: []byte("first")})
+		running, release := make(chan struct{}), make(chan struct{})
+		mux := sdk.NewMux()
+		mux.Use(sdk.Admitting(q, time.Hour))
+		mux.Handle("call", func(ctx context.Context, job *sdk.Job) error {
+			if string(job.Payload) == "first" {
+				close(running)
+				<-release
+			}
+			return nil
+		})
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"api"}, Concurrency: 2})
+		stop := runWorker(t, b.ctx, w, mux.ServeJob)
+		<-running
+		second := b.create(t, sdk.ExecutionSpec{Lane: "api", Kind: "call", Payload: []byte("second")})
+		valkeytest.Eventually(t, 30*time.Second, "second delayed by busy", func() bool {
+			return b.state(t, second).PublicState == model.PublicDelayed
+		})
+		if u, err := b.c.QuotaUsage(b.ctx, q); err != nil || u.Concurrent != 1 {
+			t.Fatalf("while the first runs: %+v %v", u, err)
+		}
+		close(release)
+		valkeytest.Eventually(t, 30*time.Second, "first completed", func() bool {
+			return b.state(t, first).PublicState == model.PublicCompleted
+		})
+		valkeytest.Eventually(t, 30*time.Second, "slot released", func() bool {
+			u, err := b.c.QuotaUsage(b.ctx, q)
+			return err == nil && u.Concurrent == 0
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("Rate", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 0)
+		q, err := b.c.CreateQuota(b.ctx, sdk.Quota{Window: time.Hour, MaxPerWindow: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := []model.ExecutionID{b.create(t, sdk.ExecutionSpec{Lane: "api", Kind: "call"}),
+			b.create(t, sdk.ExecutionSpec{Lane: "api", Kind: "call"})}
+		var ran atomic.Int32
+		mux := sdk.NewMux()
+		mux.Use(sdk.Admitting(q, time.Second))
+		mux.Handle("call", func(context.Context, *sdk.Job) error { ran.Add(1); return nil })
+		w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"api"}})
+		stop := runWorker(t, b.ctx, w, mux.ServeJob)
+		valkeytest.Eventually(t, 30*time.Second, "one completed, one delayed to the window", func() bool {
+			s0, s1 := b.state(t, ids[0]).PublicState, b.state(t, ids[1]).PublicState
+			return (s0 == model.PublicCompleted && s1 == model.PublicDelayed) || (s1 == model.PublicCompleted && s0 == model.PublicDelayed)
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if n := ran.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+		for _, id := range ids {
+			if s := b.state(t, id); s.PublicState == model.PublicDelayed {
+				// Delayed by the window's wait (about an hour), not by busy.
+				until, _ := strconv.ParseInt(s.Fields["delay_until"], 10, 64)
+				if time.UnixMilli(until).Before(time.Now().Add(30 * time.Minute)) {
+					t.Fatalf("delay_until %q: want the window's wait, about an hour", s.Fields["delay_until"])
+				}
+			}
+		}
+	})
 }
