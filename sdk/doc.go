@@ -35,8 +35,8 @@
 // jobs on an interval or a cron expression (fired by the hosts' periodic
 // plugin); [Job.ReportProgress] reports progress, [Job.ReportUsage] spends
 // a budget ([Client.CreateBudget], [Client.BudgetUsage]) and [Job.Admit]
-// takes a slot of a rate or concurrency quota ([Client.CreateQuota],
-// [Client.QuotaUsage]); frames have modes ([Frame].Mode) and
+// (or the [Admitting] middleware) takes a slot of a rate or concurrency
+// quota ([Client.CreateQuota], [Client.QuotaUsage]); frames have modes ([Frame].Mode) and
 // [Client.TailAttemptStream] follows a stream live;
 // [Worker.ClaimExecution] claims a given execution. The examples/
 // directory has runnable programs.
@@ -56,7 +56,7 @@
 //     offset derived from the worker instance id, so idle workers spread
 //     their reads. Budget and quota admission at claim time are the
 //     scheduler's job and are not applied here, as in FlowFabric's SDK;
-//     a handler applies a quota itself with [Job.Admit].
+//     a handler applies a quota itself with [Job.Admit] or [Admitting].
 //   - Leases are renewed in the background at 2/3 of their TTL. A renewal
 //     that finds the lease gone (stale, expired, revoked) cancels the
 //     handler's context; the handler's later calls fail with the same code.
