@@ -23,16 +23,23 @@
 //	defer w.Close(context.Background())
 //	err = w.Run(ctx, mux.ServeJob)
 //
-// Beyond single jobs: [Flow.AddJoin] builds DAGs with AllOf, AnyOf and
-// Quorum joins, and [Job.WaitForChildren] fans out at run time;
-// [Job.Suspend] parks a job on one or several waitpoints (or a pending one,
-// [Lease.CreatePendingWaitpoint]) until a signal delivered with
-// [Client.DeliverSignal] resumes it; [Client.AddPeriodic] schedules jobs on
-// an interval or a cron expression (fired by the hosts' periodic plugin);
-// [Job.ReportProgress] and [Job.ReportUsage] report progress and budget
-// usage; frames have modes ([Frame].Mode) and [Client.TailAttemptStream]
-// follows a stream live; [Worker.ClaimExecution] claims a given execution.
-// The examples/ directory has runnable programs.
+// Beyond single jobs: [Client.EnqueueMany] sends a batch in one round
+// trip; [Flow.AddJoin] builds DAGs with AllOf, AnyOf and Quorum joins, and
+// [Job.WaitForChildren] fans out at run time; [Job.Suspend] parks a job on
+// one or several waitpoints (any one of them, all with
+// [SuspendSpec].AllWaitpoints, or a quorum; or a pending one,
+// [Lease.CreatePendingWaitpoint], with [Job.TrySuspend] going on at once
+// when its buffered signals already satisfy it) until a signal delivered
+// with [Client.DeliverSignal] resumes it, and the resumed attempt reads
+// those signals with [Job.ResumeSignals]; [Client.AddPeriodic] schedules
+// jobs on an interval or a cron expression (fired by the hosts' periodic
+// plugin); [Job.ReportProgress] reports progress, [Job.ReportUsage] spends
+// a budget ([Client.CreateBudget], [Client.BudgetUsage]) and [Job.Admit]
+// (or the [Admitting] middleware) takes a slot of a rate or concurrency
+// quota ([Client.CreateQuota], [Client.QuotaUsage]); frames have modes ([Frame].Mode) and
+// [Client.TailAttemptStream] follows a stream live;
+// [Worker.ClaimExecution] claims a given execution. The examples/
+// directory has runnable programs.
 //
 // On Postgres the same Worker, Lease, Job and Run work over a
 // *postgres.Client: create with [ConnectPostgres] and produce with a
@@ -47,8 +54,9 @@
 //   - Workers scan partitions themselves (FlowFabric's direct-claim path):
 //     32 partitions per round in one pipelined round trip, starting at an
 //     offset derived from the worker instance id, so idle workers spread
-//     their reads. Budget and quota admission are the scheduler's job and
-//     are not applied here, as in FlowFabric's SDK.
+//     their reads. Budget and quota admission at claim time are the
+//     scheduler's job and are not applied here, as in FlowFabric's SDK;
+//     a handler applies a quota itself with [Job.Admit] or [Admitting].
 //   - Leases are renewed in the background at 2/3 of their TTL. A renewal
 //     that finds the lease gone (stale, expired, revoked) cancels the
 //     handler's context; the handler's later calls fail with the same code.

@@ -36,6 +36,18 @@ type SuspendSpec struct {
 	// condition: a signal satisfying any one of them resumes the
 	// execution (e.g. one waitpoint per approver). Not with Pending.
 	ExtraWaitpoints []string
+	// AllWaitpoints resumes only when every waitpoint (the primary one
+	// and each of ExtraWaitpoints) received a signal matching Signals
+	// (a composite AllOf condition), e.g. every approver signed off.
+	// Signals may then name at most one signal (none: any name), and
+	// MatchAll does not apply. Requires ExtraWaitpoints.
+	AllWaitpoints bool
+	// WaitpointQuorum resumes once this many distinct waitpoints (of
+	// the primary one and ExtraWaitpoints) received a signal matching
+	// Signals (a composite Count condition), e.g. two of three
+	// reviewers. 0: not used. Same rules as AllWaitpoints, which is the
+	// quorum of all; the two are exclusive.
+	WaitpointQuorum int
 	// Pending suspends on a waitpoint created earlier in this attempt
 	// with CreatePendingWaitpoint: signals delivered to it before the
 	// suspend were buffered and count now (the result may be
@@ -68,6 +80,31 @@ func (s *SuspendSpec) validate() error {
 	}
 	if s.Pending != nil && s.Pending.ID == "" {
 		return invalid("suspend.pending", "waitpoint id is empty")
+	}
+	if s.WaitpointQuorum != 0 {
+		switch {
+		case s.AllWaitpoints:
+			return invalid("suspend.waitpoint_quorum", "cannot be combined with AllWaitpoints")
+		case s.WaitpointQuorum < 1 || s.WaitpointQuorum > 1+len(s.ExtraWaitpoints):
+			return invalid("suspend.waitpoint_quorum", "%d is out of range 1..%d (the waitpoints)", s.WaitpointQuorum, 1+len(s.ExtraWaitpoints))
+		}
+	}
+	if s.AllWaitpoints || s.WaitpointQuorum != 0 {
+		switch {
+		case len(s.ExtraWaitpoints) == 0:
+			return invalid("suspend.all_waitpoints", "needs extra waitpoints (one waitpoint alone is the default condition)")
+		case len(s.Signals) > 1:
+			return invalid("suspend.all_waitpoints", "at most one signal name (got %d)", len(s.Signals))
+		case s.MatchAll:
+			return invalid("suspend.all_waitpoints", "cannot be combined with MatchAll")
+		}
+		seen := map[string]bool{s.WaitpointKey: s.WaitpointKey != ""}
+		for _, k := range s.ExtraWaitpoints {
+			if k != "" && seen[k] {
+				return invalid("suspend.extra_waitpoints", "key %q is used twice", k)
+			}
+			seen[k] = true
+		}
 	}
 	if len(s.ExtraWaitpoints) > MaxExtraWaitpoints {
 		return invalid("suspend.extra_waitpoints", "%d exceed %d", len(s.ExtraWaitpoints), MaxExtraWaitpoints)
@@ -149,6 +186,9 @@ func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, err
 	}
 	if spec.Pending != nil {
 		p.WaitpointID, p.WaitpointKey, p.UsePendingWaitpoint = spec.Pending.ID, "", true
+	}
+	if spec.AllWaitpoints || spec.WaitpointQuorum != 0 {
+		p.ResumeConditionJSON = spec.compositeJSON(p.WaitpointKey, p.Extra)
 	}
 	if p.ReasonCode == "" {
 		p.ReasonCode = "waiting_for_signal"

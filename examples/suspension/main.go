@@ -2,7 +2,8 @@
 // suspends the execution on a waitpoint ("approve" or "reject"), hands the
 // waitpoint's id and token to the outside world (here a channel standing
 // in for an email with a link), and an external party delivers the signal
-// with the token; the execution resumes on any worker and completes.
+// with the token; the execution resumes on any worker, reads the decision
+// from the signal (Job.ResumeSignals) and completes.
 //
 //	go run ./examples/suspension
 package main
@@ -11,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -63,7 +65,18 @@ func run(ctx context.Context, vc *valkey.Client, out io.Writer) error {
 	mux := sdk.NewMux()
 	mux.Handle("expense.review", func(ctx context.Context, job *sdk.Job) error {
 		if job.AttemptType == "resumed" {
-			job.SetResult([]byte("expense approved"))
+			// The signal that resumed the job says what the approver
+			// decided, and its payload who it was.
+			sigs, err := job.ResumeSignals(ctx)
+			if err != nil || len(sigs) == 0 {
+				return fmt.Errorf("read the decision: %d signals, %v", len(sigs), err)
+			}
+			var who struct {
+				By string `json:"by"`
+			}
+			_ = json.Unmarshal(sigs[0].Payload, &who)
+			decision := map[string]string{"approve": "approved", "reject": "rejected"}[sigs[0].Name]
+			job.SetResult(fmt.Appendf(nil, "expense %s by %s", decision, who.By))
 			return nil
 		}
 		s, err := job.Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approve", "reject"}, Timeout: 24 * time.Hour})

@@ -18,7 +18,7 @@ func TestSuspensionExample(t *testing.T) {
 	if err := run(valkeytest.Context(t, time.Minute), valkeytest.Client(t), &out); err != nil {
 		t.Fatal(err)
 	}
-	if want := "waiting: suspended\nsignal resumed it: true\nexpense approved\n"; out.String() != want {
+	if want := "waiting: suspended\nsignal resumed it: true\nexpense approved by dana\n"; out.String() != want {
 		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), want)
 	}
 }

@@ -1,0 +1,95 @@
+package pgsuite_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/postgres/pgtest"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+// TestSDKEnqueueManyOnPostgres: EnqueueMany creates a batch over the
+// Postgres backend (a reused idempotency key yields the first id), a
+// worker runs every execution, and the Valkey-only calls of the later
+// issue-25 work (TrySuspend, ResumeSignals, Admit, budgets and quotas)
+// answer ErrNotOnPostgres instead of misbehaving.
+func TestSDKEnqueueManyOnPostgres(t *testing.T) {
+	t.Parallel()
+	pc := newClient(t)
+	ctx := pgtest.Context(t, 2*time.Minute)
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: pgtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs []sdk.ExecutionSpec
+	for i := range 5 {
+		s, err := sdk.BuildSpec("batch", []byte(strconv.Itoa(i)), sdk.WithLane("batch"), sdk.WithIdempotencyKey("b-"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, s)
+	}
+	ids, err := client.EnqueueMany(ctx, append(specs, specs[2])...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 6 || ids[5] != ids[2] || ids[0] == "" || ids[0] == ids[1] {
+		t.Fatalf("ids = %v", ids)
+	}
+	if _, err := client.EnqueueMany(ctx, specs[0], sdk.ExecutionSpec{Kind: "x"}); !errors.Is(err, sdk.ErrInvalidInput) {
+		t.Fatalf("invalid spec in a batch: %v", err)
+	}
+	if _, err := client.CreateBudget(ctx, sdk.Budget{Limits: map[string]sdk.BudgetLimit{"t": {Hard: 1}}}); !errors.Is(err, sdk.ErrNotOnPostgres) {
+		t.Fatalf("CreateBudget: %v", err)
+	}
+	if _, err := client.CreateQuota(ctx, sdk.Quota{Window: time.Second, MaxConcurrent: 1}); !errors.Is(err, sdk.ErrNotOnPostgres) {
+		t.Fatalf("CreateQuota: %v", err)
+	}
+
+	w, err := sdk.ConnectPostgres(ctx, pc, sdk.WorkerConfig{WorkerID: "batch", Lanes: []string{"batch"}, Logger: pgtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	seen := map[string]bool{}
+	first := true
+	deadline := time.Now().Add(time.Minute)
+	for len(seen) < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("claimed %d of 5", len(seen))
+		}
+		l, err := w.ClaimNext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if first {
+			first = false
+			if _, err := l.TrySuspend(ctx, sdk.SuspendSpec{}); !errors.Is(err, sdk.ErrNotOnPostgres) {
+				t.Fatalf("TrySuspend: %v", err)
+			}
+			if _, err := l.ResumeSignals(ctx); !errors.Is(err, sdk.ErrNotOnPostgres) {
+				t.Fatalf("ResumeSignals: %v", err)
+			}
+			if _, err := l.Admit(ctx, model.NewUUID()); !errors.Is(err, sdk.ErrNotOnPostgres) {
+				t.Fatalf("Admit: %v", err)
+			}
+		}
+		seen[string(l.Payload)] = true
+		if err := l.Complete(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids[:5] {
+		if s := stateOf(t, pc, id); s.Public != model.PublicCompleted {
+			t.Fatalf("%s: %+v", id, s)
+		}
+	}
+}
