@@ -271,6 +271,26 @@ function xh.fence_or_override(core, lease_id, lease_epoch, attempt_id, source)
   return fence
 end
 
+-- The exec_core fields ff_claim_execution reads (HMGET, not HGETALL).
+xh.CLAIM_FIELDS = {
+  'lifecycle_phase', 'ownership_state', 'eligibility_state', 'terminal_outcome',
+  'attempt_state', 'current_lease_epoch', 'total_attempt_count', 'started_at',
+  'pending_retry_reason', 'pending_previous_attempt_index', 'pending_replay_reason',
+  'pending_replay_requested_by',
+}
+
+-- The claim-grant fields a claim checks.
+xh.GRANT_FIELDS = {'worker_id', 'grant_expires_at'}
+
+-- The exec_core fields a lease-checked terminal call reads: the fence and
+-- lease checks, the not-active details, mark_expired's rewrite of the
+-- state vector and its history entry, and the flow to publish to.
+xh.LEASE_CHECK_FIELDS = {
+  'lifecycle_phase', 'ownership_state', 'eligibility_state', 'terminal_outcome',
+  'current_lease_id', 'current_lease_epoch', 'current_attempt_id', 'current_attempt_index',
+  'current_worker_id', 'current_worker_instance_id', 'lease_expires_at', 'flow_id',
+}
+
 -- ff_claim_execution
 -- KEYS: core, claim_grant, lane eligible, lease_expiry, worker_leases,
 --       attempt hash, attempt usage, attempt policy (6-8 informational),
@@ -297,8 +317,8 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   local policy_json = args[10] or ''
   local now = now_ms()
 
-  local core = hash_table(keys[1])
-  if next(core) == nil then return err('execution_not_found') end
+  local core = hash_fields_or_nil(keys[1], xh.CLAIM_FIELDS)
+  if not core then return err('execution_not_found') end
   if core.lifecycle_phase ~= 'runnable' then return err('execution_not_leaseable') end
   if core.ownership_state ~= 'unowned' then return err('lease_conflict') end
   if core.eligibility_state ~= 'eligible_now' then return err('execution_not_leaseable') end
@@ -316,8 +336,8 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
     if not policy_flat then return err('invalid_policy_json', 'malformed') end
   end
 
-  local grant = hash_table(keys[2])
-  if next(grant) == nil then return err('invalid_claim_grant') end
+  -- An absent grant reads worker_id nil: invalid_claim_grant either way.
+  local grant = hash_fields(keys[2], xh.GRANT_FIELDS)
   if grant.worker_id ~= worker_id then return err('invalid_claim_grant') end
   if is_set(grant.grant_expires_at) and (tonumber(grant.grant_expires_at) or 0) < now then
     return err('claim_grant_expired')
@@ -430,8 +450,8 @@ redis.register_function('ff_complete_execution', with_keys(12, function(keys, ar
   local payload = args[5] or ''
   local now = now_ms()
 
-  local core = hash_table(keys[1])
-  if next(core) == nil then return err('execution_not_found') end
+  local core = hash_fields_or_nil(keys[1], xh.LEASE_CHECK_FIELDS)
+  if not core then return err('execution_not_found') end
   local fence, ferr = xh.fence_or_override(core, args[2], args[3], args[4], args[6] or '')
   if not fence then return ferr end
   local lerr = check_lease(core, fence, now, keys[1], keys[7])

@@ -70,6 +70,30 @@ local function hash_table(key)
   return t
 end
 
+-- HMGET of the listed fields as a Lua table shaped like hash_table's:
+-- a missing field is absent (nil). An absent key and a hash holding none
+-- of the fields both give an empty table; a caller that must tell them
+-- apart checks EXISTS only then (hash_fields_or_nil).
+local function hash_fields(key, fields)
+  local vals = redis.call('HMGET', key, unpack(fields))
+  local t = {}
+  for i = 1, #fields do
+    local v = vals[i]
+    if v then t[fields[i]] = v end
+  end
+  return t
+end
+
+-- hash_fields, or nil when the key does not exist: what
+-- `next(hash_table(key)) == nil` decides, without reading every field.
+local function hash_fields_or_nil(key, fields)
+  local t = hash_fields(key, fields)
+  if next(t) == nil and redis.call('EXISTS', key) == 0 then
+    return nil
+  end
+  return t
+end
+
 -- Integer to decimal string without exponent or fraction.
 local function int_str(n)
   return string.format('%d', math.floor(tonumber(n) or 0))

@@ -86,6 +86,10 @@ function sched.flatten_policy(json)
   return out
 end
 
+-- The exec_core fields ff_issue_claim_grant reads (the capability gate
+-- reads required_capabilities).
+sched.GRANT_CORE_FIELDS = {'lifecycle_phase', 'eligibility_state', 'required_capabilities'}
+
 -- ff_issue_claim_grant
 -- KEYS: exec_core, claim_grant, lane_eligible
 -- ARGV: execution_id, worker_id, worker_instance_id, lane_id,
@@ -97,7 +101,7 @@ redis.register_function('ff_issue_claim_grant', with_keys(3, function(keys, args
   local eid = args[1] or ''
   local now = now_ms()
 
-  local core = sched.core(keys[1])
+  local core = hash_fields_or_nil(keys[1], sched.GRANT_CORE_FIELDS)
   if not core then return err('execution_not_found') end
   if core.lifecycle_phase ~= 'runnable' or core.eligibility_state ~= 'eligible_now' then
     return err('execution_not_eligible')
