@@ -282,13 +282,13 @@ xh.CLAIM_FIELDS = {
 -- The claim-grant fields a claim checks.
 xh.GRANT_FIELDS = {'worker_id', 'grant_expires_at'}
 
--- The exec_core fields a lease-checked terminal call reads: the fence and
--- lease checks, the not-active details, mark_expired's rewrite of the
--- state vector and its history entry, and the flow to publish to.
-xh.LEASE_CHECK_FIELDS = {
+-- The exec_core fields of xh.leased_core's callers: LEASE_FIELDS, the
+-- retry count (fail) and created_at (wait for children).
+xh.LEASED_FIELDS = {
   'lifecycle_phase', 'ownership_state', 'eligibility_state', 'terminal_outcome',
   'current_lease_id', 'current_lease_epoch', 'current_attempt_id', 'current_attempt_index',
   'current_worker_id', 'current_worker_instance_id', 'lease_expires_at', 'flow_id',
+  'retry_count', 'created_at',
 }
 
 -- ff_claim_execution
@@ -450,7 +450,7 @@ redis.register_function('ff_complete_execution', with_keys(12, function(keys, ar
   local payload = args[5] or ''
   local now = now_ms()
 
-  local core = hash_fields_or_nil(keys[1], xh.LEASE_CHECK_FIELDS)
+  local core = hash_fields_or_nil(keys[1], LEASE_FIELDS)
   if not core then return err('execution_not_found') end
   local fence, ferr = xh.fence_or_override(core, args[2], args[3], args[4], args[6] or '')
   if not fence then return ferr end
@@ -624,8 +624,8 @@ end))
 -- the core, resolves the fence and validates the lease. Returns core and
 -- fence, or nil plus the error reply.
 function xh.leased_core(keys, lease_id, lease_epoch, attempt_id, source, now, history_key)
-  local core = hash_table(keys[1])
-  if next(core) == nil then return nil, err('execution_not_found') end
+  local core = hash_fields_or_nil(keys[1], xh.LEASED_FIELDS)
+  if not core then return nil, err('execution_not_found') end
   local fence, ferr = xh.fence_or_override(core, lease_id, lease_epoch, attempt_id, source)
   if not fence then return nil, ferr end
   local lerr = check_lease(core, fence, now, keys[1], history_key)

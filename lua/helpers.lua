@@ -94,6 +94,16 @@ local function hash_fields_or_nil(key, fields)
   return t
 end
 
+-- The exec_core fields a lease-checked call reads: the fence and lease
+-- checks (resolve_fence, check_lease), err_not_active's details,
+-- mark_expired's rewrite of the state vector and its history entry, the
+-- released attempt's index and the flow to publish to.
+local LEASE_FIELDS = {
+  'lifecycle_phase', 'ownership_state', 'eligibility_state', 'terminal_outcome',
+  'current_lease_id', 'current_lease_epoch', 'current_attempt_id', 'current_attempt_index',
+  'current_worker_id', 'current_worker_instance_id', 'lease_expires_at', 'flow_id',
+}
+
 -- Integer to decimal string without exponent or fraction.
 local function int_str(n)
   return string.format('%d', math.floor(tonumber(n) or 0))
