@@ -124,6 +124,8 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     elig, reason, detail, public = 'eligible_now', 'waiting_for_worker', '', 'waiting'
   end
 
+  -- One number-to-string conversion of the clock, not three.
+  local now_s = tostring(now)
   redis.call('HSET', keys[1],
     'execution_id', eid,
     'namespace', args[2] or '',
@@ -151,11 +153,11 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     'retry_count', '0',
     'replay_count', '0',
     'lease_reclaim_count', '0',
-    'created_at', now,
+    'created_at', now_s,
     'started_at', '',
     'completed_at', '',
-    'last_transition_at', now,
-    'last_mutation_at', now,
+    'last_transition_at', now_s,
+    'last_mutation_at', now_s,
     'lease_acquired_at', '',
     'lease_expires_at', '',
     'lease_last_renewed_at', '',
@@ -349,6 +351,7 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   local expires = now + ttl
   local renew_deadline = now + renew_before
   local now_s, epoch_s, idx_s = tostring(now), tostring(epoch), tostring(idx)
+  local expires_s, renew_s = tostring(expires), tostring(renew_deadline)
 
   local attempt_type = 'initial'
   local lineage = {}
@@ -370,7 +373,7 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   -- KEYS[6..8] are placeholders; the real attempt is total_attempt_count.
   local tag = keyfmt.tag(keys[1])
   local att = keyfmt.attempt(tag, eid, idx)
-  hset_pairs(att, {
+  redis.call('HSET', att,
     'attempt_id', attempt_id,
     'execution_id', eid,
     'attempt_index', idx_s,
@@ -382,8 +385,8 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
     'lease_epoch', epoch_s,
     'worker_id', worker_id,
     'worker_instance_id', wiid,
-  }, lineage)
-  redis.call('ZADD', keys[9], now, idx_s)
+    unpack(lineage))
+  redis.call('ZADD', keys[9], now_s, idx_s)
   redis.call('HSET', keyfmt.attempt(tag, eid, idx, 'usage'), 'last_usage_report_seq', '0')
   if policy_flat and #policy_flat > 0 then
     redis.call('HSET', keyfmt.attempt(tag, eid, idx, 'policy'), unpack(policy_flat))
@@ -392,10 +395,19 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   write_lease_current(keys[10], {
     lease_id = lease_id, lease_epoch = epoch_s, execution_id = eid,
     attempt_id = attempt_id, worker_id = worker_id, worker_instance_id = wiid,
-    acquired_at = now_s, expires_at = tostring(expires), renewal_deadline = tostring(renew_deadline),
+    acquired_at = now_s, expires_at = expires_s, renewal_deadline = renew_s,
   })
 
-  hset_pairs(keys[1], CLAIMED_VECTOR, {
+  -- CLAIMED_VECTOR, then the lease and attempt fields, in one HSET.
+  redis.call('HSET', keys[1],
+    'lifecycle_phase', 'active',
+    'ownership_state', 'leased',
+    'eligibility_state', 'not_applicable',
+    'blocking_reason', 'none',
+    'blocking_detail', '',
+    'terminal_outcome', 'none',
+    'attempt_state', 'running_attempt',
+    'public_state', 'active',
     'current_attempt_index', idx_s,
     'total_attempt_count', tostring(idx + 1),
     'current_attempt_id', attempt_id,
@@ -405,17 +417,16 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
     'current_worker_instance_id', wiid,
     'current_lane', args[4] or '',
     'lease_acquired_at', now_s,
-    'lease_expires_at', tostring(expires),
+    'lease_expires_at', expires_s,
     'lease_last_renewed_at', now_s,
-    'lease_renewal_deadline', tostring(renew_deadline),
+    'lease_renewal_deadline', renew_s,
     'started_at', is_set(core.started_at) and core.started_at or now_s,
     'pending_retry_reason', '',
     'pending_replay_reason', '',
     'pending_replay_requested_by', '',
     'pending_previous_attempt_index', '',
     'last_transition_at', now_s,
-    'last_mutation_at', now_s,
-  })
+    'last_mutation_at', now_s)
 
   redis.call('ZREM', keys[3], eid)
   redis.call('ZADD', keys[4], expires, eid)
@@ -466,7 +477,8 @@ redis.register_function('ff_complete_execution', with_keys(12, function(keys, ar
     redis.call('SET', keys[10], payload)
   end
 
-  hset_pairs(keys[1], {
+  -- The terminal vector, LEASE_CLEAR_FIELDS, then the clock: one HSET.
+  redis.call('HSET', keys[1],
     'lifecycle_phase', 'terminal',
     'ownership_state', 'unowned',
     'eligibility_state', 'not_applicable',
@@ -476,14 +488,15 @@ redis.register_function('ff_complete_execution', with_keys(12, function(keys, ar
     'attempt_state', 'attempt_terminal',
     'public_state', 'completed',
     'completed_at', now_s,
-  }, LEASE_CLEAR_FIELDS, {
+    'current_lease_id', '', 'current_worker_id', '', 'current_worker_instance_id', '',
+    'lease_expires_at', '', 'lease_last_renewed_at', '', 'lease_renewal_deadline', '',
+    'lease_expired_at', '', 'lease_revoked_at', '', 'lease_revoke_reason', '',
     'last_transition_at', now_s,
-    'last_mutation_at', now_s,
-  })
+    'last_mutation_at', now_s)
 
   redis.call('ZREM', keys[3], eid)
   redis.call('SREM', keys[4], eid)
-  redis.call('ZADD', keys[5], now, eid)
+  redis.call('ZADD', keys[5], now_s, eid)
   redis.call('ZREM', keys[8], eid)
   redis.call('ZREM', keys[11], eid)
   redis.call('ZREM', keys[12], eid)
