@@ -459,6 +459,31 @@ func TestGoldenKeyspace(t *testing.T) {
 	grant("G", gg, "w3")
 	grant("G again", gg, "w3")
 
+	// H: the operator's grant-and-claim (fresh attempt), a delay, a
+	// grant-and-claim of the interrupted attempt, complete.
+	h := eid(8)
+	res, err = c.CreateExecution(ctx, &valkey.CreateExecutionParams{ExecutionID: h, Namespace: "ns", LaneID: lane,
+		ExecutionKind: "k", CreatorIdentity: "golden", PolicyJSON: "{}"})
+	g.must("H create", res, err)
+	gc1, err := c.IssueGrantAndClaim(ctx, &valkey.IssueGrantAndClaimParams{ExecutionID: h, WorkerID: "w4",
+		WorkerInstanceID: "w4-i", Lane: lane, LeaseID: gUUID(1020).String(), LeaseTTLMs: gLeaseTTL,
+		AttemptID: gUUID(2020).String(), AttemptPolicyJSON: `{"timeout_ms":5}`, AttemptTimeoutMs: gAttemptTO,
+		ExecutionDeadlineAt: gDeadline})
+	g.must("H grant and claim", gc1, err)
+	hf := valkey.LeaseFence{LeaseID: gc1.LeaseID, LeaseEpoch: gc1.LeaseEpoch, AttemptID: gUUID(2020).String()}
+	now = g.now()
+	g.step("H delay", nil, c.DelayExecution(ctx, &valkey.DelayExecutionParams{ExecutionID: h, Fence: hf,
+		DelayUntil: now + gDelay}))
+	promote("H", h, now+gDelay+1)
+	gc2, err := c.IssueGrantAndClaim(ctx, &valkey.IssueGrantAndClaimParams{ExecutionID: h, WorkerID: "w4",
+		WorkerInstanceID: "w4-i", Lane: lane, LeaseID: gUUID(1021).String(), LeaseTTLMs: gLeaseTTL})
+	g.must("H grant and claim (resumed)", gc2, err)
+	g.step("H complete", nil, c.CompleteExecution(ctx, &valkey.CompleteExecutionParams{ExecutionID: h,
+		Fence: valkey.LeaseFence{LeaseID: gc2.LeaseID, LeaseEpoch: gc2.LeaseEpoch, AttemptID: gUUID(2020).String()}}))
+	gc3, err := c.IssueGrantAndClaim(ctx, &valkey.IssueGrantAndClaimParams{ExecutionID: h, WorkerID: "w4",
+		WorkerInstanceID: "w4-i", Lane: lane, LeaseID: gUUID(1022).String(), LeaseTTLMs: gLeaseTTL})
+	g.step("H grant and claim (terminal)", gc3, err)
+
 	// Flow: parent P and child Q, an edge, P completes, Q resolves.
 	flow := gUUID(4000)
 	fp := cfg.FlowPartition(flow)
