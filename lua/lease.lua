@@ -71,8 +71,9 @@ redis.register_function('ff_mark_lease_expired_if_due', with_keys(4, function(ke
   local eid = args[1] or ''
   local now = now_ms()
 
-  local core = hash_table(keys[1])
-  if next(core) == nil then
+  -- LEASE_FIELDS holds what the checks and mark_expired read.
+  local core = hash_fields_or_nil(keys[1], LEASE_FIELDS)
+  if not core then
     redis.call('ZREM', keys[3], eid)
     return ok_status('ALREADY_SATISFIED', 'execution_not_found')
   end

@@ -124,6 +124,9 @@ redis.register_function('ff_issue_claim_grant', with_keys(3, function(keys, args
   return ok(eid)
 end))
 
+-- The exec_core fields ff_promote_delayed reads.
+sched.PROMOTE_FIELDS = {'lifecycle_phase', 'eligibility_state', 'delay_until', 'priority', 'created_at'}
+
 -- ff_promote_delayed
 -- KEYS: exec_core, lane_delayed, lane_eligible
 -- ARGV: execution_id, now_ms
@@ -132,7 +135,7 @@ redis.register_function('ff_promote_delayed', with_keys(3, function(keys, args)
   if not now then return bad end
   local eid = args[1] or ''
 
-  local core = sched.core(keys[1])
+  local core = hash_fields_or_nil(keys[1], sched.PROMOTE_FIELDS)
   if not core then
     redis.call('ZREM', keys[2], eid)
     return ok('not_found_cleaned')
