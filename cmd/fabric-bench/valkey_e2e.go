@@ -56,7 +56,7 @@ func runValkeyE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
 			sc.Rows = append(sc.Rows, Row{Measure: fmt.Sprintf("FCALL µs per execution, W=%d", w), Missing: "SLOWLOG run failed: " + err.Error()})
 		} else {
 			sc.Rows = append(sc.Rows, Row{Measure: fmt.Sprintf("FCALL µs per execution, W=%d", w), Fabric: fcallUs, Peer: nan(), Unit: "µs",
-				Note: fmt.Sprintf("W=%d, SLOWLOG at 0 µs over a separate run of %d executions: %s", w, max(n/4, 1), fmtCosts(costs))})
+				Note: fmt.Sprintf("W=%d, SLOWLOG at 0 µs over a separate run of %d executions (wall time inside the server: on a loaded machine it includes the server being descheduled, the CPU rows do not): %s", w, max(n/4, 1), fmtCosts(costs))})
 		}
 		db := e.freshDB()
 		before, _ := e.commandCalls(ctx)
