@@ -124,6 +124,8 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     elig, reason, detail, public = 'eligible_now', 'waiting_for_worker', '', 'waiting'
   end
 
+  -- One number-to-string conversion of the clock, not three.
+  local now_s = tostring(now)
   redis.call('HSET', keys[1],
     'execution_id', eid,
     'namespace', args[2] or '',
@@ -151,11 +153,11 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     'retry_count', '0',
     'replay_count', '0',
     'lease_reclaim_count', '0',
-    'created_at', now,
+    'created_at', now_s,
     'started_at', '',
     'completed_at', '',
-    'last_transition_at', now,
-    'last_mutation_at', now,
+    'last_transition_at', now_s,
+    'last_mutation_at', now_s,
     'lease_acquired_at', '',
     'lease_expires_at', '',
     'lease_last_renewed_at', '',
@@ -271,6 +273,26 @@ function xh.fence_or_override(core, lease_id, lease_epoch, attempt_id, source)
   return fence
 end
 
+-- The exec_core fields ff_claim_execution reads (HMGET, not HGETALL).
+xh.CLAIM_FIELDS = {
+  'lifecycle_phase', 'ownership_state', 'eligibility_state', 'terminal_outcome',
+  'attempt_state', 'current_lease_epoch', 'total_attempt_count', 'started_at',
+  'pending_retry_reason', 'pending_previous_attempt_index', 'pending_replay_reason',
+  'pending_replay_requested_by',
+}
+
+-- The claim-grant fields a claim checks.
+xh.GRANT_FIELDS = {'worker_id', 'grant_expires_at'}
+
+-- The exec_core fields of xh.leased_core's callers: LEASE_FIELDS, the
+-- retry count (fail) and created_at (wait for children).
+xh.LEASED_FIELDS = {
+  'lifecycle_phase', 'ownership_state', 'eligibility_state', 'terminal_outcome',
+  'current_lease_id', 'current_lease_epoch', 'current_attempt_id', 'current_attempt_index',
+  'current_worker_id', 'current_worker_instance_id', 'lease_expires_at', 'flow_id',
+  'retry_count', 'created_at',
+}
+
 -- ff_claim_execution
 -- KEYS: core, claim_grant, lane eligible, lease_expiry, worker_leases,
 --       attempt hash, attempt usage, attempt policy (6-8 informational),
@@ -297,8 +319,8 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   local policy_json = args[10] or ''
   local now = now_ms()
 
-  local core = hash_table(keys[1])
-  if next(core) == nil then return err('execution_not_found') end
+  local core = hash_fields_or_nil(keys[1], xh.CLAIM_FIELDS)
+  if not core then return err('execution_not_found') end
   if core.lifecycle_phase ~= 'runnable' then return err('execution_not_leaseable') end
   if core.ownership_state ~= 'unowned' then return err('lease_conflict') end
   if core.eligibility_state ~= 'eligible_now' then return err('execution_not_leaseable') end
@@ -316,8 +338,8 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
     if not policy_flat then return err('invalid_policy_json', 'malformed') end
   end
 
-  local grant = hash_table(keys[2])
-  if next(grant) == nil then return err('invalid_claim_grant') end
+  -- An absent grant reads worker_id nil: invalid_claim_grant either way.
+  local grant = hash_fields(keys[2], xh.GRANT_FIELDS)
   if grant.worker_id ~= worker_id then return err('invalid_claim_grant') end
   if is_set(grant.grant_expires_at) and (tonumber(grant.grant_expires_at) or 0) < now then
     return err('claim_grant_expired')
@@ -329,6 +351,7 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   local expires = now + ttl
   local renew_deadline = now + renew_before
   local now_s, epoch_s, idx_s = tostring(now), tostring(epoch), tostring(idx)
+  local expires_s, renew_s = tostring(expires), tostring(renew_deadline)
 
   local attempt_type = 'initial'
   local lineage = {}
@@ -350,7 +373,7 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   -- KEYS[6..8] are placeholders; the real attempt is total_attempt_count.
   local tag = keyfmt.tag(keys[1])
   local att = keyfmt.attempt(tag, eid, idx)
-  hset_pairs(att, {
+  redis.call('HSET', att,
     'attempt_id', attempt_id,
     'execution_id', eid,
     'attempt_index', idx_s,
@@ -362,8 +385,8 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
     'lease_epoch', epoch_s,
     'worker_id', worker_id,
     'worker_instance_id', wiid,
-  }, lineage)
-  redis.call('ZADD', keys[9], now, idx_s)
+    unpack(lineage))
+  redis.call('ZADD', keys[9], now_s, idx_s)
   redis.call('HSET', keyfmt.attempt(tag, eid, idx, 'usage'), 'last_usage_report_seq', '0')
   if policy_flat and #policy_flat > 0 then
     redis.call('HSET', keyfmt.attempt(tag, eid, idx, 'policy'), unpack(policy_flat))
@@ -372,10 +395,19 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   write_lease_current(keys[10], {
     lease_id = lease_id, lease_epoch = epoch_s, execution_id = eid,
     attempt_id = attempt_id, worker_id = worker_id, worker_instance_id = wiid,
-    acquired_at = now_s, expires_at = tostring(expires), renewal_deadline = tostring(renew_deadline),
+    acquired_at = now_s, expires_at = expires_s, renewal_deadline = renew_s,
   })
 
-  hset_pairs(keys[1], CLAIMED_VECTOR, {
+  -- CLAIMED_VECTOR, then the lease and attempt fields, in one HSET.
+  redis.call('HSET', keys[1],
+    'lifecycle_phase', 'active',
+    'ownership_state', 'leased',
+    'eligibility_state', 'not_applicable',
+    'blocking_reason', 'none',
+    'blocking_detail', '',
+    'terminal_outcome', 'none',
+    'attempt_state', 'running_attempt',
+    'public_state', 'active',
     'current_attempt_index', idx_s,
     'total_attempt_count', tostring(idx + 1),
     'current_attempt_id', attempt_id,
@@ -385,17 +417,16 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
     'current_worker_instance_id', wiid,
     'current_lane', args[4] or '',
     'lease_acquired_at', now_s,
-    'lease_expires_at', tostring(expires),
+    'lease_expires_at', expires_s,
     'lease_last_renewed_at', now_s,
-    'lease_renewal_deadline', tostring(renew_deadline),
+    'lease_renewal_deadline', renew_s,
     'started_at', is_set(core.started_at) and core.started_at or now_s,
     'pending_retry_reason', '',
     'pending_replay_reason', '',
     'pending_replay_requested_by', '',
     'pending_previous_attempt_index', '',
     'last_transition_at', now_s,
-    'last_mutation_at', now_s,
-  })
+    'last_mutation_at', now_s)
 
   redis.call('ZREM', keys[3], eid)
   redis.call('ZADD', keys[4], expires, eid)
@@ -430,8 +461,8 @@ redis.register_function('ff_complete_execution', with_keys(12, function(keys, ar
   local payload = args[5] or ''
   local now = now_ms()
 
-  local core = hash_table(keys[1])
-  if next(core) == nil then return err('execution_not_found') end
+  local core = hash_fields_or_nil(keys[1], LEASE_FIELDS)
+  if not core then return err('execution_not_found') end
   local fence, ferr = xh.fence_or_override(core, args[2], args[3], args[4], args[6] or '')
   if not fence then return ferr end
   local lerr = check_lease(core, fence, now, keys[1], keys[7])
@@ -446,7 +477,8 @@ redis.register_function('ff_complete_execution', with_keys(12, function(keys, ar
     redis.call('SET', keys[10], payload)
   end
 
-  hset_pairs(keys[1], {
+  -- The terminal vector, LEASE_CLEAR_FIELDS, then the clock: one HSET.
+  redis.call('HSET', keys[1],
     'lifecycle_phase', 'terminal',
     'ownership_state', 'unowned',
     'eligibility_state', 'not_applicable',
@@ -456,14 +488,15 @@ redis.register_function('ff_complete_execution', with_keys(12, function(keys, ar
     'attempt_state', 'attempt_terminal',
     'public_state', 'completed',
     'completed_at', now_s,
-  }, LEASE_CLEAR_FIELDS, {
+    'current_lease_id', '', 'current_worker_id', '', 'current_worker_instance_id', '',
+    'lease_expires_at', '', 'lease_last_renewed_at', '', 'lease_renewal_deadline', '',
+    'lease_expired_at', '', 'lease_revoked_at', '', 'lease_revoke_reason', '',
     'last_transition_at', now_s,
-    'last_mutation_at', now_s,
-  })
+    'last_mutation_at', now_s)
 
   redis.call('ZREM', keys[3], eid)
   redis.call('SREM', keys[4], eid)
-  redis.call('ZADD', keys[5], now, eid)
+  redis.call('ZADD', keys[5], now_s, eid)
   redis.call('ZREM', keys[8], eid)
   redis.call('ZREM', keys[11], eid)
   redis.call('ZREM', keys[12], eid)
@@ -604,8 +637,8 @@ end))
 -- the core, resolves the fence and validates the lease. Returns core and
 -- fence, or nil plus the error reply.
 function xh.leased_core(keys, lease_id, lease_epoch, attempt_id, source, now, history_key)
-  local core = hash_table(keys[1])
-  if next(core) == nil then return nil, err('execution_not_found') end
+  local core = hash_fields_or_nil(keys[1], xh.LEASED_FIELDS)
+  if not core then return nil, err('execution_not_found') end
   local fence, ferr = xh.fence_or_override(core, lease_id, lease_epoch, attempt_id, source)
   if not fence then return nil, ferr end
   local lerr = check_lease(core, fence, now, keys[1], history_key)

@@ -70,6 +70,40 @@ local function hash_table(key)
   return t
 end
 
+-- HMGET of the listed fields as a Lua table shaped like hash_table's:
+-- a missing field is absent (nil). An absent key and a hash holding none
+-- of the fields both give an empty table; a caller that must tell them
+-- apart checks EXISTS only then (hash_fields_or_nil).
+local function hash_fields(key, fields)
+  local vals = redis.call('HMGET', key, unpack(fields))
+  local t = {}
+  for i = 1, #fields do
+    local v = vals[i]
+    if v then t[fields[i]] = v end
+  end
+  return t
+end
+
+-- hash_fields, or nil when the key does not exist: what
+-- `next(hash_table(key)) == nil` decides, without reading every field.
+local function hash_fields_or_nil(key, fields)
+  local t = hash_fields(key, fields)
+  if next(t) == nil and redis.call('EXISTS', key) == 0 then
+    return nil
+  end
+  return t
+end
+
+-- The exec_core fields a lease-checked call reads: the fence and lease
+-- checks (resolve_fence, check_lease), err_not_active's details,
+-- mark_expired's rewrite of the state vector and its history entry, the
+-- released attempt's index and the flow to publish to.
+local LEASE_FIELDS = {
+  'lifecycle_phase', 'ownership_state', 'eligibility_state', 'terminal_outcome',
+  'current_lease_id', 'current_lease_epoch', 'current_attempt_id', 'current_attempt_index',
+  'current_worker_id', 'current_worker_instance_id', 'lease_expires_at', 'flow_id',
+}
+
 -- Integer to decimal string without exponent or fraction.
 local function int_str(n)
   return string.format('%d', math.floor(tonumber(n) or 0))

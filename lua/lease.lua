@@ -1,6 +1,15 @@
 -- Lease family: renewal, the expiry scanner's re-check, operator
 -- revocation.
 
+-- The exec_core fields ff_renew_lease reads: LEASE_FIELDS and
+-- lease_revoked_at. (Library load time has no ipairs to build it.)
+local lease_renew_fields = {
+  'lifecycle_phase', 'ownership_state', 'eligibility_state', 'terminal_outcome',
+  'current_lease_id', 'current_lease_epoch', 'current_attempt_id', 'current_attempt_index',
+  'current_worker_id', 'current_worker_instance_id', 'lease_expires_at', 'flow_id',
+  'lease_revoked_at',
+}
+
 -- ff_renew_lease
 -- KEYS: exec_core, lease_current, lease_history, lease_expiry
 -- ARGV: execution_id, attempt_index, attempt_id, lease_id, lease_epoch,
@@ -13,8 +22,8 @@ redis.register_function('ff_renew_lease', with_keys(4, function(keys, args)
   local eid = args[1] or ''
   local now = now_ms()
 
-  local core = hash_table(keys[1])
-  if next(core) == nil then return err('execution_not_found') end
+  local core = hash_fields_or_nil(keys[1], lease_renew_fields)
+  if not core then return err('execution_not_found') end
 
   -- Renewal is only for the holder: the full fence is mandatory.
   local fence, fence_err = resolve_fence(core, args[4], args[5], args[3])
@@ -62,8 +71,9 @@ redis.register_function('ff_mark_lease_expired_if_due', with_keys(4, function(ke
   local eid = args[1] or ''
   local now = now_ms()
 
-  local core = hash_table(keys[1])
-  if next(core) == nil then
+  -- LEASE_FIELDS holds what the checks and mark_expired read.
+  local core = hash_fields_or_nil(keys[1], LEASE_FIELDS)
+  if not core then
     redis.call('ZREM', keys[3], eid)
     return ok_status('ALREADY_SATISFIED', 'execution_not_found')
   end

@@ -86,6 +86,10 @@ function sched.flatten_policy(json)
   return out
 end
 
+-- The exec_core fields ff_issue_claim_grant reads (the capability gate
+-- reads required_capabilities).
+sched.GRANT_CORE_FIELDS = {'lifecycle_phase', 'eligibility_state', 'required_capabilities'}
+
 -- ff_issue_claim_grant
 -- KEYS: exec_core, claim_grant, lane_eligible
 -- ARGV: execution_id, worker_id, worker_instance_id, lane_id,
@@ -97,7 +101,7 @@ redis.register_function('ff_issue_claim_grant', with_keys(3, function(keys, args
   local eid = args[1] or ''
   local now = now_ms()
 
-  local core = sched.core(keys[1])
+  local core = hash_fields_or_nil(keys[1], sched.GRANT_CORE_FIELDS)
   if not core then return err('execution_not_found') end
   if core.lifecycle_phase ~= 'runnable' or core.eligibility_state ~= 'eligible_now' then
     return err('execution_not_eligible')
@@ -120,6 +124,9 @@ redis.register_function('ff_issue_claim_grant', with_keys(3, function(keys, args
   return ok(eid)
 end))
 
+-- The exec_core fields ff_promote_delayed reads.
+sched.PROMOTE_FIELDS = {'lifecycle_phase', 'eligibility_state', 'delay_until', 'priority', 'created_at'}
+
 -- ff_promote_delayed
 -- KEYS: exec_core, lane_delayed, lane_eligible
 -- ARGV: execution_id, now_ms
@@ -128,7 +135,7 @@ redis.register_function('ff_promote_delayed', with_keys(3, function(keys, args)
   if not now then return bad end
   local eid = args[1] or ''
 
-  local core = sched.core(keys[1])
+  local core = hash_fields_or_nil(keys[1], sched.PROMOTE_FIELDS)
   if not core then
     redis.call('ZREM', keys[2], eid)
     return ok('not_found_cleaned')
@@ -303,6 +310,14 @@ redis.register_function('ff_issue_reclaim_grant', with_keys(2, function(keys, ar
   return ok(eid, tostring(expires))
 end))
 
+-- The exec_core fields ff_issue_grant_and_claim reads.
+sched.GRANT_AND_CLAIM_FIELDS = {
+  'lifecycle_phase', 'ownership_state', 'eligibility_state', 'terminal_outcome',
+  'attempt_state', 'current_lease_epoch', 'current_attempt_index', 'current_attempt_id',
+  'total_attempt_count', 'started_at', 'pending_retry_reason', 'pending_previous_attempt_index',
+  'pending_replay_reason', 'pending_replay_requested_by',
+}
+
 -- ff_issue_grant_and_claim
 -- KEYS: exec_core, claim_grant, lane_eligible, lease_expiry, worker_leases,
 --       attempts, lease_current, lease_history, lane_active,
@@ -339,7 +354,7 @@ redis.register_function('ff_issue_grant_and_claim', with_keys(11, function(keys,
   end
   local now = now_ms()
 
-  local core = sched.core(K.core)
+  local core = hash_fields_or_nil(K.core, sched.GRANT_AND_CLAIM_FIELDS)
   if not core then return err('execution_not_found') end
   if core.lifecycle_phase ~= 'runnable' then
     return err('execution_not_eligible')
@@ -461,7 +476,7 @@ redis.register_function('ff_issue_grant_and_claim', with_keys(11, function(keys,
 
   redis.call('DEL', K.grant)
   local att_key = keyfmt.attempt(tag, eid, idx_s)
-  hset_pairs(att_key, {
+  redis.call('HSET', att_key,
     'attempt_id', attempt_id,
     'execution_id', eid,
     'attempt_index', idx_s,
@@ -473,8 +488,8 @@ redis.register_function('ff_issue_grant_and_claim', with_keys(11, function(keys,
     'lease_epoch', epoch_s,
     'worker_id', worker_id,
     'worker_instance_id', wiid,
-  }, lineage)
-  redis.call('ZADD', K.attempts, now, idx_s)
+    unpack(lineage))
+  redis.call('ZADD', K.attempts, now_s, idx_s)
   redis.call('HSET', att_key .. ':usage', 'last_usage_report_seq', '0')
   if policy_pairs and #policy_pairs > 0 then
     redis.call('HSET', att_key .. ':policy', unpack(policy_pairs))
@@ -488,7 +503,16 @@ redis.register_function('ff_issue_grant_and_claim', with_keys(11, function(keys,
 
   local started = core.started_at
   if not is_set(started) then started = now_s end
-  hset_pairs(K.core, CLAIMED_VECTOR, {
+  -- CLAIMED_VECTOR, then the lease and attempt fields, in one HSET.
+  redis.call('HSET', K.core,
+    'lifecycle_phase', 'active',
+    'ownership_state', 'leased',
+    'eligibility_state', 'not_applicable',
+    'blocking_reason', 'none',
+    'blocking_detail', '',
+    'terminal_outcome', 'none',
+    'attempt_state', 'running_attempt',
+    'public_state', 'active',
     'current_attempt_index', idx_s,
     'total_attempt_count', tostring(idx + 1),
     'current_attempt_id', attempt_id,
@@ -507,8 +531,7 @@ redis.register_function('ff_issue_grant_and_claim', with_keys(11, function(keys,
     'pending_replay_requested_by', '',
     'pending_previous_attempt_index', '',
     'last_transition_at', now_s,
-    'last_mutation_at', now_s,
-  })
+    'last_mutation_at', now_s)
 
   redis.call('ZREM', K.eligible, eid)
   redis.call('ZADD', K.lease_expiry, expires, eid)

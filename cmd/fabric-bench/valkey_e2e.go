@@ -49,8 +49,18 @@ func runValkeyE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
 				Peer: raw.rate(), Unit: "/s", HigherIsBetter: true, OfLimit: ops.rate() / e.limitOr1(),
 				Note: fmt.Sprintf("W=%d: the same job as direct calls (create; eligible head read; grant + claim pipelined; complete): %s commands per execution (%s)%s",
 					w, fmtNum(opsTotal, ""), opsTop, ops.cappedNote())})
+		sc.Rows = append(sc.Rows, Row{Measure: fmt.Sprintf("server CPU µs per execution, W=%d", w), Fabric: fab.cpuUs,
+			Versus: "raw LPUSH/BRPOP", Peer: raw.cpuUs, Unit: "µs"})
+		costs, fcallUs, err := fabricFCallCosts(ctx, e, max(n/4, 1), w)
+		if err != nil {
+			sc.Rows = append(sc.Rows, Row{Measure: fmt.Sprintf("FCALL µs per execution, W=%d", w), Missing: "SLOWLOG run failed: " + err.Error()})
+		} else {
+			sc.Rows = append(sc.Rows, Row{Measure: fmt.Sprintf("FCALL µs per execution, W=%d", w), Fabric: fcallUs, Peer: nan(), Unit: "µs",
+				Note: fmt.Sprintf("W=%d, SLOWLOG at 0 µs over a separate run of %d executions (wall time inside the server: on a loaded machine it includes the server being descheduled, the CPU rows do not): %s", w, max(n/4, 1), fmtCosts(costs))})
+		}
 		db := e.freshDB()
 		before, _ := e.commandCalls(ctx)
+		acpu0, aerr0 := e.serverCPU(ctx)
 		pr, err := e.peer(ctx, "asynq-e2e", "-socket", e.vsrv.Socket(), "-db", strconv.Itoa(db), "-jobs", strconv.Itoa(n),
 			"-workers", strconv.Itoa(w), "-producers", strconv.Itoa(e.size.Producers), "-timeout", capArg(cap))
 		if err != nil {
@@ -58,12 +68,20 @@ func runValkeyE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
 			continue
 		}
 		after, _ := e.commandCalls(ctx)
-		note := fmt.Sprintf("asynq %s: %s server commands per job", pr.Version, fmtNum(float64(after-before)/float64(max(pr.Jobs, 1)), ""))
+		acpu1, aerr1 := e.serverCPU(ctx)
+		asynqCPU := cpuPerJob(acpu0, acpu1, aerr0 == nil, aerr1 == nil, int64(pr.Jobs))
+		asynqCmds := float64(after-before) / float64(max(pr.Jobs, 1))
+		note := fmt.Sprintf("asynq %s: %s server commands per job", pr.Version, fmtNum(asynqCmds, ""))
 		if pr.Capped {
 			note += fmt.Sprintf("; asynq capped at %s after %d of %d jobs", cap, pr.Jobs, n)
 		}
 		sc.Rows = append(sc.Rows, Row{Measure: fmt.Sprintf("executions/s, W=%d", w), Fabric: fab.rate(), Versus: "asynq " + pr.Version,
-			Peer: pr.PerSec, Unit: "/s", HigherIsBetter: true, OfLimit: fab.rate() / e.limitOr1(), Goal: "≥ 2× asynq", Note: note})
+			Peer: pr.PerSec, Unit: "/s", HigherIsBetter: true, OfLimit: fab.rate() / e.limitOr1(), Goal: "≥ 2× asynq", Note: note},
+			Row{Measure: fmt.Sprintf("server CPU µs per execution, W=%d", w), Fabric: fab.cpuUs, Versus: "asynq " + pr.Version + " (per job)",
+				Peer: asynqCPU, Unit: "µs", Goal: "≤ 1.5× asynq",
+				Note: fmt.Sprintf("W=%d: INFO cpu, %s, sys+user delta over the run / executions; the raw queue's is in the row above", w, cpuLabel(fab.cpu))},
+			Row{Measure: fmt.Sprintf("server commands per execution, W=%d", w), Fabric: fabTotal, Versus: "asynq " + pr.Version + " (per job)",
+				Peer: asynqCmds, Unit: ""})
 	}
 	sc.Notes = append(sc.Notes,
 		"Every run: producers submit while the W handlers run; the clock runs from the first submit to the last handler call. Handlers do nothing.",
@@ -77,6 +95,10 @@ type e2eResult struct {
 	elapsed time.Duration
 	capped  bool
 	want    int
+	// cpuUs is the server's CPU µs per execution over the run (INFO cpu,
+	// main thread when available; NaN when not read); cpu the sample kind.
+	cpuUs float64
+	cpu   cpuSample
 }
 
 func (r e2eResult) rate() float64 { return float64(r.done) / r.elapsed.Seconds() }
@@ -176,6 +198,7 @@ func fabricE2E(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, map
 	}
 	defer func() { stopWorkers(); wg.Wait() }()
 	before, _ := e.commandStats(ctx)
+	cpu0, cerr0 := e.serverCPU(ctx)
 	start := time.Now()
 	err = produce(rctx, n, e.size.Producers, func(int) error {
 		_, err := cl.CreateExecution(rctx, sdk.ExecutionSpec{Lane: benchLane, Payload: []byte("x")})
@@ -191,6 +214,8 @@ func fabricE2E(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, map
 		r.capped = true
 	}
 	r.elapsed, r.done = time.Since(start), done.Load()
+	cpu1, cerr1 := e.serverCPU(ctx)
+	r.cpuUs, r.cpu = cpuPerJob(cpu0, cpu1, cerr0 == nil, cerr1 == nil, r.done), cpu1
 	after, _ := e.commandStats(ctx)
 	return r, perJob(before, after, r.done), nil
 }
@@ -227,6 +252,7 @@ func rawE2E(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, map[st
 	}
 	defer wg.Wait()
 	before, _ := e.commandStats(ctx)
+	cpu0, cerr0 := e.serverCPU(ctx)
 	start := time.Now()
 	err = produce(rctx, n, e.size.Producers, func(i int) error {
 		return raw.Do(rctx, raw.B().Lpush().Key("bench:q").Element("x").Build()).Error()
@@ -241,6 +267,8 @@ func rawE2E(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, map[st
 		r.capped = true
 	}
 	r.elapsed, r.done = time.Since(start), done.Load()
+	cpu1, cerr1 := e.serverCPU(ctx)
+	r.cpuUs, r.cpu = cpuPerJob(cpu0, cpu1, cerr0 == nil, cerr1 == nil, r.done), cpu1
 	after, _ := e.commandStats(ctx)
 	return r, perJob(before, after, r.done), nil
 }
