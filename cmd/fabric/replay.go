@@ -82,11 +82,13 @@ func init() {
 	})
 	register(&command{
 		name:  "plugins replay",
-		usage: "FILE CASE",
+		usage: "[--against LIVE.wasm] FILE CASE",
 		summary: "Replay a plugin on a recorded case (fabric record) in a private server at the recorded time: " +
-			"print its actions and the keyspace difference they made. Two replays print the same bytes.",
+			"print its actions and the keyspace difference they made. Two replays print the same bytes. " +
+			"With --against, replay that version too and print the actions in which FILE differs from it.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			cache := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory")
+			against := fs.String("against", "", "another version of the plugin (the live one) replayed on the same case: print the actions in which FILE differs from it")
 			var config configFlag
 			fs.Var(&config, "config", "a plugin config entry KEY=VALUE overriding its manifest (repeatable)")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
@@ -106,7 +108,19 @@ func init() {
 				if err != nil {
 					return err
 				}
-				return res.Write(env.stdout)
+				if err := res.Write(env.stdout); err != nil || *against == "" {
+					return err
+				}
+				base, err := replay.Run(ctx, replay.Config{Wasm: *against, Case: cs, CacheDir: *cache, Plugin: host.PluginConfig{Config: config.m}})
+				if err != nil {
+					return fmt.Errorf("--against: %w", err)
+				}
+				diff := replay.Compare(base, res)
+				fmt.Fprintf(env.stdout, "against %s %s (%s): %d actions differ\n", base.Plugin, base.Version, *against, len(diff))
+				for _, d := range diff {
+					fmt.Fprintln(env.stdout, "  "+d)
+				}
+				return nil
 			}
 		},
 	})

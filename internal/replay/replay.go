@@ -310,3 +310,10 @@ func (w *sweepWaiter) SweepDone(ev host.SweepEvent) {
 		w.once.Do(func() { w.done <- ev })
 	}
 }
+
+// Compare lists the actions in which candidate differs from base, two
+// replays of one case: "- ACTION" for one only base took, "+ ACTION" for
+// one only candidate would take.
+func Compare(base, candidate *Result) []string {
+	return Diff(base.Actions, candidate.Actions)
+}

@@ -277,3 +277,56 @@ func TestReadCaseRefusesMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareFindsTheChangedExecutions replays the stock delayed promoter
+// and a deliberately changed one (it never reads the lane "slow") on one
+// recorded case holding a due execution on each of two lanes: the
+// comparison names exactly the slow lane's promotion.
+func TestCompareFindsTheChangedExecutions(t *testing.T) {
+	ctx := valkeytest.Context(t, 5*time.Minute)
+	c := valkeytest.Client(t)
+	if err := c.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{"default", "slow"}}); err != nil {
+		t.Fatal(err)
+	}
+	now, err := c.ServerTime(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]model.ExecutionID{}
+	for _, lane := range []string{"default", "slow"} {
+		ids[lane] = model.NewExecutionID(part, model.NewUUID())
+		if _, err := c.CreateExecution(ctx, &valkey.CreateExecutionParams{ExecutionID: ids[lane], Namespace: "cmp", LaneID: lane, ExecutionKind: "k", DelayUntil: now + 50}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	valkeytest.Eventually(t, 10*time.Second, "both due", func() bool {
+		ms, err := c.ServerTime(ctx)
+		return err == nil && ms > now+100
+	})
+	in, err := host.Inspect(ctx, pluginFile(t, "delayed_promoter"), host.InspectConfig{CacheDir: sharedCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := replay.Record(ctx, c, in.Manifest, in.SHA256, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := replay.Run(ctx, replay.Config{Wasm: pluginFile(t, "delayed_promoter"), Case: cs, CacheDir: sharedCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	candidate, err := replay.Run(ctx, replay.Config{Wasm: "../../testdata/plugins/promoter_skipslow.wasm", Case: cs, CacheDir: sharedCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live.Actions) != 2 || len(candidate.Actions) != 1 {
+		t.Fatalf("live %d actions, candidate %d; want 2 and 1:\n%q\n%q", len(live.Actions), len(candidate.Actions), live.Actions, candidate.Actions)
+	}
+	diff := replay.Compare(live, candidate)
+	if len(diff) != 1 || !strings.HasPrefix(diff[0], "- fcall ff_promote_delayed ") || !strings.Contains(diff[0], string(ids["slow"])) {
+		t.Fatalf("comparison = %q; want the slow lane's promotion (%s) only in the live version", diff, ids["slow"])
+	}
+	if d := replay.Compare(live, live); len(d) != 0 {
+		t.Fatalf("a version compared with itself differs: %q", d)
+	}
+}
