@@ -121,6 +121,9 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 	}
 	caller := p.caller(m, batch[req.Indexes[0]])
 	caller.Batch = batch
+	for _, tag := range batch {
+		p.stagesCalled(tag)
+	}
 	start := p.h.cfg.Clock.Now()
 	var res abi.ScanBatchResult
 	called = true

@@ -72,6 +72,9 @@ type plugin struct {
 
 	// wake is the plugin's due-timer state (nil with timers off).
 	wake *wakeState
+	// pass collects the stage timings of the timer loop's current pass
+	// (nil when not timing: see stages.go).
+	pass atomic.Pointer[passStages]
 }
 
 func (p *plugin) spec() LoopSpec {
@@ -283,6 +286,7 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res ab
 	rec := CycleRecord{Plugin: p.name, Version: man.Version, SHA256: m.sha256, Partition: i, Cycle: cycle,
 		Host: grant.Host, Token: grant.Token, Start: p.h.cfg.Clock.Now()}
 	caller := p.caller(m, part.Tag())
+	p.stagesCalled(part.Tag())
 
 	_, err := p.invoke(ctx, m, abi.ExportScan, in, caller, timeout, grant.Deadline, slotDone, func(out []byte) error {
 		if derr := res.UnmarshalBinary(out); derr != nil {
@@ -367,6 +371,7 @@ func (p *plugin) caller(m *Module, tag string) *hostfn.Caller {
 	if w := p.wake; w != nil {
 		clock := p.h.cfg.Clock
 		c.OnNow = func(ms int64) { w.sawServerTime(ms, clock.Now()) }
+		c.OnFCall = p.stagesFCall
 	}
 	return c
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -53,8 +54,8 @@ const timerRetryDelay = time.Second
 // its loop last looked, and a channel that nudges the loop.
 type wakeState struct {
 	mu       sync.Mutex
-	woken    map[int]struct{}
-	all      bool
+	woken    map[int]time.Time // partition → when its first wake since the last take arrived
+	all      time.Time         // when a wake of every partition arrived (zero: none)
 	ch       chan struct{}
 	patterns []string
 
@@ -63,7 +64,7 @@ type wakeState struct {
 }
 
 func newWakeState(m abi.Manifest) *wakeState {
-	w := &wakeState{woken: map[int]struct{}{}, ch: make(chan struct{}, 1)}
+	w := &wakeState{woken: map[int]time.Time{}, ch: make(chan struct{}, 1)}
 	w.setPatterns(m)
 	return w
 }
@@ -97,14 +98,16 @@ func (w *wakeState) matches(key string) bool {
 	return false
 }
 
-// wake marks partition i (or every partition when i < 0) and nudges the
-// loop.
-func (w *wakeState) wake(i int) {
+// wake marks partition i (or every partition when i < 0) woken at at and
+// nudges the loop.
+func (w *wakeState) wake(i int, at time.Time) {
 	w.mu.Lock()
 	if i < 0 {
-		w.all = true
-	} else {
-		w.woken[i] = struct{}{}
+		if w.all.IsZero() {
+			w.all = at
+		}
+	} else if _, ok := w.woken[i]; !ok {
+		w.woken[i] = at
 	}
 	w.mu.Unlock()
 	select {
@@ -113,23 +116,26 @@ func (w *wakeState) wake(i int) {
 	}
 }
 
-// take returns and clears the woken partitions.
-func (w *wakeState) take(n int) []bool {
-	out := make([]bool, n)
+// take returns and clears the woken partitions: out[i] is when partition
+// i was first woken since the last take (zero: not woken).
+func (w *wakeState) take(n int) []time.Time {
+	out := make([]time.Time, n)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for i := range w.woken {
+	for i, at := range w.woken {
 		if i < n {
-			out[i] = true
+			out[i] = at
 		}
 	}
-	if w.all {
+	if !w.all.IsZero() {
 		for i := range out {
-			out[i] = true
+			if out[i].IsZero() || w.all.Before(out[i]) {
+				out[i] = w.all
+			}
 		}
 	}
 	clear(w.woken)
-	w.all = false
+	w.all = time.Time{}
 	return out
 }
 
@@ -197,11 +203,28 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 		scanned := 0
 		var due []int
 		for i := range next {
-			if woken[i] || !now.Before(next[i]) {
+			if !woken[i].IsZero() || !now.Before(next[i]) {
 				due = append(due, i)
 			}
 		}
+		var stages *passStages
+		if so := p.h.stageObserver(); so != nil && len(due) > 0 {
+			stages = newPassStages(clock)
+			for _, i := range due {
+				tag := model.Partition{Family: spec.Family, Index: uint16(i)}.Tag()
+				if w := woken[i]; !w.IsZero() && (next[i].IsZero() || w.Before(next[i])) {
+					stages.take(p.name, i, tag, true, w, now)
+				} else {
+					stages.take(p.name, i, tag, false, next[i], now)
+				}
+			}
+			p.pass.Store(stages)
+		}
 		outs := p.scanPartitions(ctx, cycle, due)
+		if stages != nil {
+			p.pass.Store(nil)
+			stages.report(p.h.stageObserver())
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -322,21 +345,23 @@ func (h *Host) routeWake(key string) {
 	if err != nil {
 		return
 	}
+	at := h.cfg.Clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range h.plugins {
 		if p.wake != nil && p.wake.matches(key) {
-			p.wake.wake(i)
+			p.wake.wake(i, at)
 		}
 	}
 }
 
 func (h *Host) wakeAll() {
+	at := h.cfg.Clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range h.plugins {
 		if p.wake != nil {
-			p.wake.wake(-1)
+			p.wake.wake(-1, at)
 		}
 	}
 }

@@ -87,12 +87,14 @@ type hostOpts struct {
 	completions host.CompletionConfig
 	// policy is the host's grants (nil: host.StockPolicy).
 	policy *host.Policy
+	// observer, when set, is the host's Observer.
+	observer host.Observer
 }
 
 // startHost starts a host on dir over vc and waits for its initial load.
 func (e *benchEnv) startHost(ctx context.Context, dir string, vc *valkey.Client, o hostOpts) (*host.Host, error) {
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: e.cache, Backend: vc, Logger: e.log, Plugins: o.plugins,
-		Records: o.records, Timers: o.timers, Completions: o.completions, Policy: o.policy})
+		Records: o.records, Timers: o.timers, Completions: o.completions, Policy: o.policy, Observer: o.observer})
 	if err != nil {
 		return nil, err
 	}

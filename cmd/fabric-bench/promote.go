@@ -48,9 +48,13 @@ func runPromotion(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		{name: "fixed polling (750 ms interval)", timers: host.TimerConfig{Disabled: true}},
 	}
 	for _, m := range modes {
-		lat, note, err := promotionLateness(ctx, e, m)
+		stages := newStageRecorder()
+		lat, note, err := promotionLateness(ctx, e, m, stages)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		if !m.timers.Disabled {
+			sc.Notes = append(sc.Notes, m.name+": "+stages.summary()+".")
 		}
 		p50, p99, mx := percentiles(lat)
 		v50, pp50 := peer(true)
@@ -75,7 +79,7 @@ func runPromotion(ctx context.Context, e *benchEnv, sc *Scenario) error {
 
 // promotionLateness creates the delayed executions, runs the promoter in
 // a host, and returns each execution's lateness in ms.
-func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode) ([]float64, string, error) {
+func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode, stages *stageRecorder) ([]float64, string, error) {
 	n, spread := e.size.PromoteJobs, e.size.PromoteSpread
 	db := e.freshDB()
 	vc, err := e.dialDB(ctx, db)
@@ -165,7 +169,7 @@ func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode) ([]float
 	// The promoter runs while the executions are created, as in
 	// production (with timers, each new delayed entry wakes its partition).
 	plugins := map[string]host.PluginConfig{"delayed_promoter": {Config: map[string]string{"lanes": benchLane}}}
-	h, err := e.startHost(ctx, dir, vc, hostOpts{plugins: plugins, timers: m.timers})
+	h, err := e.startHost(ctx, dir, vc, hostOpts{plugins: plugins, timers: m.timers, observer: stages})
 	if err != nil {
 		return nil, "", err
 	}
@@ -207,6 +211,7 @@ func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode) ([]float
 		note = fmt.Sprintf("; creating ran %s past the first due time (those early ones count creation as lateness)", late.Round(time.Millisecond))
 	}
 
+	stages.start() // the due window: creation's wake-ups are not promotions
 	var lat []float64
 	deadline := time.After(time.Until(base) + spread + 15*time.Second)
 	for len(lat) < n {

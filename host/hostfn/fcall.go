@@ -42,7 +42,15 @@ func fcallHandler(cfg Config) handler {
 				calls = append(calls, valkey.Call{Function: call.Function, Keys: call.Keys, Args: call.Args})
 				idx = append(idx, i)
 			}
-			for j, res := range cfg.Store.FCallBatch(ctx, calls) {
+			var replied func()
+			if c.OnFCall != nil && len(calls) > 0 {
+				replied = c.OnFCall(c.Tag)
+			}
+			results := cfg.Store.FCallBatch(ctx, calls)
+			if replied != nil {
+				replied()
+			}
+			for j, res := range results {
 				i := idx[j]
 				resp.Results[i] = callResult(res)
 				if item := req.Calls[i].Item; item != "" && c.Tracker != nil {

@@ -123,6 +123,11 @@ type Caller struct {
 	// OnNow, when set, is told every server time the plugin reads (the
 	// due-time timers convert due scores to host time with it).
 	OnNow func(ms int64)
+	// OnFCall, when set, is called as an FCALL batch is sent, with the
+	// partition tag it is sent for; the func it returns (nil: none) is
+	// called once the replies are in (the due-time timers time their
+	// stages with it).
+	OnFCall func(tag string) (replied func())
 	// Batch maps the partition indexes of a fabric_scan_batch call to
 	// their hash tags; the partition host function moves Tag among them.
 	// Nil outside a batch call.

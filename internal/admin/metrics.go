@@ -27,6 +27,7 @@ type PluginSource interface {
 // loaded again, which Prometheus reads as a counter reset):
 //
 //	fabric_plugin_cycle_duration_seconds{plugin}       histogram of sweep durations, one per sweep (on timers: an interval's passes together)
+//	fabric_timer_stage_seconds{plugin,stage}           histogram of each stage of an acting scan on due-time timers (host.StageEvent): wake or timer, queue, call, fcall
 //	fabric_plugin_cycles_total{plugin}                 sweeps started
 //	fabric_plugin_calls_total{plugin}                  partition calls
 //	fabric_plugin_items_total{plugin,outcome}          scanned, acted, skipped
@@ -56,8 +57,9 @@ type PluginSource interface {
 //   - Safe for concurrent use. Attach may be called after the host was
 //     built with the Metrics as its Observer.
 type Metrics struct {
-	reg   *prometheus.Registry
-	cycle *prometheus.HistogramVec
+	reg    *prometheus.Registry
+	cycle  *prometheus.HistogramVec
+	stages *prometheus.HistogramVec
 
 	mu      sync.Mutex
 	src     PluginSource
@@ -100,8 +102,13 @@ func NewMetrics() *Metrics {
 			Help:    "Duration of one sweep of the plugin over its partitions, one observation per sweep (as fabric_plugin_cycles_total counts them); for a plugin on due-time timers, the time its passes over due and woken partitions took in one interval, together.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14), // 0.5 ms .. ~75 s
 		}, []string{"plugin"}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fabric_timer_stage_seconds",
+			Help:    "Where a due item's lateness goes, per acting partition scan on due-time timers, by stage: wake (notification received → the loop took the partition) or timer (its timer due → taken), queue (taken → plugin call started), call (call started → FCALL sent), fcall (FCALL sent → replies in).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 17), // 0.1 ms .. ~6.6 s
+		}, []string{"plugin", "stage"}),
 	}
-	m.reg.MustRegister(m.cycle, (*snapshotCollector)(m),
+	m.reg.MustRegister(m.cycle, m.stages, (*snapshotCollector)(m),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -117,6 +124,13 @@ func (m *Metrics) Attach(src PluginSource, s *Sampler) {
 // SweepDone implements host.Observer.
 func (m *Metrics) SweepDone(ev host.SweepEvent) {
 	m.cycle.WithLabelValues(ev.Plugin).Observe(ev.Duration.Seconds())
+}
+
+// StageDone implements host.StageObserver.
+func (m *Metrics) StageDone(ev host.StageEvent) {
+	for _, st := range ev.Stages() {
+		m.stages.WithLabelValues(ev.Plugin, st.Stage).Observe(st.Duration.Seconds())
+	}
 }
 
 // Registry returns the registry (for tests and extra collectors).
