@@ -226,6 +226,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("host: Config.RequireSigned needs TrustedKeys")
 	}
 	c.Timers.SafetyFactor = cmp.Or(c.Timers.SafetyFactor, TimerSafetyFactorDefault)
+	c.Timers.Calls = cmp.Or(c.Timers.Calls, TimerCallsDefault)
 	c.Completions = c.Completions.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -78,13 +78,14 @@ type StageObserver interface {
 	StageDone(StageEvent)
 }
 
-// passStages collects the StageEvents of one pass of a timer loop, keyed
-// by partition tag; the plugin's hooks fill in call and FCALL times.
+// passStages collects the StageEvents of a timer loop's calls in flight,
+// keyed by partition tag: the loop records when it took each partition,
+// the plugin's hooks fill in call and FCALL times, and the loop reports a
+// call's partitions once it is done.
 type passStages struct {
-	mu     sync.Mutex
-	clock  Clock
-	byTag  map[string]*StageEvent
-	events []*StageEvent
+	mu    sync.Mutex
+	clock Clock
+	byTag map[string]*StageEvent
 }
 
 func newPassStages(clock Clock) *passStages {
@@ -96,7 +97,6 @@ func (s *passStages) take(plugin string, i int, tag string, woken bool, due, tak
 	ev := &StageEvent{Plugin: plugin, Partition: i, Woken: woken, Due: due, Taken: taken}
 	s.mu.Lock()
 	s.byTag[tag] = ev
-	s.events = append(s.events, ev)
 	s.mu.Unlock()
 }
 
@@ -130,14 +130,21 @@ func (s *passStages) fcall(tag string) func() {
 	}
 }
 
-// report hands every acting scan of the pass to obs.
-func (s *passStages) report(obs StageObserver) {
+// report hands the scans of tags that acted to obs and forgets tags.
+func (s *passStages) report(obs StageObserver, tags []string) {
+	var evs []StageEvent
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, ev := range s.events {
-		if !ev.FCallDone.IsZero() && !ev.CallStart.IsZero() {
-			obs.StageDone(*ev)
+	for _, t := range tags {
+		if ev := s.byTag[t]; ev != nil {
+			delete(s.byTag, t)
+			if !ev.FCallDone.IsZero() && !ev.CallStart.IsZero() {
+				evs = append(evs, *ev)
+			}
 		}
+	}
+	s.mu.Unlock()
+	for _, ev := range evs {
+		obs.StageDone(ev)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -41,7 +40,16 @@ type TimerConfig struct {
 	SafetyFactor int
 	// NoConfigSet: do not CONFIG SET notify-keyspace-events.
 	NoConfigSet bool
+	// Calls is how many calls of one plugin its scan loop keeps in flight
+	// at once, each on its own due partitions (default
+	// TimerCallsDefault): a burst of due work is spread over them rather
+	// than queued behind one call.
+	Calls int
 }
+
+// TimerCallsDefault is TimerConfig.Calls's default: the instances a
+// plugin keeps warm.
+const TimerCallsDefault = 2
 
 // TimerSafetyFactorDefault is TimerConfig.SafetyFactor's default.
 const TimerSafetyFactorDefault = 10
@@ -153,149 +161,6 @@ func (w *wakeState) dueAt(dueMs int64) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.Unix(0, at).Add(time.Duration(dueMs-ms) * time.Millisecond), true
-}
-
-// timerLoop drives a plugin with wake patterns: each partition is scanned
-// when its timer is due or it is woken; a full sweep still counts as one
-// failure-tracker cycle per interval.
-func (p *plugin) timerLoop(ctx context.Context) error {
-	clock := p.h.cfg.Clock
-	var next []time.Time
-	var cycleStart time.Time
-	var cycle uint64
-	// The interval's passes make one SweepEvent, reported when the next
-	// interval starts (or the loop ends): observers count whole sweeps,
-	// as PluginStatus.Cycles does, not passes.
-	var sweep SweepEvent
-	inSweep := false
-	flush := func() {
-		if inSweep {
-			p.h.observeSweep(sweep)
-			inSweep = false
-		}
-	}
-	defer flush()
-	for {
-		if until := p.quarantinedUntil(); !until.IsZero() {
-			if !p.h.wait(ctx, until.Sub(clock.Now())) {
-				return nil
-			}
-		}
-		spec := p.spec()
-		if len(next) != spec.Partitions {
-			next = make([]time.Time, spec.Partitions)
-		}
-		now := clock.Now()
-		if cycleStart.IsZero() || now.Sub(cycleStart) >= spec.Interval {
-			flush()
-			cycleStart = now
-			p.mu.Lock()
-			p.cycles++
-			cycle = p.cycles
-			p.mu.Unlock()
-			p.tracker.AdvanceCycle()
-			sweep = SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: now}
-			inSweep = true
-		}
-		woken := p.wake.take(spec.Partitions)
-		var sum abi.ScanResult
-		start := clock.Now()
-		scanned := 0
-		var due []int
-		for i := range next {
-			if !woken[i].IsZero() || !now.Before(next[i]) {
-				due = append(due, i)
-			}
-		}
-		var stages *passStages
-		if so := p.h.stageObserver(); so != nil && len(due) > 0 {
-			stages = newPassStages(clock)
-			for _, i := range due {
-				tag := model.Partition{Family: spec.Family, Index: uint16(i)}.Tag()
-				if w := woken[i]; !w.IsZero() && (next[i].IsZero() || w.Before(next[i])) {
-					stages.take(p.name, i, tag, true, w, now)
-				} else {
-					stages.take(p.name, i, tag, false, next[i], now)
-				}
-			}
-			p.pass.Store(stages)
-		}
-		outs := p.scanPartitions(ctx, cycle, due)
-		if stages != nil {
-			p.pass.Store(nil)
-			stages.report(p.h.stageObserver())
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		for j, o := range outs {
-			i := due[j]
-			if o.fault {
-				scanned++
-				break // the partitions after it were not reached: left as they were
-			}
-			if !o.ran { // not this host's: look again next interval (a gain wakes it)
-				next[i] = now.Add(spec.Interval)
-				continue
-			}
-			scanned++
-			sum.Add(o.res)
-			next[i] = p.nextScan(spec, o.res)
-		}
-		if scanned > 0 {
-			sweep.Version = p.mod.Load().Manifest().Version
-			sweep.Duration += clock.Now().Sub(start)
-			sweep.Result.Add(sum)
-		}
-		if sum.Acted > 0 || sum.Errors > 0 {
-			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", clock.Now().Sub(start).Milliseconds())
-		}
-		p.h.statusChanged(false)
-		earliest := cycleStart.Add(spec.Interval * time.Duration(p.h.cfg.Timers.SafetyFactor))
-		for _, t := range next {
-			if t.Before(earliest) {
-				earliest = t
-			}
-		}
-		if d := earliest.Sub(clock.Now()); d > 0 {
-			due, stop := p.h.after(d)
-			select {
-			case <-ctx.Done():
-				stop()
-				return nil
-			case <-due:
-			case <-p.wake.ch:
-				stop()
-			case <-p.kick:
-				stop()
-			}
-		}
-	}
-}
-
-// nextScan is when a partition that returned res should be scanned next:
-// at once when its batch was full, at its next due time when it reported
-// one, else after the safety interval (the plain interval while wake-ups
-// are not flowing).
-func (p *plugin) nextScan(spec LoopSpec, res abi.ScanResult) time.Time {
-	now := p.h.cfg.Clock.Now()
-	if spec.BatchSize > 0 && res.Scanned >= spec.BatchSize && res.Acted > 0 {
-		return now
-	}
-	safety := spec.Interval
-	if p.h.wakeUp.Load() {
-		safety *= time.Duration(p.h.cfg.Timers.SafetyFactor)
-	}
-	t := now.Add(safety)
-	if res.NextDueMs > 0 {
-		if due, ok := p.wake.dueAt(res.NextDueMs); ok {
-			due = due.Add(time.Millisecond) // a hair past: the score must be <= server now
-			if due.Before(t) {
-				t = due
-			}
-		}
-	}
-	return t
 }
 
 // wakeListener subscribes to zadd keyevents of the backend's database and
