@@ -48,6 +48,20 @@ func (s *dueSchedule) wake(i int, at time.Time) {
 	}
 }
 
+// later learns from a wake-up at at that partition i has nothing due
+// before t (zero: nothing at all): its timer moves up to t. A partition
+// in flight is scanned again instead (its call may have read the index
+// before the write).
+func (s *dueSchedule) later(i int, t, at time.Time) {
+	if s.busy[i] {
+		s.wake(i, at)
+		return
+	}
+	if !t.IsZero() && (s.safety[i] || t.Before(s.next[i])) {
+		s.next[i], s.safety[i], s.woken[i] = t, false, false
+	}
+}
+
 // due returns the partitions due by now and not in flight: those due
 // for known work in due order, then those due for a safety poll.
 func (s *dueSchedule) due(now time.Time) (work, safety []int) {
@@ -225,8 +239,15 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			sweep = SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: now}
 			inSweep = true
 		}
-		for i, at := range p.wake.take(spec.Partitions) {
-			if !at.IsZero() {
+		woken, keys := p.wake.take(spec.Partitions)
+		later := p.probeWakes(ctx, keys)
+		for i, at := range woken {
+			if at.IsZero() {
+				continue
+			}
+			if t, ok := later[i]; ok {
+				sched.later(i, t, at)
+			} else {
 				sched.wake(i, at)
 			}
 		}

@@ -96,7 +96,7 @@ func (h *Host) partitionGained(part model.Partition) {
 			continue
 		}
 		if man := p.mod.Load().Manifest(); man.PartitionFamily() == part.Family {
-			p.wake.wake(int(part.Index), h.cfg.Clock.Now())
+			p.wake.wake(int(part.Index), "", h.cfg.Clock.Now())
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,11 @@ const timerRetryDelay = time.Second
 type wakeState struct {
 	mu       sync.Mutex
 	woken    map[int]time.Time // partition → when its first wake since the last take arrived
+	// keys are the index keys whose writes woke each partition (see
+	// probeWakes); a partition woken for no key (a gain, a resubscribe)
+	// is in blind.
+	keys  map[int][]string
+	blind map[int]bool
 	all      time.Time         // when a wake of every partition arrived (zero: none)
 	ch       chan struct{}
 	patterns []string
@@ -72,7 +78,7 @@ type wakeState struct {
 }
 
 func newWakeState(m abi.Manifest) *wakeState {
-	w := &wakeState{woken: map[int]time.Time{}, ch: make(chan struct{}, 1)}
+	w := &wakeState{woken: map[int]time.Time{}, keys: map[int][]string{}, blind: map[int]bool{}, ch: make(chan struct{}, 1)}
 	w.setPatterns(m)
 	return w
 }
@@ -106,16 +112,23 @@ func (w *wakeState) matches(key string) bool {
 	return false
 }
 
-// wake marks partition i (or every partition when i < 0) woken at at and
-// nudges the loop.
-func (w *wakeState) wake(i int, at time.Time) {
+// wake marks partition i (or every partition when i < 0) woken at at by
+// a write to key ("": unknown) and nudges the loop.
+func (w *wakeState) wake(i int, key string, at time.Time) {
 	w.mu.Lock()
 	if i < 0 {
 		if w.all.IsZero() {
 			w.all = at
 		}
-	} else if _, ok := w.woken[i]; !ok {
-		w.woken[i] = at
+	} else {
+		if _, ok := w.woken[i]; !ok {
+			w.woken[i] = at
+		}
+		if key == "" {
+			w.blind[i] = true
+		} else if !slices.Contains(w.keys[i], key) {
+			w.keys[i] = append(w.keys[i], key)
+		}
 	}
 	w.mu.Unlock()
 	select {
@@ -125,14 +138,19 @@ func (w *wakeState) wake(i int, at time.Time) {
 }
 
 // take returns and clears the woken partitions: out[i] is when partition
-// i was first woken since the last take (zero: not woken).
-func (w *wakeState) take(n int) []time.Time {
-	out := make([]time.Time, n)
+// i was first woken since the last take (zero: not woken); keys[i] the
+// index keys that woke it, when they alone did (else it has no entry).
+func (w *wakeState) take(n int) (out []time.Time, keys map[int][]string) {
+	out = make([]time.Time, n)
+	keys = map[int][]string{}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, at := range w.woken {
 		if i < n {
 			out[i] = at
+			if !w.blind[i] && w.all.IsZero() {
+				keys[i] = w.keys[i]
+			}
 		}
 	}
 	if !w.all.IsZero() {
@@ -143,8 +161,10 @@ func (w *wakeState) take(n int) []time.Time {
 		}
 	}
 	clear(w.woken)
+	clear(w.keys)
+	clear(w.blind)
 	w.all = time.Time{}
-	return out
+	return out, keys
 }
 
 // sawServerTime records a server-time read of the plugin.
@@ -215,7 +235,7 @@ func (h *Host) routeWake(key string) {
 	defer h.mu.Unlock()
 	for _, p := range h.plugins {
 		if p.wake != nil && p.wake.matches(key) {
-			p.wake.wake(i, at)
+			p.wake.wake(i, key, at)
 		}
 	}
 }
@@ -226,7 +246,7 @@ func (h *Host) wakeAll() {
 	defer h.mu.Unlock()
 	for _, p := range h.plugins {
 		if p.wake != nil {
-			p.wake.wake(-1, at)
+			p.wake.wake(-1, "", at)
 		}
 	}
 }
