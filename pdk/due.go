@@ -82,8 +82,9 @@ type DueScan struct {
 	// rest.
 	Pages int
 	// NextDue makes Run report the earliest not-yet-due score of each index
-	// in NextDueMs (one more ZRANGEBYSCORE per index that was not full). It
-	// is also on when the host sets ConfigNextDue.
+	// in NextDueMs (its index reads run to +inf and take one member more
+	// than a page: no extra read). It is also on when the host sets
+	// ConfigNextDue.
 	NextDue bool
 }
 
@@ -114,11 +115,20 @@ func (s DueScan) Run(h Host, req abi.ScanRequest) abi.ScanResult {
 	for _, index := range s.Indexes(req) {
 		full := false
 		for page := 0; page < pages; page++ {
-			due, err := h.ZRangeByScore(abi.ZRangeRequest{Key: index, Min: "-inf", Max: max, Offset: uint32(page) * batch, Count: batch, WithScores: true})
+			// With next due wanted, one read serves both: a page plus one
+			// member past it, to +inf; the first not yet due is the next.
+			r := abi.ZRangeRequest{Key: index, Min: "-inf", Max: max, Offset: uint32(page) * batch, Count: batch, WithScores: true}
+			if nextDue {
+				r.Max, r.Count = "+inf", batch+1
+			}
+			due, err := h.ZRangeByScore(r)
 			if err != nil {
 				h.Log(abi.LogWarn, "zrangebyscore "+index+": "+err.Error())
 				res.Errors++
 				break
+			}
+			if nextDue {
+				due = splitDue(due, maxScore, batch, &res)
 			}
 			res.Scanned += uint32(len(due.Members))
 			full = uint32(len(due.Members)) == batch
@@ -127,14 +137,27 @@ func (s DueScan) Run(h Host, req abi.ScanRequest) abi.ScanResult {
 				break
 			}
 		}
-		if nextDue && !full {
-			next, err := h.ZRangeByScore(abi.ZRangeRequest{Key: index, Min: "(" + max, Max: "+inf", Count: 1, WithScores: true})
-			if err == nil && len(next.Scores) == 1 {
-				res.Add(abi.ScanResult{NextDueMs: int64(next.Scores[0])})
-			}
-		}
 	}
 	return res
+}
+
+// splitDue cuts a page read to +inf at maxScore: the members due (at most
+// batch) stay in the page; the first one not yet due, when the page
+// reached it, is the next due time (added to res). A page that is not
+// full of due members either reached one not yet due or ended the index,
+// so no further read is needed for the next due time.
+func splitDue(page abi.Members, maxScore int64, batch uint32, res *abi.ScanResult) abi.Members {
+	n := 0
+	for n < len(page.Scores) && n < len(page.Members) && page.Scores[n] <= float64(maxScore) {
+		n++
+	}
+	if uint32(n) > batch {
+		n = int(batch)
+	}
+	if n < len(page.Members) && n < len(page.Scores) && page.Scores[n] > float64(maxScore) {
+		res.Add(abi.ScanResult{NextDueMs: int64(page.Scores[n])})
+	}
+	return abi.Members{Members: page.Members[:n], Scores: page.Scores[:n]}
 }
 
 func max1(n int) int {
