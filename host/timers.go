@@ -62,14 +62,14 @@ const timerRetryDelay = time.Second
 // wakeState is a plugin's share of the timers: the partitions woken since
 // its loop last looked, and a channel that nudges the loop.
 type wakeState struct {
-	mu       sync.Mutex
-	woken    map[int]time.Time // partition → when its first wake since the last take arrived
+	mu    sync.Mutex
+	woken map[int]time.Time // partition → when its first wake since the last take arrived
 	// keys are the index keys whose writes woke each partition (see
 	// probeWakes); a partition woken for no key (a gain, a resubscribe)
 	// is in blind.
-	keys  map[int][]string
-	blind map[int]bool
-	all      time.Time         // when a wake of every partition arrived (zero: none)
+	keys     map[int][]string
+	blind    map[int]bool
+	all      time.Time // when a wake of every partition arrived (zero: none)
 	ch       chan struct{}
 	patterns []string
 

@@ -136,6 +136,7 @@ var scenarios = []scenarioDef{
 	{6, "Hot-swap", runSwap},
 	{7, "Memory", runMemory},
 	{9, "Enqueue with options", runEnqueueOpts},
+	{10, "Timeout detection lateness", runExpiry},
 }
 
 func main() {
