@@ -7,7 +7,6 @@ import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host/hostfn"
-	"github.com/fabric-host/fabric/pdk"
 )
 
 // NativeHost is pdk.Host over a Valkey client, without wasm and without
@@ -28,8 +27,6 @@ type NativeHost struct {
 	log    *slog.Logger
 	config map[string]string
 }
-
-var _ pdk.Host = (*NativeHost)(nil)
 
 // NewNativeHost returns a NativeHost on c; logger nil means slog.Default().
 func NewNativeHost(ctx context.Context, c *valkey.Client, logger *slog.Logger) *NativeHost {

@@ -13,13 +13,12 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/pdk"
 )
 
 // TimerConfig configures due-time timers: a due-index scanner reports the
 // earliest due score it saw (abi.ScanResult.NextDueMs), the host sleeps
 // that partition until then, and a ZADD to one of the plugin's wake
-// indexes (manifest config pdk.ConfigWake) wakes the partition at once.
+// indexes (manifest config abi.ConfigWake) wakes the partition at once.
 // Polling stays as the safety net. The zero value runs timers.
 //
 // # Notes
@@ -85,7 +84,7 @@ func newWakeState(m abi.Manifest) *wakeState {
 
 func (w *wakeState) setPatterns(m abi.Manifest) {
 	var pats []string
-	for _, p := range strings.Split(m.Config[pdk.ConfigWake], ",") {
+	for _, p := range strings.Split(m.Config[abi.ConfigWake], ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			pats = append(pats, p)
 		}
@@ -256,21 +255,21 @@ func (h *Host) wakeAll() {
 func (h *Host) timersOn() bool { return !h.cfg.Timers.Disabled && h.cfg.Backend != nil }
 
 // pluginConfig is the host's per-plugin config: the deployment's budget
-// and quota partition counts (pdk.ConfigBudgetPartitions and
-// pdk.ConfigQuotaPartitions, so a plugin locating budgets or quotas from
+// and quota partition counts (abi.ConfigBudgetPartitions and
+// abi.ConfigQuotaPartitions, so a plugin locating budgets or quotas from
 // another family routes like the host; an operator entry wins), plus the
 // key telling due-index scanners to report their next due time when
 // timers run.
 func (h *Host) pluginConfig(name string) PluginConfig {
 	pc := h.cfg.Plugins[name]
 	cfg := make(map[string]string, len(pc.Config)+3)
-	cfg[pdk.ConfigBudgetPartitions] = strconv.Itoa(int(h.cfg.Partitions.Budget))
-	cfg[pdk.ConfigQuotaPartitions] = strconv.Itoa(int(h.cfg.Partitions.Quota))
+	cfg[abi.ConfigBudgetPartitions] = strconv.Itoa(int(h.cfg.Partitions.Budget))
+	cfg[abi.ConfigQuotaPartitions] = strconv.Itoa(int(h.cfg.Partitions.Quota))
 	for k, v := range pc.Config {
 		cfg[k] = v
 	}
 	if h.timersOn() {
-		cfg[pdk.ConfigNextDue] = "1"
+		cfg[abi.ConfigNextDue] = "1"
 	}
 	pc.Config = cfg
 	return pc

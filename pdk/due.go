@@ -10,7 +10,7 @@ import (
 // ConfigNextDue is the config key the host sets to "1" when it runs
 // due-time timers: a DueScan then reports the earliest not-yet-due score
 // it saw as ScanResult.NextDueMs.
-const ConfigNextDue = "fabric.next_due"
+const ConfigNextDue = abi.ConfigNextDue
 
 // Due is one due member of an index, as DueScan hands it to Call.
 type Due struct {

@@ -10,7 +10,7 @@ import (
 // ConfigWake is the manifest config key naming the index-key globs whose
 // ZADDs wake a partition early when the host runs due-time timers
 // (comma-separated, path.Match syntax, e.g. "ff:idx:*:lane:*:delayed").
-const ConfigWake = "fabric.wake"
+const ConfigWake = abi.ConfigWake
 
 // FilterReads are the read grants the scanner filter needs (namespace on
 // exec core, instance tag on the tags hash).

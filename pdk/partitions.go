@@ -3,6 +3,7 @@ package pdk
 import (
 	"strconv"
 
+	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -12,8 +13,8 @@ import (
 // fills both from its partition config before the manifest's defaults
 // apply; an operator's entry for the plugin wins over both.
 const (
-	ConfigBudgetPartitions = "budget_partitions"
-	ConfigQuotaPartitions  = "quota_partitions"
+	ConfigBudgetPartitions = abi.ConfigBudgetPartitions
+	ConfigQuotaPartitions  = abi.ConfigQuotaPartitions
 )
 
 // PartitionsFromConfig returns the deployment's partition counts as a
