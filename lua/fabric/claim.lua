@@ -1,0 +1,318 @@
+-- fabric_claim_execution: ff_issue_claim_grant followed by
+-- ff_claim_execution, in one call (one round trip, one script run).
+--
+-- The keyspace after it equals the keyspace after the two flowfabric calls
+-- with the same inputs: the same keys, fields, scores and stream entries
+-- (timestamps aside: both run on one server clock reading here). Neither
+-- call publishes. The grant is written only where the two calls would
+-- leave it behind (the claim refused after the grant was issued); on
+-- success it is never written, as the claim would have deleted it.
+-- backend/valkey TestFabricClaimMatchesGrantThenClaim compares the two.
+--
+-- KEYS (16): 1-14 as ff_claim_execution (exec_core, claim_grant,
+--   lane_eligible, lease_expiry, worker_leases, attempt hash/usage/policy
+--   placeholders, attempts, lease_current, lease_history, lane_active,
+--   attempt_timeout, execution_deadline; KEYS[1..3] are the grant's KEYS),
+--   15 exec policy, 16 exec payload (both only read).
+-- ARGV (17): 1-12 as ff_claim_execution (execution_id, worker_id,
+--   worker_instance_id, lane, capability_hash, lease_id, lease_ttl_ms,
+--   renew_before_ms, attempt_id, attempt_policy_json, attempt_timeout_ms,
+--   execution_deadline_at); then the grant's own: 13 grant_ttl_ms,
+--   14 route_snapshot_json, 15 admission_summary,
+--   16 worker_capabilities_csv; 17 timeout_from_policy: "1" with an empty
+--   ARGV[11] takes attempt_timeout_ms from the stored policy's
+--   timeout_policy.attempt_timeout_ms (an integer other than 0), as a
+--   caller reading KEYS[15] first would send it.
+-- Reply: success is ff_claim_execution's reply followed by what a worker
+--   reads to run the execution:
+--   {1, 'OK', lease_id, epoch, expires_at, attempt_id, attempt_index,
+--    attempt_type, execution_kind, namespace, flow_id, lane_id, payload}.
+--   A refusal is the reply of the call that refused: the grant's
+--   (invalid_input grant_ttl_ms, execution_not_found,
+--   execution_not_eligible, grant_already_exists,
+--   execution_not_in_eligible_set, invalid_capabilities,
+--   capability_mismatch — which stamps last_capability_mismatch_at) with
+--   nothing else written, or the claim's (invalid_input,
+--   execution_not_leaseable, lease_conflict, active_attempt_exists,
+--   use_claim_resumed_execution, invalid_policy_json, invalid_claim_grant)
+--   with the grant issued and left in place, as after the two calls.
+
+local claim = {}
+
+claim.CORE_FIELDS = {
+  'lifecycle_phase', 'eligibility_state', 'required_capabilities',
+  'ownership_state', 'terminal_outcome', 'attempt_state',
+  'current_lease_epoch', 'total_attempt_count', 'pending_retry_reason',
+  'pending_previous_attempt_index', 'pending_replay_reason',
+  'pending_replay_requested_by', 'started_at', 'execution_kind',
+  'namespace', 'flow_id', 'lane_id',
+}
+
+function claim.set(v)
+  return v ~= nil and v ~= false and v ~= ''
+end
+
+function claim.num(v, name)
+  local n = tonumber(v)
+  if n == nil then
+    return nil, fab.err('invalid_input', name .. ' must be a number, got: ' .. tostring(v))
+  end
+  return n
+end
+
+-- As ff_claim_execution's optional numbers: '' and '0' mean none (false).
+function claim.opt_num(v, name)
+  if not claim.set(v) or v == '0' then return false end
+  return claim.num(v, name)
+end
+
+-- As the scheduler's capability parse: every non-empty token counts
+-- toward the cap, duplicates included.
+function claim.caps_set(csv, kind)
+  local set = {}
+  if not claim.set(csv) then return set end
+  if #csv > 4096 then
+    return nil, fab.err('invalid_capabilities', kind .. ':too_many_bytes')
+  end
+  local count = 0
+  for tok in string.gmatch(csv, '[^,]+') do
+    count = count + 1
+    if count > 256 then
+      return nil, fab.err('invalid_capabilities', kind .. ':too_many_tokens')
+    end
+    set[tok] = true
+  end
+  return set
+end
+
+function claim.flatten_policy(json)
+  local okd, decoded = pcall(cjson.decode, json)
+  if not okd or type(decoded) ~= 'table' then return nil end
+  local out = {}
+  for k, v in pairs(decoded) do
+    out[#out + 1] = tostring(k)
+    if type(v) == 'table' then
+      out[#out + 1] = cjson.encode(v)
+    else
+      out[#out + 1] = tostring(v)
+    end
+  end
+  return out
+end
+
+-- timeout_policy.attempt_timeout_ms of a stored policy document, or false.
+function claim.policy_timeout(key)
+  local doc = redis.call('GET', key)
+  if not doc or not string.find(doc, 'attempt_timeout_ms', 1, true) then return false end
+  local okd, p = pcall(cjson.decode, doc)
+  if not okd or type(p) ~= 'table' or type(p.timeout_policy) ~= 'table' then return false end
+  local v = p.timeout_policy.attempt_timeout_ms
+  if type(v) ~= 'number' or v ~= math.floor(v) or v == 0 then return false end
+  return v
+end
+
+redis.register_function('fabric_claim_execution', function(keys, args)
+  if #keys < 16 then
+    return fab.err('invalid_input', 'KEYS: want at least 16, got ' .. #keys)
+  end
+  local eid = args[1] or ''
+  local worker_id = args[2] or ''
+  local wiid = args[3] or ''
+
+  -- ff_issue_claim_grant.
+  local gttl, gbad = claim.num(args[13], 'grant_ttl_ms')
+  if not gttl then return gbad end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local f = redis.call('HMGET', keys[1], unpack(claim.CORE_FIELDS))
+  local c = {}
+  for i, name in ipairs(claim.CORE_FIELDS) do c[name] = f[i] end
+  if not c.lifecycle_phase and redis.call('EXISTS', keys[1]) == 0 then
+    return fab.err('execution_not_found')
+  end
+  if c.lifecycle_phase ~= 'runnable' or c.eligibility_state ~= 'eligible_now' then
+    return fab.err('execution_not_eligible')
+  end
+  if redis.call('EXISTS', keys[2]) == 1 then
+    return fab.err('grant_already_exists')
+  end
+  if not redis.call('ZSCORE', keys[3], eid) then
+    return fab.err('execution_not_in_eligible_set')
+  end
+  local required, e1 = claim.caps_set(c.required_capabilities, 'required')
+  if not required then return e1 end
+  local have, e2 = claim.caps_set(args[16], 'worker')
+  if not have then return e2 end
+  local missing = {}
+  for cap in pairs(required) do
+    if not have[cap] then missing[#missing + 1] = cap end
+  end
+  if #missing > 0 then
+    table.sort(missing)
+    redis.call('HSET', keys[1], 'last_capability_mismatch_at', tostring(now))
+    return fab.err('capability_mismatch', table.concat(missing, ','))
+  end
+  local gexpires = now + gttl
+  -- PEXPIREAT at or before now deletes the grant at once.
+  local grant_lives = math.floor(gexpires) > now
+
+  -- The grant as ff_issue_claim_grant writes it, for a claim that refuses.
+  local function leave_grant(reply)
+    if grant_lives then
+      redis.call('HSET', keys[2],
+        'worker_id', worker_id,
+        'worker_instance_id', wiid,
+        'lane_id', args[4] or '',
+        'capability_hash', args[5] or '',
+        'route_snapshot_json', args[14] or '',
+        'admission_summary', args[15] or '',
+        'created_at', tostring(now),
+        'grant_expires_at', tostring(gexpires))
+      redis.call('PEXPIREAT', keys[2], string.format('%d', math.floor(gexpires)))
+    end
+    return reply
+  end
+
+  -- ff_claim_execution.
+  local ttl, b1 = claim.num(args[7], 'lease_ttl_ms')
+  if not ttl then return leave_grant(b1) end
+  local renew_before, b2 = claim.num(args[8], 'renew_before_ms')
+  if not renew_before then return leave_grant(b2) end
+  local timeout_arg = args[11]
+  if args[17] == '1' and not claim.set(timeout_arg) then
+    timeout_arg = claim.policy_timeout(keys[15])
+    if timeout_arg then timeout_arg = string.format('%d', timeout_arg) end
+  end
+  local attempt_timeout, b3 = claim.opt_num(timeout_arg, 'attempt_timeout_ms')
+  if attempt_timeout == nil then return leave_grant(b3) end
+  local deadline, b4 = claim.opt_num(args[12], 'execution_deadline_at')
+  if deadline == nil then return leave_grant(b4) end
+  if c.ownership_state ~= 'unowned' then return leave_grant(fab.err('lease_conflict')) end
+  if c.terminal_outcome ~= 'none' then return leave_grant(fab.err('execution_not_leaseable')) end
+  if c.attempt_state == 'running_attempt' then return leave_grant(fab.err('active_attempt_exists')) end
+  if c.attempt_state == 'attempt_interrupted' then
+    return leave_grant(fab.err('use_claim_resumed_execution'))
+  end
+  local policy_json = args[10] or ''
+  local policy_flat
+  if claim.set(policy_json) then
+    policy_flat = claim.flatten_policy(policy_json)
+    if not policy_flat then return leave_grant(fab.err('invalid_policy_json', 'malformed')) end
+  end
+  if not grant_lives then return fab.err('invalid_claim_grant') end
+
+  local lease_id = args[6] or ''
+  local attempt_id = args[9] or ''
+  local epoch = (tonumber(c.current_lease_epoch) or 0) + 1
+  local idx = tonumber(c.total_attempt_count) or 0
+  local expires = now + ttl
+  local renew_deadline = now + renew_before
+  local now_s, epoch_s, idx_s = tostring(now), tostring(epoch), tostring(idx)
+
+  local attempt_type = 'initial'
+  if c.attempt_state == 'pending_retry_attempt' then
+    attempt_type = 'retry'
+  elseif c.attempt_state == 'pending_replay_attempt' then
+    attempt_type = 'replay'
+  end
+  local att = {
+    'attempt_id', attempt_id,
+    'execution_id', eid,
+    'attempt_index', idx_s,
+    'attempt_type', attempt_type,
+    'attempt_state', 'started',
+    'created_at', now_s,
+    'started_at', now_s,
+    'lease_id', lease_id,
+    'lease_epoch', epoch_s,
+    'worker_id', worker_id,
+    'worker_instance_id', wiid,
+  }
+  if attempt_type == 'retry' then
+    att[#att + 1] = 'retry_reason'
+    att[#att + 1] = c.pending_retry_reason or ''
+    att[#att + 1] = 'previous_attempt_index'
+    att[#att + 1] = c.pending_previous_attempt_index or ''
+  elseif attempt_type == 'replay' then
+    att[#att + 1] = 'replay_reason'
+    att[#att + 1] = c.pending_replay_reason or ''
+    att[#att + 1] = 'replay_requested_by'
+    att[#att + 1] = c.pending_replay_requested_by or ''
+    att[#att + 1] = 'replayed_from_attempt_index'
+    att[#att + 1] = c.pending_previous_attempt_index or ''
+  end
+
+  local tag = string.match(keys[1], '(%b{})')
+  local att_key = 'ff:attempt:' .. tag .. ':' .. eid .. ':' .. idx_s
+  redis.call('HSET', att_key, unpack(att))
+  redis.call('ZADD', keys[9], now, idx_s)
+  redis.call('HSET', att_key .. ':usage', 'last_usage_report_seq', '0')
+  if policy_flat and #policy_flat > 0 then
+    redis.call('HSET', att_key .. ':policy', unpack(policy_flat))
+  end
+
+  redis.call('DEL', keys[10])
+  redis.call('HSET', keys[10],
+    'lease_id', lease_id,
+    'lease_epoch', epoch_s,
+    'execution_id', eid,
+    'attempt_id', attempt_id,
+    'worker_id', worker_id,
+    'worker_instance_id', wiid,
+    'acquired_at', now_s,
+    'expires_at', tostring(expires),
+    'last_renewed_at', now_s,
+    'renewal_deadline', tostring(renew_deadline))
+
+  redis.call('HSET', keys[1],
+    'lifecycle_phase', 'active',
+    'ownership_state', 'leased',
+    'eligibility_state', 'not_applicable',
+    'blocking_reason', 'none',
+    'blocking_detail', '',
+    'terminal_outcome', 'none',
+    'attempt_state', 'running_attempt',
+    'public_state', 'active',
+    'current_attempt_index', idx_s,
+    'total_attempt_count', tostring(idx + 1),
+    'current_attempt_id', attempt_id,
+    'current_lease_id', lease_id,
+    'current_lease_epoch', epoch_s,
+    'current_worker_id', worker_id,
+    'current_worker_instance_id', wiid,
+    'current_lane', args[4] or '',
+    'lease_acquired_at', now_s,
+    'lease_expires_at', tostring(expires),
+    'lease_last_renewed_at', now_s,
+    'lease_renewal_deadline', tostring(renew_deadline),
+    'started_at', claim.set(c.started_at) and c.started_at or now_s,
+    'pending_retry_reason', '',
+    'pending_replay_reason', '',
+    'pending_replay_requested_by', '',
+    'pending_previous_attempt_index', '',
+    'last_transition_at', now_s,
+    'last_mutation_at', now_s)
+
+  redis.call('ZREM', keys[3], eid)
+  redis.call('ZADD', keys[4], expires, eid)
+  redis.call('SADD', keys[5], eid)
+  redis.call('ZADD', keys[12], expires, eid)
+  if attempt_timeout then
+    redis.call('ZADD', keys[13], now + attempt_timeout, eid)
+  end
+  if deadline then
+    redis.call('ZADD', keys[14], deadline, eid)
+  end
+  redis.call('XADD', keys[11], 'MAXLEN', '~', 1000, '*',
+    'event', 'acquired',
+    'lease_id', lease_id,
+    'lease_epoch', epoch_s,
+    'attempt_id', attempt_id,
+    'attempt_index', idx_s,
+    'worker_id', worker_id,
+    'ts', now_s)
+
+  local payload = redis.call('GET', keys[16]) or ''
+  return fab.ok(lease_id, epoch_s, tostring(expires), attempt_id, idx_s, attempt_type,
+    c.execution_kind or '', c.namespace or '', c.flow_id or '', c.lane_id or '', payload)
+end)
