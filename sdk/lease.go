@@ -220,10 +220,16 @@ func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call 
 	if err := l.begin(); err != nil {
 		return err
 	}
-	var err error
+	return l.finish(ctx, op, outcome, call(ctx), call)
+}
+
+// finish is finishCall after begin and a first try that answered err (a
+// try that may have been pipelined with other calls): call is sent again
+// as finishCall says.
+func (l *Lease) finish(ctx context.Context, op string, outcome string, err error, call func(context.Context) error) error {
 	pause := 25 * time.Millisecond
 	for try := 0; ; try++ {
-		if err = call(ctx); err == nil {
+		if err == nil {
 			l.end()
 			return nil
 		}
@@ -235,21 +241,22 @@ func (l *Lease) finishCall(ctx context.Context, op string, outcome string, call 
 		// a failover, a reset connection) is waited out with a doubling
 		// pause while the lease is still ours.
 		if !valkey.IsTransient(err) {
-			if try < 2 {
-				continue
+			if try >= 2 {
+				break
 			}
-			break
+		} else {
+			if time.Until(l.ExpiresAt()) < pause {
+				break
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+			pause = min(2*pause, time.Second)
 		}
-		if time.Until(l.ExpiresAt()) < pause {
-			break
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		pause = min(2*pause, time.Second)
+		err = call(ctx)
 	}
 	var le *valkey.LuaError
 	if errors.As(err, &le) && le.Code == valkey.CodeExecutionNotActive && outcome != "" &&
@@ -283,13 +290,57 @@ func (l *Lease) Complete(ctx context.Context, result []byte) error {
 		if l.w.pg != nil {
 			return l.w.pg.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.pgFence, Result: result})
 		}
-		return l.w.vc.CompleteExecution(ctx, &valkey.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.fence,
-			Result: string(result)})
+		return l.fcall(ctx, l.completeCall(result))
 	})
 	if err == nil {
 		l.cascade(ctx)
 	}
 	return err
+}
+
+// completeCall is the lease's ff_complete_execution, its KEYS built from
+// what the lease knows (no pre-read).
+func (l *Lease) completeCall(result []byte) valkey.Call {
+	p := &valkey.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.fence, Result: string(result)}
+	return p.CallFor(l.Lane, l.AttemptIndex, l.w.cfg.InstanceID)
+}
+
+// fcall sends one call of the lease.
+func (l *Lease) fcall(ctx context.Context, c valkey.Call) error {
+	if _, err := l.w.vc.FCall(ctx, c.Function, c.Keys, c.Args); err != nil {
+		return fmt.Errorf("%s %s: %w", c.Function, l.ID, err)
+	}
+	return nil
+}
+
+// completeAndClaim completes the lease (as Complete) and, in the same
+// round trip, claims the next buffered eligible head when there is one
+// (claimBuffered): the completion rides with the next claim. It returns
+// the next lease, if one was claimed, and the completion's error.
+func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) (*Lease, error) {
+	if w.pg != nil {
+		return nil, l.Complete(ctx, result)
+	}
+	if err := l.begin(); err != nil {
+		return nil, err
+	}
+	call := l.completeCall(result)
+	next, pre, cerr := w.claimBuffered(ctx, 1, []valkey.Call{call})
+	if cerr != nil {
+		w.log.Warn("claim failed", "error", cerr)
+	}
+	first := pre[0].Err
+	if first != nil {
+		first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
+	}
+	err := l.finish(ctx, "complete", model.OutcomeSuccess, first, func(ctx context.Context) error { return l.fcall(ctx, call) })
+	if err == nil {
+		l.cascade(ctx)
+	}
+	if len(next) > 0 {
+		return next[0], err
+	}
+	return nil, err
 }
 
 // cascade resolves a terminal flow member's outgoing edges when the

@@ -148,31 +148,51 @@ loop:
 			break loop
 		case slots <- struct{}{}:
 		}
-		l, cerr := w.ClaimNext(ctx)
+		// Every free slot is claimed for in one round trip.
+		n := 1
+	grab:
+		for n < w.cfg.Concurrency {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break grab
+			}
+		}
+		ls, cerr := w.ClaimBatch(ctx, n)
+		for range n - len(ls) {
+			<-slots
+		}
+		for _, l := range ls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				// A completion claims the next execution in its own round
+				// trip, and this slot runs it.
+				for l != nil {
+					l = w.handle(ctx, hctx, l, handler)
+				}
+			}()
+		}
 		switch {
 		case errors.Is(cerr, ErrWorkerClosed):
-			<-slots
 			err = cerr
 			break loop
 		case cerr != nil:
-			<-slots
 			if ctx.Err() != nil {
 				break loop
 			}
 			w.stats.claimErrors.Add(1)
 			w.log.Warn("claim failed", "error", cerr)
+			if len(ls) > 0 {
+				continue
+			}
 			empty = perSweep // back off as if idle
-		case l != nil:
+		case len(ls) > 0:
 			idle, empty = w.cfg.IdlePollMin, 0
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				w.handle(hctx, l, handler)
-			}()
 			continue
 		default:
-			<-slots
 			if empty++; empty < perSweep {
 				continue
 			}
@@ -240,8 +260,10 @@ func (w *Worker) wakeCh() <-chan struct{} {
 	return w.wake.ch
 }
 
-// handle runs one handler and ends the lease by its result.
-func (w *Worker) handle(hctx context.Context, l *Lease, h Handler) {
+// handle runs one handler and ends the lease by its result. A completion
+// while Run still claims (runCtx live) claims the next execution in the
+// same round trip; that lease is returned for the caller to handle.
+func (w *Worker) handle(runCtx, hctx context.Context, l *Lease, h Handler) (next *Lease) {
 	w.stats.running.Add(1)
 	defer w.stats.running.Add(-1)
 	w.mu.Lock()
@@ -255,7 +277,7 @@ func (w *Worker) handle(hctx context.Context, l *Lease, h Handler) {
 		Attempt: l.AttemptIndex, AttemptType: l.AttemptType, lease: l}
 	herr := w.call(ctx, h, job)
 	if w.life.Err() != nil {
-		return // killed
+		return nil // killed
 	}
 	// Calls that end the lease get their own deadline, not the handler's.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(w.life), 10*time.Second)
@@ -267,9 +289,13 @@ func (w *Worker) handle(hctx context.Context, l *Lease, h Handler) {
 	switch {
 	case errors.Is(context.Cause(l.ctx), ErrLeaseLost):
 		w.stats.lost.Add(1)
-		return
+		return nil
 	case errors.Is(context.Cause(hctx), ErrShutdown) || (herr != nil && errors.Is(herr, ErrShutdown)):
 		err = l.handBack(fctx)
+	case herr == nil && runCtx.Err() == nil && !w.isClosed():
+		if next, err = w.completeAndClaim(fctx, l, job.result); err == nil {
+			w.stats.completed.Add(1)
+		}
 	case herr == nil:
 		if err = l.Complete(fctx, job.result); err == nil {
 			w.stats.completed.Add(1)
@@ -283,12 +309,13 @@ func (w *Worker) handle(hctx context.Context, l *Lease, h Handler) {
 		err = w.fail(fctx, l, herr, retry)
 	}
 	if errors.Is(err, ErrLeaseFinished) {
-		return // the handler ended the lease itself
+		return next // the handler ended the lease itself
 	}
 	if err != nil {
 		w.log.Warn("ending lease failed", "execution_id", l.ID, "error", err)
 		w.rescue(fctx, l, err)
 	}
+	return next
 }
 
 // rescue ends a lease whose ending call failed while the server still

@@ -175,6 +175,7 @@ type Worker struct {
 	scanMu        sync.Mutex
 	buffered      []candidate // eligible heads left by the last scan round
 	bufferedAt    time.Time
+	bufPos        int // where the next buffered head is taken
 	reclaimAt     time.Time      // last reclaim pass
 	reclaimCursor atomic.Uint64  // next window of the reclaim pass
 	wake          *eligibleWatch // nil with DisableNotifications or on Postgres
@@ -380,120 +381,143 @@ type candidate struct {
 	promote *model.Partition // due delayed member of this partition
 }
 
-// ClaimNext claims the next execution it can. It first tries the eligible
-// heads the previous scan round left over (for up to candidateMaxAge),
-// then scans the next window of PartitionScanChunk partitions: one
-// pipelined round trip of ZRANGEBYSCORE lane:eligible LIMIT 0 1 per
-// partition and lane. At most once per reclaimReadEvery, and unless
-// DisableReclaim, it first takes over an expired lease (reclaimDue). It returns
-// (nil, nil) when nothing was claimable; the next call reads the next
-// window. A window that produced work is read again on the next call (up
-// to 16 rounds in a row) because work tends to cluster on partitions.
-//
-// One scan round thus feeds many claims: under load the scan costs a
-// few server commands per execution instead of one per partition and
-// lane.
-//
-// The returned lease renews itself until it is finished (Complete, Fail,
-// Delay, Suspend) or lost.
+// ClaimNext claims the next execution it can: it is ClaimBatch for one.
+// It returns (nil, nil) when nothing was claimable. The returned lease
+// renews itself until it is finished (Complete, Fail, Delay, Suspend) or
+// lost.
 func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
+	ls, err := w.ClaimBatch(ctx, 1)
+	if len(ls) > 0 {
+		if err != nil {
+			w.log.Warn("claim failed after a lease was taken", "error", err)
+		}
+		return ls[0], nil
+	}
+	return nil, err
+}
+
+// ClaimBatch claims up to n executions (n < 1 counts as 1), each with one
+// fabric_claim_execution (grant and claim in one call), all of a round
+// pipelined in one round trip. It first tries the eligible heads the
+// previous scan round left over (for up to candidateMaxAge), starting at
+// a random one of them so that workers of one lane reading the same heads
+// spread their claims; a lost race moves on to the next head rather than
+// reading again. Then it reads the heads of the lanes' solo partitions,
+// notified partitions, and the next window of PartitionScanChunk flow
+// partitions (one pipelined ZRANGEBYSCORE per partition and lane; a
+// window that produced work is read again on the next call, up to 16
+// rounds in a row, because work clusters). At most once per
+// reclaimReadEvery, and unless DisableReclaim, it first takes over an
+// expired lease (reclaimDue).
+//
+// Leases already taken are returned even when a later step fails; the
+// error is then returned beside them.
+func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
 	if w.isClosed() {
 		return nil, ErrWorkerClosed
 	}
+	n = max(n, 1)
 	if w.pg != nil {
-		return w.pgClaimNext(ctx)
-	}
-	if l, err := w.reclaimDue(ctx); l != nil || err != nil {
-		return l, err
-	}
-	for {
-		c, ok := w.nextBuffered()
-		if !ok {
-			break
-		}
-		l, err := w.tryClaim(ctx, c)
-		if err != nil {
-			return nil, err
-		}
+		l, err := w.pgClaimNext(ctx)
 		if l != nil {
-			return l, nil
+			return []*Lease{l}, err
 		}
+		return nil, err
 	}
-	if l, err := w.claimSolo(ctx); l != nil || err != nil {
-		return l, err
+	var out []*Lease
+	l, err := w.reclaimDue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if l != nil {
+		out = append(out, l)
+	}
+	claim := func() error {
+		if len(out) >= n {
+			return nil
+		}
+		ls, _, err := w.claimBuffered(ctx, n-len(out), nil)
+		out = append(out, ls...)
+		return err
+	}
+	if err := claim(); err != nil || len(out) >= n {
+		return out, err
+	}
+	if err := w.scanSolo(ctx); err != nil {
+		return out, err
+	}
+	if err := claim(); err != nil || len(out) > 0 {
+		return out, err
 	}
 	if w.wake != nil {
 		if hot := w.wake.take(); len(hot) > 0 {
 			cands, err := w.scan(ctx, hot, w.headsPerKey(), nil)
 			if err != nil {
-				return nil, err
+				return out, err
 			}
-			return w.claimFrom(ctx, cands)
+			w.keepBuffered(cands)
+			err = claim()
+			return out, err
 		}
 	}
 	if !w.windowDue() {
-		return nil, nil
+		return out, nil
 	}
-	n := uint64(w.parts.Flow)
-	chunk := min(uint64(PartitionScanChunk), n)
+	np := uint64(w.parts.Flow)
+	chunk := min(uint64(PartitionScanChunk), np)
 	cur := w.cursor.Load()
-	start := cur % n
+	start := cur % np
 	window := make([]model.Partition, chunk)
 	for s := range window {
-		window[s] = model.Partition{Family: model.FamilyFlow, Index: uint16((start + uint64(s)) % n)}
+		window[s] = model.Partition{Family: model.FamilyFlow, Index: uint16((start + uint64(s)) % np)}
 	}
 	cands, err := w.scan(ctx, window, w.headsPerKey(), nil)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	w.scanMu.Lock()
 	w.windowFound = len(cands) > 0
 	w.scanMu.Unlock()
 	promoted := false
-	for i, c := range cands {
-		var l *Lease
+	var eligible []candidate
+	for _, c := range cands {
 		if c.promote != nil {
 			promoted = w.promoteDue(ctx, c, *c.promote) || promoted
 			continue
 		}
-		l, err = w.tryClaim(ctx, c)
-		if err != nil {
-			return nil, err
+		eligible = append(eligible, c)
+	}
+	w.keepBuffered(eligible)
+	if err := claim(); err != nil || len(out) > 0 {
+		if w.sticky.Add(1) >= stickyRounds {
+			w.sticky.Store(0)
+			w.cursor.CompareAndSwap(cur, cur+chunk)
 		}
-		if l != nil {
-			w.keepBuffered(cands[i+1:])
-			if w.sticky.Add(1) >= stickyRounds {
-				w.sticky.Store(0)
-				w.cursor.CompareAndSwap(cur, cur+chunk)
-			}
-			return l, nil
-		}
+		return out, err
 	}
 	if promoted {
-		return nil, nil // read this window again: it has work now
+		return out, nil // read this window again: it has work now
 	}
 	w.sticky.Store(0)
 	w.cursor.CompareAndSwap(cur, cur+chunk)
-	return nil, nil
+	return out, nil
 }
 
-// soloHeads is how many heads claimSolo reads per solo partition and
-// lane: every worker of a lane reads the same partition, and trying a
-// random one of 16 heads keeps them from racing for the same few.
+// soloHeads is how many heads a solo scan reads per solo partition and
+// lane: every worker of a lane reads the same partition, and starting at
+// a random one of 16 heads keeps them from racing for the same few.
 const soloHeads = 16
 
-// claimSolo reads the heads of the lanes' solo partitions, where every
+// scanSolo reads the heads of the lanes' solo partitions, where every
 // execution outside a flow is, promotes due delayed heads (with
-// PromoteDelayed) and tries the eligible ones in random order, so that
-// workers reading the same heads spread their claims; the rest are
-// buffered.
-func (w *Worker) claimSolo(ctx context.Context) (*Lease, error) {
+// PromoteDelayed) and buffers the eligible ones.
+func (w *Worker) scanSolo(ctx context.Context) error {
 	if len(w.soloParts) == 0 {
-		return nil, nil
+		return nil
 	}
 	cands, err := w.scan(ctx, w.soloParts, soloHeads, w.soloLanes)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	eligible := cands[:0:0]
 	for _, c := range cands {
@@ -503,28 +527,61 @@ func (w *Worker) claimSolo(ctx context.Context) (*Lease, error) {
 		}
 		eligible = append(eligible, c)
 	}
-	rand.Shuffle(len(eligible), func(i, j int) { eligible[i], eligible[j] = eligible[j], eligible[i] })
-	return w.claimFrom(ctx, eligible)
+	w.keepBuffered(eligible)
+	return nil
 }
 
-// claimFrom tries the eligible candidates of a scan of notified
-// partitions and buffers the rest.
-func (w *Worker) claimFrom(ctx context.Context, cands []candidate) (*Lease, error) {
-	for i, c := range cands {
-		l, err := w.tryClaim(ctx, c)
-		if err != nil {
-			return nil, err
+// claimBuffered claims up to n buffered heads, all of a round in one
+// pipelined round trip behind the calls of pre (sent in the first round
+// even when no head is buffered; their results are returned). A lost race
+// is replaced by the next buffered head in the next round, until n leases
+// are taken or the buffer is empty.
+func (w *Worker) claimBuffered(ctx context.Context, n int, pre []valkey.Call) ([]*Lease, []valkey.Result, error) {
+	var leases []*Lease
+	var preRes []valkey.Result
+	for len(leases) < n || pre != nil {
+		var batch []candidate
+		for len(batch) < n-len(leases) {
+			c, ok := w.nextBuffered()
+			if !ok {
+				break
+			}
+			batch = append(batch, c)
 		}
-		if l != nil {
-			w.keepBuffered(cands[i+1:])
-			return l, nil
+		if len(batch) == 0 && pre == nil {
+			break
+		}
+		calls := make([]valkey.Call, 0, len(pre)+len(batch))
+		calls = append(calls, pre...)
+		for _, c := range batch {
+			calls = append(calls, w.claimCall(c))
+		}
+		res := w.vc.FCallBatch(ctx, calls)
+		if pre != nil {
+			preRes, res, pre = res[:len(pre)], res[len(pre):], nil
+		}
+		var errs []error
+		for i, c := range batch {
+			l, err := w.claimOutcome(ctx, c, res[i])
+			if err != nil {
+				errs = append(errs, err)
+			} else if l != nil {
+				leases = append(leases, l)
+			}
+		}
+		if len(errs) > 0 {
+			return leases, preRes, errors.Join(errs...)
+		}
+		if len(batch) == 0 {
+			break
 		}
 	}
-	return nil, nil
+	return leases, preRes, nil
 }
 
-// nextBuffered pops the oldest buffered eligible head, if the buffer is
-// still fresh.
+// nextBuffered pops a buffered eligible head, if the buffer is still
+// fresh: the one at the buffer's position, which starts at a random head
+// when the buffer is filled and then moves on to the next.
 func (w *Worker) nextBuffered() (candidate, bool) {
 	w.scanMu.Lock()
 	defer w.scanMu.Unlock()
@@ -535,21 +592,27 @@ func (w *Worker) nextBuffered() (candidate, bool) {
 		w.buffered = nil
 		return candidate{}, false
 	}
-	c := w.buffered[0]
-	w.buffered = w.buffered[1:]
+	i := w.bufPos % len(w.buffered)
+	c := w.buffered[i]
+	w.buffered = slices.Delete(w.buffered, i, i+1)
+	w.bufPos = i
 	return c, true
 }
 
-// keepBuffered stores the eligible heads a scan round did not use.
-func (w *Worker) keepBuffered(rest []candidate) {
+// keepBuffered replaces the buffer with the eligible heads of a scan.
+func (w *Worker) keepBuffered(cands []candidate) {
 	var keep []candidate
-	for _, c := range rest {
+	for _, c := range cands {
 		if c.promote == nil {
 			keep = append(keep, c)
 		}
 	}
 	w.scanMu.Lock()
 	w.buffered, w.bufferedAt = keep, w.cfg.Clock()
+	w.bufPos = 0
+	if len(keep) > 1 {
+		w.bufPos = rand.IntN(len(keep))
+	}
 	w.scanMu.Unlock()
 }
 
@@ -707,86 +770,81 @@ func skippable(err error) bool {
 		code == valkey.CodeExecutionNotActive || code == valkey.CodeActiveAttemptExists)
 }
 
-// tryClaim pre-reads the candidate, checks capabilities locally (blocking
-// it to blocked:route when this worker lacks some, as FlowFabric's
-// inline claim does), then issues the grant and claims in one pipelined
-// round trip.
+// claimCall is the fabric_claim_execution of a candidate: a grant of
+// GrantTTL and the claim in one call, the attempt timeout taken from the
+// stored policy on the server.
+func (w *Worker) claimCall(c candidate) valkey.Call {
+	p := &valkey.FabricClaimParams{Claim: valkey.ClaimExecutionParams{ExecutionID: c.id, WorkerID: w.cfg.WorkerID,
+		WorkerInstanceID: w.cfg.InstanceID, LaneID: c.lane, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds()},
+		GrantTTLMs: GrantTTL.Milliseconds(), WorkerCapabilitiesCSV: w.capsCSV, AttemptTimeoutFromPolicy: true}
+	return p.Call()
+}
+
+// tryClaim claims one candidate with one fabric_claim_execution.
 func (w *Worker) tryClaim(ctx context.Context, c candidate) (*Lease, error) {
-	ji, err := w.readJob(ctx, c.id)
-	if err != nil {
-		return nil, err
+	return w.claimOutcome(ctx, c, w.vc.FCallBatch(ctx, []valkey.Call{w.claimCall(c)})[0])
+}
+
+// claimOutcome turns the result of a candidate's fabric_claim_execution
+// into a lease, or nil when the candidate is not this worker's to run now
+// (another worker got it, it moved on, or it needs capabilities this
+// worker lacks: then it is parked in blocked:route, as FlowFabric's
+// inline claim does). An interrupted attempt continues with
+// ff_claim_resumed_execution and the grant the call left; a grant that
+// already existed may be this worker id's (a scheduler's, or another
+// instance's), so the claim is tried with it.
+func (w *Worker) claimOutcome(ctx context.Context, c candidate, res valkey.Result) (*Lease, error) {
+	if res.Err == nil {
+		fr, err := valkey.ParseFabricClaim(res.Reply)
+		if err != nil {
+			return nil, fmt.Errorf("sdk: %w", err)
+		}
+		lane := cmp.Or(fr.Lane, c.lane)
+		ji := &jobInfo{kind: fr.Kind, namespace: fr.Namespace, lane: lane, flow: fr.FlowID, payload: string(fr.Payload)}
+		return w.newLease(c.id, lane, ji, &fr.ClaimResult), nil
 	}
-	if ji.phase != model.PhaseRunnable {
-		return nil, nil // moved on since the scan
-	}
-	if miss := w.missingCaps(ji.required); len(miss) > 0 {
-		w.blockRoute(ctx, c.id, miss)
+	err := res.Err
+	var le *valkey.LuaError
+	switch {
+	case errors.Is(err, valkey.CodeCapabilityMismatch) && errors.As(err, &le):
+		w.blockRoute(ctx, c.id, splitCSV(le.Detail(0)))
 		return nil, nil
-	}
-	grant, claim := w.grantCall(c.id, c.lane), &valkey.ClaimExecutionParams{
-		ExecutionID: c.id, WorkerID: w.cfg.WorkerID, WorkerInstanceID: w.cfg.InstanceID, LaneID: c.lane,
-		LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds(), AttemptTimeoutMs: attemptTimeoutMs(ji.policy),
-	}
-	res := w.vc.FCallBatch(ctx, []valkey.Call{grant, claim.Call()})
-	// The claim's own result decides first: a grant refused as
-	// grant_already_exists can still be followed by a successful claim
-	// when the existing grant belongs to this worker id (another
-	// instance of the same worker), and that lease is now ours.
-	if res[1].Err == nil {
-		cr, err := parseClaimReply(res[1].Reply)
+	case errors.Is(err, valkey.CodeUseClaimResumedExecution):
+		ji, err := w.readJob(ctx, c.id)
 		if err != nil {
 			return nil, err
 		}
-		return w.newLease(c.id, c.lane, ji, cr), nil
-	}
-	if err := res[0].Err; err != nil {
-		if errors.Is(err, valkey.CodeCapabilityMismatch) {
-			var le *valkey.LuaError
-			errors.As(err, &le)
-			w.blockRoute(ctx, c.id, splitCSV(le.Detail(0)))
-			return nil, nil
-		}
-		if skippable(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("sdk: %w", err)
-	}
-	err = res[1].Err
-	if errors.Is(err, valkey.CodeUseClaimResumedExecution) {
 		return w.claimResumed(ctx, c, ji)
-	}
-	if skippable(err) {
+	case errors.Is(err, valkey.CodeGrantAlreadyExists):
+		return w.claimWithExistingGrant(ctx, c)
+	case skippable(err):
 		return nil, nil
 	}
 	return nil, fmt.Errorf("sdk: %w", err)
 }
 
-// grantCall is ff_issue_claim_grant as a pipelinable Call (the typed
-// wrapper sends it on its own; the worker pipelines it with the claim).
-//
-//	KEYS[1] exec_core  KEYS[2] claim_grant  KEYS[3] lane_eligible(lane)
-//	ARGV: execution_id, worker_id, worker_instance_id, lane_id,
-//	capability_hash "", grant_ttl_ms 5000, route_snapshot "", admission
-//	summary "", worker_capabilities_csv (sorted)
-func (w *Worker) grantCall(id model.ExecutionID, lane string) valkey.Call {
-	k := model.KeysFor(id)
-	return valkey.Call{Function: "ff_issue_claim_grant",
-		Keys: []string{k.Core(), k.ClaimGrant(), model.KeysOn(k.Partition()).LaneEligible(lane)},
-		Args: []string{string(id), w.cfg.WorkerID, w.cfg.InstanceID, lane, "",
-			strconv.FormatInt(GrantTTL.Milliseconds(), 10), "", "", w.capsCSV}}
-}
-
-// parseClaimReply decodes ok(lease_id, epoch, expires_at, attempt_id,
-// attempt_index, attempt_type).
-func parseClaimReply(rep *valkey.Reply) (*valkey.ClaimResult, error) {
-	epoch, err1 := rep.Int(1)
-	exp, err2 := rep.Int(2)
-	idx, err3 := rep.Int(4)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return nil, fmt.Errorf("sdk: claim reply: %w", err)
+// claimWithExistingGrant claims with a grant that was already there
+// (ff_claim_execution checks it is this worker id's).
+func (w *Worker) claimWithExistingGrant(ctx context.Context, c candidate) (*Lease, error) {
+	ji, err := w.readJob(ctx, c.id)
+	if err != nil {
+		return nil, err
 	}
-	return &valkey.ClaimResult{LeaseID: rep.Field(0), LeaseEpoch: uint64(epoch), ExpiresAt: exp,
-		AttemptID: rep.Field(3), AttemptIndex: int(idx), AttemptType: rep.Field(5)}, nil
+	if ji.phase != model.PhaseRunnable {
+		return nil, nil
+	}
+	cr, err := w.vc.ClaimExecution(ctx, &valkey.ClaimExecutionParams{ExecutionID: c.id, WorkerID: w.cfg.WorkerID,
+		WorkerInstanceID: w.cfg.InstanceID, LaneID: c.lane, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds(),
+		AttemptTimeoutMs: attemptTimeoutMs(ji.policy)})
+	switch {
+	case err == nil:
+		return w.newLease(c.id, c.lane, ji, cr), nil
+	case errors.Is(err, valkey.CodeUseClaimResumedExecution):
+		return w.claimResumed(ctx, c, ji)
+	case skippable(err):
+		return nil, nil
+	}
+	return nil, fmt.Errorf("sdk: %w", err)
 }
 
 // blockRoute parks an execution this worker cannot run in blocked:route

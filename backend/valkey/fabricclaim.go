@@ -3,6 +3,7 @@ package valkey
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/fabric-host/fabric/model"
 )
@@ -93,4 +94,14 @@ func (c *Client) ClaimWithGrant(ctx context.Context, p *FabricClaimParams) (*Fab
 		return nil, schedWrap(FabricClaimFunction, err)
 	}
 	return ParseFabricClaim(rep)
+}
+
+// CallFor builds the FCALL of ff_complete_execution for the holder of the
+// lease, who knows the execution's lane, the attempt index and its own
+// worker instance id, instead of pre-reading them from exec_core as
+// CompleteExecution does (a round trip saved; the call can be pipelined).
+// Keys built from stale knowledge are harmless: the lease fence is checked
+// before anything is written.
+func (p *CompleteExecutionParams) CallFor(lane string, attemptIndex int, workerInstanceID string) Call {
+	return p.call(execRefs{lane: lane, attemptIndex: strconv.Itoa(attemptIndex), workerInstanceID: workerInstanceID})
 }
