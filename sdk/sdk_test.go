@@ -308,6 +308,75 @@ func TestWorker(t *testing.T) {
 		}
 	})
 
+	// Workers claiming in batches (ClaimBatch: one pipelined round trip of
+	// fabric_claim_execution per batch) from the same lanes run every
+	// execution exactly once, and a batch does take several.
+	t.Run("ExactlyOnceBatchedClaims", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, 16)
+		const workers, perLane, batch = 4, 40, 5
+		lanes := []string{"a", "b"}
+		var ids []model.ExecutionID
+		for i := 0; i < perLane; i++ {
+			for _, l := range lanes {
+				ids = append(ids, b.create(t, sdk.ExecutionSpec{Lane: l, Payload: []byte(fmt.Sprint(i))}))
+			}
+		}
+		var mu sync.Mutex
+		runs := map[model.ExecutionID]int{}
+		most := 0
+		var wg sync.WaitGroup
+		for i := 0; i < workers; i++ {
+			w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: lanes, DisableNotifications: i%2 == 1})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for b.ctx.Err() == nil {
+					mu.Lock()
+					finished := len(runs) == len(ids)
+					mu.Unlock()
+					if finished {
+						return
+					}
+					ls, err := w.ClaimBatch(b.ctx, batch)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if len(ls) > batch {
+						t.Errorf("ClaimBatch(%d) took %d", batch, len(ls))
+					}
+					mu.Lock()
+					most = max(most, len(ls))
+					for _, l := range ls {
+						runs[l.ID]++
+					}
+					mu.Unlock()
+					for _, l := range ls {
+						if err := l.Complete(b.ctx, nil); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		for _, id := range ids {
+			if runs[id] != 1 {
+				t.Errorf("%s claimed %d times", id, runs[id])
+			}
+			if at := b.attempts(t, id); len(at) != 1 || at[0] != "ended_success" {
+				t.Errorf("%s attempts = %v, want one ended_success", id, at)
+			}
+		}
+		if most < 2 {
+			t.Errorf("no batch took more than %d executions", most)
+		}
+	})
+
 	t.Run("CapabilityRouting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, 16)

@@ -175,7 +175,7 @@ type Worker struct {
 	scanMu        sync.Mutex
 	buffered      []candidate // eligible heads left by the last scan round
 	bufferedAt    time.Time
-	bufPos        int // where the next buffered head is taken
+	bufPos        int            // where the next buffered head is taken
 	reclaimAt     time.Time      // last reclaim pass
 	reclaimCursor atomic.Uint64  // next window of the reclaim pass
 	wake          *eligibleWatch // nil with DisableNotifications or on Postgres
