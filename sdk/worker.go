@@ -175,7 +175,7 @@ type Worker struct {
 	scanMu        sync.Mutex
 	buffered      []candidate // eligible heads left by the last scan round
 	bufferedAt    time.Time
-	bufPos        int            // where the next buffered head is taken
+	lostRaces     int            // buffered heads lost in a row
 	reclaimAt     time.Time      // last reclaim pass
 	reclaimCursor atomic.Uint64  // next window of the reclaim pass
 	wake          *eligibleWatch // nil with DisableNotifications or on Postgres
@@ -399,10 +399,10 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 // ClaimBatch claims up to n executions (n < 1 counts as 1), each with one
 // fabric_claim_execution (grant and claim in one call), all of a round
 // pipelined in one round trip. It first tries the eligible heads the
-// previous scan round left over (for up to candidateMaxAge), starting at
-// a random one of them so that workers of one lane reading the same heads
-// spread their claims; a lost race moves on to the next head rather than
-// reading again. Then it reads the heads of the lanes' solo partitions,
+// previous scan round left over (for up to candidateMaxAge), picked at
+// random so that workers of one lane reading the same heads spread their
+// claims; a lost race moves on to another head rather than reading again
+// (until maxLostRaces in a row). Then it reads the heads of the lanes' solo partitions,
 // notified partitions, and the next window of PartitionScanChunk flow
 // partitions (one pipelined ZRANGEBYSCORE per partition and lane; a
 // window that produced work is read again on the next call, up to 16
@@ -504,9 +504,9 @@ func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
 }
 
 // soloHeads is how many heads a solo scan reads per solo partition and
-// lane: every worker of a lane reads the same partition, and starting at
-// a random one of 16 heads keeps them from racing for the same few.
-const soloHeads = 16
+// lane: every worker of a lane reads the same partition, and picking at
+// random among 64 heads keeps them from racing for the same few.
+const soloHeads = 64
 
 // scanSolo reads the heads of the lanes' solo partitions, where every
 // execution outside a flow is, promotes due delayed heads (with
@@ -568,6 +568,7 @@ func (w *Worker) claimBuffered(ctx context.Context, n int, pre []valkey.Call) ([
 			} else if l != nil {
 				leases = append(leases, l)
 			}
+			w.lostRace(err == nil && l == nil)
 		}
 		if len(errs) > 0 {
 			return leases, preRes, errors.Join(errs...)
@@ -579,9 +580,9 @@ func (w *Worker) claimBuffered(ctx context.Context, n int, pre []valkey.Call) ([
 	return leases, preRes, nil
 }
 
-// nextBuffered pops a buffered eligible head, if the buffer is still
-// fresh: the one at the buffer's position, which starts at a random head
-// when the buffer is filled and then moves on to the next.
+// nextBuffered pops a random buffered eligible head, if the buffer is
+// still fresh. Workers of one lane read the same heads: picking at random
+// among many keeps them from racing for the same few.
 func (w *Worker) nextBuffered() (candidate, bool) {
 	w.scanMu.Lock()
 	defer w.scanMu.Unlock()
@@ -592,12 +593,31 @@ func (w *Worker) nextBuffered() (candidate, bool) {
 		w.buffered = nil
 		return candidate{}, false
 	}
-	i := w.bufPos % len(w.buffered)
+	i := rand.IntN(len(w.buffered))
 	c := w.buffered[i]
-	w.buffered = slices.Delete(w.buffered, i, i+1)
-	w.bufPos = i
+	w.buffered[i] = w.buffered[len(w.buffered)-1]
+	w.buffered = w.buffered[:len(w.buffered)-1]
 	return c, true
 }
+
+// lostRace notes a buffered head another worker took first; after
+// maxLostRaces in a row the buffer is stale and dropped, so that the next
+// claim reads fresh heads. won resets the count.
+func (w *Worker) lostRace(lost bool) {
+	w.scanMu.Lock()
+	defer w.scanMu.Unlock()
+	if !lost {
+		w.lostRaces = 0
+		return
+	}
+	if w.lostRaces++; w.lostRaces >= maxLostRaces {
+		w.buffered, w.lostRaces = nil, 0
+	}
+}
+
+// maxLostRaces is how many lost races in a row make the buffered heads
+// stale.
+const maxLostRaces = 2
 
 // keepBuffered replaces the buffer with the eligible heads of a scan.
 func (w *Worker) keepBuffered(cands []candidate) {
@@ -608,11 +628,7 @@ func (w *Worker) keepBuffered(cands []candidate) {
 		}
 	}
 	w.scanMu.Lock()
-	w.buffered, w.bufferedAt = keep, w.cfg.Clock()
-	w.bufPos = 0
-	if len(keep) > 1 {
-		w.bufPos = rand.IntN(len(keep))
-	}
+	w.buffered, w.bufferedAt, w.lostRaces = keep, w.cfg.Clock(), 0
 	w.scanMu.Unlock()
 }
 
