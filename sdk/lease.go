@@ -315,8 +315,9 @@ func (l *Lease) fcall(ctx context.Context, c valkey.Call) error {
 
 // completeAndClaim completes the lease (as Complete) and, in the same
 // round trip, claims the next buffered eligible head when there is one
-// (claimBuffered): the completion rides with the next claim. It returns
-// the next lease, if one was claimed, and the completion's error.
+// (claimBuffered): the completion rides with the next claim. With no head
+// buffered, ClaimBatch reads heads while the completion is in flight. It
+// returns the next lease, if one was claimed, and the completion's error.
 func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) (*Lease, error) {
 	if w.pg != nil {
 		return nil, l.Complete(ctx, result)
@@ -325,13 +326,27 @@ func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) 
 		return nil, err
 	}
 	call := l.completeCall(result)
-	next, pre, cerr := w.claimBuffered(ctx, 1, []valkey.Call{call})
-	if cerr != nil {
-		w.log.Warn("claim failed", "error", cerr)
+	var next []*Lease
+	var first, cerr error
+	if w.bufferedLen() > 0 {
+		var pre []valkey.Result
+		next, pre, cerr = w.claimBuffered(ctx, 1, []valkey.Call{call})
+		if first = pre[0].Err; first != nil {
+			first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
+		}
+	} else {
+		// No head left: the claim reads heads (ClaimBatch) while the
+		// completion is in flight; the client pipelines the two.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			next, cerr = w.ClaimBatch(ctx, 1)
+		}()
+		first = l.fcall(ctx, call)
+		<-done
 	}
-	first := pre[0].Err
-	if first != nil {
-		first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
+	if cerr != nil && !errors.Is(cerr, ErrWorkerClosed) {
+		w.log.Warn("claim failed", "error", cerr)
 	}
 	err := l.finish(ctx, "complete", model.OutcomeSuccess, first, func(ctx context.Context) error { return l.fcall(ctx, call) })
 	if err == nil {

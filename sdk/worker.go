@@ -600,6 +600,16 @@ func (w *Worker) nextBuffered() (candidate, bool) {
 	return c, true
 }
 
+// bufferedLen is how many fresh heads are buffered.
+func (w *Worker) bufferedLen() int {
+	w.scanMu.Lock()
+	defer w.scanMu.Unlock()
+	if w.cfg.Clock().Sub(w.bufferedAt) > candidateMaxAge {
+		return 0
+	}
+	return len(w.buffered)
+}
+
 // lostRace notes a buffered head another worker took first; after
 // maxLostRaces in a row the buffer is stale and dropped, so that the next
 // claim reads fresh heads. won resets the count.
