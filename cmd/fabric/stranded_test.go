@@ -214,7 +214,10 @@ func waitForBootstrap(t *testing.T, ctx context.Context, url string) *valkey.Cli
 
 // crashWorkerMidLease connects a worker to the demo's lanes, claims up to
 // n executions and dies without releasing them (its context ends: no
-// renewals, no hand-back), as a crashed process would.
+// renewals, no hand-back), as a crashed process would. It enqueues what it
+// claims ("immediate" work on a demo lane, which the demo's workers finish
+// once it is reclaimed) and claims each by id at once: racing the demo's
+// workers for the demo's own work, they claim almost everything first.
 func crashWorkerMidLease(t *testing.T, ctx context.Context, vc *valkey.Client, n int) []model.ExecutionID {
 	t.Helper()
 	wctx, kill := context.WithCancel(ctx)
@@ -225,13 +228,22 @@ func crashWorkerMidLease(t *testing.T, ctx context.Context, vc *valkey.Client, n
 		t.Errorf("connect: %v", err)
 		return nil
 	}
+	c, err := sdk.NewClient(wctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Errorf("client: %v", err)
+		return nil
+	}
 	var ids []model.ExecutionID
 	deadline := time.Now().Add(10 * time.Second)
 	for len(ids) < n && time.Now().Before(deadline) {
-		l, err := w.ClaimNext(wctx)
+		id, err := c.Enqueue(wctx, "immediate", []byte(`{"n":0}`), sdk.WithLane("demo-a"))
 		if err != nil {
-			t.Errorf("claim: %v", err)
+			t.Errorf("enqueue: %v", err)
 			break
+		}
+		l, err := w.ClaimExecution(wctx, id)
+		if err != nil {
+			continue // a demo worker was first; it runs this one
 		}
 		if l != nil {
 			ids = append(ids, l.ID)
