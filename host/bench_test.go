@@ -40,7 +40,7 @@ func (emptyStore) SScan(context.Context, abi.ScanCursorRequest) (abi.ScanCursorR
 	return abi.ScanCursorResponse{Cursor: "0"}, nil
 }
 
-func benchFixture(b *testing.B, name string) string {
+func benchFixture(b testing.TB, name string) string {
 	b.Helper()
 	for _, p := range []string{filepath.Join("..", "testdata", "plugins", name+".wasm"), filepath.Join("..", "bin", "plugins", name+".wasm")} {
 		if _, err := os.Stat(p); err == nil {
@@ -51,7 +51,7 @@ func benchFixture(b *testing.B, name string) string {
 	return ""
 }
 
-func benchLoader(b *testing.B, cache wazero.CompilationCache) loaderConfig {
+func benchLoader(b testing.TB, cache wazero.CompilationCache) loaderConfig {
 	b.Helper()
 	cfg, err := (Config{PluginDir: os.TempDir(), Store: emptyStore{}, Now: func(context.Context) (int64, error) { return 1_000_000, nil }}).withDefaults()
 	if err != nil {
@@ -62,7 +62,7 @@ func benchLoader(b *testing.B, cache wazero.CompilationCache) loaderConfig {
 	return lc
 }
 
-func benchCache(b *testing.B) wazero.CompilationCache {
+func benchCache(b testing.TB) wazero.CompilationCache {
 	b.Helper()
 	base, err := os.UserCacheDir()
 	if err != nil {

@@ -151,6 +151,18 @@ func initGuest(ctx context.Context, main api.Module) error {
 	return call("hs_init", 0, 0)
 }
 
+// initInstance runs inst's guest runtime initialisation (initGuest) ahead
+// of its first call.
+func (m *Module) initInstance(ctx context.Context, inst *instance) error {
+	cctx := context.WithValue(ctx, extism.PluginCtxKey("extism"), api.Module(inst.g.kernel))
+	cctx = context.WithValue(cctx, extism.PluginCtxKey("plugin"), inst.p)
+	if err := initGuest(cctx, inst.g.main); err != nil {
+		return m.callFailed(ctx, inst, "runtime init", err)
+	}
+	inst.inited = true
+	return nil
+}
+
 // callInstance calls export with input on inst: it resolves the caller
 // for host functions, checks the output's size before reading it, and
 // tells the failures apart (see FaultKind).
