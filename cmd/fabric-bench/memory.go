@@ -168,7 +168,7 @@ func runMemory(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	mib := func(k int64) float64 { return float64(k) / 1024 }
 	row := Row{Measure: fmt.Sprintf("host RSS, %d plugins loaded and running", full.Plugins), Fabric: mib(full.RSSKiB), Unit: "MiB", Goal: "≤ 150 MiB",
 		Versus: "asynq idle server process", Peer: nan(),
-		Note: fmt.Sprintf("peak (VmHWM) %s; %d of %d plugins running, %d partition calls in the window", fmtNum(mib(full.HWMKiB), "MiB"), full.Running, full.Plugins, full.Calls)+
+		Note: fmt.Sprintf("peak (VmHWM) %s; %d of %d plugins running, %d partition calls in the window", fmtNum(mib(full.HWMKiB), "MiB"), full.Running, full.Plugins, full.Calls) +
 			fmt.Sprintf("; resident: compiled code %s, Go runtime %s (heap objects %s), guest memories and other anonymous %s, files %s",
 				fmtNum(mib(full.Split.CodeKiB), "MiB"), fmtNum(mib(full.Split.GoKiB), "MiB"), fmtNum(mib(full.Split.GoHeapKiB), "MiB"),
 				fmtNum(mib(full.Split.OtherAnonKiB), "MiB"), fmtNum(mib(full.Split.FileKiB), "MiB"))}
