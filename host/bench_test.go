@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,6 +98,7 @@ func scanInput(batch uint32) []byte {
 func benchCall(b *testing.B, m *Module, caller *hostfn.Caller, export string, in []byte) {
 	b.Helper()
 	ctx := context.Background()
+	cpu := processCPU()
 	for b.Loop() {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if _, err := m.call(cctx, export, in, caller, nil); err != nil {
@@ -104,6 +106,18 @@ func benchCall(b *testing.B, m *Module, caller *hostfn.Caller, export string, in
 		}
 		cancel()
 	}
+	// CPU time is steadier than ns/op on a shared machine; it includes
+	// the GC's background work the calls caused.
+	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+}
+
+// processCPU is the process's user plus system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkScanEmpty is the per-call overhead of one partition call that

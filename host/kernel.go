@@ -16,10 +16,9 @@ import (
 // garbage and the GC it drove). An instance runs one call at a time, so
 // the functions are not shared between goroutines.
 //
-// The kernel's functions are short and bounded (no guest code runs in
-// them); they are called without the call's cancellation, which spares
-// wazero's watcher goroutine per kernel call. The plugin's own export
-// keeps it: a call cut at its deadline stops in the guest.
+// What remains per kernel call is wazero's own: with CloseOnContextDone
+// (which a plugin's timeout needs) every Call starts a goroutine watching
+// the context, the kernel's short functions included.
 type kernelModule struct {
 	api.Module
 	fns map[string]api.Function
@@ -38,9 +37,8 @@ func (k *kernelModule) ExportedFunction(name string) api.Function {
 	if inner == nil {
 		return nil
 	}
-	f := uncancelled{inner}
-	k.fns[name] = f
-	return f
+	k.fns[name] = inner
+	return inner
 }
 
 // call runs the kernel export name with args and returns its one result.
@@ -54,16 +52,4 @@ func (k *kernelModule) call(ctx context.Context, name string, args ...uint64) (u
 		return 0, err
 	}
 	return r[0], nil
-}
-
-// uncancelled calls a kernel function without the context's cancellation
-// (see kernelModule).
-type uncancelled struct{ api.Function }
-
-func (f uncancelled) Call(ctx context.Context, params ...uint64) ([]uint64, error) {
-	return f.Function.Call(context.WithoutCancel(ctx), params...)
-}
-
-func (f uncancelled) CallWithStack(ctx context.Context, stack []uint64) error {
-	return f.Function.CallWithStack(context.WithoutCancel(ctx), stack)
 }
