@@ -83,7 +83,23 @@ func FaultKind(err error) string {
 // guestModulesOf fails loudly (a trap of every call, caught by the first
 // test) if their shape changes.
 type guestModules struct {
-	kernel, main api.Module
+	kernel *kernelModule
+	main   api.Module
+	// exports are the main module's functions called so far, each resolved
+	// once (wazero makes a call engine per lookup).
+	exports map[string]api.Function
+}
+
+// export returns the main module's exported function name, or nil.
+func (g *guestModules) export(name string) api.Function {
+	if f, ok := g.exports[name]; ok {
+		return f
+	}
+	f := g.main.ExportedFunction(name)
+	if f != nil {
+		g.exports[name] = f
+	}
+	return f
 }
 
 var moduleType = reflect.TypeOf((*api.Module)(nil)).Elem()
@@ -101,11 +117,12 @@ func guestModulesOf(p *extism.Plugin) (guestModules, error) {
 		}
 		return m, nil
 	}
-	var g guestModules
-	var err error
-	if g.kernel, err = field("extism"); err != nil {
+	g := guestModules{exports: map[string]api.Function{}}
+	kernel, err := field("extism")
+	if err != nil {
 		return g, err
 	}
+	g.kernel = newKernelModule(kernel)
 	g.main, err = field("mainModule")
 	return g, err
 }
@@ -134,15 +151,27 @@ func initGuest(ctx context.Context, main api.Module) error {
 	return call("hs_init", 0, 0)
 }
 
+// initInstance runs inst's guest runtime initialisation (initGuest) ahead
+// of its first call.
+func (m *Module) initInstance(ctx context.Context, inst *instance) error {
+	cctx := context.WithValue(ctx, extism.PluginCtxKey("extism"), api.Module(inst.g.kernel))
+	cctx = context.WithValue(cctx, extism.PluginCtxKey("plugin"), inst.p)
+	if err := initGuest(cctx, inst.g.main); err != nil {
+		return m.callFailed(ctx, inst, "runtime init", err)
+	}
+	inst.inited = true
+	return nil
+}
+
 // callInstance calls export with input on inst: it resolves the caller
 // for host functions, checks the output's size before reading it, and
 // tells the failures apart (see FaultKind).
 func (m *Module) callInstance(ctx context.Context, inst *instance, export string, input []byte, c *hostfn.Caller) ([]byte, error) {
 	inst.stderr.Reset()
 	defer hostfn.EndCall(ctx, c) // roll back an sql transaction the call left open
-	g := inst.g
+	g := &inst.g
 	cctx := hostfn.WithCaller(ctx, c)
-	cctx = context.WithValue(cctx, extism.PluginCtxKey("extism"), g.kernel)
+	cctx = context.WithValue(cctx, extism.PluginCtxKey("extism"), api.Module(g.kernel))
 	cctx = context.WithValue(cctx, extism.PluginCtxKey("plugin"), inst.p)
 	if !inst.inited {
 		if err := initGuest(cctx, g.main); err != nil {
@@ -150,13 +179,31 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 		}
 		inst.inited = true
 	}
-	f := g.main.ExportedFunction(export)
+	f := g.export(export)
 	if f == nil {
 		return nil, fmt.Errorf("%w: %s is not exported", ErrTrap, export)
 	}
-	in, err := inst.p.SetInputWithContext(cctx, input)
+	kernel := func(name string, args ...uint64) (uint64, error) {
+		r, err := g.kernel.call(cctx, name, args...)
+		if err != nil {
+			return 0, m.callFailed(ctx, inst, export+" ("+name+")", err)
+		}
+		return r, nil
+	}
+	// The input, as Extism's Plugin.SetInput sets it: reset the kernel,
+	// allocate, copy, input_set.
+	if _, err := kernel("reset"); err != nil {
+		return nil, err
+	}
+	in, err := kernel("alloc", uint64(len(input)))
 	if err != nil {
-		return nil, m.callFailed(ctx, inst, export+" (input)", err)
+		return nil, err
+	}
+	if !g.kernel.Memory().Write(uint32(in), input) {
+		return nil, fmt.Errorf("%w: %s: input of %d bytes at %d is outside kernel memory", ErrTrap, export, len(input), in)
+	}
+	if _, err := kernel("input_set", in, uint64(len(input))); err != nil {
+		return nil, err
 	}
 	cctx = context.WithValue(cctx, extism.InputOffsetKey("inputOffset"), in)
 	res, err := f.Call(cctx)
@@ -165,13 +212,6 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 	}
 	if err != nil {
 		return nil, m.callFailed(ctx, inst, export, err)
-	}
-	kernel := func(name string, args ...uint64) (uint64, error) {
-		r, err := g.kernel.ExportedFunction(name).Call(cctx, args...)
-		if err != nil {
-			return 0, m.callFailed(ctx, inst, export+" ("+name+")", err)
-		}
-		return r[0], nil
 	}
 	var rc uint32
 	if len(res) > 0 {

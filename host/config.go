@@ -111,11 +111,16 @@ type Config struct {
 	// StopTimeout bounds Stop (default 15 s).
 	StopTimeout time.Duration
 	// PoolSize is the number of warm instances kept per plugin version
-	// (default 2).
+	// (default 1; a dispatcher keeps at least 2). A discarded instance's
+	// replacement is started off the call path.
 	PoolSize int
 	// RecycleCalls replaces an instance after this many calls (default
 	// 10000).
 	RecycleCalls int
+	// RecycleBytes replaces an instance after a call that left its linear
+	// memory larger than this (default 16 MiB; a Go guest starts at about
+	// 3.5 MiB and never gives memory back); negative: never.
+	RecycleBytes int64
 	// Records is the number of cycle records kept per plugin (default 4096).
 	Records int
 	// MaxOutputBytes caps a scan result (default 64 KiB).
@@ -196,6 +201,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.StopTimeout = cmp.Or(c.StopTimeout, HostStopTimeoutDefault)
 	c.PoolSize = cmp.Or(c.PoolSize, HostPoolSizeDefault)
 	c.RecycleCalls = cmp.Or(c.RecycleCalls, HostRecycleCallsDefault)
+	c.RecycleBytes = cmp.Or(c.RecycleBytes, HostRecycleBytesDefault)
 	c.Records = cmp.Or(c.Records, HostRecordsDefault)
 	c.CacheMaxBytes = cmp.Or(c.CacheMaxBytes, HostCacheMaxBytesDefault)
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, HostMaxOutputBytesDefault)

@@ -10,10 +10,10 @@ const (
 	// HostStopTimeoutDefault: the graceful shutdown budget.
 	HostStopTimeoutDefault = 15 * time.Second
 	// HostPoolSizeDefault: warm instances kept per plugin version. A
-	// plugin's calls run one at a time, but a spare keeps a call from
-	// paying a guest start inside its timeout when an instance was
-	// discarded (measured: one instead of two saves ~9 MiB of 821).
-	HostPoolSizeDefault = 2
+	// plugin's sweeps run one at a time; when an instance is discarded its
+	// replacement is started at once off the call path (Module.refill), so
+	// a call does not pay a guest start inside its timeout.
+	HostPoolSizeDefault = 1
 	// HostRecordsDefault: cycle records kept per plugin.
 	HostRecordsDefault = 4096
 	// HostMaxOutputBytesDefault: a scan result larger than this is bad
@@ -26,6 +26,9 @@ const (
 	// HostRecycleCallsDefault: an instance is replaced after this many calls,
 	// because linear memory never shrinks.
 	HostRecycleCallsDefault = 10000
+	// HostRecycleBytesDefault: an instance whose linear memory grew past
+	// this during a call is replaced after it.
+	HostRecycleBytesDefault = 16 << 20
 	// HostPartitionsPerCallDefault: a sweep scans this many partitions per
 	// plugin call (fabric_scan_batch) when the plugin can.
 	HostPartitionsPerCallDefault = 32

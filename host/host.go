@@ -105,6 +105,7 @@ func newLoaderConfig(cache wazero.CompilationCache, store hostfn.Store, now func
 		grant:        cfg.Policy.For,
 		trust:        newTrust(cfg.TrustedKeys, cfg.RequireSigned),
 		poolBytes:    cfg.PoolBytes,
+		recycleBytes: cfg.RecycleBytes,
 	}
 }
 
@@ -139,6 +140,7 @@ func (h *Host) Start(ctx context.Context) error {
 		}
 		h.scanDir(ctx)
 		h.pruneCache()
+		releaseLoadGarbage()
 		cc := h.startCompletions(ctx) // after the initial load: dispatchers are in place
 		defer cc.wait()
 		started()

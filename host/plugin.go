@@ -60,6 +60,9 @@ type Module struct {
 	poolSize int
 	recycle  int
 	maxOut   int
+	// recycleBytes: an instance whose linear memory grew past this is
+	// replaced after its call (a Go guest's memory never shrinks).
+	recycleBytes int64
 	// pages is the memory cap the module runs under, in 64 KiB pages;
 	// poolBytes bounds the memory its idle instances may hold.
 	pages     uint32
@@ -71,6 +74,10 @@ type Module struct {
 	retired  bool
 	closed   bool
 	drained  chan struct{}
+	// warming counts replacement instances being started off the call
+	// path (refill); Close waits for them.
+	warming int
+	warms   sync.WaitGroup
 }
 
 // hostfnCaller builds the Caller for calls that are not partition scans.
@@ -144,6 +151,8 @@ type loaderConfig struct {
 	trust *trustConfig
 	// poolBytes bounds the memory of one module's idle instances.
 	poolBytes int64
+	// recycleBytes: see Module.recycleBytes.
+	recycleBytes int64
 }
 
 // readModuleFile reads and statically checks a plugin file.
@@ -287,7 +296,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 		return nil, fmt.Errorf("host: compile: %w", err)
 	}
 	return &Module{cp: cp, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
-		pages: pages, poolBytes: lc.poolBytes, drained: make(chan struct{})}, nil
+		pages: pages, poolBytes: lc.poolBytes, recycleBytes: lc.recycleBytes, drained: make(chan struct{})}, nil
 }
 
 // readManifest warms an instance, reads and validates fabric_manifest, and
@@ -436,6 +445,7 @@ func (m *Module) Close(ctx context.Context) error {
 	pool := m.pool
 	m.pool = nil
 	m.mu.Unlock()
+	m.warms.Wait() // a replacement being started closes itself (refill)
 	var errs []error
 	for _, inst := range pool {
 		errs = append(errs, inst.close(ctx))
@@ -469,8 +479,9 @@ func (m *Module) call(ctx context.Context, export string, input []byte, c *hostf
 		err = check(out)
 	}
 	inst.calls++
-	if err != nil || inst.calls >= m.recycle {
+	if err != nil || inst.calls >= m.recycle || m.grown(inst) {
 		m.discard(ctx, inst)
+		m.refill(ctx)
 		return out, err
 	}
 	m.mu.Lock()
@@ -483,6 +494,54 @@ func (m *Module) call(ctx context.Context, export string, input []byte, c *hostf
 		m.discard(ctx, inst)
 	}
 	return out, nil
+}
+
+// grown reports whether inst's linear memory grew past recycleBytes: a
+// sweep that needed a large heap leaves it resident in the instance for
+// good, so the instance is replaced by a fresh one.
+func (m *Module) grown(inst *instance) bool {
+	if m.recycleBytes <= 0 {
+		return false
+	}
+	mem := inst.g.main.Memory()
+	return mem != nil && int64(mem.Size()) > m.recycleBytes
+}
+
+// refill starts a replacement instance off the call path when the pool is
+// below its cap, so that the next call does not pay a guest start (tens
+// of milliseconds for a Go guest) inside its timeout. The replacement
+// runs the guest's runtime initialisation too; one that fails is dropped
+// and the next call makes its own.
+func (m *Module) refill(ctx context.Context) {
+	m.mu.Lock()
+	if m.closed || m.retired || len(m.pool)+m.warming >= m.poolCap() {
+		m.mu.Unlock()
+		return
+	}
+	m.warming++
+	m.warms.Add(1)
+	m.mu.Unlock()
+	go func() {
+		defer m.warms.Done()
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HostProbeTimeoutDefault)
+		defer cancel()
+		inst, err := m.newInstance(wctx)
+		if err == nil {
+			if err = m.initInstance(wctx, inst); err != nil {
+				inst.close(wctx)
+			}
+		}
+		m.mu.Lock()
+		m.warming--
+		keep := err == nil && !m.closed && !m.retired && len(m.pool) < m.poolCap()
+		if keep {
+			m.pool = append(m.pool, inst)
+		}
+		m.mu.Unlock()
+		if err == nil && !keep {
+			inst.close(wctx)
+		}
+	}()
 }
 
 // discard closes inst and releases its memory.
@@ -501,10 +560,15 @@ func (inst *instance) close(ctx context.Context) error {
 // memoryBytes is the module's memory cap in bytes.
 func (m *Module) memoryBytes() int64 { return int64(m.pages) << 16 }
 
-// poolCap is how many idle instances the module keeps: PoolSize, fewer
-// when their memory caps would exceed poolBytes together (at least one).
+// poolCap is how many idle instances the module keeps: PoolSize (at
+// least two for a dispatcher), fewer when their memory caps would exceed
+// poolBytes together (at least one).
 func (m *Module) poolCap() int {
 	n := m.poolSize
+	if m.declared.Kind == abi.KindDispatcher {
+		// Completions and its sweep may call a dispatcher at once.
+		n = max(n, 2)
+	}
 	if m.poolBytes > 0 && m.pages > 0 {
 		n = min(n, int(m.poolBytes/m.memoryBytes()))
 	}

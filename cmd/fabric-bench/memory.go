@@ -32,6 +32,8 @@ type childResult struct {
 	Running int   `json:"running"`
 	Calls   int64 `json:"calls"`
 	HeapKiB int64 `json:"heap_kib"`
+	// Split is where the resident set is, at the end of the window.
+	Split rssBreakdown `json:"split"`
 }
 
 // runChild runs a host on -plugins over -url/-db for -hold, then prints
@@ -78,6 +80,17 @@ func runChild(args []string) int {
 		r.Calls += p.Calls
 	}
 	r.RSSKiB, r.HWMKiB = procStatus("VmRSS:"), procStatus("VmHWM:")
+	r.Split = readRSSBreakdown()
+	if prof := os.Getenv("FABRIC_BENCH_HEAPPROFILE"); prof != "" {
+		writeHeapProfile(prof)
+	}
+	// FABRIC_BENCH_SMAPS names a file for a copy of the child's smaps (a
+	// diagnostic, like FABRIC_BENCH_HEAPPROFILE).
+	if dump := os.Getenv("FABRIC_BENCH_SMAPS"); dump != "" {
+		if b, err := os.ReadFile("/proc/self/smaps"); err == nil {
+			_ = os.WriteFile(dump, b, 0o644)
+		}
+	}
 	stopHost(h)
 	_ = json.NewEncoder(os.Stdout).Encode(r)
 	return 0
@@ -155,7 +168,10 @@ func runMemory(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	mib := func(k int64) float64 { return float64(k) / 1024 }
 	row := Row{Measure: fmt.Sprintf("host RSS, %d plugins loaded and running", full.Plugins), Fabric: mib(full.RSSKiB), Unit: "MiB", Goal: "≤ 150 MiB",
 		Versus: "asynq idle server process", Peer: nan(),
-		Note: fmt.Sprintf("peak (VmHWM) %s; %d of %d plugins running, %d partition calls in the window", fmtNum(mib(full.HWMKiB), "MiB"), full.Running, full.Plugins, full.Calls)}
+		Note: fmt.Sprintf("peak (VmHWM) %s; %d of %d plugins running, %d partition calls in the window", fmtNum(mib(full.HWMKiB), "MiB"), full.Running, full.Plugins, full.Calls) +
+			fmt.Sprintf("; resident: compiled code %s, Go runtime %s (heap objects %s), guest memories and other anonymous %s, files %s",
+				fmtNum(mib(full.Split.CodeKiB), "MiB"), fmtNum(mib(full.Split.GoKiB), "MiB"), fmtNum(mib(full.Split.GoHeapKiB), "MiB"),
+				fmtNum(mib(full.Split.OtherAnonKiB), "MiB"), fmtNum(mib(full.Split.FileKiB), "MiB"))}
 	pr, err := e.peer(ctx, "asynq-idle", "-socket", e.vsrv.Socket(), "-db", strconv.Itoa(e.freshDB()), "-hold", hold.String())
 	if err != nil {
 		row.Note += "; asynq failed: " + err.Error()

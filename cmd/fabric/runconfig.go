@@ -41,6 +41,7 @@ import (
 //	view = "auto"                           # auto, tty, lines or off
 //	refresh = "1s"
 //	census_interval = "2s"
+//	gc_percent = 50                         # GOGC of the host process
 //	partition_leases = true                 # false: scan every partition
 //	host_id = "fabric-a"                    # default <hostname>-<pid>-<random>
 //	lease_ttl = "10s"
@@ -93,6 +94,7 @@ type runFile struct {
 	View           *string `toml:"view"`
 	Refresh        *string `toml:"refresh"`
 	CensusInterval *string `toml:"census_interval"`
+	GCPercent      *int    `toml:"gc_percent"`
 	Leases         *bool   `toml:"partition_leases"`
 	HostID         *string `toml:"host_id"`
 	LeaseTTL       *string `toml:"lease_ttl"`
@@ -202,7 +204,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"demo.workers", "workers", str(f.Demo.Workers)}, {"demo.concurrency", "concurrency", str(f.Demo.Concurrency)},
 		{"demo.duration", "duration", f.Demo.Duration}, {"demo.drain_timeout", "drain-timeout", f.Demo.DrainTimeout},
 		{"demo.mix", "mix", f.Demo.Mix}, {"partition_leases", "partition-leases", str(f.Leases)}, {"host_id", "host-id", f.HostID},
-		{"lease_ttl", "lease-ttl", f.LeaseTTL},
+		{"lease_ttl", "lease-ttl", f.LeaseTTL}, {"gc_percent", "gc-percent", str(f.GCPercent)},
 		{"valkey_user", "valkey-user", f.ValkeyUser}, {"valkey_password_file", "valkey-password-file", f.ValkeyPwFile},
 		{"valkey_tls_ca", "valkey-tls-ca", f.ValkeyTLSCA}, {"valkey_tls_cert", "valkey-tls-cert", f.ValkeyTLSCert}, {"valkey_tls_key", "valkey-tls-key", f.ValkeyTLSKey}, {"valkey_tls_server_name", "valkey-tls-server-name", f.ValkeyTLSName},
 		{"backend_wait", "backend-wait", f.BackendWait},

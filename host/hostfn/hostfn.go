@@ -27,6 +27,7 @@ import (
 
 	extism "github.com/extism/go-sdk"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/tetratelabs/wazero/api"
 
 	"github.com/fabric-host/fabric/abi"
 )
@@ -263,7 +264,7 @@ func valueTypes(vs []abi.ValueType) []extism.ValueType {
 func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
 	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
 		c := callerFrom(ctx)
-		in, sized, err := readBlock(p, stack[0])
+		in, sized, err := readBlock(ctx, p, stack[0])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn %s: abi violation: request pointer %#x: %v", hf.Name, stack[0], err))
 		}
@@ -296,7 +297,7 @@ func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
 		if tail := abi.PadTo8(n) - n; sized && tail > 0 {
 			out = append(out, make([]byte, tail)...) // see abi.SizedPtr
 		}
-		ptr, err := p.WriteBytes(out)
+		ptr, err := writeBlock(ctx, p, out)
 		if err != nil {
 			panic(fmt.Sprintf("hostfn %s: write response: %v", hf.Name, err))
 		}
@@ -310,17 +311,51 @@ func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
 // readBlock copies the kernel-memory block a PTR argument names. A sized
 // pointer (abi.SizedPtr) is read directly; an unsized one costs a length
 // lookup in the Extism kernel.
-func readBlock(p *extism.CurrentPlugin, v uint64) (b []byte, sized bool, err error) {
+func readBlock(ctx context.Context, p *extism.CurrentPlugin, v uint64) (b []byte, sized bool, err error) {
 	off, n, sized := abi.SplitPtr(v)
 	if !sized {
-		b, err = p.ReadBytes(off)
-		return b, false, err
+		k := kernelOf(ctx)
+		if k == nil {
+			b, err = p.ReadBytes(off)
+			return b, false, err
+		}
+		r, err := k.ExportedFunction("length").Call(ctx, off)
+		if err != nil {
+			return nil, false, err
+		}
+		n = uint32(r[0])
 	}
 	view, ok := p.Memory().Read(uint32(off), n)
 	if !ok {
-		return nil, true, fmt.Errorf("block of %d bytes at %d is out of kernel memory", n, off)
+		return nil, sized, fmt.Errorf("block of %d bytes at %d is out of kernel memory", n, off)
 	}
-	return bytes.Clone(view), true, nil
+	return bytes.Clone(view), sized, nil
+}
+
+// writeBlock copies b into a new kernel-memory block and returns its
+// offset, as CurrentPlugin.WriteBytes does, through the call's kernel
+// module when the host put one in the context (its functions resolved
+// once per instance) rather than a fresh lookup per block.
+func writeBlock(ctx context.Context, p *extism.CurrentPlugin, b []byte) (uint64, error) {
+	k := kernelOf(ctx)
+	if k == nil {
+		return p.WriteBytes(b)
+	}
+	r, err := k.ExportedFunction("alloc").Call(ctx, uint64(len(b)))
+	if err != nil {
+		return 0, err
+	}
+	if !p.Memory().Write(uint32(r[0]), b) {
+		return 0, fmt.Errorf("block of %d bytes at %d is out of kernel memory", len(b), r[0])
+	}
+	return r[0], nil
+}
+
+// kernelOf is the Extism kernel module of the call, as the env functions
+// find it, or nil.
+func kernelOf(ctx context.Context) api.Module {
+	k, _ := ctx.Value(extism.PluginCtxKey("extism")).(api.Module)
+	return k
 }
 
 // Functions returns the host functions of abi.HostFuncs, in namespace

@@ -16,7 +16,7 @@ func logFunction(cfg Config) extism.HostFunctionStackCallback {
 		if c.beginLog() != nil {
 			return // dropped: the call is over budget
 		}
-		b, _, err := readBlock(p, stack[1])
+		b, _, err := readBlock(ctx, p, stack[1])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn log: abi violation: message pointer %#x: %v", stack[1], err))
 		}
@@ -35,7 +35,7 @@ func metricFunction() extism.HostFunctionStackCallback {
 		if c.begin(0) != nil {
 			return // dropped: the call is over budget
 		}
-		in, _, err := readBlock(p, stack[0])
+		in, _, err := readBlock(ctx, p, stack[0])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn metric: abi violation: pointer %#x: %v", stack[0], err))
 		}
