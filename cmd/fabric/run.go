@@ -481,7 +481,12 @@ func (b *breakWriter) Write(p []byte) (int, error) {
 type hostOptions struct {
 	dir, cacheDir, statusFile string
 	// plugins is per-plugin configuration from the config file.
-	plugins  map[string]host.PluginConfig
+	plugins map[string]host.PluginConfig
+	// defaults are config entries the run sets for its backend (on
+	// Postgres, pg_dependency_reconciler's stale_ms 0: the host is the
+	// push dispatcher); the config file's entries win, and a plugin the
+	// directory lacks is no error.
+	defaults map[string]map[string]string
 	observer host.Observer
 	// leases configures partition leases.
 	leases partlease.Config
@@ -514,6 +519,18 @@ func startHost(ctx context.Context, out io.Writer, base host.Config, o hostOptio
 	// gives them a "lanes" entry (pdk.Lanes).
 	plugins := map[string]host.PluginConfig{}
 	for name, pc := range o.plugins {
+		plugins[name] = pc
+	}
+	for name, entries := range o.defaults {
+		pc := plugins[name]
+		merged := map[string]string{}
+		for k, v := range entries {
+			merged[k] = v
+		}
+		for k, v := range pc.Config {
+			merged[k] = v
+		}
+		pc.Config = merged
 		plugins[name] = pc
 	}
 	hc := base

@@ -132,10 +132,22 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, b *backendFlag
 		return err
 	}
 	fmt.Fprintf(out, "schema version %d; partitions %+v\n", res.Version, pc.Partitions())
+	// Completion dispatch is pushed: every flow member's completion event
+	// (LISTEN ff_completion) sweeps pg_dependency_reconciler on its
+	// partition at once; the plugin's own 1 s sweep stays as the safety
+	// net. The host being the dispatcher, stale_ms 0 lets it take fresh
+	// events.
+	wakeups, stopWakeups, err := pgCompletionWakeups(ctx, pc)
+	if err != nil {
+		return err
+	}
+	defer stopWakeups()
 	metrics := admin.NewMetrics()
-	h, err := startHost(ctx, out, host.Config{Postgres: pc.Pool(), Partitions: pc.Partitions(), Logger: log},
+	h, err := startHost(ctx, out, host.Config{Postgres: pc.Pool(), Partitions: pc.Partitions(), Logger: log,
+		Completions: host.CompletionConfig{Enabled: true, Wakeups: wakeups}},
 		hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
-			plugins: o.pluginCfg, observer: metrics, trust: o.trust})
+			plugins: o.pluginCfg, observer: metrics, trust: o.trust,
+			defaults: map[string]map[string]string{"pg_dependency_reconciler": {"stale_ms": "0"}}})
 	if err != nil {
 		return err
 	}
@@ -176,6 +188,39 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, b *backendFlag
 	}
 	fmt.Fprintf(out, "executions by state: %s\n", counts)
 	return werr
+}
+
+// pgCompletionWakeups subscribes to the database's completion events
+// (postgres.Client.SubscribeCompletions: LISTEN ff_completion, from the
+// tail) and sends the flow partition of every flow member's event, for
+// host.CompletionConfig.Wakeups. stop ends the subscription and closes the
+// channel.
+func pgCompletionWakeups(ctx context.Context, pc *postgres.Client) (<-chan model.Partition, func(), error) {
+	sub, err := pc.SubscribeCompletions(context.WithoutCancel(ctx), &postgres.SubscribeCompletionsParams{AfterEventID: -1})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(chan model.Partition, 1024)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		for ev := range sub.C {
+			if ev.FlowID.IsZero() {
+				continue // no flow, nothing to dispatch
+			}
+			select {
+			case out <- ev.ExecutionID.Partition():
+			case <-quit: // the host stopped reading
+				return
+			}
+		}
+	}()
+	return out, func() {
+		close(quit)
+		<-done
+		sub.Close()
+	}, nil
 }
 
 // pgStateCounts counts the database's executions by public_state, as
