@@ -205,7 +205,17 @@ func pgCompletionWakeups(ctx context.Context, pc *postgres.Client) (<-chan model
 	go func() {
 		defer close(done)
 		defer close(out)
-		for ev := range sub.C {
+		for {
+			var ev postgres.CompletionEvent
+			var ok bool
+			select {
+			case ev, ok = <-sub.C:
+				if !ok {
+					return
+				}
+			case <-quit:
+				return
+			}
 			if ev.FlowID.IsZero() {
 				continue // no flow, nothing to dispatch
 			}

@@ -171,6 +171,10 @@ interval = "250ms"
 	if code != 0 || !strings.Contains(stdout, "pg_delayed_promoter") || !strings.Contains(stdout, "postgres") {
 		t.Errorf("fabric status --admin: %d\n%s\n%s", code, stdout, stderr)
 	}
+	valkeytest.Eventually(t, time.Minute, "a progress line and a status line", func() bool {
+		o := out.String()
+		return strings.Contains(o, "  submitted ") && strings.Contains(o, "status ")
+	})
 	stop() // Ctrl-C
 	select {
 	case code := <-exited:
