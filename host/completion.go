@@ -35,6 +35,16 @@ type CompletionConfig struct {
 	// RetryDelay is the wait before retrying a failed subscribe (default
 	// 1 s, FlowFabric's).
 	RetryDelay time.Duration
+	// Wakeups, on a host without a Valkey Backend (Postgres), pushes the
+	// flow partitions whose completion events wait for dispatch;
+	// cmd/fabric feeds it from postgres.Client.SubscribeCompletions
+	// (LISTEN ff_completion). The host sweeps the PushScanners on each
+	// such partition at once instead of waiting for their interval, which
+	// stays the safety net for a wake-up lost with the connection.
+	Wakeups <-chan model.Partition
+	// PushScanners are the scanner plugins a wake-up sweeps (default
+	// ["pg_dependency_reconciler"]).
+	PushScanners []string
 	// Signals receives test signals. Nil in production.
 	Signals *CompletionSignals
 }
@@ -48,6 +58,8 @@ type CompletionSignals struct {
 	Dispatched testsignal.TestSignal[DispatchRecord]
 	// Resynced fires after a post-reconnect resync sweep.
 	Resynced testsignal.TestSignal[string]
+	// Pushed fires after a wake-up sweep of a partition (Wakeups).
+	Pushed testsignal.TestSignal[model.Partition]
 }
 
 // Init arms every signal.
@@ -55,6 +67,7 @@ func (s *CompletionSignals) Init() {
 	s.Subscribed.Init()
 	s.Dispatched.Init()
 	s.Resynced.Init()
+	s.Pushed.Init()
 }
 
 func (c CompletionConfig) withDefaults() CompletionConfig {
@@ -69,6 +82,9 @@ func (c CompletionConfig) withDefaults() CompletionConfig {
 	}
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = time.Second
+	}
+	if c.PushScanners == nil {
+		c.PushScanners = []string{"pg_dependency_reconciler"}
 	}
 	return c
 }
@@ -86,6 +102,14 @@ type completions struct {
 func (h *Host) startCompletions(ctx context.Context) *completions {
 	cc := &completions{}
 	cfg := h.cfg.Completions
+	if cfg.Enabled && h.cfg.Backend == nil && cfg.Wakeups != nil {
+		cc.wg.Add(1)
+		go func() {
+			defer cc.wg.Done()
+			h.pushSweeps(ctx, cfg.Wakeups)
+		}()
+		return cc
+	}
 	if !cfg.Enabled || h.cfg.Backend == nil {
 		return cc
 	}
@@ -232,6 +256,61 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// pushSweeps sweeps the PushScanners on every partition a wake-up names,
+// until ctx ends or in closes. Wake-ups queued while a sweep runs are
+// coalesced: one sweep of a partition dispatches every event waiting on
+// it.
+func (h *Host) pushSweeps(ctx context.Context, in <-chan model.Partition) {
+	pending := map[model.Partition]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p, ok := <-in:
+			if !ok {
+				return
+			}
+			pending[p] = true
+		}
+	more:
+		for {
+			select {
+			case p, ok := <-in:
+				if !ok {
+					break more
+				}
+				pending[p] = true
+			default:
+				break more
+			}
+		}
+		for p := range pending {
+			delete(pending, p)
+			for _, name := range h.cfg.Completions.PushScanners {
+				h.mu.Lock()
+				pl := h.plugins[name]
+				h.mu.Unlock()
+				// Only a running scanner: not one disabled, off its
+				// backend or quarantined.
+				if pl == nil || pl.status().State != StateRunning {
+					continue
+				}
+				man := pl.mod.Load().Manifest()
+				if man.Kind != abi.KindScanner || man.PartitionFamily() != p.Family || int(p.Index) >= pl.spec().Partitions {
+					continue
+				}
+				pl.scanPartition(ctx, 0, int(p.Index))
+			}
+			if s := h.cfg.Completions.Signals; s != nil {
+				s.Pushed.Signal(p)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}
 }
 
 // resync sweeps the Resync scanners once, partition by partition, outside

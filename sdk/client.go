@@ -279,10 +279,11 @@ type ExecutionState struct {
 // Terminal reports a terminal execution.
 func (s *ExecutionState) Terminal() bool { return s.LifecyclePhase == model.PhaseTerminal }
 
-// State reads an execution's state (one HGETALL of exec_core).
+// State reads an execution's state (one HGETALL of exec_core; on
+// Postgres one read of its ff_exec_core row, under the hash's field names).
 func (c *Client) State(ctx context.Context, id model.ExecutionID) (*ExecutionState, error) {
 	if c.vc == nil {
-		return nil, errNotOnPostgres("Client.State")
+		return c.pgState(ctx, id)
 	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, invalid("id", "%v", err)
@@ -316,7 +317,7 @@ func stateFrom(id model.ExecutionID, m map[string]string) *ExecutionState {
 // was stored).
 func (c *Client) Result(ctx context.Context, id model.ExecutionID) ([]byte, error) {
 	if c.vc == nil {
-		return nil, errNotOnPostgres("Client.Result")
+		return c.pgResult(ctx, id)
 	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, invalid("id", "%v", err)

@@ -44,8 +44,9 @@
 // On Postgres the same Worker, Lease, Job and Run work over a
 // *postgres.Client: create with [ConnectPostgres] and produce with a
 // Client whose ClientConfig.Postgres is set. Claims are SELECT … FOR
-// UPDATE SKIP LOCKED transactions; suspension, streams, cancel and flows
-// answer [ErrNotOnPostgres].
+// UPDATE SKIP LOCKED transactions; [Client.State], [Client.Result] and
+// [Client.CancelExecution] read and write the ff_* tables; suspension,
+// streams and flows answer [ErrNotOnPostgres].
 //
 // # Notes
 //

@@ -189,10 +189,12 @@ func (w *Worker) promoteDue(ctx context.Context, c candidate, p model.Partition)
 // CancelExecution cancels an execution as an operator
 // (ff_cancel_execution, source operator_override): any non-terminal
 // phase, lease or not. Cancelling a terminal execution returns an error
-// matching valkey.CodeExecutionNotActive.
+// matching valkey.CodeExecutionNotActive (postgres.CodeExecutionNotActive
+// on Postgres, where the execution's flow learns of it by its 'cancelled'
+// completion event).
 func (c *Client) CancelExecution(ctx context.Context, id model.ExecutionID, reason string) error {
 	if c.vc == nil {
-		return errNotOnPostgres("Client.CancelExecution")
+		return c.pgCancel(ctx, id, reason)
 	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return invalid("id", "%v", err)

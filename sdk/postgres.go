@@ -13,7 +13,7 @@ import (
 )
 
 // ErrNotOnPostgres is returned (wrapped) by SDK calls the Postgres backend
-// does not offer yet (suspension, streams, cancel, flows).
+// does not offer yet (suspension, streams, flows).
 var ErrNotOnPostgres = errors.New("sdk: not available on the Postgres backend")
 
 func errNotOnPostgres(op string) error { return fmt.Errorf("%w: %s", ErrNotOnPostgres, op) }
@@ -31,8 +31,9 @@ func errNotOnPostgres(op string) error { return fmt.Errorf("%w: %s", ErrNotOnPos
 // # Notes
 //
 //   - Leases renew, complete, fail (retry per the stored policy, delayed
-//     by its backoff), delay and hand back as on Valkey. Suspend, streams,
-//     Cancel and dependency resolution answer ErrNotOnPostgres.
+//     by its backoff), delay and hand back as on Valkey; a Client's State,
+//     Result and CancelExecution work too. Suspend, streams and dependency
+//     resolution answer ErrNotOnPostgres.
 //   - The instance registers in ff_worker_registry (upstream's RFC-025
 //     worker registry: namespace, worker id, lanes, capabilities, TTL
 //     twice the lease TTL), heartbeats every third of the TTL (registering
@@ -193,4 +194,50 @@ func idempotentID(p model.Partition, ns, key string) model.ExecutionID {
 	u[6] = u[6]&0x0f | 0x80
 	u[8] = u[8]&0x3f | 0x80
 	return model.NewExecutionID(p, u)
+}
+
+// pgState is Client.State on Postgres: ff_exec_core's row read as the
+// exec_core hash's fields (postgres.ExecutionFields).
+func (c *Client) pgState(ctx context.Context, id model.ExecutionID) (*ExecutionState, error) {
+	if _, err := model.ParseExecutionID(string(id)); err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	m, err := c.pg.ExecutionFields(ctx, id)
+	if errors.Is(err, postgres.CodeExecutionNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
+	return stateFrom(id, m), nil
+}
+
+// pgResult is Client.Result on Postgres: ff_exec_core.result; nil, as on
+// Valkey, when the execution stored none or does not exist.
+func (c *Client) pgResult(ctx context.Context, id model.ExecutionID) ([]byte, error) {
+	if _, err := model.ParseExecutionID(string(id)); err != nil {
+		return nil, invalid("id", "%v", err)
+	}
+	b, err := c.pg.ExecutionResult(ctx, id)
+	if errors.Is(err, postgres.CodeExecutionNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
+	return b, nil
+}
+
+// pgCancel is Client.CancelExecution on Postgres
+// (postgres.CancelExecution, cancelled_by operator_override); a terminal
+// execution's error matches postgres.CodeExecutionNotActive.
+func (c *Client) pgCancel(ctx context.Context, id model.ExecutionID, reason string) error {
+	if _, err := model.ParseExecutionID(string(id)); err != nil {
+		return invalid("id", "%v", err)
+	}
+	if err := c.pg.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: id, Reason: reason,
+		Source: valkey.SourceOperatorOverride}); err != nil {
+		return fmt.Errorf("sdk: %w", err)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/model"
@@ -18,6 +19,9 @@ import (
 func TestMain(m *testing.M) {
 	code := valkeytest.Run(m)
 	stopExampleServer()
+	if pgtest.Stop() != 0 { // the Postgres rows of the backend tables (backends_test.go)
+		code = 1
+	}
 	os.Exit(code)
 }
 

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -76,9 +77,10 @@ func init() {
 					if err != nil {
 						return err
 					}
-					return runPostgres(ctx, env, pgf, wf, runPostgresOpts{pluginDir: *o.pluginDir, cacheDir: *o.cacheDir,
-						statusFile: *o.statusFile, demo: *o.demo, logs: b, trust: o.trust,
-						adminAddr: *o.adminAddr, tokenFile: *o.tokenFile})
+					if err := pgf.refuse(fs); err != nil {
+						return err
+					}
+					return runPostgres(ctx, env, pgf, b, wf, o)
 				}
 				return runHost(ctx, env, b, wf, o)
 			}
@@ -127,53 +129,23 @@ var errBrokenPipe = errors.New("output closed (broken pipe)")
 // errInterruptKey ends a run whose live view read Ctrl-C or q.
 var errInterruptKey = errors.New("interrupted from the keyboard")
 
-// runHost is `fabric run`: connect (or start a private server),
-// bootstrap, start the host, the census sampler, the admin server, the
-// status view and the demo workload; on Ctrl-C, SIGTERM or a closed
-// output, drain and stop everything in reverse, the private server last.
+// runHost is `fabric run` on Valkey: connect (or start a private
+// server), bootstrap, start the host, then the parts both backends share
+// (runSession.observe: census sampler, admin server, status view) and the
+// demo workload; on Ctrl-C, SIGTERM or a closed output, drain and stop
+// everything in reverse, the private server last.
 func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlags, o *runFlags) (err error) {
 	cfg, err := wf.config()
 	if err != nil {
 		return err
 	}
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(*o.gcPercent)
-	}
-	mode, err := viewMode(*o.view, env.stdout)
+	o.applyGCPercent()
+	rs, ctx, err := startRunSession(ctx, env, b, *o.view)
 	if err != nil {
 		return err
 	}
-	asked := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	defer func() {
-		// A run stopped during start-up because its reader went away
-		// (`| head`) or because the operator asked (Ctrl-C, SIGTERM) did
-		// what it was told: its "context canceled" is not a failure.
-		if err != nil && errors.Is(err, context.Canceled) &&
-			(context.Cause(ctx) == errBrokenPipe || context.Cause(ctx) == errInterruptKey || asked.Err() != nil) {
-			err = nil
-		}
-	}()
-	// A closed stdout must stop the run, not kill the process: Go exits on
-	// SIGPIPE from stdout unless it is notified, and a killed run would
-	// leave leases behind. Once notified, a broken pipe on any descriptor
-	// is only an EPIPE from write: stdout's reaches out (breakWriter) and
-	// ends the run; an admin client that hung up is that connection's
-	// error alone, so the signal itself is never acted on.
-	out := &breakWriter{w: env.stdout, broken: func() { cancel(errBrokenPipe) }}
-	if f, ok := env.stdout.(*os.File); ok && f == os.Stdout {
-		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	}
-	var events *statusview.Tail
-	if mode == "tty" {
-		events = statusview.NewTail(6)
-		b.logOut = events
-		if f, ok := env.stdout.(*os.File); ok && f == os.Stdout {
-			restore := catchInterruptKey(os.Stdin, func() { cancel(errInterruptKey) })
-			defer restore()
-		}
-	}
+	defer func() { err = rs.end(err) }()
+	out := rs.out
 	b.partitions = o.partitions.PartitionConfig
 	b.waitAdmin = *o.adminAddr
 	if b.waitTLS, err = o.adminTLS(); err != nil {
@@ -208,93 +180,36 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	fmt.Fprintf(out, "flowfabric library %s loaded (%s); partitions %+v\n", lib, libraryNote(act), conn.Client.Partitions())
 
 	metrics := admin.NewMetrics()
-	h, err := startHost(ctx, out, conn, hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
-		plugins: o.pluginCfg, observer: metrics, trust: o.trust,
-		leases: partlease.Config{Disabled: !*o.leases, HostID: *o.hostID, TTL: *o.leaseTTL}})
+	h, err := startHost(ctx, out, host.Config{Backend: conn.Client, Logger: conn.Logger,
+		// The dispatchers (dependency, edge_cancel) run on completions.
+		Completions: host.CompletionConfig{Enabled: true}},
+		hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
+			plugins: o.pluginCfg, observer: metrics, trust: o.trust,
+			leases: partlease.Config{Disabled: !*o.leases, HostID: *o.hostID, TTL: *o.leaseTTL}})
 	if err != nil {
 		return err
 	}
 	var src admin.PluginSource
 	if h != nil {
 		src = h
-		defer func() {
-			printPlugins(out, h)
-			h.Stop()
-			h.Close(context.WithoutCancel(ctx))
-		}()
+		defer stopHost(ctx, out, h)
 	}
-	sampler := admin.NewSampler(admin.SamplerConfig{Backend: conn.Client, Interval: *o.census, Logger: conn.Logger})
-	// Like the host, the sampler and the admin server serve the drain too.
-	life := context.WithoutCancel(ctx)
-	if err := sampler.Start(life); err != nil {
+	addr := *o.adminAddr
+	if b.adminBound != "" {
+		addr = b.adminBound // the address /readyz answered on while connect waited
+	}
+	obs, err := rs.observe(ctx, env, o, observeConfig{
+		title: fmt.Sprintf("fabric %s · %s · library %s", Version, conn.Where, lib), where: conn.Where,
+		src: src, metrics: metrics, logger: conn.Logger, addr: addr, tls: b.waitTLS,
+		sampler: admin.SamplerConfig{Backend: conn.Client},
+		server:  admin.ServerConfig{Backend: conn.Client}})
+	if err != nil {
 		return err
 	}
-	defer sampler.Stop()
-	metrics.Attach(src, sampler)
-	adminURL := ""
-	if *o.adminAddr != "" {
-		token, err := readAdminToken(*o.tokenFile)
-		if err != nil {
-			return err
-		}
-		addr := *o.adminAddr
-		if b.adminBound != "" {
-			addr = b.adminBound // the address /readyz answered on while connect waited
-		}
-		srv := admin.NewServer(admin.ServerConfig{Addr: addr, Host: src, Backend: conn.Client, BackendName: conn.Where,
-			Sampler: sampler, Metrics: metrics, Logger: conn.Logger, TLS: b.waitTLS, AdminToken: token})
-		if err := srv.Start(life); err != nil {
-			// Another run holds the port: this one still runs, unobserved.
-			fmt.Fprintf(out, "admin server not started: %v\n", err)
-		} else {
-			defer srv.Stop()
-			adminURL = srv.URL()
-			fmt.Fprintf(out, "admin: %s/metrics /healthz /readyz /plugins /status /api\n", adminURL)
-			writes := "writes need the admin token"
-			if token == "" {
-				writes = "read-only: no admin token (--admin-token-file or " + adminTokenEnv + ")"
-			}
-			fmt.Fprintf(out, "console: %s/ui/ (%s)\n", adminURL, writes)
-		}
-	}
-
-	// The workload's rate lines go to the view on a terminal, to the
-	// output otherwise.
-	var wout io.Writer = out
-	var wtail *statusview.Tail
-	if mode == "tty" {
-		wtail = statusview.NewTail(1)
-		wout = wtail
-	}
-	stopView := func() {}
-	if mode != "off" {
-		title := fmt.Sprintf("fabric %s · %s · library %s", Version, conn.Where, lib)
-		sub := "Ctrl-C: stop submitting, drain and exit"
-		if adminURL != "" {
-			sub = "console " + adminURL + "/ui/ · " + sub
-		}
-		vc := statusview.Config{Out: out, TTY: mode == "tty", Interval: *o.refresh, Title: title, Subtitle: sub,
-			Report: func() admin.Report { return admin.BuildReport(time.Now(), conn.Where, src, sampler) }}
-		if mode == "tty" {
-			vc.Workload, vc.Events = wtail.Last, events.Lines
-			vc.Width = func() int { return termWidth(env.stdout) }
-			vc.Height = func() int { _, rows := termSize(env.stdout); return rows }
-		}
-		v := statusview.New(vc)
-		vctx, vcancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() { defer close(done); v.Run(vctx) }()
-		stopView = func() { vcancel(); <-done; stopView = func() {} }
-		defer stopView()
-	}
+	defer obs.stop()
 
 	if !*o.demo {
-		if mode == "off" {
-			fmt.Fprintln(out, "host running; Ctrl-C stops it")
-		}
-		<-ctx.Done()
-		stopView()
-		return nil
+		return rs.idle(ctx, obs)
 	}
 	// The workers stand in for scanners the host does not run.
 	_, promoter := hostPlugin(h, "delayed_promoter")
@@ -302,11 +217,11 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	cfg.PromoteInline, cfg.ResolveInline = !promoter, !resolver
 	cfg.Logger = conn.Logger
 	cfg.Audit = conn.Server != nil
-	if mode != "tty" {
+	if rs.mode != "tty" {
 		fmt.Fprintln(out, "demo workload running; Ctrl-C stops submitting, drains and exits")
 	}
-	sum, werr := runWorkload(ctx, conn.Client, cfg, wout)
-	stopView()
+	sum, werr := runWorkload(ctx, conn.Client, cfg, obs.wout)
+	obs.stopView()
 	if context.Cause(ctx) == errBrokenPipe {
 		conn.Logger.Info("output closed; stopped")
 	}
@@ -317,6 +232,191 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	}
 	fmt.Fprintf(out, "executions by state: %s\n", counts)
 	return werr
+}
+
+// runSession is what a run does around its backend, the same on Valkey
+// and Postgres: the view mode, an output that ends the run when its
+// reader goes away, the live view's keyboard (Ctrl-C, q) and the tail its
+// log lines go to.
+type runSession struct {
+	mode string
+	// out is the run's output; a failed write (a closed pipe) cancels
+	// the run's context with errBrokenPipe.
+	out io.Writer
+	// events is the live view's log tail (nil off a terminal).
+	events *statusview.Tail
+	// asked is the caller's context: ended when the operator asked
+	// (Ctrl-C, SIGTERM, --duration's end is not one).
+	asked   context.Context
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	restore func()
+}
+
+// startRunSession resolves --view, wraps the output and, on a terminal,
+// sends b's logs to the view and reads the keyboard. The returned context
+// ends on Ctrl-C, SIGTERM, a closed output or a key; end releases it all.
+func startRunSession(ctx context.Context, env *cliEnv, b *backendFlags, view string) (*runSession, context.Context, error) {
+	mode, err := viewMode(view, env.stdout)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs := &runSession{mode: mode, asked: ctx, restore: func() {}}
+	rs.ctx, rs.cancel = context.WithCancelCause(ctx)
+	// A closed stdout must stop the run, not kill the process: Go exits on
+	// SIGPIPE from stdout unless it is notified, and a killed run would
+	// leave leases behind. Once notified, a broken pipe on any descriptor
+	// is only an EPIPE from write: stdout's reaches out (breakWriter) and
+	// ends the run; an admin client that hung up is that connection's
+	// error alone, so the signal itself is never acted on.
+	rs.out = &breakWriter{w: env.stdout, broken: func() { rs.cancel(errBrokenPipe) }}
+	if f, ok := env.stdout.(*os.File); ok && f == os.Stdout {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	}
+	if mode == "tty" {
+		rs.events = statusview.NewTail(6)
+		b.logOut = rs.events
+		if f, ok := env.stdout.(*os.File); ok && f == os.Stdout {
+			rs.restore = catchInterruptKey(os.Stdin, func() { rs.cancel(errInterruptKey) })
+		}
+	}
+	return rs, rs.ctx, nil
+}
+
+// end releases the keyboard and the context and returns err, or nil when
+// err is only the cancellation of a run stopped during start-up because
+// its reader went away (`| head`) or the operator asked (Ctrl-C,
+// SIGTERM): it did what it was told.
+func (rs *runSession) end(err error) error {
+	rs.restore()
+	rs.cancel(nil)
+	if err != nil && errors.Is(err, context.Canceled) &&
+		(context.Cause(rs.ctx) == errBrokenPipe || context.Cause(rs.ctx) == errInterruptKey || rs.asked.Err() != nil) {
+		return nil
+	}
+	return err
+}
+
+// idle is a run without the demo: the host runs until the run ends.
+func (rs *runSession) idle(ctx context.Context, obs *runObservers) error {
+	if rs.mode == "off" {
+		fmt.Fprintln(rs.out, "host running; Ctrl-C stops it")
+	}
+	<-ctx.Done()
+	obs.stopView()
+	return nil
+}
+
+// observeConfig is what a backend gives runSession.observe.
+type observeConfig struct {
+	// title heads the live view; where names the backend in /status.
+	title, where string
+	src          admin.PluginSource
+	metrics      *admin.Metrics
+	logger       *slog.Logger
+	// addr is the admin address (--admin-addr, or where a wait server
+	// was bound); tls serves it over HTTPS.
+	addr string
+	tls  *tls.Config
+	// sampler and server carry the backend: SamplerConfig.Backend or
+	// Take, ServerConfig.Backend or Probe and Console. observe fills the
+	// rest.
+	sampler admin.SamplerConfig
+	server  admin.ServerConfig
+	// consoleNote replaces the console line's note on writes ("" : the
+	// admin token's).
+	consoleNote string
+}
+
+// runObservers are a run's census sampler, admin server and status view.
+type runObservers struct {
+	// wout receives the workload's rate lines: the live view's tail on a
+	// terminal, the output otherwise.
+	wout io.Writer
+	// stopView stops the status view (idempotent); stop stops it all.
+	stopView func()
+	stops    []func()
+}
+
+func (obs *runObservers) stop() {
+	obs.stopView()
+	for i := len(obs.stops) - 1; i >= 0; i-- {
+		obs.stops[i]()
+	}
+	obs.stops = nil
+}
+
+// observe starts the census sampler, the admin server (--admin-addr) and
+// the status view (--view) of a run on either backend. Like the host,
+// they serve the drain too: they run on a context Ctrl-C does not cancel
+// and stop with obs.stop.
+func (rs *runSession) observe(ctx context.Context, env *cliEnv, o *runFlags, oc observeConfig) (obs *runObservers, err error) {
+	obs = &runObservers{wout: rs.out, stopView: func() {}}
+	defer func() {
+		if err != nil {
+			obs.stop()
+		}
+	}()
+	out := rs.out
+	life := context.WithoutCancel(ctx)
+	sc := oc.sampler
+	sc.Interval, sc.Logger = *o.census, oc.logger
+	sampler := admin.NewSampler(sc)
+	if err := sampler.Start(life); err != nil {
+		return obs, err
+	}
+	obs.stops = append(obs.stops, sampler.Stop)
+	oc.metrics.Attach(oc.src, sampler)
+	adminURL := ""
+	if oc.addr != "" {
+		token, err := readAdminToken(*o.tokenFile)
+		if err != nil {
+			return obs, err
+		}
+		svc := oc.server
+		svc.Addr, svc.Host, svc.BackendName, svc.Sampler, svc.Metrics = oc.addr, oc.src, oc.where, sampler, oc.metrics
+		svc.Logger, svc.TLS, svc.AdminToken = oc.logger, oc.tls, token
+		srv := admin.NewServer(svc)
+		if err := srv.Start(life); err != nil {
+			// Another run holds the port: this one still runs, unobserved.
+			fmt.Fprintf(out, "admin server not started: %v\n", err)
+		} else {
+			obs.stops = append(obs.stops, srv.Stop)
+			adminURL = srv.URL()
+			fmt.Fprintf(out, "admin: %s/metrics /healthz /readyz /plugins /status /api\n", adminURL)
+			writes := "writes need the admin token"
+			if token == "" {
+				writes = "read-only: no admin token (--admin-token-file or " + adminTokenEnv + ")"
+			} else if oc.consoleNote != "" {
+				writes = oc.consoleNote
+			}
+			fmt.Fprintf(out, "console: %s/ui/ (%s)\n", adminURL, writes)
+		}
+	}
+	var wtail *statusview.Tail
+	if rs.mode == "tty" {
+		wtail = statusview.NewTail(1)
+		obs.wout = wtail
+	}
+	if rs.mode != "off" {
+		sub := "Ctrl-C: stop submitting, drain and exit"
+		if adminURL != "" {
+			sub = "console " + adminURL + "/ui/ · " + sub
+		}
+		vc := statusview.Config{Out: out, TTY: rs.mode == "tty", Interval: *o.refresh, Title: oc.title, Subtitle: sub,
+			Report: func() admin.Report { return admin.BuildReport(time.Now(), oc.where, oc.src, sampler) }}
+		if rs.mode == "tty" {
+			vc.Workload, vc.Events = wtail.Last, rs.events.Lines
+			vc.Width = func() int { return termWidth(env.stdout) }
+			vc.Height = func() int { _, rows := termSize(env.stdout); return rows }
+		}
+		v := statusview.New(vc)
+		vctx, vcancel := context.WithCancel(life)
+		done := make(chan struct{})
+		go func() { defer close(done); v.Run(vctx) }()
+		obs.stopView = func() { vcancel(); <-done; obs.stopView = func() {} }
+	}
+	return obs, nil
 }
 
 // viewMode resolves --view: "auto" is "tty" when out is a terminal.
@@ -385,7 +485,12 @@ func (b *breakWriter) Write(p []byte) (int, error) {
 type hostOptions struct {
 	dir, cacheDir, statusFile string
 	// plugins is per-plugin configuration from the config file.
-	plugins  map[string]host.PluginConfig
+	plugins map[string]host.PluginConfig
+	// defaults are config entries the run sets for its backend (on
+	// Postgres, pg_dependency_reconciler's stale_ms 0: the host is the
+	// push dispatcher); the config file's entries win, and a plugin the
+	// directory lacks is no error.
+	defaults map[string]map[string]string
 	observer host.Observer
 	// leases configures partition leases.
 	leases partlease.Config
@@ -393,10 +498,11 @@ type hostOptions struct {
 	trust *trustFlags
 }
 
-// startHost starts the plugin host on dir and waits for its first load.
-// An empty dir, or the default dir when it does not exist, runs without a
-// host (nil).
-func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOptions) (*host.Host, error) {
+// startHost starts the plugin host on dir and waits for its first load;
+// base carries the backend (Backend, Postgres, Partitions, Logger,
+// Completions), o the rest. An empty dir, or the default dir when it does
+// not exist, runs without a host (nil).
+func startHost(ctx context.Context, out io.Writer, base host.Config, o hostOptions) (*host.Host, error) {
 	dir, cacheDir, statusFile := o.dir, o.cacheDir, o.statusFile
 	if dir == "" {
 		return nil, nil
@@ -419,10 +525,20 @@ func startHost(ctx context.Context, out io.Writer, conn *backendConn, o hostOpti
 	for name, pc := range o.plugins {
 		plugins[name] = pc
 	}
-	hc := host.Config{PluginDir: dir, CacheDir: cacheDir, Backend: conn.Client,
-		Logger: conn.Logger, StatusFile: statusFile, Plugins: plugins, Observer: o.observer, Leases: o.leases,
-		// The dispatchers (dependency, edge_cancel) run on completions.
-		Completions: host.CompletionConfig{Enabled: true}}
+	for name, entries := range o.defaults {
+		pc := plugins[name]
+		merged := map[string]string{}
+		for k, v := range entries {
+			merged[k] = v
+		}
+		for k, v := range pc.Config {
+			merged[k] = v
+		}
+		pc.Config = merged
+		plugins[name] = pc
+	}
+	hc := base
+	hc.PluginDir, hc.CacheDir, hc.StatusFile, hc.Plugins, hc.Observer, hc.Leases = dir, cacheDir, statusFile, plugins, o.observer, o.leases
 	if err := o.trust.apply(&hc); err != nil {
 		return nil, err
 	}
@@ -478,6 +594,13 @@ func hostPlugin(h *host.Host, name string) (host.PluginStatus, bool) {
 		return host.PluginStatus{}, false
 	}
 	return h.Plugin(name)
+}
+
+// stopHost prints what each plugin did and stops the host.
+func stopHost(ctx context.Context, out io.Writer, h *host.Host) {
+	printPlugins(out, h)
+	h.Stop()
+	h.Close(context.WithoutCancel(ctx))
 }
 
 // printPlugins prints what each plugin did during the run.
@@ -581,3 +704,11 @@ func orNone(s string) string {
 // demo workload, default set: live heap ~207 MiB, nearly all of it the
 // plugins' decoded modules).
 const gcPercentDefault = 50
+
+// applyGCPercent sets the process's GOGC from --gc-percent unless the
+// GOGC environment variable is set (on both backends).
+func (o *runFlags) applyGCPercent() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(*o.gcPercent)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,16 +9,17 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/internal/redact"
+	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -45,29 +47,65 @@ func (f *runPGFlags) enabled() (bool, error) {
 	return false, fmt.Errorf("%w: --backend %q: want valkey or postgres", errUsage, *f.backend)
 }
 
-// runPostgresOpts are run's other flags, as runPostgres needs them.
-type runPostgresOpts struct {
-	pluginDir, cacheDir, statusFile string
-	demo                            bool
-	// logs are run's --log-level and --log-format (backendFlags.logger,
-	// the one parser of both), and its --backend-wait.
-	logs *backendFlags
-	// trust sets the host's Policy and trusted keys (policy.go).
-	trust *trustFlags
-	// adminAddr and tokenFile serve the operator console (console_pg.go).
-	adminAddr, tokenFile string
+// pgRefused are the `fabric run` flags that do not apply on Postgres, with
+// why: given (on the command line or in --config) with --backend
+// postgres, the run refuses to start rather than ignore them.
+var pgRefused = []struct{ flag, why string }{
+	{"valkey-url", "it names a Valkey deployment"},
+	{"valkey-user", "it is a Valkey credential"},
+	{"valkey-password-file", "it is a Valkey credential"},
+	{"valkey-tls-ca", "it configures Valkey TLS (Postgres TLS is the URL's sslmode, sslrootcert, sslcert, sslkey)"},
+	{"valkey-tls-cert", "it configures Valkey TLS (Postgres TLS is the URL's sslmode, sslrootcert, sslcert, sslkey)"},
+	{"valkey-tls-key", "it configures Valkey TLS (Postgres TLS is the URL's sslmode, sslrootcert, sslcert, sslkey)"},
+	{"valkey-tls-server-name", "it configures Valkey TLS (Postgres TLS is the URL's sslmode, sslrootcert, sslcert, sslkey)"},
+	{"partition-leases", "partition leases are Valkey's; on Postgres every host scans every partition and row locks keep hosts apart"},
+	{"host-id", "it is a partition-lease id, and partition leases are Valkey's"},
+	{"lease-ttl", "it is the partition-lease TTL, and partition leases are Valkey's"},
+	{"waitpoint-hmac-secret", "the Postgres demo does not suspend (its suspend work runs as immediate)"},
+}
+
+// refuse returns a usage error naming the first given flag that does not
+// apply on Postgres; --partitions applies only to a throwaway cluster (a
+// new deployment: Postgres stores no partition config to check a
+// database's against).
+func (f *runPGFlags) refuse(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	for _, r := range pgRefused {
+		if given[r.flag] {
+			return fmt.Errorf("%w: --%s does not apply on Postgres: %s", errUsage, r.flag, r.why)
+		}
+	}
+	if given["partitions"] && f.pg.url != "" {
+		return fmt.Errorf("%w: --partitions does not apply with --postgres-url: it sets a new deployment's counts, "+
+			"and a database's are FlowFabric's 256/32/32 (use it with the throwaway cluster only)", errUsage)
+	}
+	return nil
 }
 
 // runPostgres is `fabric run` on Postgres: it migrates the database (a
-// throwaway cluster without --postgres-url), runs the host with the pg_*
-// plugins on it (Valkey plugins are loaded but disabled by the host), and the SDK workload on Postgres workers until Ctrl-C or
-// --duration, then drains and prints a summary.
-func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFlags, o runPostgresOpts) error {
+// throwaway cluster without --postgres-url) and runs the host with the
+// pg_* plugins on it (Valkey plugins are loaded but disabled by the
+// host), the parts every run shares (runSession.observe: census, admin
+// server and console, status view) and the SDK workload on Postgres
+// workers until Ctrl-C or --duration, then drains and prints a summary.
+func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, b *backendFlags, wf *workloadFlags, o *runFlags) (err error) {
 	cfg, err := wf.config()
 	if err != nil {
 		return err
 	}
-	log, err := o.logs.logger(env)
+	tlsCfg, err := o.adminTLS()
+	if err != nil {
+		return err
+	}
+	o.applyGCPercent()
+	rs, ctx, err := startRunSession(ctx, env, b, *o.view)
+	if err != nil {
+		return err
+	}
+	defer func() { err = rs.end(err) }()
+	out := rs.out
+	log, err := b.logger(env)
 	if err != nil {
 		return err
 	}
@@ -77,88 +115,159 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, wf *workloadFl
 	}
 	defer t.Close()
 	log = slog.New(redact.Handler(log.Handler(), append(redact.Secrets(t.URL), t.Password)...))
-	fmt.Fprintf(env.stdout, "fabric %s on Postgres: %s\n", Version, t.Where)
-	pc, err := waitFor(ctx, o.logs.wait, env.stderr, t.Where, func() (*postgres.Client, error) {
-		return postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: int32(cfg.Workers*2 + 8)})
+	fmt.Fprintf(out, "fabric %s on Postgres: %s\n", Version, t.Where)
+	var parts model.PartitionConfig
+	if t.Server != nil {
+		parts = o.partitions.PartitionConfig
+	}
+	pc, err := waitFor(ctx, b.wait, env.stderr, t.Where, func() (*postgres.Client, error) {
+		return postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log,
+			MaxConns: int32(cfg.Workers*2 + 8), Partitions: parts})
 	}, postgres.IsUnreachable, nil)
 	if err != nil {
 		return err
 	}
 	defer pc.Close()
-	if _, err := postgres.Migrate(ctx, pc.Pool(), postgres.MigrateConfig{Progress: env.stdout}); err != nil {
-		return err
-	}
-	h, err := startPostgresHost(ctx, env, pc, o, log)
+	res, err := postgres.Migrate(ctx, pc.Pool(), postgres.MigrateConfig{Progress: out})
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "schema version %d; partitions %+v\n", res.Version, pc.Partitions())
+	// Completion dispatch is pushed: every flow member's completion event
+	// (LISTEN ff_completion) sweeps pg_dependency_reconciler on its
+	// partition at once; the plugin's own 1 s sweep stays as the safety
+	// net. The host being the dispatcher, stale_ms 0 lets it take fresh
+	// events.
+	wakeups, stopWakeups, err := pgCompletionWakeups(ctx, pc)
+	if err != nil {
+		return err
+	}
+	defer stopWakeups()
+	metrics := admin.NewMetrics()
+	h, err := startHost(ctx, out, host.Config{Postgres: pc.Pool(), Partitions: pc.Partitions(), Logger: log,
+		Completions: host.CompletionConfig{Enabled: true, Wakeups: wakeups}},
+		hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
+			plugins: o.pluginCfg, observer: metrics, trust: o.trust,
+			defaults: map[string]map[string]string{"pg_dependency_reconciler": {"stale_ms": "0"}}})
+	if err != nil {
+		return err
+	}
+	var src admin.PluginSource
 	if h != nil {
-		defer func() {
-			printPlugins(env.stdout, h)
-			h.Stop()
-			h.Close(context.WithoutCancel(ctx))
-		}()
+		src = h
+		defer stopHost(ctx, out, h)
 	}
-	stopConsole, err := startPGConsole(ctx, env.stdout, o.adminAddr, o.tokenFile, pc, h, log)
+	obs, err := rs.observe(ctx, env, o, observeConfig{
+		title: fmt.Sprintf("fabric %s · Postgres %s · schema %d", Version, t.Where, res.Version), where: "postgres: " + t.Where,
+		src: src, metrics: metrics, logger: log, addr: *o.adminAddr, tls: tlsCfg,
+		sampler:     admin.SamplerConfig{Take: admin.PGCensus(pc)},
+		server:      admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
+		consoleNote: "read-only on Postgres: writes answer 501"})
 	if err != nil {
 		return err
 	}
-	defer stopConsole()
-	if !o.demo {
-		fmt.Fprintln(env.stdout, "host running; Ctrl-C stops it")
-		<-ctx.Done()
-		return nil
+	defer obs.stop()
+	if !*o.demo {
+		return rs.idle(ctx, obs)
 	}
 	if _, ok := hostPlugin(h, "pg_delayed_promoter"); !ok {
-		fmt.Fprintln(env.stdout, "warning: no pg_delayed_promoter plugin: delayed and retried work will not run again")
+		fmt.Fprintln(out, "warning: no pg_delayed_promoter plugin: delayed and retried work will not run again")
 	}
-	fmt.Fprintln(env.stdout, "demo workload running on Postgres (immediate, delayed, retry; suspend and dag run as immediate); Ctrl-C stops submitting, drains and exits")
+	if rs.mode != "tty" {
+		fmt.Fprintln(out, "demo workload running on Postgres (immediate, delayed, retry; suspend and dag run as immediate); Ctrl-C stops submitting, drains and exits")
+	}
 	cfg.Audit = f.pg.url == "" // a throwaway cluster holds only the demo's executions
-	sum, werr := runPostgresWorkload(ctx, pc, cfg, log, env.stdout)
-	fmt.Fprintf(env.stdout, "demo: %s\n", sum)
+	sum, werr := runPostgresWorkload(ctx, pc, cfg, log, obs.wout)
+	obs.stopView()
+	if context.Cause(ctx) == errBrokenPipe {
+		log.Info("output closed; stopped")
+	}
+	fmt.Fprintf(out, "demo: %s\n", sum)
+	counts, err := pgStateCounts(context.WithoutCancel(ctx), pc)
+	if err != nil {
+		return errors.Join(werr, err)
+	}
+	fmt.Fprintf(out, "executions by state: %s\n", counts)
 	return werr
 }
 
-// startPostgresHost starts the host on dir with the Postgres pool; only
-// plugins granted capabilities.sql (the pg_* scanners) run.
-func startPostgresHost(ctx context.Context, env *cliEnv, pc *postgres.Client, o runPostgresOpts, log *slog.Logger) (*host.Host, error) {
-	if o.pluginDir == "" {
-		return nil, nil
-	}
-	paths, err := filepath.Glob(filepath.Join(o.pluginDir, "*.wasm"))
-	if err != nil || len(paths) == 0 {
-		fmt.Fprintf(env.stdout, "no plugins in %s (run `make plugins`); running without plugins\n", o.pluginDir)
-		return nil, nil
-	}
-	// Valkey plugins load disabled: the host runs on Postgres only.
-	if o.cacheDir != "" {
-		if err := os.MkdirAll(o.cacheDir, 0o755); err != nil {
-			return nil, fmt.Errorf("--cache-dir: %w", err)
-		}
-	}
-	hc := host.Config{PluginDir: o.pluginDir, CacheDir: o.cacheDir, Postgres: pc.Pool(),
-		Partitions: pc.Partitions(), Logger: log, StatusFile: o.statusFile}
-	if err := o.trust.apply(&hc); err != nil {
-		return nil, err
-	}
-	h, err := host.New(hc)
+// pgCompletionWakeups subscribes to the database's completion events
+// (postgres.Client.SubscribeCompletions: LISTEN ff_completion, from the
+// tail) and sends the flow partition of every flow member's event, for
+// host.CompletionConfig.Wakeups. stop ends the subscription and closes the
+// channel.
+func pgCompletionWakeups(ctx context.Context, pc *postgres.Client) (<-chan model.Partition, func(), error) {
+	sub, err := pc.SubscribeCompletions(context.WithoutCancel(ctx), &postgres.SubscribeCompletionsParams{AfterEventID: -1})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := h.Start(ctx); err != nil {
-		h.Close(ctx)
-		return nil, err
+	out := make(chan model.Partition, 1024)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		for {
+			var ev postgres.CompletionEvent
+			var ok bool
+			select {
+			case ev, ok = <-sub.C:
+				if !ok {
+					return
+				}
+			case <-quit:
+				return
+			}
+			if ev.FlowID.IsZero() {
+				continue // no flow, nothing to dispatch
+			}
+			select {
+			case out <- ev.ExecutionID.Partition():
+			case <-quit: // the host stopped reading
+				return
+			}
+		}
+	}()
+	return out, func() {
+		close(quit)
+		<-done
+		sub.Close()
+	}, nil
+}
+
+// pgStateCounts counts the database's executions by public_state, as
+// stateCounts does on Valkey.
+func pgStateCounts(ctx context.Context, pc *postgres.Client) (string, error) {
+	rows, err := pc.Pool().Query(ctx, `SELECT public_state, count(*) FROM ff_exec_core GROUP BY 1`)
+	if err != nil {
+		return "", fmt.Errorf("count executions by state: %w", err)
 	}
-	select {
-	case <-h.Started():
-	case <-ctx.Done():
-		h.Stop()
-		h.Close(context.WithoutCancel(ctx))
-		return nil, ctx.Err()
+	counts := map[string]int64{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			rows.Close()
+			return "", fmt.Errorf("count executions by state: %w", err)
+		}
+		counts[st] = n
 	}
-	fmt.Fprintf(env.stdout, "host: %d plugins from %s\n", len(h.Plugins()), o.pluginDir)
-	writePluginList(env.stdout, h.Plugins())
-	return h, nil
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("count executions by state: %w", err)
+	}
+	var parts []string
+	for _, st := range model.PublicStates {
+		if n := counts[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", st, n))
+		}
+		delete(counts, st)
+	}
+	for st, n := range counts { // a state fabric does not know
+		parts = append(parts, fmt.Sprintf("%s=%d", st, n))
+	}
+	if len(parts) == 0 {
+		return "none", nil
+	}
+	return strings.Join(parts, " "), nil
 }
 
 // pgWorkloadSummary counts what the Postgres workload did.
@@ -254,7 +363,7 @@ func runPostgresWorkload(ctx context.Context, pc *postgres.Client, cfg workloadC
 	}
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
 	tick := time.NewTicker(interval)
-	report := time.NewTicker(time.Second)
+	report := time.NewTicker(cmp.Or(cfg.Report, time.Second))
 	defer tick.Stop()
 	defer report.Stop()
 	var werr error
@@ -287,6 +396,7 @@ submit:
 		}
 		sum.submitted.Add(1)
 	}
+	fmt.Fprintf(out, "demo: stopped submitting; draining %d executions (up to %s)\n", sum.submitted.Load()-sum.completed.Load(), cfg.DrainTimeout)
 	// Drain: wait for every submitted execution to complete.
 	deadline := time.Now().Add(cfg.DrainTimeout)
 	for sum.completed.Load() < sum.submitted.Load() && time.Now().Before(deadline) {

@@ -1,10 +1,23 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/admin"
 )
 
 func TestRunPostgresFlags(t *testing.T) {
@@ -35,5 +48,150 @@ func TestRunPostgresFlags(t *testing.T) {
 		if err != nil || on != tc.on {
 			t.Fatalf("%v: on = %v, %v", tc.args, on, err)
 		}
+	}
+}
+
+// TestRunPostgresRefusesValkeyFlags: a flag that cannot apply on Postgres
+// stops the run with a usage error naming it, never silently ignored.
+func TestRunPostgresRefusesValkeyFlags(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(t.TempDir(), "fabric.toml")
+	if err := os.WriteFile(cfg, []byte("host_id = \"a\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--valkey-url", "redis://127.0.0.1:1"}, "--valkey-url does not apply on Postgres"},
+		{[]string{"--partition-leases=false"}, "--partition-leases does not apply on Postgres"},
+		{[]string{"--lease-ttl", "5s"}, "--lease-ttl does not apply on Postgres"},
+		{[]string{"--waitpoint-hmac-secret", "00112233445566778899aabbccddeeff"}, "--waitpoint-hmac-secret does not apply"},
+		{[]string{"--config", cfg}, "--host-id does not apply on Postgres"},
+		{[]string{"--postgres-url", "postgres://127.0.0.1:1/db", "--partitions", "flow=8"}, "--partitions does not apply with --postgres-url"},
+	} {
+		args := append([]string{"run", "--backend", "postgres"}, tc.args...)
+		code, out, errOut := runCmd(t, args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: code %d, want 2 and %q\nstdout:\n%s\nstderr:\n%s", tc.args, code, tc.want, out, errOut)
+		}
+	}
+}
+
+// TestRunPostgresParity runs `fabric run --backend postgres` as a user
+// does and checks what the Valkey run gives: the admin server's /healthz,
+// /readyz, /metrics and /status with a census of the executions, `fabric
+// status` against it, progress and status lines, JSON logs, a
+// [plugins.NAME] section applied, and a Ctrl-C (the run's context
+// cancelled, as main's signal handler does) that drains on a context it
+// does not cancel: exit 0, the audit finding nothing left behind.
+func TestRunPostgresParity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Postgres cluster")
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"pg_lease_expiry", "pg_delayed_promoter"} {
+		wasm, err := os.ReadFile(filepath.Join("../../bin/plugins", name+".wasm"))
+		if err != nil {
+			t.Fatalf("plugin set not built (run `make plugins`): %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".wasm"), wasm, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(t.TempDir(), "fabric.toml")
+	if err := os.WriteFile(cfg, []byte(`log_format = "json"
+log_level = "info"
+[plugins.pg_delayed_promoter]
+interval = "250ms"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runCLI(ctx, &cliEnv{stdout: out, stderr: errOut}, []string{"run", "--backend", "postgres", "--config", cfg,
+			"--plugins", dir, "--admin-addr", "127.0.0.1:0", "--view", "lines", "--refresh", "300ms", "--census-interval", "300ms",
+			"--rate", "20", "--mix", "immediate=2,delayed=1,retry=1", "--lanes", "pg-parity", "--partitions", "flow=8,budget=2,quota=2",
+			"--drain-timeout", "60s"})
+	}()
+	var base string
+	re := regexp.MustCompile(`admin: (http://\S+)/metrics`)
+	valkeytest.Eventually(t, 3*time.Minute, "fabric run --backend postgres prints the admin URL", func() bool {
+		select {
+		case code := <-exited:
+			t.Fatalf("run exited %d early\n%s\n%s", code, out, errOut)
+		default:
+		}
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+			return true
+		}
+		return false
+	})
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, body := get(p); code != 200 || !strings.Contains(body, `"ok"`) {
+			t.Errorf("%s: %d %s", p, code, body)
+		}
+	}
+	var rep admin.Report
+	valkeytest.Eventually(t, 60*time.Second, "/status counts terminal executions", func() bool {
+		_, body := get("/status")
+		rep = admin.Report{}
+		return json.Unmarshal([]byte(body), &rep) == nil && rep.Census != nil && rep.Census.Executions["terminal"] > 0
+	})
+	if !slices.Contains(rep.Census.Lanes, "pg-parity") || !strings.HasPrefix(rep.Backend, "postgres") {
+		t.Errorf("census lanes %v, backend %q", rep.Census.Lanes, rep.Backend)
+	}
+	var promoter *host.PluginStatus
+	for i, p := range rep.Plugins {
+		if p.Name == "pg_delayed_promoter" {
+			promoter = &rep.Plugins[i]
+		}
+	}
+	if promoter == nil || promoter.IntervalMs != 250 || promoter.State != host.StateRunning {
+		t.Errorf("pg_delayed_promoter with [plugins.pg_delayed_promoter] interval 250ms: %+v", promoter)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, `fabric_executions{state="terminal"}`) ||
+		!strings.Contains(body, `fabric_plugin_cycles_total{plugin="pg_delayed_promoter"}`) {
+		t.Errorf("/metrics: %d\n%s", code, body)
+	}
+	code, stdout, stderr := runCmd(t, "status", "--admin", base, "--sample", "0")
+	if code != 0 || !strings.Contains(stdout, "pg_delayed_promoter") || !strings.Contains(stdout, "postgres") {
+		t.Errorf("fabric status --admin: %d\n%s\n%s", code, stdout, stderr)
+	}
+	valkeytest.Eventually(t, time.Minute, "a progress line and a status line", func() bool {
+		o := out.String()
+		return strings.Contains(o, "  submitted ") && strings.Contains(o, "status ")
+	})
+	stop() // Ctrl-C
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("run exited %d after Ctrl-C\n%s\n%s", code, out, errOut)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("run did not stop after Ctrl-C\n%s", out)
+	}
+	o := out.String()
+	for _, want := range []string{"violations: 0", "demo: stopped submitting; draining", "executions by state: completed=",
+		"status ", "  submitted ", "plugin pg_delayed_promoter"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("output lacks %q:\n%s", want, o)
+		}
+	}
+	if !strings.Contains(errOut.String(), `{"time":`) {
+		t.Errorf("--log-format json (from --config) did not reach the logs:\n%s", errOut)
 	}
 }

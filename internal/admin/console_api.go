@@ -79,7 +79,7 @@ func NewConsoleHandler(cfg ConsoleConfig) http.Handler {
 
 // routeConsole mounts the console on the admin server.
 func (s *Server) routeConsole() {
-	h := NewConsoleHandler(ConsoleConfig{Backend: NewConsole(s.cfg.Backend), AdminToken: s.cfg.AdminToken, Logger: s.cfg.Logger})
+	h := NewConsoleHandler(ConsoleConfig{Backend: s.cfg.Console, AdminToken: s.cfg.AdminToken, Logger: s.cfg.Logger})
 	s.mux.Handle("/api/", h)
 	s.mux.HandleFunc("GET /api/plugins/{name}", PluginDetailHandler(s.cfg.Host))
 	if s.cfg.Sampler != nil {

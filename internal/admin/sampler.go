@@ -16,8 +16,12 @@ import (
 // SamplerConfig configures a Sampler. Zero fields take the defaults of
 // defaults.go.
 type SamplerConfig struct {
-	// Backend is the deployment read. Required.
+	// Backend is the Valkey deployment read by census.Take, unless Take
+	// is set. One of Backend and Take is required.
 	Backend *valkey.Client
+	// Take reads one census (default census.Take on Backend); PGCensus
+	// for a Postgres deployment.
+	Take func(ctx context.Context) (*census.Census, error)
 	// Interval is the time between two censuses (default 2 s).
 	Interval time.Duration
 	// Timeout bounds one census (default 5 s).
@@ -47,11 +51,15 @@ type Sampler struct {
 	history    []ThroughputPoint // the last throughputHistory readings (console_throughput.go)
 }
 
-// NewSampler validates cfg and fills its defaults; a nil Backend is a
-// wiring mistake and panics.
+// NewSampler validates cfg and fills its defaults; neither a Backend nor
+// a Take is a wiring mistake and panics.
 func NewSampler(cfg SamplerConfig) *Sampler {
-	if cfg.Backend == nil {
-		panic("admin: SamplerConfig.Backend is required")
+	if cfg.Take == nil && cfg.Backend != nil {
+		c := cfg.Backend
+		cfg.Take = func(ctx context.Context) (*census.Census, error) { return census.Take(ctx, c) }
+	}
+	if cfg.Take == nil {
+		panic("admin: SamplerConfig.Backend or Take is required")
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, SamplerIntervalDefault)
 	cfg.Timeout = cmp.Or(cfg.Timeout, SamplerTimeoutDefault)
@@ -87,7 +95,7 @@ func (s *Sampler) Start(ctx context.Context) error {
 // Sample takes one census now and records it (or its error).
 func (s *Sampler) Sample(ctx context.Context) {
 	cctx, cancel := context.WithTimeoutCause(ctx, s.cfg.Timeout, fmt.Errorf("admin.sampler.census: timed out after %s", s.cfg.Timeout))
-	c, err := census.Take(cctx, s.cfg.Backend)
+	c, err := s.cfg.Take(cctx)
 	cancel()
 	if ctx.Err() != nil {
 		return

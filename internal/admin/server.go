@@ -29,8 +29,16 @@ type ServerConfig struct {
 	TLS *tls.Config
 	// Host is the plugin source (nil: a deployment without a host).
 	Host PluginSource
-	// Backend is probed by /healthz and /readyz. Required.
+	// Backend is a Valkey deployment: it is probed by /healthz and
+	// /readyz and served by the console unless Probe and Console are set.
+	// One of Backend and Probe is required.
 	Backend *valkey.Client
+	// Probe answers /healthz and /readyz (default ValkeyProbe(Backend));
+	// PGProbe for a Postgres deployment.
+	Probe Prober
+	// Console serves the console API and UI (default NewConsole(Backend));
+	// NewPGConsole for a Postgres deployment.
+	Console ConsoleBackend
 	// BackendName describes the backend in /status.
 	BackendName string
 	// Sampler feeds /status and the census gauges (nil: none).
@@ -62,11 +70,46 @@ type Server struct {
 	addr net.Addr
 }
 
-// NewServer validates cfg and fills its defaults; a nil Backend is a
-// wiring mistake and panics.
+// Prober answers the admin server's probes against its backend.
+type Prober interface {
+	// Ping is one round trip to the backend (/healthz).
+	Ping(ctx context.Context) error
+	// Ready reports whether the backend can serve the host (/readyz):
+	// Valkey's FlowFabric library loaded, Postgres's schema migrated.
+	Ready(ctx context.Context) error
+}
+
+// ValkeyProbe is the Prober of a Valkey deployment: PING, then the
+// FlowFabric library's version.
+func ValkeyProbe(c *valkey.Client) Prober { return valkeyProbe{c} }
+
+type valkeyProbe struct{ c *valkey.Client }
+
+func (p valkeyProbe) Ping(ctx context.Context) error {
+	raw := p.c.Raw()
+	return raw.Do(ctx, raw.B().Ping().Build()).Error()
+}
+
+func (p valkeyProbe) Ready(ctx context.Context) error {
+	if _, err := p.c.LibraryVersion(ctx); err != nil {
+		return fmt.Errorf("flowfabric library: %w", err)
+	}
+	return nil
+}
+
+// NewServer validates cfg and fills its defaults; neither a Backend nor a
+// Probe and Console is a wiring mistake and panics.
 func NewServer(cfg ServerConfig) *Server {
-	if cfg.Backend == nil {
-		panic("admin: ServerConfig.Backend is required")
+	if cfg.Backend != nil {
+		if cfg.Probe == nil {
+			cfg.Probe = ValkeyProbe(cfg.Backend)
+		}
+		if cfg.Console == nil {
+			cfg.Console = NewConsole(cfg.Backend)
+		}
+	}
+	if cfg.Probe == nil || cfg.Console == nil {
+		panic("admin: ServerConfig.Backend, or Probe and Console, are required")
 	}
 	cfg.Addr = cmp.Or(cfg.Addr, ServerAddrDefault)
 	cfg.ProbeTimeout = cmp.Or(cfg.ProbeTimeout, ServerProbeTimeoutDefault)
@@ -160,8 +203,7 @@ func (s *Server) answer(w http.ResponseWriter, err error) {
 func (s *Server) ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.ProbeTimeout, fmt.Errorf("admin.probe.ping: no answer within %s", s.cfg.ProbeTimeout))
 	defer cancel()
-	raw := s.cfg.Backend.Raw()
-	if err := raw.Do(ctx, raw.B().Ping().Build()).Error(); err != nil {
+	if err := s.cfg.Probe.Ping(ctx); err != nil {
 		if c := context.Cause(ctx); c != nil {
 			err = c
 		}
@@ -189,8 +231,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ProbeTimeout)
 	defer cancel()
-	if _, err := s.cfg.Backend.LibraryVersion(ctx); err != nil {
-		s.answer(w, fmt.Errorf("flowfabric library: %w", err))
+	if err := s.cfg.Probe.Ready(ctx); err != nil {
+		s.answer(w, err)
 		return
 	}
 	s.answer(w, nil)

@@ -138,8 +138,8 @@ func TestSDKOnPostgres(t *testing.T) {
 
 // TestSDKOnPostgresRetryAndUnsupported: a failing handler is retried per
 // the policy (the delayed retry is made eligible by PromoteDelayedDue, as
-// pg_delayed_promoter would), and Valkey-only calls answer
-// ErrNotOnPostgres.
+// pg_delayed_promoter would), the client reads its state and result, and
+// Valkey-only calls (suspend) answer ErrNotOnPostgres.
 func TestSDKOnPostgresRetryAndUnsupported(t *testing.T) {
 	t.Parallel()
 	pc := pgtest.Client(t, postgres.ClientConfig{Partitions: parts})
@@ -186,7 +186,10 @@ func TestSDKOnPostgresRetryAndUnsupported(t *testing.T) {
 	if st := stateOf(t, pc, id); st.Public != "completed" || st.Index != 1 {
 		t.Fatalf("%+v", st)
 	}
-	if _, err := client.State(ctx, id); !errors.Is(err, sdk.ErrNotOnPostgres) {
-		t.Fatalf("state: %v", err)
+	if st, err := client.State(ctx, id); err != nil || st.PublicState != "completed" || st.AttemptCount != 2 || st.RetryCount != 1 {
+		t.Fatalf("state: %+v %v", st, err)
+	}
+	if r, err := client.Result(ctx, id); err != nil || string(r) != "ok" {
+		t.Fatalf("result: %q %v", r, err)
 	}
 }

@@ -51,11 +51,23 @@ var (
 // process or directory behind.
 func Run(m *testing.M) int {
 	code := m.Run()
+	if Stop() != 0 {
+		code = 1
+	}
+	return code
+}
+
+// Stop stops the shared cluster, if one was started, and checks that it
+// left no process or directory behind: 1 when it did (said on stderr),
+// else 0. It is Run's ending, for a TestMain that runs its tests through
+// another helper's Run (valkeytest.Run) and uses both backends.
+func Stop() int {
 	mu.Lock()
 	defer mu.Unlock()
 	if shared == nil {
-		return code
+		return 0
 	}
+	code := 0
 	pid, dir := shared.PID(), shared.Dir()
 	if err := shared.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: stop cluster: %v\n", err)
@@ -65,6 +77,7 @@ func Run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		code = 1
 	}
+	shared = nil
 	return code
 }
 
