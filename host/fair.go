@@ -1,0 +1,240 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// scheduler shares the machine among plugin calls fairly: healthy plugins
+// first, plugins on probation behind them.
+//
+// A plugin is on probation from a fault (trap, plugin error, timeout,
+// over memory, over output, over budget, bad output) until its next call
+// that succeeds: its quarantine count is not zero. Its calls run in their
+// own class:
+//
+//   - Healthy calls run up to Config.MaxCalls at once, served in arrival
+//     order (each plugin's loop makes one call at a time, so waiters are
+//     served round robin across plugins). A probation call never holds one
+//     of their slots, so a healthy call never waits behind one.
+//   - Probation calls run up to Config.ProbationCalls at once (default
+//     half the cores, at least 1), and only while no healthy call is
+//     waiting for its turn. Hung and hostile plugins thus share a core or
+//     so among themselves whatever their number, and healthy plugins keep
+//     the rest.
+//   - A probation call after a timeout is cut sooner (probationTimeout):
+//     at Config.ProbationTimeout or twice the plugin's slowest successful
+//     call, whichever is longer, doubled every second consecutive fault
+//     and never above its grant. A plugin that loops until its 30 s
+//     timeout burns a core for 1 s after its first fault, not 30 s. (A
+//     plugin whose call ended by itself — a trap, over memory, over budget
+//     — keeps its timeout, so its next fault is told by the same label.)
+//
+// A call's timeout starts once it holds its turn: the wait is charged
+// neither to its timeout nor to its partition leases. How long a call
+// waited is its CycleRecord's Wait; whether it ran on probation, its
+// Probation.
+type scheduler struct {
+	mu             sync.Mutex
+	healthyCap     int
+	probationCap   int
+	healthyRunning int
+	probRunning    int
+	healthyQ       []*waiter
+	probQ          []*waiter
+}
+
+// waiter is one call waiting for its turn.
+type waiter struct {
+	probation bool
+	ready     chan struct{} // closed when admitted
+	admitted  bool          // under scheduler.mu
+}
+
+func newScheduler(calls, probation int) *scheduler {
+	return &scheduler{healthyCap: calls, probationCap: probation}
+}
+
+// defaultMaxCalls and defaultProbationCalls size the scheduler for this
+// machine: the calls of healthy plugins mostly wait on the backend, so
+// several per core; those of plugins on probation may burn a core each, so
+// at most half of them.
+func defaultMaxCalls() int       { return max(16, 4*runtime.GOMAXPROCS(0)) }
+func defaultProbationCalls() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+
+// acquire waits for a turn of the class; false when ctx ended first.
+func (s *scheduler) acquire(ctx context.Context, probation bool) bool {
+	s.mu.Lock()
+	if s.freeLocked(probation) && len(s.healthyQ) == 0 && (!probation || len(s.probQ) == 0) {
+		s.admitLocked(probation)
+		s.mu.Unlock()
+		return true
+	}
+	w := &waiter{probation: probation, ready: make(chan struct{})}
+	if probation {
+		s.probQ = append(s.probQ, w)
+	} else {
+		s.healthyQ = append(s.healthyQ, w)
+	}
+	s.mu.Unlock()
+	select {
+	case <-w.ready:
+		return true
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.admitted { // admitted as ctx ended: give the turn back
+		s.releaseLocked(probation)
+		return false
+	}
+	q := &s.healthyQ
+	if probation {
+		q = &s.probQ
+	}
+	for i, o := range *q {
+		if o == w {
+			*q = append((*q)[:i], (*q)[i+1:]...)
+			break
+		}
+	}
+	return false
+}
+
+// release ends a turn of the class and hands the slot on.
+func (s *scheduler) release(probation bool) {
+	s.mu.Lock()
+	s.releaseLocked(probation)
+	s.mu.Unlock()
+}
+
+func (s *scheduler) freeLocked(probation bool) bool {
+	if probation {
+		return s.probRunning < s.probationCap
+	}
+	return s.healthyRunning < s.healthyCap
+}
+
+func (s *scheduler) admitLocked(probation bool) {
+	if probation {
+		s.probRunning++
+		return
+	}
+	s.healthyRunning++
+}
+
+// releaseLocked frees a slot, then admits waiters: healthy ones first,
+// probation ones only once no healthy call waits.
+func (s *scheduler) releaseLocked(probation bool) {
+	if probation {
+		s.probRunning--
+	} else {
+		s.healthyRunning--
+	}
+	for len(s.healthyQ) > 0 && s.freeLocked(false) {
+		w := s.healthyQ[0]
+		s.healthyQ = s.healthyQ[1:]
+		s.admitLocked(false)
+		w.admitted = true
+		close(w.ready)
+	}
+	for len(s.healthyQ) == 0 && len(s.probQ) > 0 && s.freeLocked(true) {
+		w := s.probQ[0]
+		s.probQ = s.probQ[1:]
+		s.admitLocked(true)
+		w.admitted = true
+		close(w.ready)
+	}
+}
+
+// turn is one call's hold on the scheduler.
+type turn struct {
+	// wait is how long the call waited for its turn.
+	wait time.Duration
+	// probation: the plugin was on probation (see scheduler).
+	probation bool
+	p         *plugin
+}
+
+// onProbation reports whether the plugin's last call faulted (its
+// quarantine count is not zero; a success or a new version resets it),
+// how many consecutive faults it has, and whether the last was a timeout.
+func (p *plugin) onProbation() (probation bool, n int, timedOut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.quarantines > 0, p.quarantines, p.fault == FaultTimeout
+}
+
+// slot waits for p's turn to call; false when ctx ended first. t.done
+// must be called after the call with how long it ran and its error.
+func (p *plugin) slot(ctx context.Context) (t turn, ok bool) {
+	probation, _, _ := p.onProbation()
+	start := time.Now()
+	if !p.h.sched.acquire(ctx, probation) {
+		return t, false
+	}
+	return turn{wait: time.Since(start), probation: probation, p: p}, true
+}
+
+// done ends the turn of a call that ran for ran and returned err.
+func (t turn) done(ran time.Duration, err error) {
+	if t.p == nil {
+		return
+	}
+	t.p.h.sched.release(t.probation)
+	if err == nil {
+		t.p.fair.sawSuccess(ran)
+	}
+}
+
+// cut is the timeout of the turn's call: timeout, or on probation after
+// a timeout the probation timeout; why tells the cut for the fault's
+// reason.
+func (t turn) cut(timeout time.Duration) (d time.Duration, why string) {
+	if !t.probation || t.p == nil {
+		return timeout, ""
+	}
+	_, n, timedOut := t.p.onProbation()
+	if !timedOut {
+		return timeout, ""
+	}
+	d = t.p.fair.probationTimeout(t.p.h.cfg.ProbationTimeout, timeout, n)
+	if d >= timeout {
+		return timeout, ""
+	}
+	return d, fmt.Sprintf(" (on probation after %d consecutive faults: cut at %s of its %s)", n, d, timeout)
+}
+
+// fairState is what the scheduler keeps of one plugin.
+type fairState struct {
+	// slowestOK is the longest successful call of the plugin's current
+	// version, in ns.
+	slowestOK atomic.Int64
+}
+
+func (f *fairState) sawSuccess(ran time.Duration) {
+	for {
+		old := f.slowestOK.Load()
+		if int64(ran) <= old || f.slowestOK.CompareAndSwap(old, int64(ran)) {
+			return
+		}
+	}
+}
+
+// reset forgets the record (a new version).
+func (f *fairState) reset() { f.slowestOK.Store(0) }
+
+// probationTimeout is the cut of a call after n consecutive faults: base
+// or twice the slowest success, whichever is longer, doubled every second
+// fault (restarting with the quarantine backoff), never above grant.
+func (f *fairState) probationTimeout(base, grant time.Duration, n int) time.Duration {
+	d := max(base, 2*time.Duration(f.slowestOK.Load()))
+	if n > 0 {
+		d <<= ((n - 1) % quarantineSteps) / 2
+	}
+	return min(d, grant)
+}

@@ -1,0 +1,134 @@
+package host
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// running is how many calls of the class hold a turn.
+func running(s *scheduler, probation bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if probation {
+		return s.probRunning
+	}
+	return s.healthyRunning
+}
+
+func acquireAsync(s *scheduler, ctx context.Context, probation bool) <-chan bool {
+	ch := make(chan bool, 1)
+	go func() { ch <- s.acquire(ctx, probation) }()
+	return ch
+}
+
+// waitQueued waits until the scheduler holds n healthy and m probation
+// waiters.
+func waitQueued(t *testing.T, s *scheduler, n, m int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		h, p := len(s.healthyQ), len(s.probQ)
+		s.mu.Unlock()
+		if h == n && p == m {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queues %d healthy, %d probation; want %d, %d", h, p, n, m)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSchedulerClasses: a probation call never holds a healthy slot, and
+// is admitted only while no healthy call waits; waiters of a class are
+// served in arrival order; a waiter whose context ends leaves the queue.
+func TestSchedulerClasses(t *testing.T) {
+	ctx := context.Background()
+	s := newScheduler(1, 1)
+
+	// Probation slot held: a healthy call still starts at once.
+	if !s.acquire(ctx, true) {
+		t.Fatal("probation acquire failed")
+	}
+	if !s.acquire(ctx, false) {
+		t.Fatal("healthy acquire failed")
+	}
+	// Both classes full: a healthy and two probation calls wait.
+	h1 := acquireAsync(s, ctx, false)
+	waitQueued(t, s, 1, 0)
+	p1 := acquireAsync(s, ctx, true)
+	waitQueued(t, s, 1, 1)
+	p2 := acquireAsync(s, ctx, true)
+	waitQueued(t, s, 1, 2)
+
+	// The probation slot frees while a healthy call waits: no probation
+	// call starts.
+	// (Admission is decided in release, under the lock.)
+	s.release(true)
+	if n := running(s, true); n != 0 {
+		t.Fatalf("%d probation calls started while a healthy call waited", n)
+	}
+	// A new probation call does not take the free slot either.
+	cctx, cancel := context.WithCancel(ctx)
+	p3 := acquireAsync(s, cctx, true)
+	waitQueued(t, s, 1, 3)
+	// The healthy slot frees: the healthy waiter starts, then (no healthy
+	// call waits) the first probation waiter.
+	s.release(false)
+	if ok := <-h1; !ok {
+		t.Fatal("healthy waiter not admitted")
+	}
+	if ok := <-p1; !ok {
+		t.Fatal("first probation waiter not admitted")
+	}
+	if n := running(s, true); n != 1 {
+		t.Fatalf("%d probation calls run with ProbationCalls 1", n)
+	}
+	// p3 gives up: it leaves the queue, and p2 is next.
+	cancel()
+	if ok := <-p3; ok {
+		t.Fatal("a cancelled waiter was admitted")
+	}
+	waitQueued(t, s, 0, 1)
+	s.release(true)
+	if ok := <-p2; !ok {
+		t.Fatal("second probation waiter not admitted")
+	}
+	s.release(true)
+	s.release(false)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.healthyRunning != 0 || s.probRunning != 0 {
+		t.Fatalf("running %d healthy, %d probation after every release", s.healthyRunning, s.probRunning)
+	}
+}
+
+// TestProbationTimeout: the cut of a call on probation is the base or
+// twice the slowest success, doubled every second consecutive fault,
+// never above the grant.
+func TestProbationTimeout(t *testing.T) {
+	var f fairState
+	grant := 30 * time.Second
+	for _, tc := range []struct {
+		slowest time.Duration
+		n       int
+		want    time.Duration
+	}{
+		{0, 1, time.Second},
+		{0, 2, time.Second},
+		{0, 3, 2 * time.Second},
+		{0, 5, 4 * time.Second},
+		{0, 7, 8 * time.Second},
+		{0, 8, time.Second}, // restarts with the backoff
+		{3 * time.Second, 1, 6 * time.Second},
+		{3 * time.Second, 7, grant},
+	} {
+		f.reset()
+		f.sawSuccess(tc.slowest)
+		if got := f.probationTimeout(time.Second, grant, tc.n); got != tc.want {
+			t.Errorf("slowest %s, %d faults: cut %s, want %s", tc.slowest, tc.n, got, tc.want)
+		}
+	}
+}
