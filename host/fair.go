@@ -20,7 +20,10 @@ import (
 //   - Healthy calls run up to Config.MaxCalls at once, served in arrival
 //     order (each plugin's loop makes one call at a time, so waiters are
 //     served round robin across plugins). A probation call never holds one
-//     of their slots, so a healthy call never waits behind one.
+//     of their slots, so a healthy call never waits behind one; nor behind
+//     a new plugin's first call that hangs: a healthy call still running
+//     after Config.ProbationTimeout gives its slot back and counts as a
+//     probation call until it returns.
 //   - Probation calls run up to Config.ProbationCalls at once (default
 //     half the cores, at least 1), and only while no healthy call is
 //     waiting for its turn. Hung and hostile plugins thus share a core or
@@ -46,17 +49,28 @@ type scheduler struct {
 	probRunning    int
 	healthyQ       []*waiter
 	probQ          []*waiter
+	// demoteAfter: a healthy call still running after this long gives its
+	// healthy slot back and counts as a probation call until it returns.
+	demoteAfter time.Duration
 }
 
 // waiter is one call waiting for its turn.
 type waiter struct {
 	probation bool
 	ready     chan struct{} // closed when admitted
-	admitted  bool          // under scheduler.mu
+	hold      *hold         // set when admitted, under scheduler.mu
 }
 
-func newScheduler(calls, probation int) *scheduler {
-	return &scheduler{healthyCap: calls, probationCap: probation}
+// hold is one admitted call's slot.
+type hold struct {
+	// probation: counted among the probation calls (admitted so, or
+	// demoted); released: given back. Both under scheduler.mu.
+	probation, released bool
+	timer               *time.Timer
+}
+
+func newScheduler(calls, probation int, demoteAfter time.Duration) *scheduler {
+	return &scheduler{healthyCap: calls, probationCap: probation, demoteAfter: demoteAfter}
 }
 
 // defaultMaxCalls and defaultProbationCalls size the scheduler for this
@@ -66,13 +80,13 @@ func newScheduler(calls, probation int) *scheduler {
 func defaultMaxCalls() int       { return max(16, 4*runtime.GOMAXPROCS(0)) }
 func defaultProbationCalls() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
-// acquire waits for a turn of the class; false when ctx ended first.
-func (s *scheduler) acquire(ctx context.Context, probation bool) bool {
+// acquire waits for a turn of the class; nil when ctx ended first.
+func (s *scheduler) acquire(ctx context.Context, probation bool) *hold {
 	s.mu.Lock()
 	if s.freeLocked(probation) && len(s.healthyQ) == 0 && (!probation || len(s.probQ) == 0) {
-		s.admitLocked(probation)
+		h := s.admitLocked(probation)
 		s.mu.Unlock()
-		return true
+		return h
 	}
 	w := &waiter{probation: probation, ready: make(chan struct{})}
 	if probation {
@@ -83,14 +97,14 @@ func (s *scheduler) acquire(ctx context.Context, probation bool) bool {
 	s.mu.Unlock()
 	select {
 	case <-w.ready:
-		return true
+		return w.hold
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w.admitted { // admitted as ctx ended: give the turn back
-		s.releaseLocked(probation)
-		return false
+	if w.hold != nil { // admitted as ctx ended: give the turn back
+		s.releaseLocked(w.hold)
+		return nil
 	}
 	q := &s.healthyQ
 	if probation {
@@ -102,13 +116,13 @@ func (s *scheduler) acquire(ctx context.Context, probation bool) bool {
 			break
 		}
 	}
-	return false
+	return nil
 }
 
-// release ends a turn of the class and hands the slot on.
-func (s *scheduler) release(probation bool) {
+// release ends a turn and hands the slot on.
+func (s *scheduler) release(h *hold) {
 	s.mu.Lock()
-	s.releaseLocked(probation)
+	s.releaseLocked(h)
 	s.mu.Unlock()
 }
 
@@ -119,34 +133,65 @@ func (s *scheduler) freeLocked(probation bool) bool {
 	return s.healthyRunning < s.healthyCap
 }
 
-func (s *scheduler) admitLocked(probation bool) {
+func (s *scheduler) admitLocked(probation bool) *hold {
+	h := &hold{probation: probation}
 	if probation {
 		s.probRunning++
-		return
+		return h
 	}
 	s.healthyRunning++
+	if s.demoteAfter > 0 {
+		h.timer = time.AfterFunc(s.demoteAfter, func() { s.demote(h) })
+	}
+	return h
 }
 
-// releaseLocked frees a slot, then admits waiters: healthy ones first,
-// probation ones only once no healthy call waits.
-func (s *scheduler) releaseLocked(probation bool) {
-	if probation {
+// demote moves a healthy call that has run demoteAfter into the probation
+// count: its healthy slot goes to the next healthy call, and no probation
+// call starts beside it beyond ProbationCalls. (It keeps its core: a
+// running call cannot be moved off it.)
+func (s *scheduler) demote(h *hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.released || h.probation {
+		return
+	}
+	h.probation = true
+	s.healthyRunning--
+	s.probRunning++
+	s.dispatchLocked()
+}
+
+// releaseLocked frees h's slot, then admits waiters.
+func (s *scheduler) releaseLocked(h *hold) {
+	if h.released {
+		return
+	}
+	h.released = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	if h.probation {
 		s.probRunning--
 	} else {
 		s.healthyRunning--
 	}
+	s.dispatchLocked()
+}
+
+// dispatchLocked admits waiters: healthy ones first, probation ones only
+// once no healthy call waits.
+func (s *scheduler) dispatchLocked() {
 	for len(s.healthyQ) > 0 && s.freeLocked(false) {
 		w := s.healthyQ[0]
 		s.healthyQ = s.healthyQ[1:]
-		s.admitLocked(false)
-		w.admitted = true
+		w.hold = s.admitLocked(false)
 		close(w.ready)
 	}
 	for len(s.healthyQ) == 0 && len(s.probQ) > 0 && s.freeLocked(true) {
 		w := s.probQ[0]
 		s.probQ = s.probQ[1:]
-		s.admitLocked(true)
-		w.admitted = true
+		w.hold = s.admitLocked(true)
 		close(w.ready)
 	}
 }
@@ -158,6 +203,7 @@ type turn struct {
 	// probation: the plugin was on probation (see scheduler).
 	probation bool
 	p         *plugin
+	hold      *hold
 }
 
 // onProbation reports whether the plugin's last call faulted (its
@@ -174,10 +220,11 @@ func (p *plugin) onProbation() (probation bool, n int, timedOut bool) {
 func (p *plugin) slot(ctx context.Context) (t turn, ok bool) {
 	probation, _, _ := p.onProbation()
 	start := time.Now()
-	if !p.h.sched.acquire(ctx, probation) {
+	h := p.h.sched.acquire(ctx, probation)
+	if h == nil {
 		return t, false
 	}
-	return turn{wait: time.Since(start), probation: probation, p: p}, true
+	return turn{wait: time.Since(start), probation: probation, p: p, hold: h}, true
 }
 
 // done ends the turn of a call that ran for ran and returned err.
@@ -185,7 +232,7 @@ func (t turn) done(ran time.Duration, err error) {
 	if t.p == nil {
 		return
 	}
-	t.p.h.sched.release(t.probation)
+	t.p.h.sched.release(t.hold)
 	if err == nil {
 		t.p.fair.sawSuccess(ran)
 	}

@@ -16,8 +16,8 @@ func running(s *scheduler, probation bool) int {
 	return s.healthyRunning
 }
 
-func acquireAsync(s *scheduler, ctx context.Context, probation bool) <-chan bool {
-	ch := make(chan bool, 1)
+func acquireAsync(s *scheduler, ctx context.Context, probation bool) <-chan *hold {
+	ch := make(chan *hold, 1)
 	go func() { ch <- s.acquire(ctx, probation) }()
 	return ch
 }
@@ -44,16 +44,16 @@ func waitQueued(t *testing.T, s *scheduler, n, m int) {
 // TestSchedulerClasses: a probation call never holds a healthy slot, and
 // is admitted only while no healthy call waits; waiters of a class are
 // served in arrival order; a waiter whose context ends leaves the queue.
+// (Admission is decided under the lock, in acquire and release.)
 func TestSchedulerClasses(t *testing.T) {
 	ctx := context.Background()
-	s := newScheduler(1, 1)
+	s := newScheduler(1, 1, 0)
 
 	// Probation slot held: a healthy call still starts at once.
-	if !s.acquire(ctx, true) {
-		t.Fatal("probation acquire failed")
-	}
-	if !s.acquire(ctx, false) {
-		t.Fatal("healthy acquire failed")
+	prob := s.acquire(ctx, true)
+	healthy := s.acquire(ctx, false)
+	if prob == nil || healthy == nil {
+		t.Fatal("acquire with free slots failed")
 	}
 	// Both classes full: a healthy and two probation calls wait.
 	h1 := acquireAsync(s, ctx, false)
@@ -65,8 +65,7 @@ func TestSchedulerClasses(t *testing.T) {
 
 	// The probation slot frees while a healthy call waits: no probation
 	// call starts.
-	// (Admission is decided in release, under the lock.)
-	s.release(true)
+	s.release(prob)
 	if n := running(s, true); n != 0 {
 		t.Fatalf("%d probation calls started while a healthy call waited", n)
 	}
@@ -76,11 +75,13 @@ func TestSchedulerClasses(t *testing.T) {
 	waitQueued(t, s, 1, 3)
 	// The healthy slot frees: the healthy waiter starts, then (no healthy
 	// call waits) the first probation waiter.
-	s.release(false)
-	if ok := <-h1; !ok {
+	s.release(healthy)
+	hh := <-h1
+	if hh == nil {
 		t.Fatal("healthy waiter not admitted")
 	}
-	if ok := <-p1; !ok {
+	ph := <-p1
+	if ph == nil {
 		t.Fatal("first probation waiter not admitted")
 	}
 	if n := running(s, true); n != 1 {
@@ -88,20 +89,49 @@ func TestSchedulerClasses(t *testing.T) {
 	}
 	// p3 gives up: it leaves the queue, and p2 is next.
 	cancel()
-	if ok := <-p3; ok {
+	if h := <-p3; h != nil {
 		t.Fatal("a cancelled waiter was admitted")
 	}
 	waitQueued(t, s, 0, 1)
-	s.release(true)
-	if ok := <-p2; !ok {
+	s.release(ph)
+	s.release(ph) // a second release is a no-op
+	ph2 := <-p2
+	if ph2 == nil {
 		t.Fatal("second probation waiter not admitted")
 	}
-	s.release(true)
-	s.release(false)
+	s.release(ph2)
+	s.release(hh)
+	if h, p := running(s, false), running(s, true); h != 0 || p != 0 {
+		t.Fatalf("running %d healthy, %d probation after every release", h, p)
+	}
+}
+
+// TestSchedulerDemotes: a healthy call that runs past demoteAfter gives
+// its slot to the next healthy call and holds a probation slot, so no
+// probation call starts beside it.
+func TestSchedulerDemotes(t *testing.T) {
+	ctx := context.Background()
+	s := newScheduler(1, 1, 20*time.Millisecond)
+	long := s.acquire(ctx, false)
+	next := acquireAsync(s, ctx, false)
+	h := <-next // admitted once long is demoted
+	if h == nil {
+		t.Fatal("healthy waiter not admitted after the long call was demoted")
+	}
+	if n := running(s, true); n != 1 {
+		t.Fatalf("the demoted call does not count as a probation call: %d", n)
+	}
+	p := acquireAsync(s, ctx, true)
+	waitQueued(t, s, 0, 1)
+	s.release(long)
+	if ph := <-p; ph == nil {
+		t.Fatal("probation waiter not admitted once the demoted call returned")
+	}
+	s.release(h) // h may itself have been demoted meanwhile
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.healthyRunning != 0 || s.probRunning != 0 {
-		t.Fatalf("running %d healthy, %d probation after every release", s.healthyRunning, s.probRunning)
+	if s.healthyRunning != 0 || s.probRunning != 1 {
+		t.Fatalf("running %d healthy, %d probation; want 0, 1", s.healthyRunning, s.probRunning)
 	}
 }
 

@@ -72,7 +72,7 @@ func New(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{},
-		sched: newScheduler(cfg.MaxCalls, cfg.ProbationCalls)}
+		sched: newScheduler(cfg.MaxCalls, cfg.ProbationCalls, cfg.ProbationTimeout)}
 	if cfg.CacheDir != "" {
 		if h.cache, err = newDirCache(cfg.CacheDir); err != nil {
 			return nil, fmt.Errorf("host: compilation cache %s: %w", cfg.CacheDir, err)
