@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,16 +27,18 @@ import (
 //     probation call until it returns.
 //   - Probation calls run up to Config.ProbationCalls at once (default
 //     half the cores, at least 1), and only while no healthy call is
-//     waiting for its turn. Hung and hostile plugins thus share a core or
-//     so among themselves whatever their number, and healthy plugins keep
-//     the rest.
-//   - A probation call after a timeout is cut sooner (probationTimeout):
-//     at Config.ProbationTimeout or twice the plugin's slowest successful
-//     call, whichever is longer, doubled every second consecutive fault
-//     and never above its grant. A plugin that loops until its 30 s
-//     timeout burns a core for 1 s after its first fault, not 30 s. (A
-//     plugin whose call ended by itself — a trap, over memory, over budget
-//     — keeps its timeout, so its next fault is told by the same label.)
+//     waiting for its turn; those of plugins whose version returned
+//     before wait ahead of those that never did. Hung and hostile plugins
+//     thus share a core or so among themselves whatever their number, and
+//     healthy plugins keep the rest.
+//   - A probation call after a timeout of a plugin that never returned is
+//     cut sooner (probationTimeout): at Config.ProbationTimeout, doubled
+//     every second consecutive fault and never above its grant. A plugin
+//     that loops until its 30 s timeout burns a core for 1 s after its
+//     first fault, not 30 s. (A plugin that returned before, or whose call
+//     ended by itself — a trap, over memory, over budget — keeps its
+//     timeout: a loaded machine's timeout is not made worse, and a fault
+//     is told by the same label.)
 //
 // A call's timeout starts once it holds its turn: the wait is charged
 // neither to its timeout nor to its partition leases. How long a call
@@ -57,6 +60,7 @@ type scheduler struct {
 // waiter is one call waiting for its turn.
 type waiter struct {
 	probation bool
+	proven    bool          // on probation, but its version returned before
 	ready     chan struct{} // closed when admitted
 	hold      *hold         // set when admitted, under scheduler.mu
 }
@@ -81,16 +85,25 @@ func defaultMaxCalls() int       { return max(16, 4*runtime.GOMAXPROCS(0)) }
 func defaultProbationCalls() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // acquire waits for a turn of the class; nil when ctx ended first.
-func (s *scheduler) acquire(ctx context.Context, probation bool) *hold {
+func (s *scheduler) acquire(ctx context.Context, probation, proven bool) *hold {
 	s.mu.Lock()
 	if s.freeLocked(probation) && len(s.healthyQ) == 0 && (!probation || len(s.probQ) == 0) {
 		h := s.admitLocked(probation)
 		s.mu.Unlock()
 		return h
 	}
-	w := &waiter{probation: probation, ready: make(chan struct{})}
+	w := &waiter{probation: probation, proven: proven, ready: make(chan struct{})}
 	if probation {
-		s.probQ = append(s.probQ, w)
+		// A plugin that has returned before waits ahead of those that
+		// never did (after the other proven ones).
+		i := len(s.probQ)
+		if proven {
+			i = 0
+			for i < len(s.probQ) && s.probQ[i].proven {
+				i++
+			}
+		}
+		s.probQ = slices.Insert(s.probQ, i, w)
 	} else {
 		s.healthyQ = append(s.healthyQ, w)
 	}
@@ -220,7 +233,7 @@ func (p *plugin) onProbation() (probation bool, n int, timedOut bool) {
 func (p *plugin) slot(ctx context.Context) (t turn, ok bool) {
 	probation, _, _ := p.onProbation()
 	start := time.Now()
-	h := p.h.sched.acquire(ctx, probation)
+	h := p.h.sched.acquire(ctx, probation, p.fair.proven())
 	if h == nil {
 		return t, false
 	}
@@ -264,6 +277,7 @@ type fairState struct {
 }
 
 func (f *fairState) sawSuccess(ran time.Duration) {
+	ran = max(ran, 1)
 	for {
 		old := f.slowestOK.Load()
 		if int64(ran) <= old || f.slowestOK.CompareAndSwap(old, int64(ran)) {
@@ -275,11 +289,19 @@ func (f *fairState) sawSuccess(ran time.Duration) {
 // reset forgets the record (a new version).
 func (f *fairState) reset() { f.slowestOK.Store(0) }
 
-// probationTimeout is the cut of a call after n consecutive faults: base
-// or twice the slowest success, whichever is longer, doubled every second
-// fault (restarting with the quarantine backoff), never above grant.
+// proven reports whether the plugin's current version ever returned.
+func (f *fairState) proven() bool { return f.slowestOK.Load() > 0 }
+
+// probationTimeout is the cut of a call after n consecutive faults of a
+// plugin that never returned: base, doubled every second fault
+// (restarting with the quarantine backoff), never above grant. A plugin
+// that did return keeps its grant: its timeout was more likely a loaded
+// machine's than a hang.
 func (f *fairState) probationTimeout(base, grant time.Duration, n int) time.Duration {
-	d := max(base, 2*time.Duration(f.slowestOK.Load()))
+	if f.proven() {
+		return grant
+	}
+	d := base
 	if n > 0 {
 		d <<= ((n - 1) % quarantineSteps) / 2
 	}

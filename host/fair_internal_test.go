@@ -18,7 +18,7 @@ func running(s *scheduler, probation bool) int {
 
 func acquireAsync(s *scheduler, ctx context.Context, probation bool) <-chan *hold {
 	ch := make(chan *hold, 1)
-	go func() { ch <- s.acquire(ctx, probation) }()
+	go func() { ch <- s.acquire(ctx, probation, false) }()
 	return ch
 }
 
@@ -50,8 +50,8 @@ func TestSchedulerClasses(t *testing.T) {
 	s := newScheduler(1, 1, 0)
 
 	// Probation slot held: a healthy call still starts at once.
-	prob := s.acquire(ctx, true)
-	healthy := s.acquire(ctx, false)
+	prob := s.acquire(ctx, true, false)
+	healthy := s.acquire(ctx, false, false)
 	if prob == nil || healthy == nil {
 		t.Fatal("acquire with free slots failed")
 	}
@@ -112,7 +112,7 @@ func TestSchedulerClasses(t *testing.T) {
 func TestSchedulerDemotes(t *testing.T) {
 	ctx := context.Background()
 	s := newScheduler(1, 1, 20*time.Millisecond)
-	long := s.acquire(ctx, false)
+	long := s.acquire(ctx, false, false)
 	next := acquireAsync(s, ctx, false)
 	h := <-next // admitted once long is demoted
 	if h == nil {
@@ -135,9 +135,9 @@ func TestSchedulerDemotes(t *testing.T) {
 	}
 }
 
-// TestProbationTimeout: the cut of a call on probation is the base or
-// twice the slowest success, doubled every second consecutive fault,
-// never above the grant.
+// TestProbationTimeout: the cut of a call on probation of a plugin that
+// never returned is the base, doubled every second consecutive fault,
+// never above the grant; a plugin that returned keeps its grant.
 func TestProbationTimeout(t *testing.T) {
 	var f fairState
 	grant := 30 * time.Second
@@ -152,13 +152,36 @@ func TestProbationTimeout(t *testing.T) {
 		{0, 5, 4 * time.Second},
 		{0, 7, 8 * time.Second},
 		{0, 8, time.Second}, // restarts with the backoff
-		{3 * time.Second, 1, 6 * time.Second},
-		{3 * time.Second, 7, grant},
+		{time.Millisecond, 1, grant},
 	} {
 		f.reset()
-		f.sawSuccess(tc.slowest)
+		if tc.slowest > 0 {
+			f.sawSuccess(tc.slowest)
+		}
 		if got := f.probationTimeout(time.Second, grant, tc.n); got != tc.want {
 			t.Errorf("slowest %s, %d faults: cut %s, want %s", tc.slowest, tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestProbationProvenFirst: on probation, a plugin whose version returned
+// before waits ahead of those that never did.
+func TestProbationProvenFirst(t *testing.T) {
+	ctx := context.Background()
+	s := newScheduler(1, 1, 0)
+	held := s.acquire(ctx, true, false)
+	unproven := acquireAsync(s, ctx, true)
+	waitQueued(t, s, 0, 1)
+	ch := make(chan *hold, 1)
+	go func() { ch <- s.acquire(ctx, true, true) }()
+	waitQueued(t, s, 0, 2)
+	s.release(held)
+	first := <-ch
+	if first == nil {
+		t.Fatal("the proven waiter was not admitted first")
+	}
+	s.release(first)
+	if h := <-unproven; h == nil {
+		t.Fatal("the unproven waiter was not admitted next")
 	}
 }
