@@ -36,7 +36,7 @@ func runHostile(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	sc.Size, sc.Rows = size, rows
 	sc.Notes = append(sc.Notes,
 		"Each host runs the default plugin set with timers off (every partition every interval) over 256 flow partitions; the second also has the hostile set, copied in all at once and measured from the moment every file is loaded or refused, so the window includes the hostile plugins' first calls (a 30 s infinite loop among them).",
-		"The host's scheduler (host/fair.go) runs a plugin whose last call faulted on probation: behind every healthy call, at most ProbationCalls of them at once (half the cores), cut at 1 s (doubling every second fault) instead of its timeout.")
+		"The host's scheduler (host/fair.go) runs a plugin whose last call faulted on probation: behind every healthy call, at most ProbationCalls of them at once (half the cores); after a timeout, a plugin that never returned is cut at 1 s (doubling every second fault) instead of its timeout. It decides who gets a turn, not who gets a core: a call cannot be moved off a core once it runs.")
 	return nil
 }
 
