@@ -296,7 +296,7 @@ func TestHostileSoak(t *testing.T) {
 		}
 		// The gaps in wall-clock time are the machine's too (the calls' own
 		// time, timers and threads on a loaded machine): figures, not
-		// assertions (make bench, scenario 10).
+		// assertions (make bench, scenario 11).
 		t.Logf("stock plugin %s (every %s): %d sweeps beside the hostile set; worst gap %s (%.1f× the interval), %s (%.1f×) less the previous sweep's calls beyond its interval; longest wait for a turn %s",
 			name, interval, n, worstWall.Round(time.Millisecond), float64(worstWall)/float64(interval),
 			worst.Round(time.Millisecond), float64(worst)/float64(interval), worstWait.Round(time.Millisecond))
