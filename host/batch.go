@@ -78,7 +78,7 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
 	// The turn first, then the grants: waiting for a turn spends neither
 	// the call's timeout nor its leases.
-	slotDone, ok := p.slot(ctx)
+	t, ok := p.slot(ctx)
 	if !ok {
 		for i := range out {
 			out[i] = partOutcome{fault: true, ran: true} // the host is stopping
@@ -88,7 +88,7 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 	called := false
 	defer func() {
 		if !called {
-			slotDone(0, nil)
+			t.done(0, nil)
 		}
 	}()
 	var (
@@ -127,7 +127,7 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 	start := p.h.cfg.Clock.Now()
 	var res abi.ScanBatchResult
 	called = true
-	_, err = p.invoke(ctx, m, abi.ExportScanBatch, in, caller, timeout, deadline, slotDone, func(raw []byte) error {
+	_, err = p.invoke(ctx, m, abi.ExportScanBatch, in, caller, timeout, deadline, t, func(raw []byte) error {
 		if derr := res.UnmarshalBinary(raw); derr != nil {
 			return fmt.Errorf("%w: %w", ErrBadOutput, derr)
 		} else if len(res.Results) != len(kept) {
@@ -146,7 +146,7 @@ func (p *plugin) scanChunk(ctx context.Context, cycle uint64, idxs []int, out []
 	results := make([]abi.ScanResult, len(kept))
 	for j, i := range kept {
 		recs[j] = CycleRecord{Plugin: p.name, Version: man.Version, SHA256: m.sha256, Partition: idxs[i], Cycle: cycle,
-			Host: grants[j].Host, Token: grants[j].Token, Start: start, End: end}
+			Host: grants[j].Host, Token: grants[j].Token, Start: start, End: end, Wait: t.wait, Probation: t.probation}
 		if err == nil {
 			results[j] = res.Results[j]
 		}

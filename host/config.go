@@ -131,11 +131,14 @@ type Config struct {
 	// instances together (default 128 MiB; at least one is kept), so a
 	// plugin with a large cap keeps fewer warm copies.
 	PoolBytes int64
-	// MaxCalls bounds the plugin calls running at once (default 4 per
-	// core, at least 16); HeavyCalls bounds those of heavy plugins, whose
-	// last call timed out (default half the cores, at least 1). See
-	// scheduler.
-	MaxCalls, HeavyCalls int
+	// MaxCalls bounds the calls of healthy plugins running at once
+	// (default 4 per core, at least 16); ProbationCalls bounds those of
+	// plugins on probation, whose last call faulted (default half the
+	// cores, at least 1), which run only while no healthy call waits.
+	// ProbationTimeout is the shortest cut of a call on probation (default
+	// 1 s; see scheduler in fair.go).
+	MaxCalls, ProbationCalls int
+	ProbationTimeout         time.Duration
 	// PartitionsPerCall is the most partitions one plugin call scans, when
 	// the plugin exports fabric_scan_batch (default 32, at most
 	// abi.MaxBatchPartitions; 1 makes one call per partition). The call's
@@ -208,10 +211,11 @@ func (c Config) withDefaults() (Config, error) {
 	c.QuarantineBase = cmp.Or(c.QuarantineBase, HostQuarantineBaseDefault)
 	c.PoolBytes = cmp.Or(c.PoolBytes, HostPoolBytesDefault)
 	c.MaxCalls = cmp.Or(c.MaxCalls, defaultMaxCalls())
-	c.HeavyCalls = cmp.Or(c.HeavyCalls, defaultHeavyCalls())
-	if c.MaxCalls < 1 || c.HeavyCalls < 1 || c.HeavyCalls > c.MaxCalls {
-		return c, fmt.Errorf("host: Config.MaxCalls %d, HeavyCalls %d: want 1 <= HeavyCalls <= MaxCalls", c.MaxCalls, c.HeavyCalls)
+	c.ProbationCalls = cmp.Or(c.ProbationCalls, defaultProbationCalls())
+	if c.MaxCalls < 1 || c.ProbationCalls < 1 {
+		return c, fmt.Errorf("host: Config.MaxCalls %d, ProbationCalls %d: want both >= 1", c.MaxCalls, c.ProbationCalls)
 	}
+	c.ProbationTimeout = cmp.Or(c.ProbationTimeout, HostProbationTimeoutDefault)
 	c.PartitionsPerCall = cmp.Or(c.PartitionsPerCall, HostPartitionsPerCallDefault)
 	if c.PartitionsPerCall < 1 || c.PartitionsPerCall > abi.MaxBatchPartitions {
 		return c, fmt.Errorf("host: Config.PartitionsPerCall %d: want 1..%d", c.PartitionsPerCall, abi.MaxBatchPartitions)

@@ -35,6 +35,9 @@ const (
 	// HostQuarantineBaseDefault: the first quarantine lasts this long
 	// (±10 %); each next one doubles it, for 7 steps, then it restarts.
 	HostQuarantineBaseDefault = time.Second
+	// HostProbationTimeoutDefault: the shortest cut of a call of a plugin
+	// on probation (its last call faulted; see scheduler).
+	HostProbationTimeoutDefault = time.Second
 	// HostPoolBytesDefault bounds the memory caps of one plugin version's
 	// idle instances together.
 	HostPoolBytesDefault = 128 << 20

@@ -126,12 +126,12 @@ func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo 
 	req := abi.DispatchRequest{Batch: batchNo, Completions: chunk, DeadlineMs: man.TimeoutMs, Partitions: h.cfg.Partitions}
 	in, _ := req.MarshalBinary()
 	rec := DispatchRecord{Plugin: p.name, Batch: batchNo, Completions: len(chunk), Host: h.HostID(), Start: h.cfg.Clock.Now()}
-	slotDone, ok := p.slot(ctx)
+	t, ok := p.slot(ctx)
 	if !ok {
 		return true // the host is stopping
 	}
 	var res abi.ScanResult
-	_, err := p.invoke(ctx, m, abi.ExportDispatch, in, p.caller(m, ""), timeout, leaseDeadline, slotDone, func(out []byte) error {
+	_, err := p.invoke(ctx, m, abi.ExportDispatch, in, p.caller(m, ""), timeout, leaseDeadline, t, func(out []byte) error {
 		if derr := res.UnmarshalBinary(out); derr != nil {
 			return fmt.Errorf("%w: %w", ErrBadOutput, derr)
 		}

@@ -36,12 +36,14 @@
 // size, timeout, partitions), re-read at every sweep: an initial tick, then
 // the partitions in order, up to Config.PartitionsPerCall per call
 // (fabric_scan_batch; one per call for plugins without it), start to start
-// every interval. Each call waits for its turn (the scheduler of sched.go:
-// MaxCalls at once, heavy plugins sharing HeavyCalls), then gets its own
-// deadline; a call that faults (FaultKind: trap, plugin error, timeout,
-// over memory, over output, over budget, bad output) quarantines only its
-// plugin for 2^n × base ±10 % (n counts consecutive quarantines and
-// restarts after 7), while every other plugin keeps its cadence. A new
+// every interval. Each call waits for its turn (the scheduler of fair.go:
+// MaxCalls healthy calls at once; plugins on probation, whose last call
+// faulted, share ProbationCalls behind every healthy call and are cut
+// sooner), then gets its own deadline; a call that faults (FaultKind:
+// trap, plugin error, timeout, over memory, over output, over budget, bad
+// output) quarantines only its plugin for 2^n × base ±10 % (n counts
+// consecutive quarantines and restarts after 7), while every other plugin
+// keeps its cadence. A new
 // version written over a quarantined plugin starts with a clean record.
 //
 // # Limits

@@ -149,6 +149,8 @@ type setupOpts struct {
 	policy *host.Policy
 	// quarantine is Config.QuarantineBase (0: 300 ms).
 	quarantine time.Duration
+	// probation is Config.ProbationTimeout (0: the default).
+	probation time.Duration
 }
 
 var (
@@ -200,6 +202,7 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 		Timers:            o.timers,
 		PartitionsPerCall: o.perCall,
 		Policy:            o.policy,
+		ProbationTimeout:  o.probation,
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = fixturePolicy(t)

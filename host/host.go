@@ -72,7 +72,7 @@ func New(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{},
-		sched: newScheduler(cfg.MaxCalls, cfg.HeavyCalls)}
+		sched: newScheduler(cfg.MaxCalls, cfg.ProbationCalls, cfg.ProbationTimeout)}
 	if cfg.CacheDir != "" {
 		if h.cache, err = newDirCache(cfg.CacheDir); err != nil {
 			return nil, fmt.Errorf("host: compilation cache %s: %w", cfg.CacheDir, err)
@@ -281,7 +281,7 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 			p.state, p.reason, p.fault = StateRunning, "", ""
 		}
 		p.mu.Unlock()
-		p.heavy.Store(false)
+		p.fair.reset()
 		if fixed { // the loop waits out the old version's fault: run the fix now
 			select {
 			case p.kick <- struct{}{}:

@@ -41,8 +41,8 @@ type plugin struct {
 	tracker *FailureTracker
 	stats   hostfn.Stats
 	budget  hostfn.Budget
-	// heavy: the last call ran long or timed out (see scheduler).
-	heavy atomic.Bool
+	// fair is what the scheduler keeps of the plugin (fair.go).
+	fair fairState
 	// kick wakes the loop out of a quarantine wait (a new version).
 	kick chan struct{}
 	// offBackend: the plugin needs the backend this host does not run;
@@ -268,13 +268,13 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res ab
 	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
 	// The turn first, then the grant: waiting for a turn spends neither
 	// the call's timeout nor its lease.
-	slotDone, ok := p.slot(ctx)
+	t, ok := p.slot(ctx)
 	if !ok {
 		return res, true, true // the host is stopping
 	}
 	grant, ok := p.h.beginPartition(part, timeout)
 	if !ok {
-		slotDone(0, nil)
+		t.done(0, nil)
 		return res, false, false // another host's, or being handed off
 	}
 	defer grant.End()
@@ -284,11 +284,11 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res ab
 	}
 	in, _ := req.MarshalBinary()
 	rec := CycleRecord{Plugin: p.name, Version: man.Version, SHA256: m.sha256, Partition: i, Cycle: cycle,
-		Host: grant.Host, Token: grant.Token, Start: p.h.cfg.Clock.Now()}
+		Host: grant.Host, Token: grant.Token, Start: p.h.cfg.Clock.Now(), Wait: t.wait, Probation: t.probation}
 	caller := p.caller(m, part.Tag())
 	p.stagesCalled(part.Tag())
 
-	_, err := p.invoke(ctx, m, abi.ExportScan, in, caller, timeout, grant.Deadline, slotDone, func(out []byte) error {
+	_, err := p.invoke(ctx, m, abi.ExportScan, in, caller, timeout, grant.Deadline, t, func(out []byte) error {
 		if derr := res.UnmarshalBinary(out); derr != nil {
 			return fmt.Errorf("%w: %w", ErrBadOutput, derr)
 		}
@@ -302,21 +302,23 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res ab
 	return res, fault, true
 }
 
-// invoke makes one call of export on m, holding the turn slotDone ends:
-// its deadline (timeout, capped by leaseDeadline) starts now; check
+// invoke makes one call of export on m, holding the turn t (ended here):
+// its deadline (timeout, or the turn's cut on probation, capped by
+// leaseDeadline) starts now; check
 // validates the output before the instance is pooled again; a call that
 // spent its host-call budget is a fault (over budget) whatever it
 // returned.
 func (p *plugin) invoke(ctx context.Context, m *Module, export string, in []byte, caller *hostfn.Caller,
-	timeout time.Duration, leaseDeadline time.Time, slotDone func(time.Duration, error), check func([]byte) error) ([]byte, error) {
+	timeout time.Duration, leaseDeadline time.Time, t turn, check func([]byte) error) ([]byte, error) {
 	start := time.Now()
-	cctx, cancel := p.h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+"."+export)
+	timeout, why := t.cut(timeout)
+	cctx, cancel := p.h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+"."+export+why)
 	out, err := m.call(cctx, export, in, caller, check)
 	cancel()
 	if berr := caller.OverBudget(); berr != nil && (err == nil || FaultKind(err) == "") {
 		err = fmt.Errorf("%w: %s: %w", ErrOverBudget, export, berr)
 	}
-	slotDone(time.Since(start), err)
+	t.done(time.Since(start), err)
 	return out, err
 }
 

@@ -124,6 +124,11 @@ type CycleRecord struct {
 	// partition leases off).
 	Host  string `json:"host,omitempty"`
 	Token int64  `json:"token,omitempty"`
+	// Wait is how long the call waited for its turn (the scheduler of
+	// fair.go) before Start; Probation, that it ran on probation (the
+	// plugin's previous call faulted), behind every healthy call.
+	Wait      time.Duration `json:"wait_ns,omitempty"`
+	Probation bool          `json:"probation,omitempty"`
 }
 
 // recordRing keeps the last n records.

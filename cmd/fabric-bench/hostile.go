@@ -19,15 +19,51 @@ import (
 var hostileFixtures = []string{"trap", "panic", "loop", "membomb", "hugeoutput", "badoutput", "ungranted", "legacyptr",
 	"plugerr", "bigmem", "selfgrant", "loop30", "slowhuge", "flood", "abimismatch", "noexport", "truncated", "corrupt", "notwasm"}
 
+// runHostile measures the default plugin set's sweeps alone and then
+// with the hostile set loaded beside it, in the same run (hostileCadence).
+func runHostile(ctx context.Context, e *benchEnv, sc *Scenario) error {
+	files, err := e.defaultPlugins()
+	if err != nil {
+		return err
+	}
+	if err := e.prewarm(ctx, files...); err != nil {
+		return err
+	}
+	rows, size, err := hostileCadence(ctx, e, files)
+	if err != nil {
+		return err
+	}
+	sc.Size, sc.Rows = size, rows
+	sc.Notes = append(sc.Notes,
+		"Each host runs the default plugin set with timers off (every partition every interval) over 256 flow partitions; the second also has the hostile set, copied in all at once and measured from the moment every file is loaded or refused, so the window includes the hostile plugins' first calls (a 30 s infinite loop among them).",
+		"The host's scheduler (host/fair.go) runs a plugin whose last call faulted on probation: behind every healthy call, at most ProbationCalls of them at once (half the cores); after a timeout, a plugin that never returned is cut at 1 s (doubling every second fault) instead of its timeout. It decides who gets a turn, not who gets a core: a call cannot be moved off a core once it runs.")
+	return nil
+}
+
+// cadence is what one host's window showed of the stock set.
+type cadence struct {
+	// ratio is sweeps started over sweeps due.
+	ratio float64
+	// worstGap is the largest gap between sweep starts over the plugin's
+	// interval; worstName names that plugin.
+	worstGap  float64
+	worstName string
+	// waitMax is the longest a stock call waited for its turn; calls and
+	// probation count the stock calls and those that ran on probation.
+	waitMax          time.Duration
+	calls, probation int
+	names            []string
+	// hostileProbation counts the hostile plugins' calls on probation.
+	hostileProbation int
+}
+
 // hostileCadence measures the default plugin set's sweep cadence (timers
 // off, so every plugin sweeps every interval) over a window, alone and
 // then with the hostile set loaded beside it, on the same server, and
-// returns the row. Cadence is sweeps started in the window over the
+// returns the rows. Cadence is sweeps started in the window over the
 // sweeps the intervals ask for, summed over the plugins whose interval
 // fits three times in the window.
-func hostileCadence(ctx context.Context, e *benchEnv, files []string) (Row, error) {
-	row := Row{Measure: "stock set sweep cadence (sweeps started / due) with the hostile set loaded", Versus: "the same set alone", Unit: "",
-		HigherIsBetter: true, Goal: "≥ 0.9× of the set alone"}
+func hostileCadence(ctx context.Context, e *benchEnv, files []string) ([]Row, string, error) {
 	// The operator grants each hostile plugin what it requests (so that
 	// what it does at run time is measured), but selfgrant and bigmem,
 	// refused at load; the flood gets a host-call budget.
@@ -36,7 +72,7 @@ func hostileCadence(ctx context.Context, e *benchEnv, files []string) (Row, erro
 	for _, name := range hostileFixtures {
 		f, err := e.pluginFile(name)
 		if err != nil {
-			return row, err
+			return nil, "", err
 		}
 		hostile = append(hostile, f)
 		if name == "selfgrant" || name == "bigmem" {
@@ -51,75 +87,116 @@ func hostileCadence(ctx context.Context, e *benchEnv, files []string) (Row, erro
 		}
 	}
 	window := max(3*e.size.IdleHold, 3*time.Second)
-	measure := func(extra []string) (float64, string, error) {
+	measure := func(extra []string) (cadence, error) {
+		var c cadence
 		dir, err := pluginDir(files...)
 		if err != nil {
-			return 0, "", err
+			return c, err
 		}
 		defer os.RemoveAll(dir)
 		vc, err := e.dial(ctx)
 		if err != nil {
-			return 0, "", err
+			return c, err
 		}
 		defer vc.Close()
 		if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{benchLane}}); err != nil {
-			return 0, "", err
+			return c, err
 		}
 		h, err := e.startHost(ctx, dir, vc, hostOpts{timers: host.TimerConfig{Disabled: true}, policy: &policy,
 			plugins: map[string]host.PluginConfig{"legacyptr": {Config: map[string]string{"lie": "1"}}}})
 		if err != nil {
-			return 0, "", err
+			return c, err
 		}
 		defer stopHost(h)
 		for _, f := range extra {
 			if err := copyFile(f, filepath.Join(dir, "hostile_"+filepath.Base(f))); err != nil {
-				return 0, "", err
+				return c, err
 			}
 		}
 		if len(extra) > 0 && !waitFor(ctx, time.Minute, 50*time.Millisecond, func() bool {
 			return len(h.Plugins())+len(h.Rejected()) >= len(files)+len(extra)
 		}) {
-			return 0, "", fmt.Errorf("the hostile set did not load within a minute")
+			return c, fmt.Errorf("the hostile set did not load within a minute")
 		}
 		from := time.Now()
 		sleepCtx(ctx, window)
 		to := time.Now()
 		var got, want float64
-		var names []string
 		for _, st := range h.Plugins() {
-			interval := time.Duration(st.IntervalMs) * time.Millisecond
-			if !strings.Contains(strings.Join(files, " "), "/"+st.Name+".wasm") || st.State == host.StateIdle ||
-				interval <= 0 || 3*interval > window {
+			recs := h.Records(st.Name)
+			if !strings.Contains(strings.Join(files, " "), "/"+st.Name+".wasm") {
+				for _, r := range recs {
+					if r.Probation && !r.Start.Before(from) {
+						c.hostileProbation++
+					}
+				}
 				continue
 			}
-			n := 0
-			for _, s := range sweepStarts(h.Records(st.Name)) {
-				if !s.Before(from) && s.Before(to) {
+			interval := time.Duration(st.IntervalMs) * time.Millisecond
+			if st.State == host.StateIdle || interval <= 0 || 3*interval > window {
+				continue
+			}
+			for _, r := range recs {
+				if !r.Start.Before(from) && r.Start.Before(to) {
+					c.calls++
+					c.waitMax = max(c.waitMax, r.Wait)
+					if r.Probation {
+						c.probation++
+					}
+				}
+			}
+			n, prev := 0, time.Time{}
+			for _, s := range append(sweepStarts(recs), to) {
+				if s.Before(from) {
+					prev = s
+					continue
+				}
+				if s.Before(to) {
 					n++
 				}
+				if !prev.IsZero() {
+					if g := float64(s.Sub(prev)) / float64(interval); g > c.worstGap {
+						c.worstGap, c.worstName = g, st.Name
+					}
+				}
+				prev = s
 			}
 			got += float64(n)
 			want += float64(window / interval)
-			names = append(names, st.Name)
+			c.names = append(c.names, st.Name)
 		}
 		if want == 0 {
-			return 0, "", fmt.Errorf("no stock plugin sweeps often enough for a %s window", window)
+			return c, fmt.Errorf("no stock plugin sweeps often enough for a %s window", window)
 		}
-		return got / want, strings.Join(names, ", "), nil
+		c.ratio = got / want
+		return c, nil
 	}
-	alone, names, err := measure(nil)
+	alone, err := measure(nil)
 	if err != nil {
-		return row, err
+		return nil, "", err
 	}
-	with, _, err := measure(hostile)
+	with, err := measure(hostile)
 	if err != nil {
-		return row, err
+		return nil, "", err
 	}
-	row.Fabric, row.Peer = with, alone
-	row.Note = fmt.Sprintf("sweeps started over sweeps due in a %s window, timers off (every partition every interval), 256 flow partitions; %s; hostile set: %s; alone %.2f, with the hostile set %.2f of the intervals' cadence",
-		window, names, strings.Join(hostileFixtures, " "), alone, with)
-	return row, nil
+	size := fmt.Sprintf("a %s window per host, %d stock plugins (%s); hostile set: %s", window, len(alone.names),
+		strings.Join(alone.names, ", "), strings.Join(hostileFixtures, " "))
+	rows := []Row{
+		{Measure: "stock set sweep cadence (sweeps started / due) with the hostile set loaded", Fabric: with.ratio,
+			Versus: "the same set alone, same run", Peer: alone.ratio, HigherIsBetter: true, Goal: "≥ 0.9× of the set alone",
+			Note: fmt.Sprintf("alone %.2f, with the hostile set %.2f of the intervals' cadence", alone.ratio, with.ratio)},
+		{Measure: "stock set worst gap between sweeps (× the plugin's interval) with the hostile set loaded", Fabric: with.worstGap,
+			Versus: "the same set alone, same run", Peer: alone.worstGap, Goal: "≤ 2× the interval",
+			Note: fmt.Sprintf("worst: %s with the hostile set, %s alone", with.worstName, alone.worstName)},
+		{Measure: "longest wait of a stock call for its turn (ms) with the hostile set loaded", Fabric: ms(with.waitMax),
+			Versus: "the same set alone, same run", Peer: ms(alone.waitMax), Unit: "ms",
+			Note: fmt.Sprintf("stock calls in the window: %d with the hostile set (%d on probation), %d alone; hostile calls on probation in the window: %d",
+				with.calls, with.probation, alone.calls, with.hostileProbation)},
+	}
+	return rows, size, nil
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // sweepStarts returns when each sweep in recs began, in cycle order.
 func sweepStarts(recs []host.CycleRecord) []time.Time {

@@ -17,6 +17,9 @@
 //  6. hot-swap: file written → new version serving; missed cycles
 //  7. memory: host RSS with the default plugin set
 //  8. physical limit: FCALL of a no-op, unpipelined and pipelined
+//  9. enqueue with options
+//  10. timeout detection lateness
+//  11. hostile plugins: the stock set's sweep cadence beside the hostile set
 //
 // The comparison workloads run in bench/peers, a separate Go module, so
 // the product module does not depend on asynq or River.
@@ -137,6 +140,7 @@ var scenarios = []scenarioDef{
 	{7, "Memory", runMemory},
 	{9, "Enqueue with options", runEnqueueOpts},
 	{10, "Timeout detection lateness", runExpiry},
+	{11, "Hostile plugins beside the stock set", runHostile},
 }
 
 func main() {

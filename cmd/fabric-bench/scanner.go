@@ -105,12 +105,6 @@ func runScannerCost(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	}
 	sc.Rows = append(sc.Rows, row)
 
-	// The default set's cadence beside the hostile set.
-	if hrow, err := hostileCadence(ctx, e, files); err != nil {
-		sc.Rows = append(sc.Rows, Row{Measure: "stock set sweep cadence with the hostile set loaded", Missing: "not measured: " + err.Error()})
-	} else {
-		sc.Rows = append(sc.Rows, hrow)
-	}
 	sc.Notes = append(sc.Notes,
 		"wasm: the host's scanner loop (Extism calls of up to 32 partitions each, timeout context, host functions, cycle records); native: the same pdk scan function called in a loop over a pdk.Host backed by the same Valkey client (host.NativeHost); both scan the lane \"default\".",
 		"The idle-commands ratio compares different amounts of maintenance: fabric's set sweeps 256 partitions per scanner, asynq's server polls its queues and runs its forwarder, recoverer, janitor, syncer and heartbeater.")

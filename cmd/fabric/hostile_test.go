@@ -90,8 +90,12 @@ func procStatus(t *testing.T, field string) int64 {
 
 // TestHostileSoak loads the hostile set at once beside the stock Valkey
 // plugin set while the demo workload runs, for a bounded time: the host
-// stays up, no stock plugin is quarantined, every stock plugin's sweeps
-// stay within 2× its interval (from the host's cycle records), every
+// stays up, no stock plugin is quarantined or ever runs on probation
+// (behind the healthy calls, where the hostile plugins' calls queue),
+// the host schedules every stock plugin's sweeps within 2× its interval
+// (from the host's cycle records: no sweep waits longer than its interval
+// for its turn; the wall-clock gaps, which a loaded machine stretches
+// whatever the host does, are logged), every
 // hostile plugin is refused or quarantined with its exact reason in
 // /plugins and /metrics, and the process's peak RSS stays within its
 // baseline plus the memory caps the hostile plugins were granted.
@@ -241,50 +245,69 @@ func TestHostileSoak(t *testing.T) {
 	}
 	end := time.Now()
 
-	// No stock plugin was quarantined; every sweeping stock plugin kept
-	// within 2× its interval since the hostile set arrived.
+	// No stock plugin was quarantined, none ran a call on probation (so
+	// none ever queued behind a hostile plugin: see host/fair.go), and
+	// the host scheduled every sweep of a stock plugin within 2× its
+	// interval since the hostile set arrived (sweepGaps).
 	for _, name := range stockNames {
 		st, ok := h.Plugin(name)
 		if !ok {
 			t.Errorf("stock plugin %s is not loaded", name)
 			continue
 		}
+		recs := h.Records(name)
 		if st.Faults != 0 || st.State == host.StateQuarantined {
-			t.Errorf("stock plugin %s was quarantined: %d faults, %v, reason %q", name, st.Faults, st.FaultKinds, st.Reason)
+			var errs []string
+			for _, r := range recs {
+				if r.Error != "" {
+					errs = append(errs, fmt.Sprintf("cycle %d at %s after the hostile set, ran %s: %s", r.Cycle,
+						r.Start.Sub(loadedAt).Round(time.Millisecond), r.End.Sub(r.Start).Round(time.Millisecond), r.Error))
+				}
+			}
+			t.Errorf("stock plugin %s was quarantined: %d faults, %v, reason %q: %s", name, st.Faults, st.FaultKinds, st.Reason, strings.Join(errs, "; "))
+		}
+		for _, r := range recs {
+			if r.Probation {
+				t.Errorf("stock plugin %s ran a call on probation: %+v", name, r)
+				break
+			}
 		}
 		if st.State != host.StateRunning || st.Cycles == 0 {
 			continue // a dispatcher driven by completions: no sweeps
 		}
 		interval := time.Duration(st.IntervalMs) * time.Millisecond
-		starts := sweepStarts(h.Records(name))
-		// The bound is 2× the interval, or 2× the worst gap the same
-		// plugin showed before the hostile set arrived when the machine
-		// (CI runs other packages beside this one) was already slower
-		// than that: the hostile set must not make the cadence worse.
-		bound, prev := 2*interval, time.Time{}
-		for _, s := range starts {
-			if s.Before(loadedAt) {
-				if !prev.IsZero() {
-					bound = max(bound, 2*s.Sub(prev))
-				}
-				prev = s
-			}
-		}
-		prev = time.Time{}
-		for _, s := range append(starts, end) {
-			if s.Before(loadedAt) {
-				prev = s
+		n, worst, worstWall, worstWait := 0, time.Duration(0), time.Duration(0), time.Duration(0)
+		for _, g := range sweepGaps(recs, interval) {
+			if g.start.Before(loadedAt) {
 				continue
 			}
-			if !prev.IsZero() && s.Sub(prev) > bound {
-				// A timing figure, logged: performance is measured by make
-				// bench (scenario 5's cadence row), never asserted in tests;
-				// the faults and quarantines above are the assertions.
-				t.Logf("stock plugin %s: %s between sweeps (at %s), over %s (2× its %s interval or its worst gap before)", name,
-					s.Sub(prev).Round(time.Millisecond), s.Sub(loadedAt).Round(time.Millisecond), bound, interval)
+			n++
+			worst, worstWall, worstWait = max(worst, g.scheduled), max(worstWall, g.wall), max(worstWait, g.wait)
+			// What the host's scheduling adds to a sweep's interval is the
+			// wait for its turn: the hostile plugins' calls, behind every
+			// healthy one, must never make it more than the interval.
+			if g.wait > interval {
+				t.Errorf("stock plugin %s: sweep %d (at %s after the hostile set) waited %s for its turn, more than its %s interval: the host scheduled it over 2× its interval after the previous one",
+					name, g.cycle, g.start.Sub(loadedAt).Round(time.Millisecond), g.wait.Round(time.Millisecond), interval)
 			}
-			prev = s
 		}
+		if n == 0 && 2*interval < end.Sub(loadedAt) {
+			t.Errorf("stock plugin %s (every %s) did not sweep in the %s after the hostile set arrived", name, interval, end.Sub(loadedAt).Round(time.Second))
+		}
+		// The gaps in wall-clock time are the machine's too (the calls' own
+		// time, timers and threads on a loaded machine): figures, not
+		// assertions (make bench, scenario 11).
+		t.Logf("stock plugin %s (every %s): %d sweeps beside the hostile set; worst gap %s (%.1f× the interval), %s (%.1f×) less the previous sweep's calls beyond its interval; longest wait for a turn %s",
+			name, interval, n, worstWall.Round(time.Millisecond), float64(worstWall)/float64(interval),
+			worst.Round(time.Millisecond), float64(worst)/float64(interval), worstWait.Round(time.Millisecond))
+	}
+	// The hung plugin's calls after its first timeout were cut sooner.
+	var cut bool
+	for _, r := range h.Records("loop30") {
+		cut = cut || (r.Probation && strings.Contains(r.Error, "on probation after"))
+	}
+	if !cut {
+		t.Errorf("loop30 was never cut sooner on probation: %+v", h.Records("loop30"))
 	}
 
 	// The self-granting plugin wrote nothing.
@@ -412,22 +435,63 @@ func other(kinds map[string]int64, want string, slow bool) bool {
 	return false
 }
 
-// sweepStarts returns when each sweep in recs began, in order.
-func sweepStarts(recs []host.CycleRecord) []time.Time {
-	first := map[uint64]time.Time{}
+// sweepGap is the gap between one sweep of a plugin and the previous one.
+type sweepGap struct {
+	cycle uint64
+	// start is when the sweep's first call began (after its turn).
+	start time.Time
+	// wall is the gap between the two sweeps' starts; scheduled is the
+	// same less the time the previous sweep's calls ran past the interval
+	// (the loop starts the next sweep once the previous one ended): what
+	// the host's scheduling made of the interval, which the issue bounds
+	// by 2× the interval.
+	wall, scheduled time.Duration
+	// wait is how long the sweep's first call waited for its turn.
+	wait time.Duration
+}
+
+// sweepGaps returns the gaps between consecutive sweeps in recs (the
+// host's cycle records of one plugin), in cycle order. A sweep's running
+// time counts from its first call's start to its last call's end, less
+// the waits for a turn of its later calls (those are the host's).
+func sweepGaps(recs []host.CycleRecord, interval time.Duration) []sweepGap {
+	type sweep struct {
+		start, end  time.Time
+		wait, waits time.Duration // the first call's; the later calls'
+		calls       map[time.Time]time.Duration
+	}
+	by := map[uint64]*sweep{}
 	var cycles []uint64
 	for _, r := range recs {
-		s, ok := first[r.Cycle]
+		s, ok := by[r.Cycle]
 		if !ok {
+			s = &sweep{start: r.Start, end: r.End, wait: r.Wait, calls: map[time.Time]time.Duration{}}
+			by[r.Cycle] = s
 			cycles = append(cycles, r.Cycle)
 		}
-		if !ok || r.Start.Before(s) {
-			first[r.Cycle] = r.Start
+		s.calls[r.Start] = r.Wait // one call, one start (a batch call's partitions share it)
+		if r.Start.Before(s.start) {
+			s.start, s.wait = r.Start, r.Wait
+		}
+		if r.End.After(s.end) {
+			s.end = r.End
 		}
 	}
-	out := make([]time.Time, 0, len(cycles))
-	for _, c := range cycles {
-		out = append(out, first[c])
+	slices.Sort(cycles)
+	var out []sweepGap
+	for i := 1; i < len(cycles); i++ {
+		prev, cur := by[cycles[i-1]], by[cycles[i]]
+		if cycles[i] != cycles[i-1]+1 {
+			continue // a sweep left no record (the host held no partition)
+		}
+		for start, w := range prev.calls {
+			if start != prev.start {
+				prev.waits += w
+			}
+		}
+		over := max(0, prev.end.Sub(prev.start)-prev.waits-interval)
+		wall := cur.start.Sub(prev.start)
+		out = append(out, sweepGap{cycle: cycles[i], start: cur.start, wall: wall, scheduled: wall - over, wait: cur.wait})
 	}
 	return out
 }
