@@ -16,8 +16,12 @@ import (
 const HostCacheMaxBytesDefault int64 = 2 << 30
 
 // cacheRecentUse protects entries read this recently from pruning: the
-// plugins being loaded now.
-const cacheRecentUse = time.Hour
+// plugins being loaded now. Under relatime (Linux's default) a read
+// advances an entry's access time only when it is a day old, so anything
+// shorter than a day would prune entries read a minute ago (seen: test
+// hosts evicting one another's compiled fixtures, each then recompiled
+// under -race).
+const cacheRecentUse = 25 * time.Hour
 
 // CachePruneResult is what PruneCompilationCache did.
 type CachePruneResult struct {
@@ -35,7 +39,7 @@ type CachePruneResult struct {
 // plugin), so a host that hot-swaps for months would otherwise fill its
 // disk. Use is the entry's access time (under relatime it advances at
 // least daily on read) or its modification time, whichever is later;
-// entries used within the last hour are kept whatever the size, and a
+// entries used within the last 25 hours are kept whatever the size, and a
 // deleted entry only costs a recompile. A missing dir is no error.
 func PruneCompilationCache(dir string, maxBytes int64, now time.Time) (CachePruneResult, error) {
 	type entry struct {
