@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,8 +184,22 @@ func TestHostLifecycle(t *testing.T) {
 
 	t.Run("StopKillsCallInFlight", func(t *testing.T) {
 		t.Parallel()
-		// looper never returns; with a 30 s timeout only Stop can end its call.
-		b := setup(t, setupOpts{fixtures: []string{"loop"}, plugins: map[string]host.PluginConfig{"looper": {Timeout: 30 * time.Second}}})
+		// looper never returns; with a 30 s timeout only Stop can end its
+		// call. The grant must allow 30 s too: the host caps a plugin's
+		// timeout by its grant (the fixtures are granted what they
+		// request, 200 ms, under which looper would time out and be
+		// quarantined again and again).
+		pol := *fixturePolicy(t)
+		pol.Plugins = maps.Clone(pol.Plugins)
+		g := pol.Plugins["looper"]
+		g.TimeoutMs = 30_000
+		pol.Plugins["looper"] = g
+		b := setup(t, setupOpts{fixtures: []string{"loop"}, policy: &pol, plugins: map[string]host.PluginConfig{"looper": {Timeout: 30 * time.Second}}})
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("files: %+v\nplugins: %+v\nlog:\n%s", b.host.Files(), b.host.Plugins(), b.logs.Grep(50, "loop", "WARN", "ERROR"))
+			}
+		})
 		valkeytest.Eventually(t, 30*time.Second, "looper is running", func() bool {
 			st, ok := b.host.Plugin("looper")
 			return ok && st.State == host.StateRunning
