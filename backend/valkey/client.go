@@ -261,7 +261,26 @@ func (c *Client) reload(ctx context.Context, cause error) error {
 
 // ServerTime returns the server's clock in milliseconds (TIME).
 func (c *Client) ServerTime(ctx context.Context) (int64, error) {
-	arr, err := c.c.Do(ctx, c.c.B().Time().Build()).AsIntSlice()
+	ms, err := serverTimeOn(ctx, c.c)
+	if err == nil || !c.cluster {
+		return ms, err
+	}
+	// A keyless command goes to any node the cluster client knows, which
+	// after a failover may be the dead primary: ask a reachable one.
+	nodes, perr := c.Primaries(ctx)
+	if perr != nil {
+		return 0, err
+	}
+	for _, n := range nodes {
+		if ms, nerr := serverTimeOn(ctx, n.Client); nerr == nil {
+			return ms, nil
+		}
+	}
+	return 0, err
+}
+
+func serverTimeOn(ctx context.Context, node vk.Client) (int64, error) {
+	arr, err := node.Do(ctx, node.B().Time().Build()).AsIntSlice()
 	if err != nil || len(arr) != 2 {
 		return 0, fmt.Errorf("valkey: TIME: %w", err)
 	}
