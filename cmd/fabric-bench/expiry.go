@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -109,36 +108,11 @@ func expiryLateness(ctx context.Context, e *benchEnv, m expiryMode, n int, sprea
 	created := time.Since(t0)
 
 	// Watch lease histories: the detection's XADD names the execution.
-	raw := e.stats.Raw()
-	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "Kt").Build()).Error(); err != nil {
-		return nil, "", err
-	}
-	defer raw.Do(context.WithoutCancel(ctx), raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "").Build())
-	opt, err := vk.ParseURL(e.vsrv.URL())
+	events, stopWatch, err := e.watchKeyspace(ctx, db, "Kt", "*lease:history", "xadd", 4*n+16)
 	if err != nil {
 		return nil, "", err
 	}
-	opt.DisableCache = true
-	sub, err := vk.NewClient(opt)
-	if err != nil {
-		return nil, "", err
-	}
-	defer sub.Close()
-	type event struct {
-		key string
-		at  time.Time
-	}
-	events := make(chan event, 4*n+16)
-	subCtx, stopSub := context.WithCancel(ctx)
-	defer stopSub()
-	prefix := fmt.Sprintf("__keyspace@%d__:", db)
-	go func() {
-		_ = sub.Receive(subCtx, sub.B().Psubscribe().Pattern(prefix+"*lease:history").Build(), func(msg vk.PubSubMessage) {
-			if msg.Message == "xadd" {
-				events <- event{key: strings.TrimPrefix(msg.Channel, prefix), at: time.Now()}
-			}
-		})
-	}()
+	defer stopWatch()
 
 	plugins := map[string]host.PluginConfig{m.plugin: {}}
 	h, err := e.startHost(ctx, dir, vc, hostOpts{plugins: plugins, observer: stages})

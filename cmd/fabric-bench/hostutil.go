@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
@@ -127,4 +130,48 @@ func waitFor(ctx context.Context, d, step time.Duration, cond func() bool) bool 
 		sleepCtx(ctx, step)
 	}
 	return true
+}
+
+// keyEvent is one keyspace notification: the key it names and when it
+// arrived.
+type keyEvent struct {
+	key string
+	at  time.Time
+}
+
+// watchKeyspace turns on notify-keyspace-events flags on the bench
+// server (off again by stop), subscribes a client of its own to the
+// keyspace channels of db matching pattern, and sends every notification
+// of operation op on the returned channel (buffered buf). stop ends the
+// subscription and restores the flags.
+func (e *benchEnv) watchKeyspace(ctx context.Context, db int, flags, pattern, op string, buf int) (<-chan keyEvent, func(), error) {
+	raw := e.stats.Raw()
+	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", flags).Build()).Error(); err != nil {
+		return nil, nil, err
+	}
+	restore := func() {
+		raw.Do(context.WithoutCancel(ctx), raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "").Build())
+	}
+	opt, err := vk.ParseURL(e.vsrv.URL())
+	if err != nil {
+		restore()
+		return nil, nil, err
+	}
+	opt.DisableCache = true
+	sub, err := vk.NewClient(opt)
+	if err != nil {
+		restore()
+		return nil, nil, err
+	}
+	events := make(chan keyEvent, buf)
+	subCtx, cancel := context.WithCancel(ctx)
+	prefix := fmt.Sprintf("__keyspace@%d__:", db)
+	go func() {
+		_ = sub.Receive(subCtx, sub.B().Psubscribe().Pattern(prefix+pattern).Build(), func(msg vk.PubSubMessage) {
+			if msg.Message == op {
+				events <- keyEvent{key: strings.TrimPrefix(msg.Channel, prefix), at: time.Now()}
+			}
+		})
+	}()
+	return events, func() { cancel(); sub.Close(); restore() }, nil
 }

@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
-
-	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
@@ -108,38 +105,15 @@ func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode, stages *
 	defer os.RemoveAll(dir)
 
 	// Watch eligible indexes: every ZADD is one promotion.
-	raw := e.stats.Raw()
-	if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "Kz").Build()).Error(); err != nil {
-		return nil, "", err
-	}
-	defer raw.Do(context.WithoutCancel(ctx), raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "").Build())
-	opt, err := vk.ParseURL(e.vsrv.URL())
+	events, stopWatch, err := e.watchKeyspace(ctx, db, "Kz", "ff:idx:*:lane:"+benchLane+":eligible", "zadd", n+16)
 	if err != nil {
 		return nil, "", err
 	}
-	opt.DisableCache = true
-	sub, err := vk.NewClient(opt)
-	if err != nil {
-		return nil, "", err
-	}
-	defer sub.Close()
-	type event struct {
-		key string
-		at  time.Time
-	}
-	events := make(chan event, n+16)
-	subCtx, stopSub := context.WithCancel(ctx)
-	defer stopSub()
-	prefix := fmt.Sprintf("__keyspace@%d__:", db)
+	defer stopWatch()
+	subCtx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
 	subscribed := make(chan struct{})
 	var once sync.Once
-	go func() {
-		_ = sub.Receive(subCtx, sub.B().Psubscribe().Pattern(prefix+"ff:idx:*:lane:"+benchLane+":eligible").Build(), func(msg vk.PubSubMessage) {
-			if msg.Message == "zadd" {
-				events <- event{key: strings.TrimPrefix(msg.Channel, prefix), at: time.Now()}
-			}
-		})
-	}()
 	go func() {
 		// Receive has no subscribed hook: confirm with a probe ZADD.
 		probe := model.KeysOn(model.Partition{Family: model.FamilyFlow, Index: 0}).LaneEligible(benchLane)
