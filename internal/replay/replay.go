@@ -100,7 +100,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("replay: %s: %w", cfg.Wasm, err)
 	}
 	man := in.Manifest
-	if man.PartitionFamily().Prefix() != strings.Trim(strings.SplitN(cs.Tag, ":", 2)[0], "{") {
+	part, _ := ParsePartition(cs.Tag, cs.Partitions) // Validate parsed it
+	if man.PartitionFamily() != part.Family {
 		return nil, fmt.Errorf("replay: %s sweeps %s partitions; the case is of %s", man.Name, man.PartitionFamily(), cs.Tag)
 	}
 
@@ -172,9 +173,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("replay: %s did not finish a sweep within %s (state %s: %s)", man.Name, cfg.Timeout, st.State, st.Reason)
 	}
 	res := &Result{Plugin: man.Name, Version: sweep.Version, Actions: rec.lines()}
-	p, _ := ParsePartition(cs.Tag, cs.Partitions)
 	for _, r := range h.Records(man.Name) { // before Stop unloads the plugin
-		if r.Partition == int(p.Index) {
+		if r.Partition == int(part.Index) {
 			res.Scan = r.Result
 		}
 	}
