@@ -66,6 +66,13 @@ func (w *Worker) initSpread(ctx context.Context) error {
 		return err
 	}
 	w.spread.setChoice(choice, w.parts, w.cfg.Clock())
+	// Workers of one lane start their round robin at different windows,
+	// so that they do not read (and race for) the same heads in step.
+	w.spread.mu.Lock()
+	if n := len(w.spread.parts); n > 0 {
+		w.spread.cursor = int(model.FNV1a64(w.cfg.InstanceID) % uint64(n))
+	}
+	w.spread.mu.Unlock()
 	for _, l := range w.cfg.Lanes {
 		if !choice[l].Spread {
 			continue

@@ -22,6 +22,8 @@ import (
 type nodeSample struct {
 	calls int64
 	cpu   cpuSample
+	// byCmd and usec are calls and server µs per command name.
+	byCmd, usec map[string]int64
 }
 
 // sampleNode reads a node's command count and CPU time.
@@ -30,15 +32,21 @@ func sampleNode(ctx context.Context, c vk.Client) (nodeSample, error) {
 	if err != nil {
 		return nodeSample{}, fmt.Errorf("INFO commandstats: %w", err)
 	}
-	var out nodeSample
+	out := nodeSample{byCmd: map[string]int64{}, usec: map[string]int64{}}
 	for _, line := range strings.Split(s, "\n") {
-		_, rest, ok := strings.Cut(line, ":calls=")
-		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
-		num, _, _ := strings.Cut(rest, ",")
+		name = strings.TrimPrefix(name, "cmdstat_")
+		num, rest, _ := strings.Cut(rest, ",")
 		v, _ := strconv.ParseInt(num, 10, 64)
 		out.calls += v
+		out.byCmd[name] = v
+		if _, u, ok := strings.Cut(rest, "usec="); ok {
+			u, _, _ = strings.Cut(u, ",")
+			out.usec[name], _ = strconv.ParseInt(u, 10, 64)
+		}
 	}
 	s, err = c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
 	if err != nil {
@@ -69,6 +77,9 @@ type spreadRun struct {
 	// cpuPerExec each node's CPU µs per execution.
 	share, cpuPerExec []float64
 	calls             int64
+	// cmds and usec are calls and server µs per execution by command,
+	// summed over the nodes.
+	cmds, usec map[string]float64
 }
 
 // runSpread measures one lane on a 3-primary cluster: a default lane (one
@@ -134,8 +145,11 @@ func runSpread(ctx context.Context, e *benchEnv, sc *Scenario) error {
 			sc.Rows = append(sc.Rows, Row{Measure: fmt.Sprintf("share of server commands, node %d, %s", i+1, kind),
 				Fabric: 100 * s, Peer: nan(), Unit: "%", Goal: goal})
 		}
-		sc.Notes = append(sc.Notes, fmt.Sprintf("%s: %s of %d server commands (%s per execution)%s",
-			kind, pct(r.share), r.calls, fmtNum(float64(r.calls)/float64(max(r.done, 1)), ""), r.cappedNote()))
+		_, topCalls := topCommands(r.cmds, 5)
+		usec, topUsec := topCommands(r.usec, 5)
+		sc.Notes = append(sc.Notes, fmt.Sprintf("%s: %s of %d server commands (%s per execution: %s); commandstats µs per execution %s (%s)%s",
+			kind, pct(r.share), r.calls, fmtNum(float64(r.calls)/float64(max(r.done, 1)), ""), topCalls,
+			fmtNum(usec, ""), topUsec, r.cappedNote()))
 	}
 	s, o := runs[spread], runs[one]
 	sc.Rows = append(sc.Rows, Row{Measure: "executions/s, one spread lane on 3 nodes", Fabric: s.rate(),
@@ -226,10 +240,17 @@ func spreadE2E(ctx context.Context, e *benchEnv, vc *valkey.Client, client *sdk.
 	r.share = make([]float64, len(nodes))
 	r.cpuPerExec = make([]float64, len(nodes))
 	calls := make([]int64, len(nodes))
+	r.cmds, r.usec = map[string]float64{}, map[string]float64{}
 	for i, c := range nodes {
 		s, err := sampleNode(ctx, c)
 		if err != nil {
 			return nil, err
+		}
+		for k, v := range perJob(before[i].byCmd, s.byCmd, r.done) {
+			r.cmds[k] += v
+		}
+		for k, v := range perJob(before[i].usec, s.usec, r.done) {
+			r.usec[k] += v
 		}
 		calls[i] = s.calls - before[i].calls
 		r.calls += calls[i]
