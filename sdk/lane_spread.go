@@ -63,7 +63,7 @@ func (c *Client) LaneSpread(ctx context.Context, lane string) (model.LaneSpread,
 	if c.vc == nil {
 		return model.LaneSpread{}, nil
 	}
-	now := time.Now()
+	now := c.clock()
 	if s, ok := c.spreads.get(lane, now); ok {
 		return s, nil
 	}
@@ -109,7 +109,7 @@ func (c *Client) SetLaneSpread(ctx context.Context, lane string, s model.LaneSpr
 	if err := raw.Do(ctx, cmd.Build()).Error(); err != nil {
 		return fmt.Errorf("sdk: set lane %q spread: %w", lane, err)
 	}
-	c.spreads.put(lane, s, time.Now())
+	c.spreads.put(lane, s, c.clock())
 	return nil
 }
 

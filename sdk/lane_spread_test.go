@@ -2,7 +2,10 @@ package sdk_test
 
 import (
 	"errors"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
@@ -70,5 +73,79 @@ func TestLaneSpreadChoice(t *testing.T) {
 	}
 	if err := a.c.SetLaneSpread(a.ctx, "", model.LaneSpread{Spread: true}); !errors.Is(err, sdk.ErrInvalidInput) {
 		t.Fatalf("bad lane name: %v", err)
+	}
+}
+
+// TestLaneSpreadInvalidation: a producer and a worker that read a lane's
+// choice before it changed pick the change up once LaneSpreadTTL has
+// passed on their clocks, not before.
+func TestLaneSpreadInvalidation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	lane := "lsi-" + model.NewUUID().String()[:8]
+	prod, err := sdk.NewClient(b.ctx, sdk.ClientConfig{Backend: b.vc, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := b.vc.Partitions().SoloPartition(lane)
+	if id, err := prod.CreateExecution(b.ctx, sdk.ExecutionSpec{Lane: lane}); err != nil || id.Partition() != home {
+		t.Fatalf("before the change: %s, %v", id, err)
+	}
+	w := b.worker(t, sdk.WorkerConfig{WorkerID: "lsi", Lanes: []string{lane}, Clock: clock, DisableNotifications: true})
+	if got := w.SpreadPartitions(); len(got) != 0 {
+		t.Fatalf("worker of a default lane reads spread partitions %v", got)
+	}
+	if err := b.c.SetLaneSpread(b.ctx, lane, model.LaneSpread{Spread: true, K: 4}); err != nil {
+		t.Fatal(err)
+	}
+	advance(sdk.LaneSpreadTTL - time.Second)
+	if id, err := prod.CreateExecution(b.ctx, sdk.ExecutionSpec{Lane: lane}); err != nil || id.Partition() != home {
+		t.Fatalf("within the TTL: %s, %v (want the cached default)", id, err)
+	}
+	first, err := w.ClaimNext(b.ctx)
+	if err != nil || first == nil {
+		t.Fatalf("claim within the TTL: %v, %v", first, err)
+	}
+	if err := first.Complete(b.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.SpreadPartitions(); len(got) != 0 {
+		t.Fatalf("worker within the TTL reads spread partitions %v", got)
+	}
+	advance(2 * time.Second)
+	seen := map[model.Partition]bool{}
+	for range 40 {
+		id, err := prod.CreateExecution(b.ctx, sdk.ExecutionSpec{Lane: lane})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[id.Partition()] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("after the TTL 40 executions on %v, want the lane's 4 spread partitions", seen)
+	}
+	claimed := 1
+	for range 50 {
+		l, err := w.ClaimNext(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l == nil {
+			break
+		}
+		claimed++
+		if err := l.Complete(b.ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := w.SpreadPartitions(); len(got) != 4 || !slices.Contains(got, home) {
+		t.Fatalf("worker after the TTL reads %v, want the lane's 4 partitions", got)
+	}
+	if claimed != 42 {
+		t.Fatalf("worker claimed %d of 42 (before and after the change)", claimed)
 	}
 }
