@@ -16,7 +16,8 @@ import (
 // another producer is not seen until LaneSpreadTTL), its own change takes
 // effect at once; idempotent enqueues of a spread lane find the first
 // execution; a default lane stays on FlowFabric's partition; a bad stored
-// value fails the enqueue instead of placing the execution elsewhere.
+// value fails the enqueue instead of placing the execution elsewhere, while
+// a worker of that lane still connects.
 func TestLaneSpreadChoice(t *testing.T) {
 	t.Parallel()
 	a := setup(t, 0)
@@ -70,6 +71,11 @@ func TestLaneSpreadChoice(t *testing.T) {
 	}
 	if _, err := a.c.CreateExecution(a.ctx, sdk.ExecutionSpec{Lane: bad}); err == nil {
 		t.Fatal("a lane with an unknown partitioner accepted an execution")
+	}
+	if w, err := sdk.Connect(a.ctx, a.vc, sdk.WorkerConfig{WorkerID: "ls-bad", Lanes: []string{bad}}); err != nil {
+		t.Fatalf("a worker of a lane with an unreadable config: %v (want it to serve the lane's home partition)", err)
+	} else if err := w.Close(a.ctx); err != nil {
+		t.Fatal(err)
 	}
 	if err := a.c.SetLaneSpread(a.ctx, "", model.LaneSpread{Spread: true}); !errors.Is(err, sdk.ErrInvalidInput) {
 		t.Fatalf("bad lane name: %v", err)

@@ -34,7 +34,8 @@ type spreadLanes struct {
 }
 
 // readSpreads reads the solo-partitioner choice of every lane of the
-// worker in one round trip.
+// worker in one round trip. A stored value that does not parse is logged
+// and read as the default.
 func (w *Worker) readSpreads(ctx context.Context) (map[string]model.LaneSpread, error) {
 	raw := w.vc.Raw()
 	cmds := make(vk.Commands, len(w.cfg.Lanes))
@@ -49,7 +50,10 @@ func (w *Worker) readSpreads(ctx context.Context) (map[string]model.LaneSpread, 
 		}
 		s, err := model.ParseLaneSpread(m)
 		if err != nil {
-			return nil, fmt.Errorf("sdk: lane %q: %w", w.cfg.Lanes[i], err)
+			// Producers refuse to enqueue on such a lane; the worker keeps
+			// serving what is there: its home partition and, when the lane
+			// spread before, its spread partitions (setChoice keeps them).
+			w.log.Warn("lane config unreadable; reading the lane as FlowFabric's default", "lane", w.cfg.Lanes[i], "error", err)
 		}
 		out[w.cfg.Lanes[i]] = s
 	}
