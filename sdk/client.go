@@ -55,6 +55,8 @@ type Client struct {
 	// lanes are the lanes this client has registered in the lane
 	// registry (model.KeyLanesIndex), so each costs one SADD per client.
 	lanes sync.Map
+	// spreads caches lanes' solo-partitioner choices (LaneSpreadTTL).
+	spreads laneSpreadCache
 }
 
 // NewClient returns a Client bound to the deployment's partition config,
@@ -178,7 +180,7 @@ func (c *Client) CreateExecution(ctx context.Context, spec ExecutionSpec) (model
 	if err := spec.validate(); err != nil {
 		return "", err
 	}
-	p, err := c.createParams(&spec)
+	p, err := c.createParams(ctx, &spec)
 	if err != nil {
 		return "", err
 	}
@@ -210,10 +212,13 @@ func (c *Client) registerLane(ctx context.Context, lane string) error {
 	return nil
 }
 
-func (c *Client) createParams(spec *ExecutionSpec) (*valkey.CreateExecutionParams, error) {
+func (c *Client) createParams(ctx context.Context, spec *ExecutionSpec) (*valkey.CreateExecutionParams, error) {
 	id := spec.ID
 	if id == "" {
-		id = c.parts.NewSoloExecutionID(spec.Lane)
+		var err error
+		if id, err = c.mintSoloID(ctx, spec); err != nil {
+			return nil, err
+		}
 	} else if id.Partition().Index >= c.parts.Flow {
 		return nil, invalid("id", "partition %d is outside the deployment's %d flow partitions", id.Partition().Index, c.parts.Flow)
 	}

@@ -58,6 +58,11 @@
 //     their reads. Budget and quota admission at claim time are the
 //     scheduler's job and are not applied here, as in FlowFabric's SDK;
 //     a handler applies a quota itself with [Job.Admit] or [Admitting].
+//   - A lane's executions outside flows live on one partition (one node of
+//     a cluster) unless [Client.SetLaneSpread] spreads the lane over many:
+//     producers then place each on one of the lane's partitions (the choice
+//     is read from the lane's configuration hash, cached for
+//     [LaneSpreadTTL]) and workers read those partitions round robin.
 //   - Leases are renewed in the background at 2/3 of their TTL. A renewal
 //     that finds the lease gone (stale, expired, revoked) cancels the
 //     handler's context; the handler's later calls fail with the same code.

@@ -30,7 +30,9 @@ func (c *Client) EnqueueMany(ctx context.Context, specs ...ExecutionSpec) ([]mod
 		if err := specs[i].validate(); err != nil {
 			return nil, fmt.Errorf("spec %d: %w", i, err)
 		}
-		p, err := c.createParams(&specs[i])
+	}
+	for i := range specs {
+		p, err := c.createParams(ctx, &specs[i])
 		if err != nil {
 			return nil, fmt.Errorf("spec %d: %w", i, err)
 		}

@@ -189,6 +189,9 @@ type Worker struct {
 	// each one is: the only lanes a solo scan reads there.
 	soloParts []model.Partition
 	soloLanes map[model.Partition][]string
+	// spread is the round-robin read of the lanes that spread over
+	// many partitions (spread_worker.go).
+	spread spreadLanes
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
@@ -231,6 +234,9 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 			w.soloParts = append(w.soloParts, p)
 		}
 		w.soloLanes[p] = append(w.soloLanes[p], l)
+	}
+	if err := w.initSpread(ctx); err != nil {
+		return nil, err
 	}
 	// Check before registering so a duplicate does not overwrite the live
 	// instance's registration; the register reply re-checks atomically.
@@ -444,6 +450,12 @@ func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
 		return out, err
 	}
 	if err := w.scanSolo(ctx); err != nil {
+		return out, err
+	}
+	if err := claim(); err != nil || len(out) > 0 {
+		return out, err
+	}
+	if err := w.scanSpread(ctx); err != nil {
 		return out, err
 	}
 	if err := claim(); err != nil || len(out) > 0 {

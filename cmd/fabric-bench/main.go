@@ -20,6 +20,8 @@
 //  9. enqueue with options
 //  10. timeout detection lateness
 //  11. hostile plugins: the stock set's sweep cadence beside the hostile set
+//  12. one lane on a 3-primary cluster: spread vs default lane (per-node
+//     command shares, throughput, a per-node capacity projection)
 //
 // The comparison workloads run in bench/peers, a separate Go module, so
 // the product module does not depend on asynq or River.
@@ -141,6 +143,7 @@ var scenarios = []scenarioDef{
 	{9, "Enqueue with options", runEnqueueOpts},
 	{10, "Timeout detection lateness", runExpiry},
 	{11, "Hostile plugins beside the stock set", runHostile},
+	{12, "One lane on a 3-primary cluster: spread vs default", runSpread},
 }
 
 func main() {

@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -352,7 +355,7 @@ func init() {
 					return err
 				}
 				tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-				fmt.Fprintln(tw, "LANE\tELIGIBLE\tDELAYED\tACTIVE\tSUSPENDED\tBLOCKED\tTERMINAL\tTOTAL\t")
+				fmt.Fprintln(tw, "LANE\tELIGIBLE\tDELAYED\tACTIVE\tSUSPENDED\tBLOCKED\tTERMINAL\tTOTAL\tPARTITIONER\tPARTITIONS\tPER NODE\t")
 				for _, ln := range l.Lanes {
 					var blocked int64
 					for k, n := range ln.Counts {
@@ -360,8 +363,9 @@ func init() {
 							blocked += n
 						}
 					}
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", ln.Lane, ln.Counts["eligible"], ln.Counts["delayed"],
-						ln.Counts["active"], ln.Counts["suspended"], blocked, ln.Counts["terminal"], ln.Total)
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t\n", ln.Lane, ln.Counts["eligible"], ln.Counts["delayed"],
+						ln.Counts["active"], ln.Counts["suspended"], blocked, ln.Counts["terminal"], ln.Total,
+						partitionerText(ln), ln.Partitions, perNodeText(ln.Nodes))
 				}
 				return tw.Flush()
 			}
@@ -563,4 +567,26 @@ func topoOrder(f *admin.FlowView) []admin.ExecutionRow {
 		return out[i].ID < out[j].ID
 	})
 	return out
+}
+
+// partitionerText renders a lane's solo partitioner for fabric lanes:
+// "crc16", or "spread/K" for a lane spread over K partitions.
+func partitionerText(ln admin.LaneCounts) string {
+	if ln.Partitioner == "spread" {
+		return fmt.Sprintf("spread/%d", ln.SpreadPartitions)
+	}
+	return cmp.Or(ln.Partitioner, "-")
+}
+
+// perNodeText renders executions per node, nodes sorted: "host:port=n ...".
+func perNodeText(nodes map[string]int64) string {
+	if len(nodes) == 0 {
+		return "-"
+	}
+	keys := slices.Sorted(maps.Keys(nodes))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, nodes[k])
+	}
+	return strings.Join(parts, " ")
 }

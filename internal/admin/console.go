@@ -402,6 +402,18 @@ type LaneCounts struct {
 	// State is the lane's state: always "active" (FlowFabric keeps no
 	// lane state on Valkey, so a lane cannot be paused).
 	State string `json:"state"`
+	// Partitioner is the lane's solo partitioner (model.LaneConfigKey):
+	// "crc16", FlowFabric's one partition per lane, or "spread".
+	Partitioner string `json:"partitioner,omitempty"`
+	// SpreadPartitions is how many partitions a spread lane places its
+	// executions on (0 for crc16).
+	SpreadPartitions int `json:"spread_partitions,omitempty"`
+	// Partitions is how many partitions hold any of the lane's
+	// executions (flow members included).
+	Partitions int `json:"partitions"`
+	// Nodes counts the lane's executions per Valkey node (host:port on a
+	// cluster), nodes without any left out.
+	Nodes map[string]int64 `json:"nodes,omitempty"`
 }
 
 // Lanes counts each lane's executions per index over every partition.
@@ -428,7 +440,12 @@ func (cs *Console) Lanes(ctx context.Context) ([]LaneCounts, error) {
 			}
 		}
 	}
+	owners, err := cs.c.SlotOwners(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
 	per := len(model.LaneIndexNames)
+	inPart := make([]int64, len(lanes)) // the current partition's count per lane
 	for i, r := range raw.DoMulti(ctx, cmds...) {
 		n, err := r.AsInt64()
 		if err != nil {
@@ -437,8 +454,62 @@ func (cs *Console) Lanes(ctx context.Context) ([]LaneCounts, error) {
 		li := (i / per) % len(lanes)
 		out[li].Counts[model.LaneIndexNames[i%per]] += n
 		out[li].Total += n
+		inPart[li] += n
+		if (i+1)%(per*len(lanes)) != 0 {
+			continue
+		}
+		// The last index of the last lane of a partition.
+		p := parts[i/(per*len(lanes))]
+		node := owners[0]
+		if len(owners) > 1 {
+			node = owners[model.ClusterSlot(p.Tag())]
+		}
+		for l, c := range inPart {
+			if c == 0 {
+				continue
+			}
+			out[l].Partitions++
+			if out[l].Nodes == nil {
+				out[l].Nodes = map[string]int64{}
+			}
+			out[l].Nodes[node] += c
+			inPart[l] = 0
+		}
+	}
+	if err := cs.laneSpreads(ctx, out); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// laneSpreads fills each lane's solo partitioner from its configuration
+// hash.
+func (cs *Console) laneSpreads(ctx context.Context, out []LaneCounts) error {
+	if len(out) == 0 {
+		return nil
+	}
+	raw := cs.c.Raw()
+	cmds := make([]vk.Completed, len(out))
+	for i, l := range out {
+		cmds[i] = raw.B().Hgetall().Key(model.LaneConfigKey(l.Lane)).Build()
+	}
+	for i, r := range raw.DoMulti(ctx, cmds...) {
+		m, err := r.AsStrMap()
+		if err != nil {
+			return fmt.Errorf("console: read lane %q config: %w", out[i].Lane, err)
+		}
+		s, err := model.ParseLaneSpread(m)
+		if err != nil {
+			out[i].Partitioner = "invalid"
+			continue
+		}
+		out[i].Partitioner = model.SoloPartitionerCrc16
+		if s.Spread {
+			out[i].Partitioner = model.SoloPartitionerSpread
+			out[i].SpreadPartitions = len(s.Partitions(out[i].Lane, cs.c.Partitions()))
+		}
+	}
+	return nil
 }
 
 // Attempt is one attempt of an execution.
