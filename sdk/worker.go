@@ -474,7 +474,7 @@ func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
 		return out, err
 	}
 	if w.wake != nil {
-		if hot := w.wake.take(); len(hot) > 0 {
+		if hot := w.notifiedFlowParts(); len(hot) > 0 {
 			cands, err := w.scan(ctx, hot, w.headsPerKey(), nil)
 			if err != nil {
 				return out, err
@@ -548,6 +548,24 @@ func (w *Worker) claimSolo(ctx context.Context, n int) ([]*Lease, error) {
 		}
 	}
 	return out, nil
+}
+
+// notifiedFlowParts takes the notified partitions, leaving out the solo
+// partitions that claimSolo claims from (a worker without PromoteDelayed
+// has just asked them with fabric_claim_next; reading their heads would
+// only make workers of the lane race for them).
+func (w *Worker) notifiedFlowParts() []model.Partition {
+	hot := w.wake.take()
+	if w.cfg.PromoteDelayed {
+		return hot
+	}
+	out := hot[:0]
+	for _, p := range hot {
+		if _, solo := w.soloLanes[p]; !solo {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // claimNextExtraHeads is how many heads beyond the wanted claims one
