@@ -48,6 +48,12 @@ claim.CORE_FIELDS = {
   'namespace', 'flow_id', 'lane_id',
 }
 
+-- The pending_* fields a claim clears.
+claim.PENDING_FIELDS = {
+  'pending_retry_reason', 'pending_replay_reason', 'pending_replay_requested_by',
+  'pending_previous_attempt_index',
+}
+
 function claim.set(v)
   return v ~= nil and v ~= false and v ~= ''
 end
@@ -112,8 +118,9 @@ function claim.policy_timeout(key)
 end
 
 -- claim.run is fabric_claim_execution's body for its KEYS and ARGV, at
--- server time now (ms).
-function claim.run(keys, args, now)
+-- server time now (ms). in_eligible is true when the caller read eid from
+-- KEYS[3] in this same script (the membership check is then known true).
+function claim.run(keys, args, now, in_eligible)
   local eid = args[1] or ''
   local worker_id = args[2] or ''
   local wiid = args[3] or ''
@@ -133,7 +140,7 @@ function claim.run(keys, args, now)
   if redis.call('EXISTS', keys[2]) == 1 then
     return fab.err('grant_already_exists')
   end
-  if not redis.call('ZSCORE', keys[3], eid) then
+  if not in_eligible and not redis.call('ZSCORE', keys[3], eid) then
     return fab.err('execution_not_in_eligible_set')
   end
   local required, e1 = claim.caps_set(c.required_capabilities, 'required')
@@ -261,13 +268,15 @@ function claim.run(keys, args, now)
     'last_renewed_at', now_s,
     'renewal_deadline', tostring(renew_deadline))
 
-  redis.call('HSET', keys[1],
+  -- The core: every field ff_claim_execution writes, except those read
+  -- above whose stored value is already the one written (terminal_outcome
+  -- is 'none' here; started_at and the pending_* fields when unchanged).
+  local core = {
     'lifecycle_phase', 'active',
     'ownership_state', 'leased',
     'eligibility_state', 'not_applicable',
     'blocking_reason', 'none',
     'blocking_detail', '',
-    'terminal_outcome', 'none',
     'attempt_state', 'running_attempt',
     'public_state', 'active',
     'current_attempt_index', idx_s,
@@ -282,13 +291,20 @@ function claim.run(keys, args, now)
     'lease_expires_at', tostring(expires),
     'lease_last_renewed_at', now_s,
     'lease_renewal_deadline', tostring(renew_deadline),
-    'started_at', claim.set(c.started_at) and c.started_at or now_s,
-    'pending_retry_reason', '',
-    'pending_replay_reason', '',
-    'pending_replay_requested_by', '',
-    'pending_previous_attempt_index', '',
     'last_transition_at', now_s,
-    'last_mutation_at', now_s)
+    'last_mutation_at', now_s,
+  }
+  if not claim.set(c.started_at) then
+    core[#core + 1] = 'started_at'
+    core[#core + 1] = now_s
+  end
+  for _, name in ipairs(claim.PENDING_FIELDS) do
+    if c[name] ~= '' then
+      core[#core + 1] = name
+      core[#core + 1] = ''
+    end
+  end
+  redis.call('HSET', keys[1], unpack(core))
 
   redis.call('ZREM', keys[3], eid)
   redis.call('ZADD', keys[4], expires, eid)
@@ -381,7 +397,7 @@ redis.register_function('fabric_claim_next', function(keys, args)
       ckeys[15], ckeys[16] = x .. 'policy', x .. 'payload'
       cargs[1] = eid
       cargs[6], cargs[9] = args[11 + 2 * got], args[12 + 2 * got]
-      local r = claim.run(ckeys, cargs, now)
+      local r = claim.run(ckeys, cargs, now, true)
       tried = tried + 1
       out[#out + 1] = eid
       local first = #out + 1
