@@ -351,18 +351,27 @@ func runFloor(ctx context.Context, e *benchEnv, sc *Scenario, n int) error {
 	if err != nil {
 		return fmt.Errorf("floor create: %w", err)
 	}
+	// Claims as the SDK's workers make them: fabric_claim_next, one each.
+	claimed := make([]model.ExecutionID, n)
 	claimUs, _, err := e.cpuOver(ctx, n, func() error {
 		return parallel(n, floorConcurrency, func(i int) error {
-			cr, err := floorClaim(ctx, vc, ids[i])
-			claims[i] = cr
-			return err
+			items, err := vc.ClaimNext(ctx, &valkey.FabricClaimNextParams{Partition: part, Lane: benchLane, WorkerID: "bench",
+				WorkerInstanceID: "bench-floor", LeaseTTLMs: 30_000, GrantTTLMs: 5000, Claims: 1, Heads: 1})
+			if err != nil {
+				return err
+			}
+			if len(items) != 1 || items[0].Result == nil {
+				return fmt.Errorf("fabric_claim_next claimed nothing: %+v", items)
+			}
+			claims[i], claimed[i] = items[0].Result, items[0].ExecutionID
+			return nil
 		})
 	})
 	if err != nil {
 		return fmt.Errorf("floor claim: %w", err)
 	}
 	completeUs, cpu, err := e.cpuOver(ctx, n, func() error {
-		return parallel(n, floorConcurrency, func(i int) error { return floorComplete(ctx, vc, ids[i], claims[i]) })
+		return parallel(n, floorConcurrency, func(i int) error { return floorComplete(ctx, vc, claimed[i], claims[i]) })
 	})
 	if err != nil {
 		return fmt.Errorf("floor complete: %w", err)
@@ -421,7 +430,7 @@ func runFloor(ctx context.Context, e *benchEnv, sc *Scenario, n int) error {
 	sc.Rows = append(sc.Rows,
 		Row{Measure: "contract floor: server CPU µs per execution, plain pipelined writes", Fabric: fnUs, Versus: "the same writes, one pipeline",
 			Peer: pipeUs, Unit: "µs",
-			Note: fmt.Sprintf("%s, functions run phase by phase (create %s, claim %s, complete %s µs); the floor replays the %d writes the three functions leave (MONITOR on one execution: %s) with fresh ids, one pipeline per execution; %s",
+			Note: fmt.Sprintf("%s, functions run phase by phase (ff_create_execution %s, fabric_claim_next %s, ff_complete_execution %s µs); the floor replays the %d writes the three functions leave (MONITOR on one execution: %s) with fresh ids, one pipeline per execution; %s",
 				what, fmtNum(createUs, ""), fmtNum(claimUs, ""), fmtNum(completeUs, ""), len(cmds), strings.Join(mix, ", "), cpuLabel(cpu))},
 		Row{Measure: "contract floor: server CPU µs per execution, one EVALSHA of the writes", Fabric: fnUs, Versus: "the same writes, one EVALSHA",
 			Peer: evalUs, Unit: "µs",
