@@ -568,6 +568,22 @@ func (w *Worker) notifiedFlowParts() []model.Partition {
 	return out
 }
 
+// soloClaimFor picks the solo partition and lane a completion's
+// pipelined claim asks (completeAndClaim): the finished lease's lane when
+// it has a solo partition here, else the next lane in rotation. ok is
+// false when the worker reads its solo partitions instead (PromoteDelayed)
+// or has none.
+func (w *Worker) soloClaimFor(lane string) (model.Partition, string, bool) {
+	if w.cfg.PromoteDelayed || len(w.soloParts) == 0 {
+		return model.Partition{}, "", false
+	}
+	if p := w.parts.SoloPartition(lane); slices.Contains(w.soloLanes[p], lane) {
+		return p, lane, true
+	}
+	p := w.soloParts[int(w.laneRR.Add(1)%uint64(len(w.soloParts)))]
+	return p, w.soloLanes[p][0], true
+}
+
 // claimNextExtraHeads is how many heads beyond the wanted claims one
 // fabric_claim_next may try, so that a few heads this worker cannot take
 // (another's grant, missing capabilities) do not starve it.
@@ -580,9 +596,26 @@ const claimNextExtraHeads = 4
 // capabilities, an interrupted attempt resumed, a grant already there
 // tried, the rest skipped.
 func (w *Worker) claimNextOn(ctx context.Context, p model.Partition, lane string, n int) ([]*Lease, error) {
-	items, err := w.vc.ClaimNext(ctx, &valkey.FabricClaimNextParams{Partition: p, Lane: lane, WorkerID: w.cfg.WorkerID,
+	return w.claimNextLeases(ctx, lane, w.vc.FCallBatch(ctx, []valkey.Call{w.claimNextCall(p, lane, n)})[0])
+}
+
+// claimNextCall is the fabric_claim_next of up to n claims of lane on
+// partition p.
+func (w *Worker) claimNextCall(p model.Partition, lane string, n int) valkey.Call {
+	params := &valkey.FabricClaimNextParams{Partition: p, Lane: lane, WorkerID: w.cfg.WorkerID,
 		WorkerInstanceID: w.cfg.InstanceID, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds(), GrantTTLMs: GrantTTL.Milliseconds(),
-		WorkerCapabilitiesCSV: w.capsCSV, Claims: n, Heads: n + claimNextExtraHeads})
+		WorkerCapabilitiesCSV: w.capsCSV, Claims: n, Heads: n + claimNextExtraHeads}
+	return params.Call()
+}
+
+// claimNextLeases turns the result of a fabric_claim_next on lane into
+// leases, handling the heads it refused as a claim by id would be
+// (claimOutcome).
+func (w *Worker) claimNextLeases(ctx context.Context, lane string, res valkey.Result) ([]*Lease, error) {
+	if res.Err != nil {
+		return nil, fmt.Errorf("sdk: %w", res.Err)
+	}
+	items, err := valkey.ParseFabricClaimNext(res.Reply)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
