@@ -315,8 +315,10 @@ func (l *Lease) fcall(ctx context.Context, c valkey.Call) error {
 
 // completeAndClaim completes the lease (as Complete) and, in the same
 // round trip, claims the next buffered eligible head when there is one
-// (claimBuffered): the completion rides with the next claim. With no head
-// buffered, ClaimBatch reads heads while the completion is in flight. It
+// (claimBuffered), else the next eligible execution of the lease's lane
+// on its solo partition (fabric_claim_next; unless a reclaim pass is
+// due): the completion rides with the next claim. Otherwise ClaimBatch
+// runs while the completion is in flight. It
 // returns the next lease, if one was claimed, and the completion's error.
 func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) (*Lease, error) {
 	if w.pg != nil {
@@ -334,6 +336,14 @@ func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) 
 		if first = pre[0].Err; first != nil {
 			first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
 		}
+	} else if p, lane, ok := w.soloClaimFor(l.Lane); ok && !w.reclaimPending() {
+		// The completion and a fabric_claim_next on the lane's solo
+		// partition in one round trip.
+		res := w.vc.FCallBatch(ctx, []valkey.Call{call, w.claimNextCall(p, lane, 1)})
+		if first = res[0].Err; first != nil {
+			first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
+		}
+		next, cerr = w.claimNextLeases(ctx, lane, res[1])
 	} else {
 		// No head left: the claim reads heads (ClaimBatch) while the
 		// completion is in flight; the client pipelines the two.

@@ -22,6 +22,18 @@ const reclaimHeads = 16
 // marked expired (or revoked) on one of its lanes with capabilities it
 // has. A candidate past its reclaim limit is failed terminally by
 // ff_reclaim_execution itself (max_reclaims_exceeded).
+// reclaimPending reports whether the next ClaimBatch would run a reclaim
+// pass (reclaimDue), without starting one.
+func (w *Worker) reclaimPending() bool {
+	if w.cfg.DisableReclaim {
+		return false
+	}
+	now := w.cfg.Clock()
+	w.scanMu.Lock()
+	defer w.scanMu.Unlock()
+	return w.reclaimAt.IsZero() || now.Sub(w.reclaimAt) >= reclaimReadEvery || now.Before(w.reclaimAt)
+}
+
 func (w *Worker) reclaimDue(ctx context.Context) (*Lease, error) {
 	if w.cfg.DisableReclaim {
 		return nil, nil

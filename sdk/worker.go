@@ -408,7 +408,10 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 // previous scan round left over (for up to candidateMaxAge), picked at
 // random so that workers of one lane reading the same heads spread their
 // claims; a lost race moves on to another head rather than reading again
-// (until maxLostRaces in a row). Then it reads the heads of the lanes' solo partitions,
+// (until maxLostRaces in a row). Then it claims from the lanes' solo
+// partitions with fabric_claim_next (claimSolo: the server picks the
+// heads, so workers of one lane do not collide; with PromoteDelayed it
+// reads their heads instead, promoting due delayed ones), then reads
 // notified partitions, and the next window of PartitionScanChunk flow
 // partitions (one pipelined ZRANGEBYSCORE per partition and lane; a
 // window that produced work is read again on the next call, up to 16
@@ -449,11 +452,20 @@ func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
 	if err := claim(); err != nil || len(out) >= n {
 		return out, err
 	}
-	if err := w.scanSolo(ctx); err != nil {
-		return out, err
-	}
-	if err := claim(); err != nil || len(out) > 0 {
-		return out, err
+	if w.cfg.PromoteDelayed {
+		// The solo scan also promotes due delayed heads.
+		if err := w.scanSolo(ctx); err != nil {
+			return out, err
+		}
+		if err := claim(); err != nil || len(out) > 0 {
+			return out, err
+		}
+	} else {
+		ls, err := w.claimSolo(ctx, n-len(out))
+		out = append(out, ls...)
+		if err != nil || len(out) > 0 {
+			return out, err
+		}
 	}
 	if err := w.scanSpread(ctx); err != nil {
 		return out, err
@@ -462,7 +474,7 @@ func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
 		return out, err
 	}
 	if w.wake != nil {
-		if hot := w.wake.take(); len(hot) > 0 {
+		if hot := w.notifiedFlowParts(); len(hot) > 0 {
 			cands, err := w.scan(ctx, hot, w.headsPerKey(), nil)
 			if err != nil {
 				return out, err
@@ -513,6 +525,116 @@ func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
 	w.sticky.Store(0)
 	w.cursor.CompareAndSwap(cur, cur+chunk)
 	return out, nil
+}
+
+// claimSolo claims up to n executions from the lanes' solo partitions,
+// where every execution outside a flow is, with one fabric_claim_next per
+// partition and lane (claimNextOn) until n are claimed, lanes rotated per
+// call.
+func (w *Worker) claimSolo(ctx context.Context, n int) ([]*Lease, error) {
+	var out []*Lease
+	rot := int(w.laneRR.Add(1))
+	for _, p := range w.soloParts {
+		lanes := w.soloLanes[p]
+		for i := range lanes {
+			if len(out) >= n {
+				return out, nil
+			}
+			ls, err := w.claimNextOn(ctx, p, lanes[(rot+i)%len(lanes)], n-len(out))
+			out = append(out, ls...)
+			if err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// notifiedFlowParts takes the notified partitions, leaving out the solo
+// partitions that claimSolo claims from (a worker without PromoteDelayed
+// has just asked them with fabric_claim_next; reading their heads would
+// only make workers of the lane race for them).
+func (w *Worker) notifiedFlowParts() []model.Partition {
+	hot := w.wake.take()
+	if w.cfg.PromoteDelayed {
+		return hot
+	}
+	out := hot[:0]
+	for _, p := range hot {
+		if _, solo := w.soloLanes[p]; !solo {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// soloClaimFor picks the solo partition and lane a completion's
+// pipelined claim asks (completeAndClaim): the finished lease's lane when
+// it has a solo partition here, else the next lane in rotation. ok is
+// false when the worker reads its solo partitions instead (PromoteDelayed)
+// or has none.
+func (w *Worker) soloClaimFor(lane string) (model.Partition, string, bool) {
+	if w.cfg.PromoteDelayed || len(w.soloParts) == 0 {
+		return model.Partition{}, "", false
+	}
+	if p := w.parts.SoloPartition(lane); slices.Contains(w.soloLanes[p], lane) {
+		return p, lane, true
+	}
+	p := w.soloParts[int(w.laneRR.Add(1)%uint64(len(w.soloParts)))]
+	return p, w.soloLanes[p][0], true
+}
+
+// claimNextExtraHeads is how many heads beyond the wanted claims one
+// fabric_claim_next may try, so that a few heads this worker cannot take
+// (another's grant, missing capabilities) do not starve it.
+const claimNextExtraHeads = 4
+
+// claimNextOn claims up to n eligible executions of lane on partition p
+// with one fabric_claim_next (the server picks the heads, so workers of
+// one lane never race for one). Heads it refused are handled as a claim
+// by id would be (claimOutcome): parked in blocked:route for missing
+// capabilities, an interrupted attempt resumed, a grant already there
+// tried, the rest skipped.
+func (w *Worker) claimNextOn(ctx context.Context, p model.Partition, lane string, n int) ([]*Lease, error) {
+	return w.claimNextLeases(ctx, lane, w.vc.FCallBatch(ctx, []valkey.Call{w.claimNextCall(p, lane, n)})[0])
+}
+
+// claimNextCall is the fabric_claim_next of up to n claims of lane on
+// partition p.
+func (w *Worker) claimNextCall(p model.Partition, lane string, n int) valkey.Call {
+	params := &valkey.FabricClaimNextParams{Partition: p, Lane: lane, WorkerID: w.cfg.WorkerID,
+		WorkerInstanceID: w.cfg.InstanceID, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds(), GrantTTLMs: GrantTTL.Milliseconds(),
+		WorkerCapabilitiesCSV: w.capsCSV, Claims: n, Heads: n + claimNextExtraHeads}
+	return params.Call()
+}
+
+// claimNextLeases turns the result of a fabric_claim_next on lane into
+// leases, handling the heads it refused as a claim by id would be
+// (claimOutcome).
+func (w *Worker) claimNextLeases(ctx context.Context, lane string, res valkey.Result) ([]*Lease, error) {
+	if res.Err != nil {
+		return nil, fmt.Errorf("sdk: %w", res.Err)
+	}
+	items, err := valkey.ParseFabricClaimNext(res.Reply)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
+	}
+	var out []*Lease
+	var errs []error
+	for _, it := range items {
+		c := candidate{id: it.ExecutionID, lane: lane}
+		if it.Result != nil {
+			out = append(out, w.leaseFromClaim(c, it.Result))
+			continue
+		}
+		l, err := w.claimOutcome(ctx, c, valkey.Result{Err: it.Err})
+		if err != nil {
+			errs = append(errs, err)
+		} else if l != nil {
+			out = append(out, l)
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // soloHeads is how many heads a solo scan reads per solo partition and
@@ -837,9 +959,7 @@ func (w *Worker) claimOutcome(ctx context.Context, c candidate, res valkey.Resul
 		if err != nil {
 			return nil, fmt.Errorf("sdk: %w", err)
 		}
-		lane := cmp.Or(fr.Lane, c.lane)
-		ji := &jobInfo{kind: fr.Kind, namespace: fr.Namespace, lane: lane, flow: fr.FlowID, payload: string(fr.Payload)}
-		return w.newLease(c.id, lane, ji, &fr.ClaimResult), nil
+		return w.leaseFromClaim(c, fr), nil
 	}
 	err := res.Err
 	var le *valkey.LuaError
@@ -859,6 +979,13 @@ func (w *Worker) claimOutcome(ctx context.Context, c candidate, res valkey.Resul
 		return nil, nil
 	}
 	return nil, fmt.Errorf("sdk: %w", err)
+}
+
+// leaseFromClaim is the lease of a successful fabric claim of c.
+func (w *Worker) leaseFromClaim(c candidate, fr *valkey.FabricClaimResult) *Lease {
+	lane := cmp.Or(fr.Lane, c.lane)
+	ji := &jobInfo{kind: fr.Kind, namespace: fr.Namespace, lane: lane, flow: fr.FlowID, payload: string(fr.Payload)}
+	return w.newLease(c.id, lane, ji, &fr.ClaimResult)
 }
 
 // claimWithExistingGrant claims with a grant that was already there

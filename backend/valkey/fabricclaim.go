@@ -105,3 +105,122 @@ func (c *Client) ClaimWithGrant(ctx context.Context, p *FabricClaimParams) (*Fab
 func (p *CompleteExecutionParams) CallFor(lane string, attemptIndex int, workerInstanceID string) Call {
 	return p.call(execRefs{lane: lane, attemptIndex: strconv.Itoa(attemptIndex), workerInstanceID: workerInstanceID})
 }
+
+// FabricClaimNextFunction is fabric's Valkey Function that claims the
+// next eligible executions of a lane on one partition
+// (lua/fabric/claim.lua): it picks the heads itself, so workers of one
+// lane never race for the same one.
+const FabricClaimNextFunction = "fabric_claim_next"
+
+// FabricClaimNextParams are the inputs of fabric_claim_next. Each claim
+// it makes is fabric_claim_execution's for the head's id, with the
+// attempt policy "{}", no execution deadline, empty route snapshot and
+// admission summary, and the attempt timeout from the stored policy.
+type FabricClaimNextParams struct {
+	// Partition and Lane name the eligible zset the heads are read from.
+	Partition model.Partition
+	Lane      string
+	// WorkerID and WorkerInstanceID are the claimer's; CapabilityHash is
+	// stored on a grant left by a refused claim.
+	WorkerID, WorkerInstanceID, CapabilityHash string
+	// LeaseTTLMs is the lease lifetime; RenewBeforeMs the renewal
+	// deadline offset (2/3 of LeaseTTLMs when 0); GrantTTLMs the grant's.
+	LeaseTTLMs, RenewBeforeMs, GrantTTLMs int64
+	// WorkerCapabilitiesCSV is CapabilityCSV of the worker's capabilities.
+	WorkerCapabilitiesCSV string
+	// Claims is how many executions to claim (at least 1); Heads how many
+	// eligible heads the call may try (Claims when smaller).
+	Claims, Heads int
+	// LeaseIDs and AttemptIDs are the ids of the n-th claim; missing ones
+	// are minted by Call.
+	LeaseIDs, AttemptIDs []string
+}
+
+// Call builds the FCALL of fabric_claim_next, minting missing lease and
+// attempt ids.
+//
+//	KEYS[1] lane eligible  KEYS[2] lease_expiry  KEYS[3] worker_leases
+//	KEYS[4] lane active  KEYS[5] attempt_timeout  KEYS[6] execution_deadline
+//	ARGV[1] worker_id  ARGV[2] worker_instance_id  ARGV[3] lane
+//	ARGV[4] capability_hash  ARGV[5] lease_ttl_ms  ARGV[6] renew_before_ms
+//	ARGV[7] grant_ttl_ms  ARGV[8] worker_capabilities_csv  ARGV[9] claims
+//	ARGV[10] heads  ARGV[11..] (lease_id, attempt_id) per claim
+func (p *FabricClaimNextParams) Call() Call {
+	p.Claims = max(p.Claims, 1)
+	p.Heads = max(p.Heads, p.Claims)
+	for len(p.LeaseIDs) < p.Claims {
+		p.LeaseIDs = append(p.LeaseIDs, model.NewUUID().String())
+	}
+	for len(p.AttemptIDs) < p.Claims {
+		p.AttemptIDs = append(p.AttemptIDs, model.NewUUID().String())
+	}
+	renew := p.RenewBeforeMs
+	if renew == 0 {
+		renew = p.LeaseTTLMs * 2 / 3
+	}
+	pk := model.KeysOn(p.Partition)
+	args := make([]string, 0, 10+2*p.Claims)
+	args = append(args, p.WorkerID, p.WorkerInstanceID, p.Lane, p.CapabilityHash, schedMS(p.LeaseTTLMs), schedMS(renew),
+		schedMS(p.GrantTTLMs), p.WorkerCapabilitiesCSV, strconv.Itoa(p.Claims), strconv.Itoa(p.Heads))
+	for i := 0; i < p.Claims; i++ {
+		args = append(args, p.LeaseIDs[i], p.AttemptIDs[i])
+	}
+	return Call{Function: FabricClaimNextFunction,
+		Keys: []string{pk.LaneEligible(p.Lane), pk.LeaseExpiry(), pk.WorkerLeases(p.WorkerInstanceID),
+			pk.LaneActive(p.Lane), pk.AttemptTimeout(), pk.ExecutionDeadline()},
+		Args: args}
+}
+
+// ClaimNextItem is one head fabric_claim_next tried: a claim (Result set)
+// or the refusal fabric_claim_execution would have answered for it (Err, a
+// *LuaError).
+type ClaimNextItem struct {
+	ExecutionID model.ExecutionID
+	Result      *FabricClaimResult
+	Err         error
+}
+
+// claimNextStride is the fields per head in fabric_claim_next's reply:
+// the id, the status, eleven fields.
+const claimNextStride = 13
+
+// ParseFabricClaimNext decodes fabric_claim_next's success reply: the
+// count of heads tried, then per head its id, "OK" or the refusal code,
+// and eleven fields (fabric_claim_execution's success fields, or the
+// refusal's details padded with "").
+func ParseFabricClaimNext(rep *Reply) ([]ClaimNextItem, error) {
+	n, err := rep.Int(0)
+	if err != nil || n < 0 || len(rep.Fields) != 1+int(n)*claimNextStride {
+		return nil, fmt.Errorf("%w from %s: %d fields", ErrMalformedReply, FabricClaimNextFunction, len(rep.Fields))
+	}
+	out := make([]ClaimNextItem, n)
+	for i := range out {
+		rec := rep.Fields[1+i*claimNextStride : 1+(i+1)*claimNextStride]
+		out[i].ExecutionID = model.ExecutionID(rec[0])
+		if rec[1] != "OK" {
+			details := rec[2:]
+			for len(details) > 0 && details[len(details)-1] == "" {
+				details = details[:len(details)-1]
+			}
+			out[i].Err = &LuaError{Function: FabricClaimFunction, Code: ErrorCode(rec[1]), Details: details}
+			continue
+		}
+		fr, err := ParseFabricClaim(&Reply{Status: rec[1], Fields: rec[2:]})
+		if err != nil {
+			return nil, err
+		}
+		out[i].Result = fr
+	}
+	return out, nil
+}
+
+// ClaimNext claims up to p.Claims eligible executions of a lane on one
+// partition with one fabric_claim_next and returns every head it tried.
+func (c *Client) ClaimNext(ctx context.Context, p *FabricClaimNextParams) ([]ClaimNextItem, error) {
+	call := p.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	if err != nil {
+		return nil, schedWrap(FabricClaimNextFunction, err)
+	}
+	return ParseFabricClaimNext(rep)
+}

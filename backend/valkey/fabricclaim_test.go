@@ -116,6 +116,9 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 type clockCmp struct {
 	d   int64
 	set bool
+	// span, when set, is the range of offsets allowed instead of one
+	// learnt offset (calls by id ran at several clock readings).
+	span *[2]int64
 }
 
 func (c *clockCmp) same(a, b string) bool {
@@ -126,6 +129,9 @@ func (c *clockCmp) same(a, b string) bool {
 	y, err2 := strconv.ParseInt(b, 10, 64)
 	if err1 != nil || err2 != nil || x < 1e12 || y < 1e12 {
 		return false
+	}
+	if c.span != nil {
+		return y-x >= c.span[0] && y-x <= c.span[1]
 	}
 	if !c.set {
 		c.d, c.set = y-x, true
@@ -438,5 +444,216 @@ func TestFabricClaimRefusesMissingKeys(t *testing.T) {
 	// The full call claims.
 	if _, err := c.ClaimWithGrant(ctx, p); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fabric_claim_next leaves exactly the keyspace, and answers per head
+// exactly what, fabric_claim_execution by id leaves and answers when
+// called on the lane's eligible heads in score order until the wanted
+// number is claimed: fresh heads, a head of missing capabilities, retry
+// and interrupted attempts, a head of another partition, an empty lane.
+func TestFabricClaimNextMatchesClaimByID(t *testing.T) {
+	t.Parallel()
+	ctx := valkeytest.Context(t, 120*time.Second)
+	const lane, worker, wiid = "l", "w1", "w1-i1"
+	policy := `{"timeout_policy":{"attempt_timeout_ms":60000}}`
+	type exec struct {
+		prio  int
+		pol   string
+		state string // "", "retry", "interrupted"
+	}
+	type tc struct {
+		name          string
+		execs         []exec
+		foreign       bool // an id of another partition at the head
+		caps          []string
+		claims, heads int
+		wantClaims    int
+	}
+	cases := []tc{
+		{name: "two of three fresh", execs: []exec{{prio: 1, pol: policy}, {prio: 5}, {prio: 3, pol: policy}}, claims: 2, heads: 4, wantClaims: 2},
+		{name: "missing capabilities at the head", caps: []string{"cpu"}, claims: 1, heads: 3, wantClaims: 1,
+			execs: []exec{{prio: 9, pol: `{"routing_requirements":{"required_capabilities":["gpu"]}}`}, {prio: 1, pol: policy}}},
+		{name: "retry and interrupted attempts", claims: 3, heads: 3, wantClaims: 2,
+			execs: []exec{{prio: 3, state: "retry"}, {prio: 2, state: "interrupted"}, {prio: 1, pol: policy}}},
+		{name: "foreign member", foreign: true, claims: 1, heads: 2, wantClaims: 1, execs: []exec{{prio: 1}}},
+		{name: "heads bound the search", claims: 1, heads: 1, wantClaims: 0,
+			execs: []exec{{prio: 9, pol: `{"routing_requirements":{"required_capabilities":["gpu"]}}`}, {prio: 1}}},
+		{name: "empty lane", claims: 2, heads: 2},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			two, one := valkeytest.Client(t), valkeytest.Client(t)
+			part := model.Partition{Family: model.FamilyFlow, Index: uint16(100 + i)}
+			pk := model.KeysOn(part)
+			for _, e := range tc.execs {
+				id := model.NewExecutionID(part, model.NewUUID())
+				if _, err := two.CreateExecution(ctx, &valkey.CreateExecutionParams{ExecutionID: id, Namespace: "ns", LaneID: lane,
+					ExecutionKind: "kind", Priority: e.prio, CreatorIdentity: "test", Payload: "in-" + string(id), PolicyJSON: e.pol}); err != nil {
+					t.Fatal(err)
+				}
+				if e.state == "" {
+					continue
+				}
+				cr, err := two.ClaimWithGrant(ctx, &valkey.FabricClaimParams{Claim: valkey.ClaimExecutionParams{ExecutionID: id,
+					WorkerID: "w0", WorkerInstanceID: "w0-i", LaneID: lane, LeaseTTLMs: 30000}, GrantTTLMs: 5000})
+				if err != nil {
+					t.Fatal(err)
+				}
+				now, _ := two.ServerTime(ctx)
+				if e.state == "retry" {
+					if _, err := two.FailExecution(ctx, &valkey.FailExecutionParams{ExecutionID: id, Fence: cr.Fence(), FailureReason: "boom",
+						FailureCategory: "transient", RetryPolicyJSON: `{"max_retries":3,"backoff":{"type":"fixed","delay_ms":0}}`}); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := two.DelayExecution(ctx, &valkey.DelayExecutionParams{ExecutionID: id, Fence: cr.Fence(), DelayUntil: now}); err != nil {
+					t.Fatal(err)
+				}
+				now, _ = two.ServerTime(ctx)
+				if st, err := two.PromoteDelayed(ctx, &valkey.PromoteDelayedParams{ExecutionID: id, Lane: lane, NowMs: now}); err != nil || st != valkey.PromoteStatus("promoted") {
+					t.Fatalf("promote: %v %v", st, err)
+				}
+			}
+			if tc.foreign {
+				other := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: 999}, model.NewUUID())
+				raw := two.Raw()
+				if err := raw.Do(ctx, raw.B().Zadd().Key(pk.LaneEligible(lane)).ScoreMember().ScoreMember(-1e15, string(other)).Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			copyKeyspace(t, ctx, two.Raw(), one.Raw())
+			heads, err := two.Raw().Do(ctx, two.Raw().B().Zrange().Key(pk.LaneEligible(lane)).Min("0").Max(strconv.Itoa(tc.heads-1)).Build()).AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &valkey.FabricClaimNextParams{Partition: part, Lane: lane, WorkerID: worker, WorkerInstanceID: wiid, CapabilityHash: "h1",
+				LeaseTTLMs: 30000, GrantTTLMs: 5000, WorkerCapabilitiesCSV: valkey.CapabilityCSV(tc.caps), Claims: tc.claims, Heads: tc.heads}
+			call := p.Call()
+
+			// By id: each head in order, the n-th claim with the n-th ids.
+			var twoReps [][]string
+			got := 0
+			tA, err := two.ServerTime(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range heads {
+				if got >= tc.claims {
+					break
+				}
+				id, err := model.ParseExecutionID(h)
+				if err != nil || id.Partition() != part {
+					continue
+				}
+				c := (&valkey.FabricClaimParams{Claim: valkey.ClaimExecutionParams{ExecutionID: id, WorkerID: worker, WorkerInstanceID: wiid,
+					LaneID: lane, CapabilityHash: "h1", LeaseID: p.LeaseIDs[got], AttemptID: p.AttemptIDs[got], LeaseTTLMs: 30000},
+					GrantTTLMs: 5000, WorkerCapabilitiesCSV: p.WorkerCapabilitiesCSV, AttemptTimeoutFromPolicy: true}).Call()
+				rep, err := two.FCall(ctx, c.Function, c.Keys, c.Args)
+				if err == nil {
+					got++
+				}
+				twoReps = append(twoReps, append([]string{h}, replyTokens(rep, err)...))
+			}
+			tB, err := two.ServerTime(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.wantClaims {
+				t.Fatalf("by id claimed %d, want %d: %q", got, tc.wantClaims, twoReps)
+			}
+
+			t0, err := one.ServerTime(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			valkeytest.Eventually(t, 5*time.Second, "server clock moves on", func() bool {
+				now, err := one.ServerTime(ctx)
+				return err == nil && now >= t0+2
+			})
+			rep, err := one.FCall(ctx, call.Function, call.Keys, call.Args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			items, err := valkey.ParseFabricClaimNext(rep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var oneReps [][]string
+			claimed := 0
+			var oneNow int64
+			for _, it := range items {
+				if it.Result != nil {
+					claimed++
+					oneNow = it.Result.ExpiresAt - 30000
+					r := it.Result
+					oneReps = append(oneReps, []string{string(it.ExecutionID), "ok", "OK", r.LeaseID, strconv.FormatUint(r.LeaseEpoch, 10),
+						strconv.FormatInt(r.ExpiresAt, 10), r.AttemptID, strconv.Itoa(r.AttemptIndex), r.AttemptType,
+						r.Kind, r.Namespace, r.FlowID, r.Lane, string(r.Payload)})
+				} else {
+					oneReps = append(oneReps, append([]string{string(it.ExecutionID)}, replyTokens(nil, it.Err)...))
+				}
+			}
+			if claimed != tc.wantClaims {
+				t.Fatalf("fabric_claim_next claimed %d, want %d: %q", claimed, tc.wantClaims, oneReps)
+			}
+			// Each head by id ran at its own clock reading, between tA and
+			// tB; the one call at one reading (oneNow, known when it
+			// claimed). Every timestamp differs by an offset in that range;
+			// without a claim at most one head wrote one, so one offset.
+			if len(twoReps) != len(oneReps) {
+				t.Fatalf("heads tried: by id %q, one call %q", twoReps, oneReps)
+			}
+			cmp := &clockCmp{}
+			if claimed > 0 {
+				cmp.span = &[2]int64{oneNow - tB, oneNow - tA}
+				if oneNow-tB <= 0 {
+					t.Fatalf("the one call ran at %d, not after the calls by id (up to %d)", oneNow, tB)
+				}
+			}
+			if d := cmp.diff(twoReps, oneReps); d != "" {
+				t.Fatalf("replies differ:%s", d)
+			}
+			if d := cmp.diff(claimDump(t, ctx, two.Raw()), claimDump(t, ctx, one.Raw())); d != "" {
+				t.Fatalf("keyspaces differ:%s", d)
+			}
+		})
+	}
+}
+
+// fabric_claim_next with missing KEYS or ARGV, or bad counts, refuses and
+// writes nothing.
+func TestFabricClaimNextRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	c := valkeytest.Client(t)
+	ctx := valkeytest.Context(t, 30*time.Second)
+	part := model.Partition{Family: model.FamilyFlow, Index: 7}
+	id := model.NewExecutionID(part, model.NewUUID())
+	if _, err := c.CreateExecution(ctx, &valkey.CreateExecutionParams{ExecutionID: id, Namespace: "ns", LaneID: "l",
+		ExecutionKind: "k", CreatorIdentity: "test", Payload: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	p := &valkey.FabricClaimNextParams{Partition: part, Lane: "l", WorkerID: "w", WorkerInstanceID: "wi", LeaseTTLMs: 30000,
+		GrantTTLMs: 5000, Claims: 2}
+	call := p.Call()
+	raw := c.Raw()
+	before := keyspace(t, ctx, raw)
+	badCount := slices.Clone(call.Args)
+	badCount[8] = "0"
+	fewHeads := slices.Clone(call.Args)
+	fewHeads[9] = "1"
+	for _, tc := range []struct {
+		keys, args []string
+	}{{call.Keys[:5], call.Args}, {nil, nil}, {call.Keys, nil}, {call.Keys, call.Args[:12]}, {call.Keys, badCount}, {call.Keys, fewHeads}} {
+		_, err := c.FCall(ctx, call.Function, tc.keys, tc.args)
+		if valkey.CodeOf(err) != "invalid_input" {
+			t.Fatalf("%d keys, %d args: got %v, want invalid_input", len(tc.keys), len(tc.args), err)
+		}
+		if after := keyspace(t, ctx, raw); !sameKeyspace(before, after) {
+			t.Fatalf("%d keys, %d args wrote: %s", len(tc.keys), len(tc.args), diffKeys(before, after))
+		}
+	}
+	items, err := c.ClaimNext(ctx, p)
+	if err != nil || len(items) != 1 || items[0].Result == nil || items[0].ExecutionID != id {
+		t.Fatalf("full call: %+v %v", items, err)
 	}
 }

@@ -83,6 +83,9 @@ func runValkeyE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
 			Row{Measure: fmt.Sprintf("server commands per execution, W=%d", w), Fabric: fabTotal, Versus: "asynq " + pr.Version + " (per job)",
 				Peer: asynqCmds, Unit: ""})
 	}
+	if err := runFloor(ctx, e, sc, max(n/4, 1)); err != nil {
+		sc.Rows = append(sc.Rows, Row{Measure: "contract floor: server CPU µs per execution", Missing: "floor run failed: " + err.Error()})
+	}
 	sc.Notes = append(sc.Notes,
 		"Every run: producers submit while the W handlers run; the clock runs from the first submit to the last handler call. Handlers do nothing.",
 		"fabric: sdk.Client.CreateExecution + sdk.Worker.Run (W workers of concurrency 1, one lane, 256 flow partitions); raw: LPUSH + BRPOP through the same valkey-go client; asynq: Client.Enqueue + Server with Concurrency W, same redis-server, its own database.")

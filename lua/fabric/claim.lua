@@ -48,6 +48,12 @@ claim.CORE_FIELDS = {
   'namespace', 'flow_id', 'lane_id',
 }
 
+-- The pending_* fields a claim clears.
+claim.PENDING_FIELDS = {
+  'pending_retry_reason', 'pending_replay_reason', 'pending_replay_requested_by',
+  'pending_previous_attempt_index',
+}
+
 function claim.set(v)
   return v ~= nil and v ~= false and v ~= ''
 end
@@ -111,10 +117,10 @@ function claim.policy_timeout(key)
   return v
 end
 
-redis.register_function('fabric_claim_execution', function(keys, args)
-  if #keys < 16 then
-    return fab.err('invalid_input', 'KEYS: want at least 16, got ' .. #keys)
-  end
+-- claim.run is fabric_claim_execution's body for its KEYS and ARGV, at
+-- server time now (ms). in_eligible is true when the caller read eid from
+-- KEYS[3] in this same script (the membership check is then known true).
+function claim.run(keys, args, now, in_eligible)
   local eid = args[1] or ''
   local worker_id = args[2] or ''
   local wiid = args[3] or ''
@@ -122,8 +128,6 @@ redis.register_function('fabric_claim_execution', function(keys, args)
   -- ff_issue_claim_grant.
   local gttl, gbad = claim.num(args[13], 'grant_ttl_ms')
   if not gttl then return gbad end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local f = redis.call('HMGET', keys[1], unpack(claim.CORE_FIELDS))
   local c = {}
   for i, name in ipairs(claim.CORE_FIELDS) do c[name] = f[i] end
@@ -136,7 +140,7 @@ redis.register_function('fabric_claim_execution', function(keys, args)
   if redis.call('EXISTS', keys[2]) == 1 then
     return fab.err('grant_already_exists')
   end
-  if not redis.call('ZSCORE', keys[3], eid) then
+  if not in_eligible and not redis.call('ZSCORE', keys[3], eid) then
     return fab.err('execution_not_in_eligible_set')
   end
   local required, e1 = claim.caps_set(c.required_capabilities, 'required')
@@ -264,13 +268,15 @@ redis.register_function('fabric_claim_execution', function(keys, args)
     'last_renewed_at', now_s,
     'renewal_deadline', tostring(renew_deadline))
 
-  redis.call('HSET', keys[1],
+  -- The core: every field ff_claim_execution writes, except those read
+  -- above whose stored value is already the one written (terminal_outcome
+  -- is 'none' here; started_at and the pending_* fields when unchanged).
+  local core = {
     'lifecycle_phase', 'active',
     'ownership_state', 'leased',
     'eligibility_state', 'not_applicable',
     'blocking_reason', 'none',
     'blocking_detail', '',
-    'terminal_outcome', 'none',
     'attempt_state', 'running_attempt',
     'public_state', 'active',
     'current_attempt_index', idx_s,
@@ -285,13 +291,20 @@ redis.register_function('fabric_claim_execution', function(keys, args)
     'lease_expires_at', tostring(expires),
     'lease_last_renewed_at', now_s,
     'lease_renewal_deadline', tostring(renew_deadline),
-    'started_at', claim.set(c.started_at) and c.started_at or now_s,
-    'pending_retry_reason', '',
-    'pending_replay_reason', '',
-    'pending_replay_requested_by', '',
-    'pending_previous_attempt_index', '',
     'last_transition_at', now_s,
-    'last_mutation_at', now_s)
+    'last_mutation_at', now_s,
+  }
+  if not claim.set(c.started_at) then
+    core[#core + 1] = 'started_at'
+    core[#core + 1] = now_s
+  end
+  for _, name in ipairs(claim.PENDING_FIELDS) do
+    if c[name] ~= '' then
+      core[#core + 1] = name
+      core[#core + 1] = ''
+    end
+  end
+  redis.call('HSET', keys[1], unpack(core))
 
   redis.call('ZREM', keys[3], eid)
   redis.call('ZADD', keys[4], expires, eid)
@@ -315,4 +328,88 @@ redis.register_function('fabric_claim_execution', function(keys, args)
   local payload = redis.call('GET', keys[16]) or ''
   return fab.ok(lease_id, epoch_s, tostring(expires), attempt_id, idx_s, attempt_type,
     c.execution_kind or '', c.namespace or '', c.flow_id or '', c.lane_id or '', payload)
+end
+
+redis.register_function('fabric_claim_execution', function(keys, args)
+  if #keys < 16 then
+    return fab.err('invalid_input', 'KEYS: want at least 16, got ' .. #keys)
+  end
+  return claim.run(keys, args, fab.now_ms())
+end)
+
+-- fabric_claim_next claims the next eligible executions of one lane on one
+-- partition: it reads up to H heads of the lane's eligible zset (in score
+-- order) and runs fabric_claim_execution on each, until C are claimed.
+-- Each head's effects are exactly fabric_claim_execution's for that id
+-- (the attempt policy '{}', no execution deadline, empty route snapshot
+-- and admission summary, the attempt timeout from the stored policy), all
+-- at one server clock reading. Workers of a lane calling it never race
+-- for one head: the head is picked inside the call.
+-- backend/valkey TestFabricClaimNextMatchesClaimByID compares the two.
+--
+-- KEYS (6): 1 lane eligible zset, 2 lease_expiry, 3 worker_leases (of
+--   ARGV[2]), 4 lane active, 5 attempt_timeout, 6 execution_deadline; the
+--   per-execution keys are the heads' own (same hash tag as KEYS[1]).
+-- ARGV (10 + 2C): 1 worker_id, 2 worker_instance_id, 3 lane,
+--   4 capability_hash, 5 lease_ttl_ms, 6 renew_before_ms, 7 grant_ttl_ms,
+--   8 worker_capabilities_csv, 9 C (claims wanted, >= 1), 10 H (heads
+--   read, >= C), then C (lease_id, attempt_id) pairs: the n-th claim uses
+--   the n-th pair.
+-- Reply: {1, 'OK', k, then k records of 13 fields}, one record per head
+--   tried in order: execution_id, then 'OK' and fabric_claim_execution's
+--   eleven success fields, or the refusal's code and its details padded
+--   with '' to eleven fields.
+claim.NEXT_STRIDE = 11
+
+redis.register_function('fabric_claim_next', function(keys, args)
+  if #keys < 6 then
+    return fab.err('invalid_input', 'KEYS: want 6, got ' .. #keys)
+  end
+  local want = tonumber(args[9] or '')
+  local heads = tonumber(args[10] or '')
+  if not want or want < 1 or want ~= math.floor(want) then
+    return fab.err('invalid_input', 'claims must be a positive integer')
+  end
+  if not heads or heads < want or heads ~= math.floor(heads) then
+    return fab.err('invalid_input', 'heads must be an integer >= claims')
+  end
+  if #args < 10 + 2 * want then
+    return fab.err('invalid_input', 'ARGV: want ' .. (10 + 2 * want) .. ', got ' .. #args)
+  end
+  local tag = string.match(keys[1], '(%b{})')
+  if not tag then return fab.err('invalid_input', 'KEYS[1] has no hash tag') end
+  local ids = redis.call('ZRANGE', keys[1], 0, heads - 1)
+  local out = {1, 'OK', '0'}
+  if #ids == 0 then return out end
+  local now = fab.now_ms()
+  local ckeys = {'', '', keys[1], keys[2], keys[3], '', '', '', '', '', '', keys[4], keys[5], keys[6], '', ''}
+  local cargs = {'', args[1], args[2], args[3], args[4], '', args[5], args[6], '', '{}', '', '',
+    args[7], '', '', args[8], '1'}
+  local got, tried = 0, 0
+  for _, eid in ipairs(ids) do
+    if got >= want then break end
+    if fab.tag_of(eid) == tag then
+      local x = 'ff:exec:' .. tag .. ':' .. eid .. ':'
+      local a = 'ff:attempt:' .. tag .. ':' .. eid .. ':0'
+      ckeys[1], ckeys[2] = x .. 'core', x .. 'claim_grant'
+      ckeys[6], ckeys[7], ckeys[8] = a, a .. ':usage', a .. ':policy'
+      ckeys[9], ckeys[10], ckeys[11] = x .. 'attempts', x .. 'lease:current', x .. 'lease:history'
+      ckeys[15], ckeys[16] = x .. 'policy', x .. 'payload'
+      cargs[1] = eid
+      cargs[6], cargs[9] = args[11 + 2 * got], args[12 + 2 * got]
+      local r = claim.run(ckeys, cargs, now, true)
+      tried = tried + 1
+      out[#out + 1] = eid
+      local first = #out + 1
+      if r[1] == 1 then
+        got = got + 1
+        for i = 2, #r do out[#out + 1] = r[i] end
+      else
+        for i = 2, math.min(#r, claim.NEXT_STRIDE + 1) do out[#out + 1] = r[i] end
+      end
+      for _ = #out - first + 1, claim.NEXT_STRIDE do out[#out + 1] = '' end
+    end
+  end
+  out[3] = tostring(tried)
+  return out
 end)
