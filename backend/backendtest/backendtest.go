@@ -15,8 +15,10 @@ package backendtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,6 +144,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	sub("ClaimNext/Capabilities", testClaimNextCapabilities)
 	sub("ClaimNext/FlowMember", testClaimNextFlowMember)
 	sub("ClaimNext/Partitions", testClaimNextPartitions)
+	sub("ClaimNext/Concurrent", testClaimNextConcurrent)
 	sub("ClaimExecution", testClaimByID)
 	sub("RenewLease", testRenew)
 	sub("CompleteExecution", testComplete)
@@ -690,5 +693,52 @@ func RunUnmigrated(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 				t.Fatalf("%s on an unmigrated backend: %v, want backend.ErrNotMigrated", name, err)
 			}
 		})
+	}
+}
+
+// testClaimNextConcurrent: workers claiming one lane at once take every
+// execution exactly once, and each stops only when none is left.
+func testClaimNextConcurrent(e *env) {
+	const n, workers = 40, 4
+	ps := make([]*backend.CreateExecutionParams, n)
+	for i := range ps {
+		ps[i] = e.spec()
+	}
+	if _, err := e.d.CreateExecutions(e.ctx, ps); err != nil {
+		e.t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[model.ExecutionID]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c, err := e.d.ClaimNext(e.ctx, &backend.ClaimNextParams{LaneID: e.lane, WorkerID: "bt-worker",
+					WorkerInstanceID: fmt.Sprintf("bt-worker-%d", w), LeaseTTLMs: ttl})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if c == nil {
+					return
+				}
+				mu.Lock()
+				seen[c.ExecutionID]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		e.t.Fatalf("concurrent claim: %v", err)
+	}
+	for _, p := range ps {
+		if seen[p.ExecutionID] != 1 {
+			e.t.Fatalf("%s claimed %d times, want once (%d of %d claimed)", p.ExecutionID, seen[p.ExecutionID], len(seen), n)
+		}
 	}
 }

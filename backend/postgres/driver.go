@@ -127,13 +127,9 @@ func (d *Driver) CreateExecutions(ctx context.Context, ps []*backend.CreateExecu
 	return out, errors.Join(errs...)
 }
 
-func fenceOf(f backend.Fence) LeaseFence {
-	return LeaseFence{LeaseID: f.LeaseID, LeaseEpoch: f.LeaseEpoch, AttemptID: f.AttemptID, AttemptIndex: f.AttemptIndex}
-}
-
 func claimOut(r *ClaimResult) *backend.ClaimResult {
 	return &backend.ClaimResult{ExecutionID: r.ExecutionID,
-		Fence:     backend.Fence{LeaseID: r.LeaseID, LeaseEpoch: r.LeaseEpoch, AttemptID: r.AttemptID, AttemptIndex: r.AttemptIndex},
+		Fence:     r.Fence(),
 		ExpiresAt: r.ExpiresAt, AttemptType: r.AttemptType, LaneID: r.LaneID, Kind: r.Kind,
 		Namespace: r.Namespace, Payload: r.Payload, FlowID: r.FlowID}
 }
@@ -164,19 +160,19 @@ func (d *Driver) ClaimExecution(ctx context.Context, p *backend.ClaimExecutionPa
 
 // RenewLease implements backend.Driver.
 func (d *Driver) RenewLease(ctx context.Context, p *backend.RenewLeaseParams) (int64, error) {
-	exp, err := d.c.RenewLease(ctx, &RenewLeaseParams{ExecutionID: p.ExecutionID, Fence: fenceOf(p.Fence), LeaseTTLMs: p.LeaseTTLMs})
+	exp, err := d.c.RenewLease(ctx, &RenewLeaseParams{ExecutionID: p.ExecutionID, Fence: p.Fence, LeaseTTLMs: p.LeaseTTLMs})
 	return exp, mapErr(err, true)
 }
 
 // CompleteExecution implements backend.Driver.
 func (d *Driver) CompleteExecution(ctx context.Context, p *backend.CompleteExecutionParams) error {
 	return mapErr(d.c.CompleteExecution(ctx, &CompleteExecutionParams{ExecutionID: p.ExecutionID,
-		Fence: fenceOf(p.Fence), Result: p.Result}), true)
+		Fence: p.Fence, Result: p.Result}), true)
 }
 
 // FailExecution implements backend.Driver.
 func (d *Driver) FailExecution(ctx context.Context, p *backend.FailExecutionParams) (*backend.FailResult, error) {
-	r, err := d.c.FailExecution(ctx, &FailExecutionParams{ExecutionID: p.ExecutionID, Fence: fenceOf(p.Fence),
+	r, err := d.c.FailExecution(ctx, &FailExecutionParams{ExecutionID: p.ExecutionID, Fence: p.Fence,
 		FailureReason: p.FailureReason, FailureCategory: p.FailureCategory, RetryPolicyJSON: p.RetryPolicyJSON})
 	if err != nil {
 		return nil, mapErr(err, true)

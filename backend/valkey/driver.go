@@ -195,14 +195,14 @@ type head struct {
 	score float64
 }
 
-// heads reads up to driverClaimHeads eligible heads of lane on each of
+// heads reads up to n eligible heads of lane on each of
 // parts in one round trip, best (lowest score) first across partitions.
-func (d *Driver) heads(ctx context.Context, parts []uint16, lane string) ([]head, error) {
+func (d *Driver) heads(ctx context.Context, parts []uint16, lane string, n int64) ([]head, error) {
 	raw := d.c.Raw()
 	cmds := make(vk.Commands, len(parts))
 	for i, p := range parts {
 		key := model.KeysOn(model.Partition{Family: model.FamilyFlow, Index: p}).LaneEligible(lane)
-		cmds[i] = raw.B().Zrange().Key(key).Min("-inf").Max("+inf").Byscore().Limit(0, driverClaimHeads).Withscores().Build()
+		cmds[i] = raw.B().Zrange().Key(key).Min("-inf").Max("+inf").Byscore().Limit(0, n).Withscores().Build()
 	}
 	var out []head
 	for i, r := range raw.DoMulti(ctx, cmds...) {
@@ -248,11 +248,35 @@ func (d *Driver) ClaimNext(ctx context.Context, p *backend.ClaimNextParams) (*ba
 		passes = [][]uint16{p.Partitions}
 	}
 	for _, pass := range passes {
-		hs, err := d.heads(ctx, pass, p.LaneID)
+		r, err := d.claimPass(ctx, p, pass)
+		if r != nil || err != nil {
+			return r, err
+		}
+	}
+	return nil, nil
+}
+
+// driverClaimRounds bounds how often one ClaimNext pass reads heads
+// again after losing every head it read to other workers.
+const driverClaimRounds = 8
+
+// claimPass claims the best head of parts. Heads other workers take leave
+// the index, so after a round that lost them all the heads are read
+// again (up to driverClaimRounds); heads skipped for good (capabilities
+// the worker lacks) stay, and are not tried twice.
+func (d *Driver) claimPass(ctx context.Context, p *backend.ClaimNextParams, parts []uint16) (*backend.ClaimResult, error) {
+	skipped := map[model.ExecutionID]bool{}
+	for range driverClaimRounds {
+		hs, err := d.heads(ctx, parts, p.LaneID, driverClaimHeads+int64(len(skipped)))
 		if err != nil {
 			return nil, err
 		}
+		tried := 0
 		for _, h := range hs {
+			if skipped[h.id] {
+				continue
+			}
+			tried++
 			r, err := d.claim(ctx, h.id, p.LaneID, p.WorkerID, p.WorkerInstanceID, p.Capabilities, p.LeaseTTLMs)
 			if err == nil {
 				return r, nil
@@ -260,6 +284,12 @@ func (d *Driver) ClaimNext(ctx context.Context, p *backend.ClaimNextParams) (*ba
 			if !skippable(err) {
 				return nil, mapErr(err, false)
 			}
+			if errors.Is(err, CodeCapabilityMismatch) {
+				skipped[h.id] = true
+			}
+		}
+		if tried == 0 {
+			return nil, nil
 		}
 	}
 	return nil, nil
@@ -359,13 +389,7 @@ func (d *Driver) readJob(ctx context.Context, r *backend.ClaimResult) error {
 	return nil
 }
 
-func fenceOut(r *ClaimResult) backend.Fence {
-	return backend.Fence{LeaseID: r.LeaseID, LeaseEpoch: r.LeaseEpoch, AttemptID: r.AttemptID, AttemptIndex: r.AttemptIndex}
-}
-
-func fenceIn(f backend.Fence) LeaseFence {
-	return LeaseFence{LeaseID: f.LeaseID, LeaseEpoch: f.LeaseEpoch, AttemptID: f.AttemptID}
-}
+func fenceOut(r *ClaimResult) backend.Fence { return r.Fence() }
 
 // RenewLease implements backend.Driver (ff_renew_lease, lease_current
 // kept 5 s past the expiry as workers do).
@@ -379,7 +403,7 @@ func (d *Driver) RenewLease(ctx context.Context, p *backend.RenewLeaseParams) (i
 // CompleteExecution implements backend.Driver (ff_complete_execution,
 // its KEYS from the Holder when complete, else pre-read).
 func (d *Driver) CompleteExecution(ctx context.Context, p *backend.CompleteExecutionParams) error {
-	cp := &CompleteExecutionParams{ExecutionID: p.ExecutionID, Fence: fenceIn(p.Fence), Result: string(p.Result)}
+	cp := &CompleteExecutionParams{ExecutionID: p.ExecutionID, Fence: p.Fence, Result: string(p.Result)}
 	if p.Holder.LaneID == "" || p.Holder.WorkerInstanceID == "" {
 		return mapErr(d.c.CompleteExecution(ctx, cp), true)
 	}
@@ -393,7 +417,7 @@ func (d *Driver) CompleteExecution(ctx context.Context, p *backend.CompleteExecu
 // FailExecution implements backend.Driver (ff_fail_execution; the
 // retry policy read from the stored policy unless given).
 func (d *Driver) FailExecution(ctx context.Context, p *backend.FailExecutionParams) (*backend.FailResult, error) {
-	r, err := d.c.FailExecution(ctx, &FailExecutionParams{ExecutionID: p.ExecutionID, Fence: fenceIn(p.Fence),
+	r, err := d.c.FailExecution(ctx, &FailExecutionParams{ExecutionID: p.ExecutionID, Fence: p.Fence,
 		FailureReason: p.FailureReason, FailureCategory: p.FailureCategory, RetryPolicyJSON: p.RetryPolicyJSON})
 	if err != nil {
 		return nil, mapErr(err, true)
