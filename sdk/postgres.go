@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
@@ -54,7 +54,7 @@ func ConnectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig)
 	if err := postgres.CheckSchema(ctx, pc.Pool()); err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
-	w := &Worker{pg: pc, cfg: cfg, parts: pc.Partitions(), log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
+	w := &Worker{pg: pc, drv: postgres.NewDriver(pc), cfg: cfg, parts: pc.Partitions(), log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
 		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{}}
 	for _, c := range cfg.Capabilities {
 		w.capSet[c] = true
@@ -98,48 +98,24 @@ func (w *Worker) pgClaimNext(ctx context.Context) (*Lease, error) {
 	full := w.cursor.Add(1)%pgFullScanEvery == 0
 	for i := range lanes {
 		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
-		p := &postgres.ClaimForWorkerParams{LaneID: lane, WorkerID: w.cfg.WorkerID,
+		p := &backend.ClaimNextParams{LaneID: lane, WorkerID: w.cfg.WorkerID,
 			WorkerInstanceID: w.cfg.InstanceID, Capabilities: w.caps, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds()}
 		if !full {
 			p.Partitions = []uint16{w.parts.SoloPartition(lane).Index}
 		}
-		cr, err := w.pg.ClaimForWorker(ctx, p)
-		if errors.Is(err, postgres.CodeNoEligibleExecution) {
-			continue
-		}
+		cr, err := w.drv.ClaimNext(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("sdk: %w", err)
 		}
+		if cr == nil {
+			continue
+		}
 		ji := &jobInfo{kind: cr.Kind, namespace: cr.Namespace, lane: cr.LaneID, flow: cr.FlowID, payload: string(cr.Payload)}
-		l := w.newLease(cr.ExecutionID, cr.LaneID, ji, &valkey.ClaimResult{LeaseID: cr.LeaseID, LeaseEpoch: cr.LeaseEpoch,
-			ExpiresAt: cr.ExpiresAt, AttemptID: cr.AttemptID, AttemptIndex: cr.AttemptIndex, AttemptType: cr.AttemptType})
-		l.pgFence = cr.Fence()
-		return l, nil
+		return w.newLease(cr.ExecutionID, cr.LaneID, ji, &valkey.ClaimResult{LeaseID: cr.Fence.LeaseID,
+			LeaseEpoch: cr.Fence.LeaseEpoch, ExpiresAt: cr.ExpiresAt, AttemptID: cr.Fence.AttemptID,
+			AttemptIndex: cr.Fence.AttemptIndex, AttemptType: cr.AttemptType}), nil
 	}
 	return nil, nil
-}
-
-func (l *Lease) pgRenew(ctx context.Context) error {
-	exp, err := l.w.pg.RenewLease(ctx, &postgres.RenewLeaseParams{ExecutionID: l.ID, Fence: l.pgFence,
-		LeaseTTLMs: l.w.cfg.LeaseTTL.Milliseconds()})
-	if err != nil {
-		return fmt.Errorf("sdk: renew %s: %w", l.ID, err)
-	}
-	l.expiresAt.Store(exp)
-	return nil
-}
-
-func (l *Lease) pgFail(ctx context.Context, p *valkey.FailExecutionParams, out *FailResult) error {
-	res, err := l.w.pg.FailExecution(ctx, &postgres.FailExecutionParams{ExecutionID: l.ID, Fence: l.pgFence,
-		FailureReason: p.FailureReason, FailureCategory: p.FailureCategory, RetryPolicyJSON: p.RetryPolicyJSON})
-	if err != nil {
-		return err
-	}
-	out.RetryScheduled = res.RetryScheduled
-	if res.RetryScheduled {
-		out.RetryAt = time.UnixMilli(res.DelayUntil)
-	}
-	return nil
 }
 
 // pgCode reports a logical error of the Postgres backend (not worth
