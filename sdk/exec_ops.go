@@ -192,15 +192,10 @@ func (w *Worker) promoteDue(ctx context.Context, c candidate, p model.Partition)
 // on Postgres, where the execution's flow learns of it by its 'cancelled'
 // completion event).
 func (c *Client) CancelExecution(ctx context.Context, id model.ExecutionID, reason string) error {
-	if c.vc == nil {
-		return c.pgCancel(ctx, id, reason)
-	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return invalid("id", "%v", err)
 	}
-	_, err := c.vc.CancelExecution(ctx, &valkey.CancelExecutionParams{ExecutionID: id, Reason: reason,
-		Source: valkey.SourceOperatorOverride})
-	if err != nil {
+	if err := c.drv.CancelExecution(ctx, &backend.CancelExecutionParams{ExecutionID: id, Reason: reason}); err != nil {
 		return fmt.Errorf("sdk: %w", err)
 	}
 	return nil

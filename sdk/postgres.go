@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 
@@ -143,7 +142,7 @@ func (c *Client) pgCreate(ctx context.Context, p *valkey.CreateExecutionParams, 
 		// recorded): derive the id from the namespace and key instead, so
 		// a repeat lands on the same row and creates nothing. Unlike
 		// Valkey's 24 h window, the key holds as long as the row exists.
-		p.ExecutionID = idempotentID(p.ExecutionID.Partition(), p.Namespace, spec.IdempotencyKey)
+		p.ExecutionID = backend.IdempotentExecutionID(p.ExecutionID.Partition(), p.Namespace, spec.IdempotencyKey)
 	}
 	var caps []string
 	if spec.Policy != nil {
@@ -159,61 +158,4 @@ func (c *Client) pgCreate(ctx context.Context, p *valkey.CreateExecutionParams, 
 		return "", fmt.Errorf("sdk: %w", err)
 	}
 	return p.ExecutionID, nil
-}
-
-// idempotentID is the execution id of an idempotency key on partition p:
-// a name-based (SHA-256, version 8) UUID of the namespace and key.
-func idempotentID(p model.Partition, ns, key string) model.ExecutionID {
-	sum := sha256.Sum256([]byte("fabric.idempotency\x00" + ns + "\x00" + key))
-	var u model.UUID
-	copy(u[:], sum[:16])
-	u[6] = u[6]&0x0f | 0x80
-	u[8] = u[8]&0x3f | 0x80
-	return model.NewExecutionID(p, u)
-}
-
-// pgState is Client.State on Postgres: ff_exec_core's row read as the
-// exec_core hash's fields (postgres.ExecutionFields).
-func (c *Client) pgState(ctx context.Context, id model.ExecutionID) (*ExecutionState, error) {
-	if _, err := model.ParseExecutionID(string(id)); err != nil {
-		return nil, invalid("id", "%v", err)
-	}
-	m, err := c.pg.ExecutionFields(ctx, id)
-	if errors.Is(err, postgres.CodeExecutionNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sdk: %w", err)
-	}
-	return stateFrom(id, m), nil
-}
-
-// pgResult is Client.Result on Postgres: ff_exec_core.result; nil, as on
-// Valkey, when the execution stored none or does not exist.
-func (c *Client) pgResult(ctx context.Context, id model.ExecutionID) ([]byte, error) {
-	if _, err := model.ParseExecutionID(string(id)); err != nil {
-		return nil, invalid("id", "%v", err)
-	}
-	b, err := c.pg.ExecutionResult(ctx, id)
-	if errors.Is(err, postgres.CodeExecutionNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sdk: %w", err)
-	}
-	return b, nil
-}
-
-// pgCancel is Client.CancelExecution on Postgres
-// (postgres.CancelExecution, cancelled_by operator_override); a terminal
-// execution's error matches postgres.CodeExecutionNotActive.
-func (c *Client) pgCancel(ctx context.Context, id model.ExecutionID, reason string) error {
-	if _, err := model.ParseExecutionID(string(id)); err != nil {
-		return invalid("id", "%v", err)
-	}
-	if err := c.pg.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: id, Reason: reason,
-		Source: valkey.SourceOperatorOverride}); err != nil {
-		return fmt.Errorf("sdk: %w", err)
-	}
-	return nil
 }
