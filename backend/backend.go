@@ -93,6 +93,11 @@ type Driver interface {
 	// otherwise it fails terminally. A fence that no longer holds the
 	// lease is ErrLeaseGone.
 	FailExecution(ctx context.Context, p *FailExecutionParams) (*FailResult, error)
+	// DelayExecution releases the fenced lease and parks the execution
+	// until DelayUntil; the same attempt continues (under a new lease
+	// epoch) once it is eligible again. A fence that no longer holds the
+	// lease is ErrLeaseGone.
+	DelayExecution(ctx context.Context, p *DelayExecutionParams) error
 	// CancelExecution cancels a non-terminal execution, leased or not (an
 	// operator override: no fence). A terminal execution is ErrTerminal;
 	// the holder of a lease finds it gone at its next fenced call.
@@ -252,6 +257,15 @@ type FailResult struct {
 	// RetryScheduled reports a retry, eligible at DelayUntil.
 	RetryScheduled bool
 	DelayUntil     int64
+}
+
+// DelayExecutionParams are the inputs of Driver.DelayExecution.
+type DelayExecutionParams struct {
+	ExecutionID model.ExecutionID
+	Fence       Fence
+	Holder      Holder
+	// DelayUntil is when the execution becomes eligible again.
+	DelayUntil int64
 }
 
 // CancelExecutionParams are the inputs of Driver.CancelExecution.

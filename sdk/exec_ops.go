@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
-	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
@@ -69,11 +68,8 @@ func (l *Lease) Fail(ctx context.Context, reason, category string, retry bool) (
 // it after the delayed promoter made it eligible again.
 func (l *Lease) Delay(ctx context.Context, at time.Time) error {
 	return l.finishCall(ctx, "delay", "", func(ctx context.Context) error {
-		if l.w.pg != nil {
-			return l.w.pg.DelayExecution(ctx, &postgres.DelayExecutionParams{ExecutionID: l.ID, Fence: l.fence, DelayUntil: at.UnixMilli()})
-		}
-		return l.w.vc.DelayExecution(ctx, &valkey.DelayExecutionParams{ExecutionID: l.ID, Fence: l.fence,
-			DelayUntil: at.UnixMilli()})
+		return l.w.drv.DelayExecution(ctx, &backend.DelayExecutionParams{ExecutionID: l.ID, Fence: l.fence,
+			Holder: backend.Holder{LaneID: l.Lane, WorkerInstanceID: l.w.cfg.InstanceID}, DelayUntil: at.UnixMilli()})
 	})
 }
 

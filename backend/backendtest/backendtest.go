@@ -29,7 +29,7 @@ import (
 // Operations names every operation of backend.Driver the suite
 // exercises, for reports (operations × backends).
 var Operations = []string{"CreateExecution", "CreateExecutions", "ClaimNext", "ClaimExecution", "RenewLease",
-	"CompleteExecution", "FailExecution", "CancelExecution", "ExecutionState", "ExecutionResult",
+	"CompleteExecution", "FailExecution", "DelayExecution", "CancelExecution", "ExecutionState", "ExecutionResult",
 	"SubscribeCompletions"}
 
 const ttl = int64(30_000)
@@ -151,6 +151,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	sub("CompleteExecution/Holder", testCompleteHolder)
 	sub("FailExecution/Terminal", testFailTerminal)
 	sub("FailExecution/Retry", testFailRetry)
+	sub("DelayExecution", testDelay)
 	sub("CancelExecution", testCancel)
 	sub("CancelExecution/Leased", testCancelLeased)
 	sub("ExecutionState+Result/NotFound", testNotFound)
@@ -517,6 +518,33 @@ func testFailRetry(e *env) {
 	wantErr(e.t, "fail with a stale fence", err, backend.ErrLeaseGone)
 }
 
+func testDelay(e *env) {
+	e.create(e.spec())
+	c := e.mustClaim()
+	until := time.Now().Add(time.Hour).UnixMilli()
+	stale := c.Fence
+	stale.LeaseEpoch++
+	stale.LeaseID = model.NewUUID().String()
+	err := e.d.DelayExecution(e.ctx, &backend.DelayExecutionParams{ExecutionID: c.ExecutionID, Fence: stale, DelayUntil: until})
+	wantErr(e.t, "delay with a stale fence", err, backend.ErrLeaseGone)
+	if err := e.d.DelayExecution(e.ctx, &backend.DelayExecutionParams{ExecutionID: c.ExecutionID, Fence: c.Fence,
+		DelayUntil: until}); err != nil {
+		e.t.Fatal(err)
+	}
+	s := e.state(c.ExecutionID)
+	wantState(e.t, s, model.PhaseRunnable, model.PublicDelayed)
+	if s.EligibilityState != model.EligibleNotUntilTime || s.AttemptIndex != 0 || s.OwnershipState != model.OwnershipUnowned {
+		e.t.Fatalf("state after delay: %+v", s)
+	}
+	if n := e.claimNext(); n != nil {
+		e.t.Fatalf("claimed %s while delayed", n.ExecutionID)
+	}
+	_, err = e.d.RenewLease(e.ctx, &backend.RenewLeaseParams{ExecutionID: c.ExecutionID, Fence: c.Fence, LeaseTTLMs: ttl})
+	wantErr(e.t, "renew after delay", err, backend.ErrLeaseGone)
+	err = e.d.DelayExecution(e.ctx, &backend.DelayExecutionParams{ExecutionID: c.ExecutionID, Fence: c.Fence, DelayUntil: until})
+	wantErr(e.t, "delay twice", err, backend.ErrLeaseGone)
+}
+
 func testCancel(e *env) {
 	id := e.create(e.spec())
 	if err := e.d.CancelExecution(e.ctx, &backend.CancelExecutionParams{ExecutionID: id, Reason: "bt"}); err != nil {
@@ -664,6 +692,9 @@ func RunUnmigrated(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 		"FailExecution": func() error {
 			_, err := d.FailExecution(ctx, &backend.FailExecutionParams{ExecutionID: id, Fence: f})
 			return err
+		},
+		"DelayExecution": func() error {
+			return d.DelayExecution(ctx, &backend.DelayExecutionParams{ExecutionID: id, Fence: f, DelayUntil: 1})
 		},
 		"CancelExecution": func() error { return d.CancelExecution(ctx, &backend.CancelExecutionParams{ExecutionID: id}) },
 		"ExecutionState": func() error {

@@ -180,6 +180,12 @@ func (d *Driver) FailExecution(ctx context.Context, p *backend.FailExecutionPara
 	return &backend.FailResult{RetryScheduled: r.RetryScheduled, DelayUntil: r.DelayUntil}, nil
 }
 
+// DelayExecution implements backend.Driver.
+func (d *Driver) DelayExecution(ctx context.Context, p *backend.DelayExecutionParams) error {
+	return mapErr(d.c.DelayExecution(ctx, &DelayExecutionParams{ExecutionID: p.ExecutionID, Fence: p.Fence,
+		DelayUntil: p.DelayUntil}), true)
+}
+
 // CancelExecution implements backend.Driver (cancelled_by
 // operator_override).
 func (d *Driver) CancelExecution(ctx context.Context, p *backend.CancelExecutionParams) error {
