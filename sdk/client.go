@@ -10,8 +10,7 @@ import (
 	"sync"
 	"time"
 
-	vk "github.com/valkey-io/valkey-go"
-
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
@@ -44,8 +43,11 @@ type ClientConfig struct {
 // Client creates, inspects and cancels executions and flows. It is safe
 // for concurrent use; create one per process and share it.
 type Client struct {
-	vc    *valkey.Client
-	pg    *postgres.Client
+	vc *valkey.Client
+	pg *postgres.Client
+	// drv is the backend contract over vc or pg: State, Result and
+	// CancelExecution go through it.
+	drv   backend.Driver
 	parts model.PartitionConfig
 	ns    string
 	who   string
@@ -79,8 +81,10 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 			return nil, fmt.Errorf("sdk: %w", err)
 		}
 		c.parts = c.pg.Partitions()
+		c.drv = postgres.NewDriver(c.pg)
 		return c, nil
 	}
+	c.drv = valkey.NewDriver(c.vc)
 	parts, err := readPartitions(ctx, cfg.Backend, c.log)
 	if err != nil {
 		return nil, err
@@ -287,20 +291,19 @@ func (s *ExecutionState) Terminal() bool { return s.LifecyclePhase == model.Phas
 // State reads an execution's state (one HGETALL of exec_core; on
 // Postgres one read of its ff_exec_core row, under the hash's field names).
 func (c *Client) State(ctx context.Context, id model.ExecutionID) (*ExecutionState, error) {
-	if c.vc == nil {
-		return c.pgState(ctx, id)
-	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
-	m, err := c.vc.Raw().Do(ctx, c.vc.Raw().B().Hgetall().Key(model.KeysFor(id).Core()).Build()).AsStrMap()
+	bs, err := c.drv.ExecutionState(ctx, id)
+	if errors.Is(err, backend.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sdk: read state of %s: %w", id, err)
 	}
-	if len(m) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	return stateFrom(id, m), nil
+	st := stateFrom(id, bs.Fields)
+	st.PublicState = bs.PublicState // the driver's, in the one vocabulary of both backends
+	return st, nil
 }
 
 func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
@@ -321,14 +324,11 @@ func stateFrom(id model.ExecutionID, m map[string]string) *ExecutionState {
 // Result returns a completed execution's result payload (nil when none
 // was stored).
 func (c *Client) Result(ctx context.Context, id model.ExecutionID) ([]byte, error) {
-	if c.vc == nil {
-		return c.pgResult(ctx, id)
-	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
-	b, err := c.vc.Raw().Do(ctx, c.vc.Raw().B().Get().Key(model.KeysFor(id).Result()).Build()).AsBytes()
-	if vk.IsValkeyNil(err) {
+	b, err := c.drv.ExecutionResult(ctx, id)
+	if errors.Is(err, backend.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {

@@ -38,7 +38,7 @@
 // (or the [Admitting] middleware) takes a slot of a rate or concurrency
 // quota ([Client.CreateQuota], [Client.QuotaUsage]); frames have modes ([Frame].Mode) and
 // [Client.TailAttemptStream] follows a stream live;
-// [Worker.ClaimExecution] claims a given execution. The examples/
+// [Worker.ClaimExecution] claims a given execution (on both backends). The examples/
 // directory has runnable programs.
 //
 // On Postgres the same Worker, Lease, Job and Run work over a

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
@@ -41,15 +41,13 @@ type FailResult struct {
 func (l *Lease) Fail(ctx context.Context, reason, category string, retry bool) (*FailResult, error) {
 	out := &FailResult{}
 	err := l.finishCall(ctx, "fail", model.OutcomeFailed, func(ctx context.Context) error {
-		p := &valkey.FailExecutionParams{ExecutionID: l.ID, Fence: l.fence,
+		p := &backend.FailExecutionParams{ExecutionID: l.ID, Fence: l.fence,
+			Holder:        backend.Holder{LaneID: l.Lane, WorkerInstanceID: l.w.cfg.InstanceID},
 			FailureReason: truncate(reason, maxReasonBytes), FailureCategory: category}
 		if !retry {
 			p.RetryPolicyJSON = `{"max_retries":0}`
 		}
-		if l.w.pg != nil {
-			return l.pgFail(ctx, p, out)
-		}
-		res, err := l.w.vc.FailExecution(ctx, p)
+		res, err := l.w.drv.FailExecution(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -70,11 +68,8 @@ func (l *Lease) Fail(ctx context.Context, reason, category string, retry bool) (
 // it after the delayed promoter made it eligible again.
 func (l *Lease) Delay(ctx context.Context, at time.Time) error {
 	return l.finishCall(ctx, "delay", "", func(ctx context.Context) error {
-		if l.w.pg != nil {
-			return l.w.pg.DelayExecution(ctx, &postgres.DelayExecutionParams{ExecutionID: l.ID, Fence: l.pgFence, DelayUntil: at.UnixMilli()})
-		}
-		return l.w.vc.DelayExecution(ctx, &valkey.DelayExecutionParams{ExecutionID: l.ID, Fence: l.fence,
-			DelayUntil: at.UnixMilli()})
+		return l.w.drv.DelayExecution(ctx, &backend.DelayExecutionParams{ExecutionID: l.ID, Fence: l.fence,
+			Holder: backend.Holder{LaneID: l.Lane, WorkerInstanceID: l.w.cfg.InstanceID}, DelayUntil: at.UnixMilli()})
 	})
 }
 
@@ -193,15 +188,10 @@ func (w *Worker) promoteDue(ctx context.Context, c candidate, p model.Partition)
 // on Postgres, where the execution's flow learns of it by its 'cancelled'
 // completion event).
 func (c *Client) CancelExecution(ctx context.Context, id model.ExecutionID, reason string) error {
-	if c.vc == nil {
-		return c.pgCancel(ctx, id, reason)
-	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return invalid("id", "%v", err)
 	}
-	_, err := c.vc.CancelExecution(ctx, &valkey.CancelExecutionParams{ExecutionID: id, Reason: reason,
-		Source: valkey.SourceOperatorOverride})
-	if err != nil {
+	if err := c.drv.CancelExecution(ctx, &backend.CancelExecutionParams{ExecutionID: id, Reason: reason}); err != nil {
 		return fmt.Errorf("sdk: %w", err)
 	}
 	return nil

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 	vk "github.com/valkey-io/valkey-go"
@@ -46,8 +46,7 @@ type Lease struct {
 	AttemptType  string
 
 	flow      string
-	fence     valkey.LeaseFence
-	pgFence   postgres.LeaseFence // Postgres workers
+	fence     backend.Fence
 	expiresAt atomic.Int64
 
 	ctx       context.Context
@@ -93,7 +92,7 @@ func (l *Lease) ExpiresAt() time.Time { return time.UnixMilli(l.expiresAt.Load()
 
 // leaseGone reports renewal errors that mean the lease cannot come back.
 func leaseGone(err error) bool {
-	if pgLeaseGone(err) {
+	if errors.Is(err, backend.ErrLeaseGone) || pgLeaseGone(err) {
 		return true
 	}
 	switch valkey.CodeOf(err) {
@@ -142,16 +141,13 @@ func (l *Lease) renewLoop() {
 	}
 }
 
-// Renew extends the lease to now+TTL (ff_renew_lease). The background
-// loop calls it; calling it directly is only needed by code that blocks
-// the loop's schedule (it never does by itself).
+// Renew extends the lease to now+TTL (backend.Driver.RenewLease:
+// ff_renew_lease on Valkey). The background loop calls it; calling it
+// directly is only needed by code that blocks the loop's schedule (it
+// never does by itself).
 func (l *Lease) Renew(ctx context.Context) error {
-	if l.w.pg != nil {
-		return l.pgRenew(ctx)
-	}
-	exp, err := l.w.vc.RenewLease(ctx, &valkey.RenewLeaseParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex,
-		AttemptID: l.fence.AttemptID, LeaseID: l.fence.LeaseID, LeaseEpoch: l.fence.LeaseEpoch,
-		LeaseTTLMs: l.w.cfg.LeaseTTL.Milliseconds(), HistoryGraceMs: 5000})
+	exp, err := l.w.drv.RenewLease(ctx, &backend.RenewLeaseParams{ExecutionID: l.ID, Fence: l.fence,
+		LeaseTTLMs: l.w.cfg.LeaseTTL.Milliseconds()})
 	if err != nil {
 		return fmt.Errorf("sdk: renew %s: %w", l.ID, err)
 	}
@@ -287,10 +283,8 @@ func (l *Lease) settle(err error) {
 // stores result when non-empty.
 func (l *Lease) Complete(ctx context.Context, result []byte) error {
 	err := l.finishCall(ctx, "complete", model.OutcomeSuccess, func(ctx context.Context) error {
-		if l.w.pg != nil {
-			return l.w.pg.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.pgFence, Result: result})
-		}
-		return l.fcall(ctx, l.completeCall(result))
+		return l.w.drv.CompleteExecution(ctx, &backend.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.fence,
+			Holder: backend.Holder{LaneID: l.Lane, WorkerInstanceID: l.w.cfg.InstanceID}, Result: result})
 	})
 	if err == nil {
 		l.cascade(ctx)

@@ -2,11 +2,10 @@ package sdk
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
@@ -54,7 +53,7 @@ func ConnectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig)
 	if err := postgres.CheckSchema(ctx, pc.Pool()); err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
-	w := &Worker{pg: pc, cfg: cfg, parts: pc.Partitions(), log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
+	w := &Worker{pg: pc, drv: postgres.NewDriver(pc), cfg: cfg, parts: pc.Partitions(), log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
 		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{}}
 	for _, c := range cfg.Capabilities {
 		w.capSet[c] = true
@@ -98,48 +97,24 @@ func (w *Worker) pgClaimNext(ctx context.Context) (*Lease, error) {
 	full := w.cursor.Add(1)%pgFullScanEvery == 0
 	for i := range lanes {
 		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
-		p := &postgres.ClaimForWorkerParams{LaneID: lane, WorkerID: w.cfg.WorkerID,
+		p := &backend.ClaimNextParams{LaneID: lane, WorkerID: w.cfg.WorkerID,
 			WorkerInstanceID: w.cfg.InstanceID, Capabilities: w.caps, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds()}
 		if !full {
 			p.Partitions = []uint16{w.parts.SoloPartition(lane).Index}
 		}
-		cr, err := w.pg.ClaimForWorker(ctx, p)
-		if errors.Is(err, postgres.CodeNoEligibleExecution) {
-			continue
-		}
+		cr, err := w.drv.ClaimNext(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("sdk: %w", err)
 		}
+		if cr == nil {
+			continue
+		}
 		ji := &jobInfo{kind: cr.Kind, namespace: cr.Namespace, lane: cr.LaneID, flow: cr.FlowID, payload: string(cr.Payload)}
-		l := w.newLease(cr.ExecutionID, cr.LaneID, ji, &valkey.ClaimResult{LeaseID: cr.LeaseID, LeaseEpoch: cr.LeaseEpoch,
-			ExpiresAt: cr.ExpiresAt, AttemptID: cr.AttemptID, AttemptIndex: cr.AttemptIndex, AttemptType: cr.AttemptType})
-		l.pgFence = cr.Fence()
-		return l, nil
+		return w.newLease(cr.ExecutionID, cr.LaneID, ji, &valkey.ClaimResult{LeaseID: cr.Fence.LeaseID,
+			LeaseEpoch: cr.Fence.LeaseEpoch, ExpiresAt: cr.ExpiresAt, AttemptID: cr.Fence.AttemptID,
+			AttemptIndex: cr.Fence.AttemptIndex, AttemptType: cr.AttemptType}), nil
 	}
 	return nil, nil
-}
-
-func (l *Lease) pgRenew(ctx context.Context) error {
-	exp, err := l.w.pg.RenewLease(ctx, &postgres.RenewLeaseParams{ExecutionID: l.ID, Fence: l.pgFence,
-		LeaseTTLMs: l.w.cfg.LeaseTTL.Milliseconds()})
-	if err != nil {
-		return fmt.Errorf("sdk: renew %s: %w", l.ID, err)
-	}
-	l.expiresAt.Store(exp)
-	return nil
-}
-
-func (l *Lease) pgFail(ctx context.Context, p *valkey.FailExecutionParams, out *FailResult) error {
-	res, err := l.w.pg.FailExecution(ctx, &postgres.FailExecutionParams{ExecutionID: l.ID, Fence: l.pgFence,
-		FailureReason: p.FailureReason, FailureCategory: p.FailureCategory, RetryPolicyJSON: p.RetryPolicyJSON})
-	if err != nil {
-		return err
-	}
-	out.RetryScheduled = res.RetryScheduled
-	if res.RetryScheduled {
-		out.RetryAt = time.UnixMilli(res.DelayUntil)
-	}
-	return nil
 }
 
 // pgCode reports a logical error of the Postgres backend (not worth
@@ -167,7 +142,7 @@ func (c *Client) pgCreate(ctx context.Context, p *valkey.CreateExecutionParams, 
 		// recorded): derive the id from the namespace and key instead, so
 		// a repeat lands on the same row and creates nothing. Unlike
 		// Valkey's 24 h window, the key holds as long as the row exists.
-		p.ExecutionID = idempotentID(p.ExecutionID.Partition(), p.Namespace, spec.IdempotencyKey)
+		p.ExecutionID = backend.IdempotentExecutionID(p.ExecutionID.Partition(), p.Namespace, spec.IdempotencyKey)
 	}
 	var caps []string
 	if spec.Policy != nil {
@@ -183,61 +158,4 @@ func (c *Client) pgCreate(ctx context.Context, p *valkey.CreateExecutionParams, 
 		return "", fmt.Errorf("sdk: %w", err)
 	}
 	return p.ExecutionID, nil
-}
-
-// idempotentID is the execution id of an idempotency key on partition p:
-// a name-based (SHA-256, version 8) UUID of the namespace and key.
-func idempotentID(p model.Partition, ns, key string) model.ExecutionID {
-	sum := sha256.Sum256([]byte("fabric.idempotency\x00" + ns + "\x00" + key))
-	var u model.UUID
-	copy(u[:], sum[:16])
-	u[6] = u[6]&0x0f | 0x80
-	u[8] = u[8]&0x3f | 0x80
-	return model.NewExecutionID(p, u)
-}
-
-// pgState is Client.State on Postgres: ff_exec_core's row read as the
-// exec_core hash's fields (postgres.ExecutionFields).
-func (c *Client) pgState(ctx context.Context, id model.ExecutionID) (*ExecutionState, error) {
-	if _, err := model.ParseExecutionID(string(id)); err != nil {
-		return nil, invalid("id", "%v", err)
-	}
-	m, err := c.pg.ExecutionFields(ctx, id)
-	if errors.Is(err, postgres.CodeExecutionNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sdk: %w", err)
-	}
-	return stateFrom(id, m), nil
-}
-
-// pgResult is Client.Result on Postgres: ff_exec_core.result; nil, as on
-// Valkey, when the execution stored none or does not exist.
-func (c *Client) pgResult(ctx context.Context, id model.ExecutionID) ([]byte, error) {
-	if _, err := model.ParseExecutionID(string(id)); err != nil {
-		return nil, invalid("id", "%v", err)
-	}
-	b, err := c.pg.ExecutionResult(ctx, id)
-	if errors.Is(err, postgres.CodeExecutionNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sdk: %w", err)
-	}
-	return b, nil
-}
-
-// pgCancel is Client.CancelExecution on Postgres
-// (postgres.CancelExecution, cancelled_by operator_override); a terminal
-// execution's error matches postgres.CodeExecutionNotActive.
-func (c *Client) pgCancel(ctx context.Context, id model.ExecutionID, reason string) error {
-	if _, err := model.ParseExecutionID(string(id)); err != nil {
-		return invalid("id", "%v", err)
-	}
-	if err := c.pg.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: id, Reason: reason,
-		Source: valkey.SourceOperatorOverride}); err != nil {
-		return fmt.Errorf("sdk: %w", err)
-	}
-	return nil
 }

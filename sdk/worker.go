@@ -15,6 +15,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
@@ -154,8 +155,11 @@ var ErrDuplicateInstance = errors.New("sdk: worker instance id already registere
 // Run for the handler loop, or ClaimNext for manual control. It is safe
 // for concurrent use.
 type Worker struct {
-	vc      *valkey.Client
-	pg      *postgres.Client // set by ConnectPostgres; vc is nil then
+	vc *valkey.Client
+	pg *postgres.Client // set by ConnectPostgres; vc is nil then
+	// drv is the backend contract over vc or pg: the lease's renew,
+	// complete and fail, and the Postgres claim, go through it.
+	drv     backend.Driver
 	cfg     WorkerConfig
 	parts   model.PartitionConfig
 	caps    []string
@@ -219,7 +223,7 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{vc: vc, cfg: cfg, parts: parts, log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
+	w := &Worker{vc: vc, drv: valkey.NewDriver(vc), cfg: cfg, parts: parts, log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
 		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{}}
 	for _, c := range cfg.Capabilities {
 		w.capSet[c] = true

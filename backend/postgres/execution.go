@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/model/pgsql"
 )
@@ -173,13 +174,9 @@ VALUES ($1, $2, 'create_execution') ON CONFLICT (lane_id) DO NOTHING`, p.LaneID,
 // LeaseFence identifies the lease a worker holds. Postgres stores no lease
 // or attempt id: the fence is (AttemptIndex, LeaseEpoch); LeaseID and
 // AttemptID are upstream's synthetic forms "pg:<uuid>:<attempt>:<epoch>" and
-// "pg:<uuid>:<attempt>", informational only.
-type LeaseFence struct {
-	LeaseID      string
-	LeaseEpoch   uint64
-	AttemptID    string
-	AttemptIndex int
-}
+// "pg:<uuid>:<attempt>", informational only. It is backend.Fence, the one
+// fence type of both drivers.
+type LeaseFence = backend.Fence
 
 func newFence(k execKey, attempt int, epoch uint64) LeaseFence {
 	return LeaseFence{

@@ -10,6 +10,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -153,14 +154,14 @@ func (c *Client) ExecutionCore(ctx context.Context, eid model.ExecutionID) (map[
 
 // LeaseFence is the (lease_id, lease_epoch, attempt_id) triple that fences
 // a lease-checked call. The zero value is the empty fence, accepted only
-// with Source "operator_override".
-type LeaseFence struct {
-	LeaseID    string
-	LeaseEpoch uint64
-	AttemptID  string
-}
+// with Source "operator_override". It is backend.Fence, the one fence
+// type of both drivers; Valkey ignores its AttemptIndex (the library
+// checks the attempt id).
+type LeaseFence = backend.Fence
 
-func (f LeaseFence) epoch() string {
+// fenceEpoch is the lease_epoch argument of a fenced call ("" for the
+// empty fence).
+func fenceEpoch(f LeaseFence) string {
 	if f.LeaseEpoch == 0 {
 		return ""
 	}
@@ -276,7 +277,7 @@ type ClaimResult struct {
 
 // Fence returns the fence of the acquired lease.
 func (r *ClaimResult) Fence() LeaseFence {
-	return LeaseFence{LeaseID: r.LeaseID, LeaseEpoch: r.LeaseEpoch, AttemptID: r.AttemptID}
+	return LeaseFence{LeaseID: r.LeaseID, LeaseEpoch: r.LeaseEpoch, AttemptID: r.AttemptID, AttemptIndex: r.AttemptIndex}
 }
 
 func parseClaim(rep *Reply) (*ClaimResult, error) {
@@ -332,7 +333,7 @@ func (p *CompleteExecutionParams) call(r execRefs) Call {
 		Keys: []string{k.Core(), k.Attempt(i), pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID),
 			pk.LaneTerminal(r.lane), k.LeaseCurrent(), k.LeaseHistory(), pk.LaneActive(r.lane),
 			k.StreamMeta(i), k.Result(), pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, p.Fence.epoch(), p.Fence.AttemptID,
+		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID,
 			p.Result, p.Source},
 	}
 }
@@ -439,7 +440,7 @@ func (p *DelayExecutionParams) call(r execRefs) Call {
 		Keys: []string{k.Core(), k.Attempt(r.attemptIdx()), k.LeaseCurrent(), k.LeaseHistory(),
 			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), pk.LaneActive(r.lane),
 			pk.LaneDelayed(r.lane), pk.AttemptTimeout()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, p.Fence.epoch(), p.Fence.AttemptID,
+		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID,
 			strconv.FormatInt(p.DelayUntil, 10), p.Source},
 	}
 }
@@ -479,7 +480,7 @@ func (p *MoveToWaitingChildrenParams) call(r execRefs) Call {
 		Keys: []string{k.Core(), k.Attempt(r.attemptIdx()), k.LeaseCurrent(), k.LeaseHistory(),
 			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), pk.LaneActive(r.lane),
 			pk.LaneBlockedDependencies(r.lane), pk.AttemptTimeout()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, p.Fence.epoch(), p.Fence.AttemptID, p.Source},
+		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID, p.Source},
 	}
 }
 
@@ -523,7 +524,7 @@ func (p *FailExecutionParams) call(r execRefs, retryPolicy string) Call {
 		Keys: []string{k.Core(), k.Attempt(i), pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID),
 			pk.LaneTerminal(r.lane), pk.LaneDelayed(r.lane), k.LeaseCurrent(), k.LeaseHistory(),
 			pk.LaneActive(r.lane), k.StreamMeta(i), pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, p.Fence.epoch(), p.Fence.AttemptID,
+		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID,
 			p.FailureReason, p.FailureCategory, retryPolicy, p.Source},
 	}
 }

@@ -83,7 +83,7 @@ func (p *AppendFrameParams) Call() Call {
 		Keys: []string{k.Core(), k.Stream(p.AttemptIndex), k.StreamMeta(p.AttemptIndex),
 			k.StreamSummary(p.AttemptIndex)},
 		Args: []string{string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.Fence.LeaseID,
-			p.Fence.epoch(), p.FrameType, suspOpt(p.TS), p.Payload, enc, p.CorrelationID,
+			fenceEpoch(p.Fence), p.FrameType, suspOpt(p.TS), p.Payload, enc, p.CorrelationID,
 			src, suspInt(p.RetentionMaxLen), p.Fence.AttemptID, suspInt(maxBytes), p.Mode, p.PatchKind,
 			suspInt(p.TTLMs), suspInt(p.MaxLenFloor), suspInt(p.MaxLenCeiling),
 			strconv.FormatFloat(p.EMAAlpha, 'f', -1, 64)},

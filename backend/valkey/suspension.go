@@ -174,7 +174,7 @@ func (p *SuspendParams) Call(nowMs int64) Call {
 	}
 	args := []string{
 		string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.Fence.AttemptID, p.Fence.LeaseID,
-		p.Fence.epoch(), p.SuspensionID, p.WaitpointID, p.WaitpointKey,
+		fenceEpoch(p.Fence), p.SuspensionID, p.WaitpointID, p.WaitpointKey,
 		p.ReasonCode, p.RequestedBy, suspOpt(p.TimeoutAt), p.ResumeConditionJSON,
 		p.ResumePolicyJSON, p.ContinuationMetadataPointer, pending, behavior,
 		suspInt(DefaultLeaseHistoryMaxLen), p.IdempotencyKey, ttl, strconv.Itoa(len(p.Extra)),

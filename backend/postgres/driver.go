@@ -1,0 +1,272 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fabric-host/fabric/backend"
+	"github.com/fabric-host/fabric/model"
+)
+
+// Driver is the Postgres implementation of backend.Driver over a Client.
+// Create it with NewDriver.
+type Driver struct {
+	c *Client
+}
+
+var _ backend.Driver = (*Driver)(nil)
+
+// NewDriver returns the backend.Driver of c.
+func NewDriver(c *Client) *Driver { return &Driver{c: c} }
+
+// Client returns the client the driver runs on.
+func (d *Driver) Client() *Client { return d.c }
+
+// Name implements backend.Driver.
+func (d *Driver) Name() string { return "postgres" }
+
+// Partitions implements backend.Driver.
+func (d *Driver) Partitions() model.PartitionConfig { return d.c.Partitions() }
+
+// mapErr wraps err with the backend sentinel its code means, keeping err
+// in the chain. fenced is set for operations checked against a lease
+// fence: there a missing or inactive execution means the lease is gone.
+func mapErr(err error, fenced bool) error {
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError
+	switch {
+	case errors.Is(err, ErrNotMigrated), errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
+		return fmt.Errorf("%w: %w", backend.ErrNotMigrated, err)
+	case errors.Is(err, CodeExecutionNotFound):
+		if fenced {
+			return fmt.Errorf("%w: %w: %w", backend.ErrLeaseGone, backend.ErrNotFound, err)
+		}
+		return fmt.Errorf("%w: %w", backend.ErrNotFound, err)
+	case errors.Is(err, CodeStaleLease), errors.Is(err, CodeLeaseExpired):
+		return fmt.Errorf("%w: %w", backend.ErrLeaseGone, err)
+	case errors.Is(err, CodeExecutionNotActive):
+		if fenced {
+			return fmt.Errorf("%w: %w", backend.ErrLeaseGone, err)
+		}
+		return fmt.Errorf("%w: %w", backend.ErrTerminal, err)
+	case errors.Is(err, CodeExecutionNotEligible):
+		return fmt.Errorf("%w: %w", backend.ErrNotClaimable, err)
+	case errors.Is(err, CodeCapabilityMismatch):
+		return fmt.Errorf("%w: %w", backend.ErrCapabilityMismatch, err)
+	case errors.Is(err, CodeInvalidInput), errors.Is(err, CodeInvalidPolicyJSON):
+		return fmt.Errorf("%w: %w", backend.ErrInvalidInput, err)
+	}
+	return err
+}
+
+// requiredCapabilities reads routing_requirements.required_capabilities
+// of an ExecutionPolicy document (nil when absent or not JSON; create
+// rejects a document that is not JSON).
+func requiredCapabilities(policy string) []string {
+	if policy == "" {
+		return nil
+	}
+	var doc struct {
+		Routing *struct {
+			Required []string `json:"required_capabilities"`
+		} `json:"routing_requirements"`
+	}
+	if json.Unmarshal([]byte(policy), &doc) != nil || doc.Routing == nil {
+		return nil
+	}
+	return doc.Routing.Required
+}
+
+// CreateExecution implements backend.Driver. With an IdempotencyKey the
+// id is backend.IdempotentExecutionID of the namespace and key (Postgres
+// keeps no idempotency index): a repeat lands on the same row.
+func (d *Driver) CreateExecution(ctx context.Context, p *backend.CreateExecutionParams) (*backend.CreateExecutionResult, error) {
+	id := p.ExecutionID
+	if p.IdempotencyKey != "" {
+		if _, err := model.ParseExecutionID(string(id)); err != nil {
+			return nil, mapErr(fmt.Errorf("create execution %s: %w: %v", id, CodeInvalidInput, err), false)
+		}
+		id = backend.IdempotentExecutionID(id.Partition(), p.Namespace, p.IdempotencyKey)
+	}
+	res, err := d.c.CreateExecution(ctx, &CreateExecutionParams{
+		ExecutionID: id, FlowID: p.FlowID, Namespace: p.Namespace, LaneID: p.LaneID,
+		ExecutionKind: p.ExecutionKind, Priority: p.Priority, CreatorIdentity: p.CreatorIdentity,
+		PolicyJSON: p.PolicyJSON, Payload: p.Payload, RequiredCapabilities: requiredCapabilities(p.PolicyJSON),
+		DelayUntil: p.DelayUntil, IdempotencyKey: p.IdempotencyKey, Tags: p.Tags,
+		ExecutionDeadlineAt: p.ExecutionDeadlineAt,
+	})
+	if err != nil {
+		return nil, mapErr(err, false)
+	}
+	out := &backend.CreateExecutionResult{ExecutionID: id, Duplicate: res.Duplicate}
+	if !res.Duplicate {
+		out.PublicState = res.PublicState
+	}
+	return out, nil
+}
+
+// CreateExecutions implements backend.Driver: one transaction per item.
+func (d *Driver) CreateExecutions(ctx context.Context, ps []*backend.CreateExecutionParams) ([]*backend.CreateExecutionResult, error) {
+	out := make([]*backend.CreateExecutionResult, len(ps))
+	var errs []error
+	for i, p := range ps {
+		r, err := d.CreateExecution(ctx, p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("item %d: %w", i, err))
+			continue
+		}
+		out[i] = r
+	}
+	return out, errors.Join(errs...)
+}
+
+func claimOut(r *ClaimResult) *backend.ClaimResult {
+	return &backend.ClaimResult{ExecutionID: r.ExecutionID,
+		Fence:     r.Fence(),
+		ExpiresAt: r.ExpiresAt, AttemptType: r.AttemptType, LaneID: r.LaneID, Kind: r.Kind,
+		Namespace: r.Namespace, Payload: r.Payload, FlowID: r.FlowID}
+}
+
+// ClaimNext implements backend.Driver (ClaimForWorker).
+func (d *Driver) ClaimNext(ctx context.Context, p *backend.ClaimNextParams) (*backend.ClaimResult, error) {
+	r, err := d.c.ClaimForWorker(ctx, &ClaimForWorkerParams{LaneID: p.LaneID, WorkerID: p.WorkerID,
+		WorkerInstanceID: p.WorkerInstanceID, Capabilities: p.Capabilities, LeaseTTLMs: p.LeaseTTLMs,
+		Partitions: p.Partitions})
+	if errors.Is(err, CodeNoEligibleExecution) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mapErr(err, false)
+	}
+	return claimOut(r), nil
+}
+
+// ClaimExecution implements backend.Driver.
+func (d *Driver) ClaimExecution(ctx context.Context, p *backend.ClaimExecutionParams) (*backend.ClaimResult, error) {
+	r, err := d.c.ClaimExecution(ctx, &ClaimExecutionParams{ExecutionID: p.ExecutionID, WorkerID: p.WorkerID,
+		WorkerInstanceID: p.WorkerInstanceID, Capabilities: p.Capabilities, LeaseTTLMs: p.LeaseTTLMs})
+	if err != nil {
+		return nil, mapErr(err, false)
+	}
+	return claimOut(r), nil
+}
+
+// RenewLease implements backend.Driver.
+func (d *Driver) RenewLease(ctx context.Context, p *backend.RenewLeaseParams) (int64, error) {
+	exp, err := d.c.RenewLease(ctx, &RenewLeaseParams{ExecutionID: p.ExecutionID, Fence: p.Fence, LeaseTTLMs: p.LeaseTTLMs})
+	return exp, mapErr(err, true)
+}
+
+// CompleteExecution implements backend.Driver.
+func (d *Driver) CompleteExecution(ctx context.Context, p *backend.CompleteExecutionParams) error {
+	return mapErr(d.c.CompleteExecution(ctx, &CompleteExecutionParams{ExecutionID: p.ExecutionID,
+		Fence: p.Fence, Result: p.Result}), true)
+}
+
+// FailExecution implements backend.Driver.
+func (d *Driver) FailExecution(ctx context.Context, p *backend.FailExecutionParams) (*backend.FailResult, error) {
+	r, err := d.c.FailExecution(ctx, &FailExecutionParams{ExecutionID: p.ExecutionID, Fence: p.Fence,
+		FailureReason: p.FailureReason, FailureCategory: p.FailureCategory, RetryPolicyJSON: p.RetryPolicyJSON})
+	if err != nil {
+		return nil, mapErr(err, true)
+	}
+	return &backend.FailResult{RetryScheduled: r.RetryScheduled, DelayUntil: r.DelayUntil}, nil
+}
+
+// DelayExecution implements backend.Driver.
+func (d *Driver) DelayExecution(ctx context.Context, p *backend.DelayExecutionParams) error {
+	return mapErr(d.c.DelayExecution(ctx, &DelayExecutionParams{ExecutionID: p.ExecutionID, Fence: p.Fence,
+		DelayUntil: p.DelayUntil}), true)
+}
+
+// CancelExecution implements backend.Driver (cancelled_by
+// operator_override).
+func (d *Driver) CancelExecution(ctx context.Context, p *backend.CancelExecutionParams) error {
+	return mapErr(d.c.CancelExecution(ctx, &CancelExecutionParams{ExecutionID: p.ExecutionID, Reason: p.Reason,
+		Source: "operator_override"}), false)
+}
+
+// ExecutionState implements backend.Driver (ExecutionFields).
+func (d *Driver) ExecutionState(ctx context.Context, id model.ExecutionID) (*backend.ExecutionState, error) {
+	m, err := d.c.ExecutionFields(ctx, id)
+	if err != nil {
+		return nil, mapErr(err, false)
+	}
+	s := backend.StateFromFields(id, m)
+	if s.PublicState == pgPublicRunning {
+		s.PublicState = model.PublicActive
+	}
+	return s, nil
+}
+
+// pgPublicRunning is the public_state upstream's Postgres claim writes for
+// a leased execution (spec postgres.md §3) where Valkey writes "active";
+// ExecutionState reports it as model.PublicActive (Fields keeps the
+// stored value).
+const pgPublicRunning = "running"
+
+// ExecutionResult implements backend.Driver.
+func (d *Driver) ExecutionResult(ctx context.Context, id model.ExecutionID) ([]byte, error) {
+	b, err := d.c.ExecutionResult(ctx, id)
+	return b, mapErr(err, false)
+}
+
+// SubscribeCompletions implements backend.Driver over the client's LISTEN
+// subscription from the tail, passing on flow members' events only.
+func (d *Driver) SubscribeCompletions(ctx context.Context, p *backend.SubscribeCompletionsParams) (backend.CompletionSubscription, error) {
+	buf := p.Buffer
+	if buf <= 0 {
+		buf = 1024
+	}
+	sub, err := d.c.SubscribeCompletions(ctx, &SubscribeCompletionsParams{AfterEventID: -1, Buffer: buf})
+	if err != nil {
+		return nil, mapErr(err, false)
+	}
+	s := &pgCompletions{sub: sub, out: make(chan backend.Completion, buf), done: make(chan struct{})}
+	go s.forward()
+	return s, nil
+}
+
+// pgCompletions adapts a CompletionSubscription to
+// backend.CompletionSubscription.
+type pgCompletions struct {
+	sub  *CompletionSubscription
+	out  chan backend.Completion
+	done chan struct{}
+	once sync.Once
+}
+
+func (s *pgCompletions) forward() {
+	defer close(s.out)
+	for ev := range s.sub.C {
+		if ev.FlowID.IsZero() {
+			continue
+		}
+		select {
+		case s.out <- backend.Completion{ExecutionID: ev.ExecutionID, FlowID: ev.FlowID, Outcome: ev.Outcome}:
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// C implements backend.CompletionSubscription.
+func (s *pgCompletions) C() <-chan backend.Completion { return s.out }
+
+// Close implements backend.CompletionSubscription.
+func (s *pgCompletions) Close() {
+	s.once.Do(func() { close(s.done) })
+	s.sub.Close()
+	for range s.out { // wait for forward to end
+	}
+}
+
+// Err implements backend.CompletionSubscription.
+func (s *pgCompletions) Err() error { return mapErr(s.sub.Err(), false) }
