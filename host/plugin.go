@@ -404,7 +404,7 @@ func applyOverride(m abi.Manifest, o PluginConfig) abi.Manifest {
 }
 
 // newInstance instantiates the plugin with its own memories (instanceMemory)
-// and Extism kernel. As under Extism, no start function runs: the guest's
+// and Extism kernel (env.Kernel). As under Extism, no start function runs: the guest's
 // runtime initialisation runs before its first call (initGuest).
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	tail := &tailBuffer{max: 2048}
