@@ -319,7 +319,11 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 		if _, err := hb.Instantiate(ctx); err != nil {
 			return nil, fmt.Errorf("%s: %w", abi.Namespace, err)
 		}
-		return rt.CompileModule(ctx, b)
+		cm, err := rt.CompileModule(ctx, b)
+		if err == nil {
+			dropCodeBodies(cm)
+		}
+		return cm, err
 	}()
 	if err != nil {
 		rt.Close(ctx)
