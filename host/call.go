@@ -71,15 +71,14 @@ func FaultKind(err error) string {
 	return ""
 }
 
-// export returns the instance's exported function name, or nil, its
-// termination checks thinned by term (termStub).
-func (inst *instance) export(name string, term *termStub) api.Function {
+// export returns the instance's exported function name, or nil, resolved
+// once per instance.
+func (inst *instance) export(name string) api.Function {
 	if f, ok := inst.exports[name]; ok {
 		return f
 	}
 	f := inst.mod.ExportedFunction(name)
 	if f != nil {
-		term.patch(f)
 		inst.exports[name] = f
 	}
 	return f
@@ -143,7 +142,7 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 		}
 		inst.inited = true
 	}
-	f := inst.export(export, m.term)
+	f := inst.export(export)
 	if f == nil {
 		return nil, fmt.Errorf("%w: %s is not exported", ErrTrap, export)
 	}

@@ -61,12 +61,9 @@ type Module struct {
 	// rt is the module's own wazero runtime (its memory cap is a runtime
 	// setting) holding WASI, the Extism env (package env) and fabric's host
 	// functions; main is the plugin compiled in it.
-	rt   wazero.Runtime
-	main wazero.CompiledModule
-	seq  atomic.Uint64 // names instances apart in rt
-	// term thins the termination checks of the functions fabric calls
-	// (termcheck_amd64.go); nil keeps wazero's.
-	term     *termStub
+	rt       wazero.Runtime
+	main     wazero.CompiledModule
+	seq      atomic.Uint64 // names instances apart in rt
 	fns      hostfnCaller
 	poolSize int
 	recycle  int
@@ -329,7 +326,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 		rt.Close(ctx)
 		return nil, fmt.Errorf("host: compile: %w", err)
 	}
-	return &Module{rt: rt, main: cm, term: newTermStub(), fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
+	return &Module{rt: rt, main: cm, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
 		pages: pages, poolBytes: lc.poolBytes, recycleBytes: lc.recycleBytes, drained: make(chan struct{})}, nil
 }
 
@@ -482,7 +479,6 @@ func (m *Module) Close(ctx context.Context) error {
 		errs = append(errs, inst.close(ctx))
 	}
 	errs = append(errs, m.rt.Close(ctx))
-	m.term.close()
 	close(m.drained)
 	return errors.Join(errs...)
 }
