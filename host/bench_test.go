@@ -219,7 +219,7 @@ func BenchmarkInstanceMemory(b *testing.B) {
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(len(insts))/(1<<20), "MiB/instance")
 	for _, inst := range insts {
-		inst.p.Close(ctx)
+		inst.close(ctx)
 	}
 }
 

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
-	"unsafe"
 
-	extism "github.com/extism/go-sdk"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
+	"github.com/fabric-host/fabric/host/env"
 	"github.com/fabric-host/fabric/host/hostfn"
 )
 
@@ -73,58 +71,17 @@ func FaultKind(err error) string {
 	return ""
 }
 
-// guestModules are the two wazero modules of an Extism instance: the
-// Extism kernel (input, output, errors, allocations) and the plugin's own.
-//
-// Extism's Plugin.CallWithContext copies the whole output before its
-// caller can look at its size; fabric makes the call itself so that an
-// oversized output is refused from its length alone. The modules are
-// fields Extism does not export: go.mod pins the Extism version, and
-// guestModulesOf fails loudly (a trap of every call, caught by the first
-// test) if their shape changes.
-type guestModules struct {
-	kernel *kernelModule
-	main   api.Module
-	// exports are the main module's functions called so far, each resolved
-	// once (wazero makes a call engine per lookup).
-	exports map[string]api.Function
-}
-
-// export returns the main module's exported function name, or nil.
-func (g *guestModules) export(name string) api.Function {
-	if f, ok := g.exports[name]; ok {
+// export returns the instance's exported function name, or nil, resolved
+// once per instance.
+func (inst *instance) export(name string) api.Function {
+	if f, ok := inst.exports[name]; ok {
 		return f
 	}
-	f := g.main.ExportedFunction(name)
+	f := inst.mod.ExportedFunction(name)
 	if f != nil {
-		g.exports[name] = f
+		inst.exports[name] = f
 	}
 	return f
-}
-
-var moduleType = reflect.TypeOf((*api.Module)(nil)).Elem()
-
-func guestModulesOf(p *extism.Plugin) (guestModules, error) {
-	v := reflect.ValueOf(p).Elem()
-	field := func(name string) (api.Module, error) {
-		f := v.FieldByName(name)
-		if !f.IsValid() || f.Type() != moduleType {
-			return nil, fmt.Errorf("host: extism.Plugin has no %s module field (Extism version changed?)", name)
-		}
-		m, _ := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(api.Module)
-		if m == nil {
-			return nil, fmt.Errorf("host: extism.Plugin.%s is nil", name)
-		}
-		return m, nil
-	}
-	g := guestModules{exports: map[string]api.Function{}}
-	kernel, err := field("extism")
-	if err != nil {
-		return g, err
-	}
-	g.kernel = newKernelModule(kernel)
-	g.main, err = field("mainModule")
-	return g, err
 }
 
 // initGuest runs the guest's language runtime initialisation once, as
@@ -154,9 +111,8 @@ func initGuest(ctx context.Context, main api.Module) error {
 // initInstance runs inst's guest runtime initialisation (initGuest) ahead
 // of its first call.
 func (m *Module) initInstance(ctx context.Context, inst *instance) error {
-	cctx := context.WithValue(ctx, extism.PluginCtxKey("extism"), api.Module(inst.g.kernel))
-	cctx = context.WithValue(cctx, extism.PluginCtxKey("plugin"), inst.p)
-	if err := initGuest(cctx, inst.g.main); err != nil {
+	inst.kernel.Reset()
+	if err := initGuest(env.WithKernel(ctx, inst.kernel), inst.mod); err != nil {
 		return m.callFailed(ctx, inst, "runtime init", err)
 	}
 	inst.inited = true
@@ -166,46 +122,30 @@ func (m *Module) initInstance(ctx context.Context, inst *instance) error {
 // callInstance calls export with input on inst: it resolves the caller
 // for host functions, checks the output's size before reading it, and
 // tells the failures apart (see FaultKind).
+//
+// The call is Extism's call sequence with the kernel host-side (package
+// env): reset the blocks, set the input, call the export once, then read
+// the error or the output the guest set. One wasm call per plugin call.
 func (m *Module) callInstance(ctx context.Context, inst *instance, export string, input []byte, c *hostfn.Caller) ([]byte, error) {
 	inst.stderr.Reset()
 	defer hostfn.EndCall(ctx, c) // roll back an sql transaction the call left open
-	g := &inst.g
-	cctx := hostfn.WithCaller(ctx, c)
-	cctx = context.WithValue(cctx, extism.PluginCtxKey("extism"), api.Module(g.kernel))
-	cctx = context.WithValue(cctx, extism.PluginCtxKey("plugin"), inst.p)
+	k := inst.kernel
+	k.Reset()
+	if uint64(len(input)) > uint64(m.memoryBytes()) {
+		return nil, fmt.Errorf("%w: %s: input of %d bytes above the plugin's %d bytes of memory", ErrTrap, export, len(input), m.memoryBytes())
+	}
+	k.SetInput(input)
+	cctx := env.WithKernel(hostfn.WithCaller(ctx, c), k)
 	if !inst.inited {
-		if err := initGuest(cctx, g.main); err != nil {
+		if err := initGuest(cctx, inst.mod); err != nil {
 			return nil, m.callFailed(ctx, inst, export+" (runtime init)", err)
 		}
 		inst.inited = true
 	}
-	f := g.export(export)
+	f := inst.export(export)
 	if f == nil {
 		return nil, fmt.Errorf("%w: %s is not exported", ErrTrap, export)
 	}
-	kernel := func(name string, args ...uint64) (uint64, error) {
-		r, err := g.kernel.call(cctx, name, args...)
-		if err != nil {
-			return 0, m.callFailed(ctx, inst, export+" ("+name+")", err)
-		}
-		return r, nil
-	}
-	// The input, as Extism's Plugin.SetInput sets it: reset the kernel,
-	// allocate, copy, input_set.
-	if _, err := kernel("reset"); err != nil {
-		return nil, err
-	}
-	in, err := kernel("alloc", uint64(len(input)))
-	if err != nil {
-		return nil, err
-	}
-	if !g.kernel.Memory().Write(uint32(in), input) {
-		return nil, fmt.Errorf("%w: %s: input of %d bytes at %d is outside kernel memory", ErrTrap, export, len(input), in)
-	}
-	if _, err := kernel("input_set", in, uint64(len(input))); err != nil {
-		return nil, err
-	}
-	cctx = context.WithValue(cctx, extism.InputOffsetKey("inputOffset"), in)
 	res, err := f.Call(cctx)
 	if exit, ok := err.(*sys.ExitError); ok && exit.ExitCode() == 0 {
 		err = nil
@@ -217,31 +157,21 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 	if len(res) > 0 {
 		rc = api.DecodeU32(res[0])
 	}
-	if e, err := kernel("error_get"); err != nil {
-		return nil, err
-	} else if e != 0 {
-		n, err := kernel("length", e)
-		if err != nil {
-			return nil, err
-		}
-		msg, _ := g.kernel.Memory().Read(uint32(e), uint32(min(n, 1024)))
+	if msg, ok := k.Error(); ok {
+		msg = msg[:min(len(msg), 1024)]
 		return nil, fmt.Errorf("%w: %s: %s (status %d)", ErrPluginError, export, strings.ToValidUTF8(string(msg), "?"), rc)
 	}
 	if rc != 0 {
 		return nil, fmt.Errorf("%w: %s returned status %d", ErrPluginError, export, rc)
 	}
-	n, err := kernel("output_length")
-	if err != nil {
-		return nil, err
-	}
+	off, n := k.Output()
 	if m.maxOut > 0 && n > uint64(m.maxOut) {
 		return nil, fmt.Errorf("%w: %s returned %d bytes, above the %d limit", ErrOverOutput, export, n, m.maxOut)
 	}
-	off, err := kernel("output_offset")
-	if err != nil {
-		return nil, err
+	if n == 0 {
+		return nil, nil
 	}
-	view, ok := g.kernel.Memory().Read(uint32(off), uint32(n))
+	view, ok := k.Bytes(off, n)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s: output of %d bytes at %d is outside kernel memory", ErrBadOutput, export, n, off)
 	}

@@ -1,8 +1,8 @@
 // Package host runs fabric's background machinery as WebAssembly plugins:
 // it watches a directory of *.wasm files, validates and compiles each one
-// (Extism go-sdk on wazero, with a directory compilation cache), drives
-// every scanner with one generic loop, isolates faults, and hot-swaps a
-// plugin when a new version of its file appears.
+// (on wazero, with the Extism host ABI in Go, package env, and a directory
+// compilation cache), drives every scanner with one generic loop, isolates
+// faults, and hot-swaps a plugin when a new version of its file appears.
 //
 // # Lifecycle of a file
 //

@@ -7,8 +7,8 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 )
 
-// instanceMemory allocates the linear memories of one instance (its
-// module's and the Extism kernel's) and remembers them, so that they are
+// instanceMemory allocates the linear memory of one instance (the Extism
+// blocks are host-side, package env) and remembers it, so that it is
 // released when the instance is discarded even if wazero closed the
 // module at a deadline (a module closed that way keeps its memory until
 // it is garbage, which for a mapping is never). On unix each memory is its

@@ -11,13 +11,16 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	extism "github.com/extism/go-sdk"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host/env"
 	"github.com/fabric-host/fabric/host/hostfn"
 )
 
@@ -55,7 +58,12 @@ type Module struct {
 	sig      *Signature   // the verified signature, nil when unsigned
 	compile  time.Duration
 
-	cp       *extism.CompiledPlugin
+	// rt is the module's own wazero runtime (its memory cap is a runtime
+	// setting) holding WASI, the Extism env (package env) and fabric's host
+	// functions; main is the plugin compiled in it.
+	rt       wazero.Runtime
+	main     wazero.CompiledModule
+	seq      atomic.Uint64 // names instances apart in rt
 	fns      hostfnCaller
 	poolSize int
 	recycle  int
@@ -84,12 +92,15 @@ type Module struct {
 type hostfnCaller func(m *Module, tag string) *hostfn.Caller
 
 type instance struct {
-	p      *extism.Plugin
-	g      guestModules
-	mem    *instanceMemory
-	inited bool // the guest's language runtime is initialised
-	calls  int
-	stderr *tailBuffer
+	mod    api.Module  // the plugin's module instance
+	kernel *env.Kernel // its Extism blocks, input, output, config
+	// exports are the module's functions called so far, each resolved
+	// once (wazero makes a call engine per lookup).
+	exports map[string]api.Function
+	mem     *instanceMemory
+	inited  bool // the guest's language runtime is initialised
+	calls   int
+	stderr  *tailBuffer
 }
 
 // Path returns the file the module was loaded from.
@@ -136,7 +147,7 @@ func (m *Module) Size() int64 { return m.size }
 // loaderConfig is what loading a module needs.
 type loaderConfig struct {
 	cache        wazero.CompilationCache
-	fns          []extism.HostFunction
+	fns          []hostfn.HostFunction
 	caller       hostfnCaller
 	probeTimeout time.Duration
 	maxFileBytes int64
@@ -280,22 +291,42 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 }
 
 func compileModule(ctx context.Context, b []byte, digest string, pages uint32, lc loaderConfig) (*Module, error) {
-	rc := wazero.NewRuntimeConfig()
+	// CloseOnContextDone makes a call stoppable at its deadline (wazero
+	// compiles termination checks into loops and function entries); the
+	// memory cap bounds the plugin's linear memory.
+	rc := wazero.NewRuntimeConfig().WithCloseOnContextDone(true)
+	if pages > 0 {
+		rc = rc.WithMemoryLimitPages(pages)
+	}
 	if lc.cache != nil {
 		rc = rc.WithCompilationCache(lc.cache)
 	}
-	man := extism.Manifest{
-		Wasm: []extism.Wasm{extism.WasmData{Data: b, Hash: digest, Name: "main"}},
-		// A timeout switches on CloseOnContextDone; each call also carries
-		// the plugin's own, shorter deadline.
-		Timeout: abi.MaxTimeoutMs,
-		Memory:  &extism.ManifestMemory{MaxPages: pages},
-	}
-	cp, err := extism.NewCompiledPlugin(ctx, man, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, lc.fns)
+	rt := wazero.NewRuntimeWithConfig(ctx, rc)
+	cm, err := func() (wazero.CompiledModule, error) {
+		if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+			return nil, fmt.Errorf("wasi: %w", err)
+		}
+		if err := env.Instantiate(ctx, rt); err != nil {
+			return nil, err
+		}
+		hb := rt.NewHostModuleBuilder(abi.Namespace)
+		for _, f := range lc.fns {
+			hb.NewFunctionBuilder().WithGoModuleFunction(f.Fn, f.Params, f.Results).Export(f.Name)
+		}
+		if _, err := hb.Instantiate(ctx); err != nil {
+			return nil, fmt.Errorf("%s: %w", abi.Namespace, err)
+		}
+		cm, err := rt.CompileModule(ctx, b)
+		if err == nil {
+			dropCodeBodies(cm)
+		}
+		return cm, err
+	}()
 	if err != nil {
+		rt.Close(ctx)
 		return nil, fmt.Errorf("host: compile: %w", err)
 	}
-	return &Module{cp: cp, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
+	return &Module{rt: rt, main: cm, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
 		pages: pages, poolBytes: lc.poolBytes, recycleBytes: lc.recycleBytes, drained: make(chan struct{})}, nil
 }
 
@@ -325,7 +356,7 @@ func (m *Module) readManifest(ctx context.Context, lc loaderConfig) error {
 	}
 	m.declared = man
 	m.manifest = applyOverride(man, lc.override(man.Name))
-	inst.p.Config = m.manifest.Config
+	inst.kernel.Config = m.manifest.Config
 	m.pool = append(m.pool, inst)
 	return nil
 }
@@ -373,25 +404,22 @@ func applyOverride(m abi.Manifest, o PluginConfig) abi.Manifest {
 	return m
 }
 
+// newInstance instantiates the plugin with its own memories (instanceMemory)
+// and Extism kernel (env.Kernel). As under Extism, no start function runs: the guest's
+// runtime initialisation runs before its first call (initGuest).
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	tail := &tailBuffer{max: 2048}
 	mem := &instanceMemory{}
-	p, err := m.cp.Instance(experimental.WithMemoryAllocator(ctx, mem), extism.PluginInstanceConfig{ModuleConfig: wazero.NewModuleConfig().WithStderr(tail).WithStdout(tail)})
+	cfg := wazero.NewModuleConfig().WithStderr(tail).WithStdout(tail).WithStartFunctions().
+		WithName(fmt.Sprintf("main_%d", m.seq.Add(1)))
+	mod, err := m.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.main, cfg)
 	if err != nil {
 		mem.free()
 		return nil, fmt.Errorf("%w: instantiate: %w", ErrTrap, err)
 	}
-	p.SetLogger(func(extism.LogLevel, string) {})
-	if m.manifest.Config != nil {
-		p.Config = m.manifest.Config
-	}
-	g, err := guestModulesOf(p)
-	if err != nil {
-		p.Close(ctx)
-		mem.free()
-		return nil, fmt.Errorf("%w: %w", ErrTrap, err)
-	}
-	return &instance{p: p, g: g, mem: mem, stderr: tail}, nil
+	k := env.NewKernel(uint64(m.memoryBytes()))
+	k.Config = m.manifest.Config
+	return &instance{mod: mod, kernel: k, exports: map[string]api.Function{}, mem: mem, stderr: tail}, nil
 }
 
 // acquire marks a call in flight; false once the module is retired.
@@ -450,7 +478,7 @@ func (m *Module) Close(ctx context.Context) error {
 	for _, inst := range pool {
 		errs = append(errs, inst.close(ctx))
 	}
-	errs = append(errs, m.cp.Close(ctx))
+	errs = append(errs, m.rt.Close(ctx))
 	close(m.drained)
 	return errors.Join(errs...)
 }
@@ -503,7 +531,7 @@ func (m *Module) grown(inst *instance) bool {
 	if m.recycleBytes <= 0 {
 		return false
 	}
-	mem := inst.g.main.Memory()
+	mem := inst.mod.Memory()
 	return mem != nil && int64(mem.Size()) > m.recycleBytes
 }
 
@@ -552,7 +580,7 @@ func (m *Module) discard(ctx context.Context, inst *instance) {
 // close closes the instance and releases its memories, also when wazero
 // already closed its module at a deadline (which keeps them).
 func (inst *instance) close(ctx context.Context) error {
-	err := inst.p.Close(ctx)
+	err := inst.mod.Close(ctx)
 	inst.mem.free()
 	return err
 }

@@ -3,16 +3,14 @@ package hostfn
 import (
 	"context"
 
-	extism "github.com/extism/go-sdk"
-
 	"github.com/fabric-host/fabric/abi"
 )
 
 // nowFunction answers server time in milliseconds, or the negated Code of
 // a failure (the one host function without an envelope: it is the round
 // trip scanners make every tick).
-func nowFunction(cfg Config) extism.HostFunctionStackCallback {
-	return func(ctx context.Context, _ *extism.CurrentPlugin, stack []uint64) {
+func nowFunction(cfg Config) callback {
+	return func(ctx context.Context, stack []uint64) {
 		c := callerFrom(ctx)
 		if c.begin(0) != nil {
 			stack[0] = uint64(codeNeg(abi.CodeBudget))

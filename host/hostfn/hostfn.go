@@ -1,6 +1,6 @@
-// Package hostfn implements the host functions of abi.HostFuncs on top of
-// Extism, one file per family (fcall.go, read.go, clock.go, log.go,
-// sql.go).
+// Package hostfn implements the host functions of abi.HostFuncs as wazero
+// Go functions over the call's Extism blocks (package env), one file per
+// family (fcall.go, read.go, clock.go, log.go, sql.go).
 //
 // Every call resolves its caller (plugin, grant, partition) from a typed
 // context key, is checked against the grant in one place (authorize) before
@@ -25,11 +25,11 @@ import (
 	"sync"
 	"sync/atomic"
 
-	extism "github.com/extism/go-sdk"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host/env"
 )
 
 // Tracker is the failure tracker fcall consults for calls that carry an
@@ -245,26 +245,28 @@ type handler struct {
 	run    func(ctx context.Context, c *Caller, req any) ([]byte, error)
 }
 
-func valueTypes(vs []abi.ValueType) []extism.ValueType {
-	out := make([]extism.ValueType, len(vs))
+func valueTypes(vs []abi.ValueType) []api.ValueType {
+	out := make([]api.ValueType, len(vs))
 	for i, v := range vs {
 		switch v {
 		case abi.I32:
-			out[i] = extism.ValueTypeI32
-		case abi.I64:
-			out[i] = extism.ValueTypeI64
-		case abi.PTR:
-			out[i] = extism.ValueTypePTR
+			out[i] = api.ValueTypeI32
+		case abi.I64, abi.PTR:
+			out[i] = api.ValueTypeI64
 		}
 	}
 	return out
 }
 
+// callback is one host function over the wazero stack: arguments in,
+// results out.
+type callback func(ctx context.Context, stack []uint64)
+
 // ptrFunction adapts a handler to the envelope calling convention.
-func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
-	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+func ptrFunction(hf abi.HostFunc, h handler) callback {
+	return func(ctx context.Context, stack []uint64) {
 		c := callerFrom(ctx)
-		in, sized, err := readBlock(ctx, p, stack[0])
+		in, sized, err := readBlock(ctx, stack[0])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn %s: abi violation: request pointer %#x: %v", hf.Name, stack[0], err))
 		}
@@ -297,10 +299,7 @@ func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
 		if tail := abi.PadTo8(n) - n; sized && tail > 0 {
 			out = append(out, make([]byte, tail)...) // see abi.SizedPtr
 		}
-		ptr, err := writeBlock(ctx, p, out)
-		if err != nil {
-			panic(fmt.Sprintf("hostfn %s: write response: %v", hf.Name, err))
-		}
+		ptr := writeBlock(ctx, out)
 		if sized {
 			ptr = abi.SizedPtr(ptr, n)
 		}
@@ -308,54 +307,47 @@ func ptrFunction(hf abi.HostFunc, h handler) extism.HostFunctionStackCallback {
 	}
 }
 
-// readBlock copies the kernel-memory block a PTR argument names. A sized
-// pointer (abi.SizedPtr) is read directly; an unsized one costs a length
-// lookup in the Extism kernel.
-func readBlock(ctx context.Context, p *extism.CurrentPlugin, v uint64) (b []byte, sized bool, err error) {
+// readBlock copies the block a PTR argument names from the call's Extism
+// kernel (env.Kernel). A sized pointer (abi.SizedPtr) is read directly;
+// an unsized one is looked up as a block.
+func readBlock(ctx context.Context, v uint64) (b []byte, sized bool, err error) {
+	k := kernelOf(ctx)
 	off, n, sized := abi.SplitPtr(v)
 	if !sized {
-		k := kernelOf(ctx)
-		if k == nil {
-			b, err = p.ReadBytes(off)
-			return b, false, err
+		n = uint32(k.Length(off)) // 0 when off names no block, as Extism's kernel
+		if n == 0 {
+			return nil, false, nil
 		}
-		r, err := k.ExportedFunction("length").Call(ctx, off)
-		if err != nil {
-			return nil, false, err
-		}
-		n = uint32(r[0])
 	}
-	view, ok := p.Memory().Read(uint32(off), n)
+	view, ok := k.Bytes(off, uint64(n))
 	if !ok {
 		return nil, sized, fmt.Errorf("block of %d bytes at %d is out of kernel memory", n, off)
 	}
 	return bytes.Clone(view), sized, nil
 }
 
-// writeBlock copies b into a new kernel-memory block and returns its
-// offset, as CurrentPlugin.WriteBytes does, through the call's kernel
-// module when the host put one in the context (its functions resolved
-// once per instance) rather than a fresh lookup per block.
-func writeBlock(ctx context.Context, p *extism.CurrentPlugin, b []byte) (uint64, error) {
-	k := kernelOf(ctx)
-	if k == nil {
-		return p.WriteBytes(b)
-	}
-	r, err := k.ExportedFunction("alloc").Call(ctx, uint64(len(b)))
-	if err != nil {
-		return 0, err
-	}
-	if !p.Memory().Write(uint32(r[0]), b) {
-		return 0, fmt.Errorf("block of %d bytes at %d is out of kernel memory", len(b), r[0])
-	}
-	return r[0], nil
+// writeBlock copies b into a new block of the call's kernel and returns
+// its offset. A kernel over its memory limit panics (a trap of the call).
+func writeBlock(ctx context.Context, b []byte) uint64 {
+	return kernelOf(ctx).Write(b)
 }
 
-// kernelOf is the Extism kernel module of the call, as the env functions
-// find it, or nil.
-func kernelOf(ctx context.Context) api.Module {
-	k, _ := ctx.Value(extism.PluginCtxKey("extism")).(api.Module)
+// kernelOf is the Extism kernel of the call; a call without one is a host
+// wiring bug, reported as a trap.
+func kernelOf(ctx context.Context) *env.Kernel {
+	k := env.FromContext(ctx)
+	if k == nil {
+		panic("hostfn: plugin call without an Extism kernel on its context")
+	}
 	return k
+}
+
+// HostFunction is one host function of abi.HostFuncs as wazero defines
+// it: its import name within abi.Namespace, signature and Go function.
+type HostFunction struct {
+	Name            string
+	Params, Results []api.ValueType
+	Fn              api.GoModuleFunc
 }
 
 // Functions returns the host functions of abi.HostFuncs, in namespace
@@ -365,7 +357,7 @@ func kernelOf(ctx context.Context) api.Module {
 //
 //   - Panics when the table names a function this package does not
 //     implement: a wiring mistake caught by the first test.
-func Functions(cfg Config) []extism.HostFunction {
+func Functions(cfg Config) []HostFunction {
 	if cfg.MaxCalls <= 0 {
 		cfg.MaxCalls = 10000
 	}
@@ -383,15 +375,15 @@ func Functions(cfg Config) []extism.HostFunction {
 		abi.FnRead:          commandHandler(cfg, false),
 		abi.FnWrite:         commandHandler(cfg, true),
 	}
-	plain := map[string]extism.HostFunctionStackCallback{
+	plain := map[string]callback{
 		abi.FnNow:       nowFunction(cfg),
 		abi.FnLog:       logFunction(cfg),
 		abi.FnMetric:    metricFunction(),
 		abi.FnPartition: partitionFunction(),
 	}
-	out := make([]extism.HostFunction, 0, len(abi.HostFuncs))
+	out := make([]HostFunction, 0, len(abi.HostFuncs))
 	for _, hf := range abi.HostFuncs {
-		var cb extism.HostFunctionStackCallback
+		var cb callback
 		if h, ok := ptrs[hf.Name]; ok {
 			cb = ptrFunction(hf, h)
 		} else if f, ok := plain[hf.Name]; ok {
@@ -399,9 +391,8 @@ func Functions(cfg Config) []extism.HostFunction {
 		} else {
 			panic("hostfn: abi.HostFuncs lists " + hf.Name + " but hostfn does not implement it")
 		}
-		fn := extism.NewHostFunctionWithStack(hf.Name, cb, valueTypes(hf.Params), valueTypes(hf.Results))
-		fn.SetNamespace(abi.Namespace)
-		out = append(out, fn)
+		out = append(out, HostFunction{Name: hf.Name, Params: valueTypes(hf.Params), Results: valueTypes(hf.Results),
+			Fn: func(ctx context.Context, _ api.Module, stack []uint64) { cb(ctx, stack) }})
 	}
 	return out
 }

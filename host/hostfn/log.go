@@ -5,18 +5,16 @@ import (
 	"fmt"
 	"log/slog"
 
-	extism "github.com/extism/go-sdk"
-
 	"github.com/fabric-host/fabric/abi"
 )
 
-func logFunction(cfg Config) extism.HostFunctionStackCallback {
-	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+func logFunction(cfg Config) callback {
+	return func(ctx context.Context, stack []uint64) {
 		c := callerFrom(ctx)
 		if c.beginLog() != nil {
 			return // dropped: the call is over budget
 		}
-		b, _, err := readBlock(ctx, p, stack[1])
+		b, _, err := readBlock(ctx, stack[1])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn log: abi violation: message pointer %#x: %v", stack[1], err))
 		}
@@ -29,13 +27,13 @@ func logFunction(cfg Config) extism.HostFunctionStackCallback {
 	}
 }
 
-func metricFunction() extism.HostFunctionStackCallback {
-	return func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+func metricFunction() callback {
+	return func(ctx context.Context, stack []uint64) {
 		c := callerFrom(ctx)
 		if c.begin(0) != nil {
 			return // dropped: the call is over budget
 		}
-		in, _, err := readBlock(ctx, p, stack[0])
+		in, _, err := readBlock(ctx, stack[0])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn metric: abi violation: pointer %#x: %v", stack[0], err))
 		}

@@ -3,8 +3,6 @@ package hostfn
 import (
 	"context"
 
-	extism "github.com/extism/go-sdk"
-
 	"github.com/fabric-host/fabric/abi"
 )
 
@@ -13,8 +11,8 @@ import (
 // tag, as if the plugin had been called for it alone. Outside a batch, or
 // for a partition not in the batch, it answers -CodeCrossPartition and
 // leaves the caller where it was.
-func partitionFunction() extism.HostFunctionStackCallback {
-	return func(ctx context.Context, _ *extism.CurrentPlugin, stack []uint64) {
+func partitionFunction() callback {
+	return func(ctx context.Context, stack []uint64) {
 		c := callerFrom(ctx)
 		if c.begin(0) != nil {
 			stack[0] = uint64(uint32(int32(codeNeg(abi.CodeBudget))))
