@@ -26,7 +26,7 @@ import (
 // another plugin wait longer than the live call would; it is cut at its
 // own timeout, at ProbationTimeout after a fault of its own, and early
 // enough to leave the live call its whole timeout within its partition
-// leases). The candidate's reads are real; its writes (mutating FCALLs,
+// leases, or three quarters of their time when they hold less). The candidate's reads are real; its writes (mutating FCALLs,
 // write ops, writing SQL) are recorded and answered abi.StatusDryRun or
 // abi.CodeDryRun, never sent. Then the live call runs with its writes
 // recorded, and the host compares the two lists of actions (function,
@@ -79,8 +79,8 @@ type ShadowStatus struct {
 	OnlyCandidate int64 `json:"only_candidate"`
 	// DryRuns counts the writes recorded and not sent.
 	DryRuns int64 `json:"dry_runs"`
-	// Skipped counts live calls not shadowed: the partition's leases left
-	// no time for both, or the live call faulted (nothing to compare).
+	// Skipped counts live calls not compared: the partition's leases had
+	// ended, or the live call faulted (nothing to compare).
 	Skipped int64 `json:"skipped"`
 	// Faults counts the candidate's failed calls; LastError is the latest.
 	Faults    int64  `json:"faults"`
@@ -384,9 +384,13 @@ func (p *plugin) shadowBefore(ctx context.Context, export string, in []byte, cal
 	defer cand.release(context.WithoutCancel(ctx))
 	var deadline time.Time
 	if !leaseDeadline.IsZero() {
-		// Leave the live call its whole timeout within its leases.
-		deadline = leaseDeadline.Add(-timeout)
-		if !deadline.After(p.h.cfg.Clock.Now()) {
+		// Leave the live call its whole timeout within its leases, or
+		// when they hold less than that (the host grants a call half the
+		// lease TTL), three quarters of what they hold.
+		now := p.h.cfg.Clock.Now()
+		room := leaseDeadline.Sub(now)
+		deadline = now.Add(max(room-timeout, room/4))
+		if room <= 0 {
 			c.count(func(st *ShadowStatus) { st.Skipped++ })
 			return nil
 		}
