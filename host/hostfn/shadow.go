@@ -2,6 +2,7 @@ package hostfn
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,19 +120,22 @@ func writeAction(req *abi.CommandRequest) Action {
 }
 
 // sqlWrites reports whether a statement text may write: anything but a
-// plain SELECT (or a WITH ... SELECT without a data-modifying part).
+// SELECT (or WITH ... SELECT) without a data-modifying part or a
+// sequence or session-lock call. A row lock (FOR UPDATE, FOR SHARE) is
+// not a write: a shadow's transaction is rolled back when its call ends.
 func sqlWrites(text string) bool {
 	t := strings.ToUpper(strings.TrimSpace(text))
 	if !strings.HasPrefix(t, "SELECT") && !strings.HasPrefix(t, "WITH") {
 		return true
 	}
-	for _, w := range []string{"INSERT ", "UPDATE ", "DELETE ", "FOR UPDATE", "FOR SHARE", "NEXTVAL", "PG_ADVISORY"} {
-		if strings.Contains(t, w) {
-			return true
-		}
-	}
-	return false
+	t = sqlRowLock.ReplaceAllString(t, " ")
+	return sqlModifies.MatchString(t)
 }
+
+var (
+	sqlRowLock  = regexp.MustCompile(`\bFOR\s+(NO\s+KEY\s+UPDATE|UPDATE|KEY\s+SHARE|SHARE)\b`)
+	sqlModifies = regexp.MustCompile(`\b(INSERT|UPDATE|DELETE|MERGE|TRUNCATE|NEXTVAL|SETVAL|PG_ADVISORY_LOCK|PG_NOTIFY)\b`)
+)
 
 // dryRun reports whether c's call runs as a shadow.
 func (c *Caller) dryRun() bool { return c.Actions != nil && c.Actions.DryRun }
