@@ -33,6 +33,10 @@ const (
 	// (per sweep or per second); the plugin call is a fault once it
 	// returns.
 	CodeBudget Code = 8
+	// CodeDryRun: the plugin runs as a shadow (ABI 1.2.1): the host
+	// recorded the write (a write op or a writing SQL batch) and did not
+	// send it.
+	CodeDryRun Code = 9
 )
 
 var codeNames = [...]string{
@@ -45,6 +49,7 @@ var codeNames = [...]string{
 	CodeLimit:          "limit",
 	CodeUnavailable:    "unavailable",
 	CodeBudget:         "over_budget",
+	CodeDryRun:         "dry_run",
 }
 
 // String returns the code's snake_case name.

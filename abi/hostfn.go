@@ -141,3 +141,15 @@ const (
 
 // RequiredExports lists the exports the host checks before compiling.
 var RequiredExports = []string{"_initialize", ExportManifest, ExportScan}
+
+// readOnlyFunctions are the Valkey Functions (FlowFabric's and fabric's)
+// that change nothing: every other ff_* and fabric_* function writes.
+var readOnlyFunctions = map[string]bool{
+	"ff_version": true, "fabric_version": true,
+	"ff_read_attempt_stream": true, "ff_read_summary": true, "ff_list_waitpoint_hmac_kids": true,
+}
+
+// Mutates reports whether the Valkey Function name may change the
+// keyspace: all but the few read-only ones (an unknown name counts as a
+// write). A shadow run records the calls of those, never sends them.
+func Mutates(function string) bool { return !readOnlyFunctions[function] }

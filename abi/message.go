@@ -183,6 +183,10 @@ const (
 	StatusError CallStatus = 2
 	// StatusSkipped: Item is in failure-tracker backoff; not called.
 	StatusSkipped CallStatus = 3
+	// StatusDryRun: the plugin runs as a shadow (a candidate version
+	// beside the live one, ABI 1.2.1): the host recorded the call and did
+	// not send it. Status and Fields are empty.
+	StatusDryRun CallStatus = 4
 )
 
 // CallResult is the outcome of one Call.
@@ -197,6 +201,10 @@ type CallResult struct {
 
 // OK reports StatusOK.
 func (c CallResult) OK() bool { return c.Result == StatusOK }
+
+// DryRun reports StatusDryRun: the call was recorded by a shadow run,
+// not sent.
+func (c CallResult) DryRun() bool { return c.Result == StatusDryRun }
 
 // FCallRequest is the request of the fcall host function.
 type FCallRequest struct{ Calls []Call }

@@ -17,8 +17,9 @@ import (
 //     extended compatibly (1.2: sized pointers, see SizedPtr); a plugin
 //     built against a newer minor than the host's may need what the host
 //     lacks, so it is refused too.
-//   - Patch: new enum values or codes that old peers can ignore.
-const Version = "1.2.0"
+//   - Patch: new enum values or codes that old peers can ignore (1.2.1:
+//     StatusDryRun and CodeDryRun, the replies of a shadow run's writes).
+const Version = "1.2.1"
 
 // ErrVersionMismatch is matched (errors.Is) by every ABI incompatibility.
 var ErrVersionMismatch = errors.New("abi: version mismatch")

@@ -62,6 +62,9 @@ type Host struct {
 
 	// sched shares the machine among plugin calls.
 	sched *scheduler
+
+	// shadows is what candidate versions share (shadow.go).
+	shadows shadowRegistry
 }
 
 // New validates cfg, fills its defaults and prepares the compilation
@@ -139,6 +142,7 @@ func (h *Host) Start(ctx context.Context) error {
 			defer func() { <-done }()
 		}
 		h.scanDir(ctx)
+		h.startShadows(ctx)
 		h.pruneCache()
 		releaseLoadGarbage()
 		cc := h.startCompletions(ctx) // after the initial load: dispatchers are in place
@@ -366,6 +370,7 @@ func (h *Host) unloadPath(ctx context.Context, path string) {
 		victim.cancel()
 	}
 	<-victim.done
+	victim.change.close(context.WithoutCancel(ctx))
 	victim.mod.Load().retire(context.WithoutCancel(ctx))
 	h.cfg.Logger.Info("plugin unloaded", "plugin", victim.name, "path", path)
 	h.statusChanged(true)
@@ -392,6 +397,7 @@ func (h *Host) shutdown() {
 	for _, p := range ps {
 		select {
 		case <-p.done:
+			p.change.close(ctx)
 			p.mod.Load().retire(ctx)
 		case <-deadline.C:
 			h.cfg.Logger.Error("plugin did not stop within the stop timeout", "plugin", p.name, "stop_timeout_ms", h.cfg.StopTimeout.Milliseconds())

@@ -75,6 +75,8 @@ type plugin struct {
 	// pass collects the stage timings of the timer loop's current pass
 	// (nil when not timing: see stages.go).
 	pass atomic.Pointer[passStages]
+	// change is the plugin's candidate and kept version (shadow.go).
+	change changeState
 }
 
 func (p *plugin) spec() LoopSpec {
@@ -310,6 +312,7 @@ func (p *plugin) scanPartition(ctx context.Context, cycle uint64, i int) (res ab
 // returned.
 func (p *plugin) invoke(ctx context.Context, m *Module, export string, in []byte, caller *hostfn.Caller,
 	timeout time.Duration, leaseDeadline time.Time, t turn, check func([]byte) error) ([]byte, error) {
+	shadow := p.shadowBefore(ctx, export, in, caller, timeout, leaseDeadline) // in this turn, before the live call
 	start := time.Now()
 	timeout, why := t.cut(timeout)
 	cctx, cancel := p.h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+"."+export+why)
@@ -319,6 +322,7 @@ func (p *plugin) invoke(ctx context.Context, m *Module, export string, in []byte
 		err = fmt.Errorf("%w: %s: %w", ErrOverBudget, export, berr)
 	}
 	t.done(time.Since(start), err)
+	shadow.after(err)
 	return out, err
 }
 
@@ -430,6 +434,7 @@ func (p *plugin) status() PluginStatus {
 		LastDenial: p.stats.LastDenial(), Cycles: p.cycles, Swaps: p.swaps, LastSwap: p.lastSwap, QuarantineUntil: p.quarantineUntil,
 		Metrics: p.stats.Metrics(), MetricGauges: p.stats.Gauges(), Fault: p.fault, FaultKinds: maps.Clone(p.faultKinds),
 		Commands: p.budget.Commands.Load(), OverBudget: p.budget.Refused.Load(),
+		Shadow: p.change.shadowStatus(), Previous: p.change.previous(),
 	}
 }
 

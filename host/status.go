@@ -92,6 +92,11 @@ type PluginStatus struct {
 	// the host calls refused for its budget (abi.CodeBudget).
 	Commands   int64 `json:"commands"`
 	OverBudget int64 `json:"over_budget"`
+	// Shadow is the candidate version running beside this one (nil:
+	// none); Previous the version and sha256 a promotion replaced, kept
+	// for a rollback ("": none). See shadow.go.
+	Shadow   *ShadowStatus `json:"shadow,omitempty"`
+	Previous string        `json:"previous,omitempty"`
 }
 
 // FileStatus is the outcome of the latest load of one file.

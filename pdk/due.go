@@ -261,7 +261,7 @@ func (s DueScan) runPage(h Host, req abi.ScanRequest, res *abi.ScanResult, index
 		switch {
 		case isAction[i]:
 			countCall(res, r)
-		case r.Result != abi.StatusOK:
+		case r.Result != abi.StatusOK && !r.DryRun():
 			h.Log(abi.LogWarn, "cleanup "+calls[i].Function+" failed: "+r.Status)
 			res.Errors++
 		}
@@ -271,7 +271,7 @@ func (s DueScan) runPage(h Host, req abi.ScanRequest, res *abi.ScanResult, index
 
 func countCall(res *abi.ScanResult, r abi.CallResult) {
 	switch r.Result {
-	case abi.StatusOK:
+	case abi.StatusOK, abi.StatusDryRun: // a shadow's dry run is what it would have done
 		res.Acted++
 	case abi.StatusSkipped:
 		res.Skipped++

@@ -144,6 +144,7 @@ var scenarios = []scenarioDef{
 	{10, "Timeout detection lateness", runExpiry},
 	{11, "Hostile plugins beside the stock set", runHostile},
 	{12, "One lane on a 3-primary cluster: spread vs default", runSpread},
+	{13, "Shadow cost to the live cycle", runShadowCost},
 }
 
 func main() {

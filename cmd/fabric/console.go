@@ -59,7 +59,10 @@ func (c *consoleFlags) do(ctx context.Context, method, path string, body any, ou
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var rd io.Reader
-	if body != nil {
+	ctype := "application/json"
+	if raw, ok := body.([]byte); ok { // a file uploaded as it is
+		rd, ctype = bytes.NewReader(raw), "application/octet-stream"
+	} else if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
@@ -72,7 +75,7 @@ func (c *consoleFlags) do(ctx context.Context, method, path string, body any, ou
 		return nil, fmt.Errorf("%w: --admin %q: %v", errUsage, *c.addr, err)
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", ctype)
 	}
 	if c.tokenFile != nil {
 		tok, err := readAdminToken(*c.tokenFile)

@@ -21,6 +21,9 @@ func nowFunction(cfg Config) callback {
 			return
 		}
 		ms, err := cfg.Now(ctx)
+		if c.FixedNow > 0 {
+			ms, err = c.FixedNow, nil
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			ms = codeNeg(abi.CodeDeadline)

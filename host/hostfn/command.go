@@ -42,12 +42,18 @@ func commandHandler(cfg Config, write bool) handler {
 			}
 			return &req, s, nil
 		},
-		run: func(ctx context.Context, _ *Caller, r any) ([]byte, error) {
+		run: func(ctx context.Context, c *Caller, r any) ([]byte, error) {
+			req := r.(*abi.CommandRequest)
+			if write && c.Actions != nil {
+				c.Actions.add(writeAction(req))
+				if c.dryRun() {
+					return nil, abi.Errorf(abi.CodeDryRun, req.Op+" "+req.Key+" recorded by a shadow run, not sent")
+				}
+			}
 			cs, ok := cfg.Store.(CommandStore)
 			if !ok {
 				return nil, errNoStore
 			}
-			req := r.(*abi.CommandRequest)
 			if write {
 				n, err := cs.Write(ctx, req)
 				if err != nil {

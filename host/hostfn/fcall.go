@@ -39,8 +39,20 @@ func fcallHandler(cfg Config) handler {
 					resp.Results[i] = abi.CallResult{Result: abi.StatusSkipped}
 					continue
 				}
-				calls = append(calls, valkey.Call{Function: call.Function, Keys: call.Keys, Args: call.Args})
+				vc := valkey.Call{Function: call.Function, Keys: call.Keys, Args: call.Args}
+				if c.Actions != nil && abi.Mutates(call.Function) {
+					if c.dryRun() {
+						c.Actions.add(fcallAction(vc))
+						resp.Results[i] = abi.CallResult{Result: abi.StatusDryRun}
+						continue
+					}
+					c.Actions.add(fcallAction(vc))
+				}
+				calls = append(calls, vc)
 				idx = append(idx, i)
+			}
+			if len(calls) == 0 {
+				return resp.MarshalBinary()
 			}
 			var replied func()
 			if c.OnFCall != nil && len(calls) > 0 {

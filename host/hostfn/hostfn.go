@@ -136,6 +136,13 @@ type Caller struct {
 	// Budget meters the plugin's host calls and backend commands (nil:
 	// unlimited).
 	Budget *Budget
+	// FixedNow, when positive, is the server time every clock read of
+	// the call answers: a shadow and the live call it is compared with
+	// read one time (shadow.go).
+	FixedNow int64
+	// Actions, when set, records the call's writes (shadow.go); with
+	// Actions.DryRun they are recorded and not sent (a shadow run).
+	Actions *ActionLog
 
 	overBudget atomic.Value // error: the call's first budget refusal
 	lateLogs   atomic.Int32 // log lines written over budget

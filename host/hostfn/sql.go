@@ -347,6 +347,11 @@ func sqlHandler(cfg Config) handler {
 			if cfg.SQL == nil {
 				return nil, abi.Errorf(abi.CodeUnavailable, "this host has no Postgres backend")
 			}
+			if c.Actions != nil {
+				if dry := recordSQL(c, r); dry != nil {
+					return nil, dry
+				}
+			}
 			v, _ := sessions.LoadOrStore(c, &SQLSession{db: cfg.SQL, c: c})
 			resp, err := v.(*SQLSession).run(ctx, r)
 			if err != nil {

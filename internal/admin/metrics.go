@@ -46,6 +46,9 @@ type PluginSource interface {
 //	fabric_plugin_over_budget_total{plugin}            host calls refused for its budget
 //	fabric_plugin_memory_cap_bytes{plugin}             memory cap it runs under
 //	fabric_plugin_rejected{file,reason}                1 per file the host refused to load
+//	fabric_plugin_shadow_actions_total{plugin,outcome} a shadow's actions: agree, only_live, only_candidate
+//	fabric_plugin_shadow_calls_total{plugin,outcome}   a shadow's calls: agreeing, differing, skipped, fault
+//	fabric_plugin_shadow_agree_ratio{plugin}           agree / (agree + disagree) of the shadow (1: none acted)
 //	fabric_plugin_guest_counter_total{plugin,name}     the plugin's own counters (pdk Host.Metric)
 //	fabric_plugin_guest_gauge{plugin,name}             the plugin's own gauges (pdk Host.Metric)
 //	fabric_executions{state}                           executions by lane index
@@ -88,6 +91,9 @@ var (
 	descExecs      = prometheus.NewDesc("fabric_executions", "Executions by state (lane index).", []string{"state"}, nil)
 	descThroughput = prometheus.NewDesc("fabric_executions_terminal_per_second", "Executions reaching a terminal state per second, between the last two censuses.", nil, nil)
 	descUp         = prometheus.NewDesc("fabric_backend_up", "1 when the last keyspace census succeeded.", nil, nil)
+	descShadowActs = prometheus.NewDesc("fabric_plugin_shadow_actions_total", "Actions of the plugin's shadow (a candidate version) compared with the live version's: agree, only_live, only_candidate.", []string{"plugin", "outcome"}, nil)
+	descShadowCall = prometheus.NewDesc("fabric_plugin_shadow_calls_total", "Calls of the plugin's shadow: agreeing, differing, skipped (no time left or the live call faulted), fault.", []string{"plugin", "outcome"}, nil)
+	descShadowOK   = prometheus.NewDesc("fabric_plugin_shadow_agree_ratio", "Agreeing actions over all compared actions of the plugin's shadow (1 while none acted).", []string{"plugin"}, nil)
 	descGuestCount = prometheus.NewDesc("fabric_plugin_guest_counter_total", "A counter the plugin keeps itself (pdk Host.Metric), by name.", []string{"plugin", "name"}, nil)
 	descGuestGauge = prometheus.NewDesc("fabric_plugin_guest_gauge", "A gauge the plugin sets itself (pdk Host.Metric), by name.", []string{"plugin", "name"}, nil)
 )
@@ -142,7 +148,8 @@ type snapshotCollector Metrics
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCycles, descCalls, descItems, descErrors, descQuarantine, descQuarNow,
 		descHostCalls, descRefused, descSwaps, descInfo, descLag, descWaiting, descWaitOldest, descExecs, descThroughput, descUp,
-		descFaults, descCommands, descOverBudget, descMemCap, descRejected, descGuestCount, descGuestGauge} {
+		descFaults, descCommands, descOverBudget, descMemCap, descRejected, descGuestCount, descGuestGauge,
+		descShadowActs, descShadowCall, descShadowOK} {
 		ch <- d
 	}
 }
@@ -175,6 +182,16 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descSwaps, float64(p.Swaps), p.Name)
 			counter(descCommands, float64(p.Commands), p.Name)
 			counter(descOverBudget, float64(p.OverBudget), p.Name)
+			if sh := p.Shadow; sh != nil {
+				counter(descShadowActs, float64(sh.Agree), p.Name, "agree")
+				counter(descShadowActs, float64(sh.OnlyLive), p.Name, "only_live")
+				counter(descShadowActs, float64(sh.OnlyCandidate), p.Name, "only_candidate")
+				counter(descShadowCall, float64(sh.AgreeingCalls), p.Name, "agreeing")
+				counter(descShadowCall, float64(sh.Calls-sh.AgreeingCalls), p.Name, "differing")
+				counter(descShadowCall, float64(sh.Skipped), p.Name, "skipped")
+				counter(descShadowCall, float64(sh.Faults), p.Name, "fault")
+				ch <- prometheus.MustNewConstMetric(descShadowOK, prometheus.GaugeValue, sh.AgreeRatio(), p.Name)
+			}
 			for kind, n := range p.FaultKinds {
 				counter(descFaults, float64(n), p.Name, kind)
 			}

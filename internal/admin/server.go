@@ -127,6 +127,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.mux.HandleFunc("GET /plugins", s.plugins)
 	s.mux.HandleFunc("GET /status", s.status)
 	s.routeConsole()
+	s.routeShadow()
 	return s
 }
 

@@ -63,6 +63,25 @@ type Key struct {
 	PTTLMs int64 `json:"pttl_ms,omitempty"`
 	// Dump is the key's DUMP payload, base64.
 	Dump string `json:"dump"`
+	// Value is the key's content, readable (pdktest.LoadCase loads it
+	// into the fake host); nil for a type it does not hold (streams,
+	// lists) and in cases recorded before it was kept.
+	Value *Value `json:"value,omitempty"`
+}
+
+// Value is a key's content by type: "string", "hash", "set" or "zset".
+type Value struct {
+	Type   string            `json:"type"`
+	String string            `json:"string,omitempty"`
+	Hash   map[string]string `json:"hash,omitempty"`
+	Set    []string          `json:"set,omitempty"`
+	ZSet   []ZMember         `json:"zset,omitempty"`
+}
+
+// ZMember is one member of a sorted set with its score.
+type ZMember struct {
+	Member string  `json:"member"`
+	Score  float64 `json:"score"`
 }
 
 // ParsePartition parses "flow:7", "budget:3", "quota:0" (or the hash tag

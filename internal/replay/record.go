@@ -75,10 +75,48 @@ func Record(ctx context.Context, c *valkey.Client, man abi.Manifest, sha256 stri
 			if ttl < 0 {
 				ttl = 0
 			}
-			cs.Keys = append(cs.Keys, Key{Name: k, PTTLMs: ttl, Dump: base64.StdEncoding.EncodeToString([]byte(dump))})
+			v, err := readValue(ctx, raw, k)
+			if err != nil {
+				return nil, err
+			}
+			cs.Keys = append(cs.Keys, Key{Name: k, PTTLMs: ttl, Dump: base64.StdEncoding.EncodeToString([]byte(dump)), Value: v})
 		}
 	}
 	return cs, nil
+}
+
+// readValue reads key k's content for Key.Value (nil for a type other
+// than string, hash, set and sorted set, or a key gone since).
+func readValue(ctx context.Context, c vk.Client, k string) (*Value, error) {
+	typ, err := c.Do(ctx, c.B().Type().Key(k).Build()).ToString()
+	if err != nil {
+		return nil, fmt.Errorf("replay: type %s: %w", k, err)
+	}
+	v := &Value{Type: typ}
+	switch typ {
+	case "string":
+		v.String, err = c.Do(ctx, c.B().Get().Key(k).Build()).ToString()
+	case "hash":
+		v.Hash, err = c.Do(ctx, c.B().Hgetall().Key(k).Build()).AsStrMap()
+	case "set":
+		v.Set, err = c.Do(ctx, c.B().Smembers().Key(k).Build()).AsStrSlice()
+		sort.Strings(v.Set)
+	case "zset":
+		var zs []vk.ZScore
+		zs, err = c.Do(ctx, c.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
+		for _, z := range zs {
+			v.ZSet = append(v.ZSet, ZMember{Member: z.Member, Score: z.Score})
+		}
+	default:
+		return nil, nil
+	}
+	if vk.IsValkeyNil(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay: read %s: %w", k, err)
+	}
+	return v, nil
 }
 
 // partitionKeys scans every primary for the keys whose hash tag is tag.

@@ -99,6 +99,12 @@ func Render(w io.Writer, f Frame) {
 			fl("%s", l)
 		}
 	}
+	for _, p := range f.Report.Plugins {
+		if sh := p.Shadow; sh != nil {
+			fl("shadow      %s %s beside %s: %d actions agree, %d disagree (%.1f %%), %d faults (fabric plugins diff %s)",
+				p.Name, sh.Version, p.Version, sh.Agree, sh.Disagree, 100*sh.AgreeRatio(), sh.Faults, p.Name)
+		}
+	}
 	if f.Report.Error != "" {
 		fl("backend     %s", f.Report.Error)
 	}

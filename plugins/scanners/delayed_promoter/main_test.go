@@ -2,6 +2,10 @@ package main
 
 import (
 	"errors"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fabric-host/fabric/abi"
@@ -102,5 +106,44 @@ func BenchmarkScanNative(b *testing.B) {
 	h := pdktest.New(b, Plugin.Manifest)
 	for b.Loop() {
 		h.Scan(Plugin, part, 1)
+	}
+}
+
+// TestRecordedCase runs the plugin natively on the partition recorded in
+// testdata/replay (a case `fabric record` took of a live server): its
+// FCALLs are the ones the .wasm build made when the case was replayed on
+// a private server (the golden file's actions).
+func TestRecordedCase(t *testing.T) {
+	t.Parallel()
+	const dir = "../../../testdata/replay/"
+	h := pdktest.New(t, Plugin.Manifest)
+	part, _ := h.LoadCase(dir + "delayed_promoter.case.json")
+	h.Handle("ff_promote_delayed", func(k, args []string) abi.CallResult {
+		return abi.CallResult{Result: abi.StatusOK, Status: "OK", Fields: []string{"promoted"}}
+	})
+	res := h.Scan(Plugin, part, 1)
+	golden, err := os.ReadFile(dir + "delayed_promoter.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	for _, line := range strings.Split(string(golden), "\n") {
+		if a, ok := strings.CutPrefix(line, "  fcall "); ok {
+			want = append(want, strings.SplitN(a, " -> ", 2)[0])
+		}
+	}
+	quote := func(ss []string) string {
+		q := make([]string, len(ss))
+		for i, s := range ss {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, " ") + "]"
+	}
+	for _, c := range h.Calls {
+		got = append(got, c.Function+" keys="+quote(c.Keys)+" args="+quote(c.Args))
+	}
+	sort.Strings(got)
+	if len(want) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") || int(res.Acted) != len(want) {
+		t.Fatalf("on the recorded case the plugin called (acted %d)\n%s\nwant (the replay's golden actions)\n%s", res.Acted, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
