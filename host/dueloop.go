@@ -253,7 +253,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			dispatch(spec, work[:n:n], now, false)
 			work = work[n:]
 		}
-		flowing := p.h.wakeUp.Load()
+		flowing := p.h.wakes.Up()
 		for calls-inflight > 0 && len(safety) > 0 && (!flowing || safetyInflight == 0) {
 			n := min(per, len(safety))
 			dispatch(spec, safety[:n:n], now, true)
@@ -306,7 +306,7 @@ func (p *plugin) nextScan(spec LoopSpec, res abi.ScanResult) (time.Time, bool) {
 		return now, true
 	}
 	safety := spec.Interval
-	if p.h.wakeUp.Load() {
+	if p.h.wakes.Up() {
 		safety *= time.Duration(p.h.cfg.Timers.SafetyFactor)
 	}
 	t := now.Add(safety)

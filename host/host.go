@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -54,8 +53,8 @@ type Host struct {
 	statusMu    sync.Mutex
 	statusWrote time.Time
 
-	// wakeUp is true while the due-timer wake subscription is live.
-	wakeUp atomic.Bool
+	// wakes is the due-timer wake service (nil with timers off).
+	wakes *wakeListener
 
 	// leases decides which partitions this host scans (nil: all).
 	leases *partlease.Manager
@@ -80,6 +79,7 @@ func New(cfg Config) (*Host, error) {
 	} else {
 		h.cache = wazero.NewCompilationCache()
 	}
+	h.wakes = h.newWakeListener()
 	h.lc = newLoaderConfig(h.cache, cfg.Store, cfg.Now, cfg, func(name string) PluginConfig { return h.pluginConfig(name) })
 	if err := h.newLeases(); err != nil {
 		h.cache.Close(context.Background())
@@ -133,10 +133,9 @@ func (h *Host) Start(ctx context.Context) error {
 		defer stopLeases()               // released after every loop stopped
 		defer h.shutdown()
 		defer w.Close()
-		if h.timersOn() {
-			done := make(chan struct{})
-			go func() { defer close(done); h.wakeListener(ctx) }()
-			defer func() { <-done }()
+		if h.wakes != nil {
+			_ = h.wakes.Start(ctx) // returns at once; never fails
+			defer h.wakes.Stop()
 		}
 		h.scanDir(ctx)
 		h.pruneCache()
