@@ -56,8 +56,10 @@ type Host struct {
 	// wakes is the due-timer wake service (nil with timers off).
 	wakes *wakeListener
 
-	// leases decides which partitions this host scans (nil: all).
-	leases *partlease.Manager
+	// leases decides which partitions this host scans (nil: all);
+	// leaseSvc keeps them (lease_service.go).
+	leases   *partlease.Manager
+	leaseSvc *leaseService
 
 	// sched shares the machine among plugin calls.
 	sched *scheduler
@@ -129,8 +131,12 @@ func (h *Host) Start(ctx context.Context) error {
 	}
 	go func() {
 		defer stopped()
-		stopLeases := h.startLeases(ctx) // this host's share, before any loop starts
-		defer stopLeases()               // released after every loop stopped
+		if h.leaseSvc != nil {
+			// This host's share, before any loop starts; the loops outlive
+			// ctx during shutdown, so the leases must too.
+			_ = h.leaseSvc.Start(context.WithoutCancel(ctx))
+			defer h.leaseSvc.Stop() // released after every loop stopped
+		}
 		defer h.shutdown()
 		defer w.Close()
 		if h.wakes != nil {
