@@ -55,6 +55,8 @@ type Host struct {
 
 	// wakes is the due-timer wake service (nil with timers off).
 	wakes *wakeListener
+	// completions is the completion dispatch service (nil when off).
+	completions *completionService
 
 	// leases decides which partitions this host scans (nil: all);
 	// leaseSvc keeps them (lease_service.go).
@@ -82,6 +84,7 @@ func New(cfg Config) (*Host, error) {
 		h.cache = wazero.NewCompilationCache()
 	}
 	h.wakes = h.newWakeListener()
+	h.completions = h.newCompletionService()
 	h.lc = newLoaderConfig(h.cache, cfg.Store, cfg.Now, cfg, func(name string) PluginConfig { return h.pluginConfig(name) })
 	if err := h.newLeases(); err != nil {
 		h.cache.Close(context.Background())
@@ -146,8 +149,10 @@ func (h *Host) Start(ctx context.Context) error {
 		h.scanDir(ctx)
 		h.pruneCache()
 		releaseLoadGarbage()
-		cc := h.startCompletions(ctx) // after the initial load: dispatchers are in place
-		defer cc.wait()
+		if h.completions != nil { // after the initial load: dispatchers are in place
+			_ = h.completions.Start(ctx) // returns at once; never fails
+			defer h.completions.Stop()
+		}
 		started()
 		h.watch(ctx, w)
 	}()
