@@ -135,10 +135,8 @@ func (h *Host) Start(ctx context.Context) error {
 	go func() {
 		defer stopped()
 		if h.leaseSvc != nil {
-			// This host's share, before any loop starts; the loops outlive
-			// ctx during shutdown, so the leases must too.
-			_ = h.leaseSvc.Start(context.WithoutCancel(ctx))
-			defer h.leaseSvc.Stop() // released after every loop stopped
+			_ = h.leaseSvc.Start(ctx) // this host's share, before any loop starts
+			defer h.leaseSvc.Stop()   // released after every loop stopped
 		}
 		defer h.shutdown()
 		defer w.Close()

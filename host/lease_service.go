@@ -15,9 +15,10 @@ import (
 //
 // # Notes
 //
-//   - Stop it after every plugin loop stopped: a call in flight must not
-//     outlive the lease it runs under. Host starts it on a context that
-//     outlives its own for that reason.
+//   - Only Stop ends the renewals, not the end of Start's ctx (which
+//     bounds the first step): plugin loops outlive their context during
+//     shutdown, and a call in flight must not outlive the lease it runs
+//     under. Stop it after every loop stopped.
 type leaseService struct {
 	startstop.Base
 
@@ -25,15 +26,16 @@ type leaseService struct {
 	logger *slog.Logger
 }
 
-// Start takes the first share (bounded by the lease TTL), then renews in
-// the background.
+// Start takes the first share (bounded by the lease TTL and ctx), then
+// renews in the background until Stop.
 func (s *leaseService) Start(ctx context.Context) error {
-	ctx, ok, started, stopped := s.StartInit(ctx)
+	first := ctx
+	ctx, ok, started, stopped := s.StartInit(context.WithoutCancel(ctx))
 	if !ok {
 		return nil
 	}
 	ttl := s.m.Config().TTL
-	fctx, cancel := context.WithTimeout(ctx, ttl)
+	fctx, cancel := context.WithTimeout(first, ttl)
 	if _, err := s.m.RunOnce(fctx); err != nil {
 		s.logger.Warn("first partition lease step failed; partitions are scanned once leases are held", "host", s.m.HostID(), "error", err)
 	}

@@ -12,8 +12,9 @@ import (
 
 // TestLeaseServiceStartStop: the lease service holds this host's share
 // when Start returns (before any loop would start), keeps it from a peer
-// while running, and releases it on Stop so the peer takes over at once,
-// long before the leases would expire.
+// while running (also once Start's context ended), and releases it on
+// Stop so the peer takes over at once, long before the leases would
+// expire.
 func TestLeaseServiceStartStop(t *testing.T) {
 	t.Parallel()
 	c := valkeytest.Client(t)
@@ -36,10 +37,12 @@ func TestLeaseServiceStartStop(t *testing.T) {
 	}
 
 	a := &leaseService{m: manager("host-a"), logger: valkeytest.Logger()}
-	if err := a.Start(context.Background()); err != nil {
+	startCtx, endStart := context.WithCancel(ctx)
+	if err := a.Start(startCtx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Stop)
+	endStart() // only Stop ends the renewals (loops outlive their context in shutdown)
 	if n := flow(a.m); n != int(parts.Flow) {
 		t.Fatalf("host-a holds %d of %d flow partitions when Start returns", n, parts.Flow)
 	}
@@ -49,8 +52,24 @@ func TestLeaseServiceStartStop(t *testing.T) {
 	if _, err := b.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := flow(a.m); n == 0 {
-		t.Fatal("host-a lost every partition to a peer while running")
+	// A running host-a hands host-b its half at once (a stopped one would
+	// hold it for the TTL) and keeps its own.
+	stepUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 30s: %s: host-a %+v, host-b %+v", what, a.m.Status(), b.Status())
+			}
+			if _, err := b.RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond) // a step per 10 ms: RunOnce has no signal to wait on
+		}
+	}
+	stepUntil("host-a hands host-b its half", func() bool { return flow(b) == int(parts.Flow)/2 })
+	if n := flow(a.m); n != int(parts.Flow)/2 {
+		t.Fatalf("host-a holds %d flow partitions beside host-b, want %d", n, parts.Flow/2)
 	}
 
 	a.Stop()
@@ -59,14 +78,5 @@ func TestLeaseServiceStartStop(t *testing.T) {
 		t.Fatalf("host-a still holds %d flow partitions after Stop", n)
 	}
 	// The TTL is a minute: only a released lease can pass this soon.
-	deadline := time.Now().Add(30 * time.Second)
-	for flow(b) != int(parts.Flow) {
-		if time.Now().After(deadline) {
-			t.Fatalf("host-b holds %d of %d flow partitions 30s after host-a stopped: %+v", flow(b), parts.Flow, b.Status())
-		}
-		if _, err := b.RunOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond) // a step per 10 ms: RunOnce has no signal to wait on
-	}
+	stepUntil("host-b takes every partition once host-a stopped", func() bool { return flow(b) == int(parts.Flow) })
 }
