@@ -184,10 +184,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			sweep.Duration += d.end.Sub(d.start)
 			sweep.Result.Add(sum)
 		}
-		if sum.Acted > 0 || sum.Errors > 0 {
-			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", d.end.Sub(d.start).Milliseconds())
-		}
-		p.h.statusChanged(false)
+		p.cycleSettled(cycle, sum, d.end.Sub(d.start))
 	}
 	dispatch := func(spec LoopSpec, idxs []int, now time.Time, safety bool) {
 		tags := make([]string, len(idxs))
@@ -218,7 +215,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			for inflight > 0 { // the calls in flight end first
 				settle(<-done)
 			}
-			if !p.h.wait(ctx, until.Sub(clock.Now())) {
+			if !p.waitQuarantine(ctx) {
 				return nil
 			}
 		}
@@ -231,12 +228,8 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 		if cycleStart.IsZero() || now.Sub(cycleStart) >= spec.Interval {
 			flush()
 			cycleStart = now
-			p.mu.Lock()
-			p.cycles++
-			cycle = p.cycles
-			p.mu.Unlock()
-			p.tracker.AdvanceCycle()
-			sweep = SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: now}
+			sweep = p.beginCycle(now)
+			cycle = sweep.Cycle
 			inSweep = true
 		}
 		woken, keys := p.wake.take(spec.Partitions)
@@ -260,7 +253,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			dispatch(spec, work[:n:n], now, false)
 			work = work[n:]
 		}
-		flowing := p.h.wakeUp.Load()
+		flowing := p.h.wakes.Up()
 		for calls-inflight > 0 && len(safety) > 0 && (!flowing || safetyInflight == 0) {
 			n := min(per, len(safety))
 			dispatch(spec, safety[:n:n], now, true)
@@ -313,7 +306,7 @@ func (p *plugin) nextScan(spec LoopSpec, res abi.ScanResult) (time.Time, bool) {
 		return now, true
 	}
 	safety := spec.Interval
-	if p.h.wakeUp.Load() {
+	if p.h.wakes.Up() {
 		safety *= time.Duration(p.h.cfg.Timers.SafetyFactor)
 	}
 	t := now.Add(safety)

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -54,11 +53,15 @@ type Host struct {
 	statusMu    sync.Mutex
 	statusWrote time.Time
 
-	// wakeUp is true while the due-timer wake subscription is live.
-	wakeUp atomic.Bool
+	// wakes is the due-timer wake service (nil with timers off).
+	wakes *wakeListener
+	// completions is the completion dispatch service (nil when off).
+	completions *completionService
 
-	// leases decides which partitions this host scans (nil: all).
-	leases *partlease.Manager
+	// leases decides which partitions this host scans (nil: all);
+	// leaseSvc keeps them (lease_service.go).
+	leases   *partlease.Manager
+	leaseSvc *leaseService
 
 	// sched shares the machine among plugin calls.
 	sched *scheduler
@@ -83,6 +86,8 @@ func New(cfg Config) (*Host, error) {
 	} else {
 		h.cache = wazero.NewCompilationCache()
 	}
+	h.wakes = h.newWakeListener()
+	h.completions = h.newCompletionService()
 	h.lc = newLoaderConfig(h.cache, cfg.Store, cfg.Now, cfg, func(name string) PluginConfig { return h.pluginConfig(name) })
 	if err := h.newLeases(); err != nil {
 		h.cache.Close(context.Background())
@@ -132,21 +137,24 @@ func (h *Host) Start(ctx context.Context) error {
 	}
 	go func() {
 		defer stopped()
-		stopLeases := h.startLeases(ctx) // this host's share, before any loop starts
-		defer stopLeases()               // released after every loop stopped
+		if h.leaseSvc != nil {
+			_ = h.leaseSvc.Start(ctx) // this host's share, before any loop starts
+			defer h.leaseSvc.Stop()   // released after every loop stopped
+		}
 		defer h.shutdown()
 		defer w.Close()
-		if h.timersOn() {
-			done := make(chan struct{})
-			go func() { defer close(done); h.wakeListener(ctx) }()
-			defer func() { <-done }()
+		if h.wakes != nil {
+			_ = h.wakes.Start(ctx) // returns at once; never fails
+			defer h.wakes.Stop()
 		}
 		h.scanDir(ctx)
 		h.startShadows(ctx)
 		h.pruneCache()
 		releaseLoadGarbage()
-		cc := h.startCompletions(ctx) // after the initial load: dispatchers are in place
-		defer cc.wait()
+		if h.completions != nil { // after the initial load: dispatchers are in place
+			_ = h.completions.Start(ctx) // returns at once; never fails
+			defer h.completions.Stop()
+		}
 		started()
 		h.watch(ctx, w)
 	}()

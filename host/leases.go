@@ -18,7 +18,8 @@ import (
 // plugin is quarantined.
 var ErrLeaseEnded = errors.New("host: partition lease ending")
 
-// newLeases makes the host's lease manager, nil when leases are off.
+// newLeases makes the host's lease manager and the service running it,
+// nil when leases are off.
 func (h *Host) newLeases() error {
 	if h.cfg.Backend == nil || h.cfg.Leases.Disabled {
 		return nil
@@ -30,37 +31,8 @@ func (h *Host) newLeases() error {
 		return fmt.Errorf("host: %w", err)
 	}
 	h.leases = m
+	h.leaseSvc = &leaseService{m: m, logger: h.cfg.Logger}
 	return nil
-}
-
-// startLeases takes this host's share before any plugin loads (a lone
-// host owns everything from its first sweep), then keeps the leases
-// renewed in the background. The returned stop, called after every loop
-// ended, releases them so peers take over at once.
-func (h *Host) startLeases(ctx context.Context) (stop func()) {
-	m := h.leases
-	if m == nil {
-		return func() {}
-	}
-	ttl := m.Config().TTL
-	fctx, cancel := context.WithTimeout(ctx, ttl)
-	if _, err := m.RunOnce(fctx); err != nil {
-		h.cfg.Logger.Warn("first partition lease step failed; partitions are scanned once leases are held", "host", m.HostID(), "error", err)
-	}
-	cancel()
-	// The loops outlive ctx during shutdown: the leases must too.
-	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(lctx) }()
-	return func() {
-		lcancel()
-		<-done
-		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), ttl/2)
-		defer scancel()
-		if err := m.Leave(sctx); err != nil {
-			h.cfg.Logger.Warn("partition leases not released", "host", m.HostID(), "error", err)
-		}
-	}
 }
 
 // beginPartition asks for a call of timeout on part: always granted

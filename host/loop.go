@@ -170,13 +170,8 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 			return nil
 		}
 		spec := p.spec()
-		start := clock.Now()
-		p.budget.NewSweep()
-		p.mu.Lock()
-		p.cycles++
-		cycle := p.cycles
-		p.mu.Unlock()
-		p.tracker.AdvanceCycle()
+		ev := p.beginCycle(clock.Now())
+		cycle := ev.Cycle
 		var sum abi.ScanResult
 		all := make([]int, spec.Partitions)
 		for i := range all {
@@ -191,40 +186,13 @@ func (p *plugin) loop(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return nil
 		}
-		elapsed := clock.Now().Sub(start)
-		p.h.observeSweep(SweepEvent{Plugin: p.name, Version: p.mod.Load().Manifest().Version, Host: p.h.HostID(), Cycle: cycle, Start: start, Duration: elapsed, Result: sum})
-		if sum.Acted > 0 || sum.Errors > 0 {
-			p.h.cfg.Logger.Info("scan cycle complete", "plugin", p.name, "cycle", cycle, "acted", sum.Acted, "errors", sum.Errors, "skipped", sum.Skipped, "elapsed_ms", elapsed.Milliseconds())
-		}
-		p.h.statusChanged(false)
+		elapsed := clock.Now().Sub(ev.Start)
+		ev.Duration, ev.Result = elapsed, sum
+		p.h.observeSweep(ev)
+		p.cycleSettled(cycle, sum, elapsed)
 		// Re-read the interval: a swap during the sweep may have changed it.
 		if !p.waitKick(ctx, p.spec().Interval-elapsed) {
 			return nil
-		}
-	}
-}
-
-// waitQuarantine waits out a quarantine, or until a new version is
-// swapped in; false when ctx ended.
-func (p *plugin) waitQuarantine(ctx context.Context) bool {
-	for {
-		until := p.quarantinedUntil()
-		if until.IsZero() {
-			return ctx.Err() == nil
-		}
-		d := until.Sub(p.h.cfg.Clock.Now())
-		if d <= 0 {
-			return ctx.Err() == nil
-		}
-		ch, stop := p.h.after(d)
-		select {
-		case <-ctx.Done():
-			stop()
-			return false
-		case <-ch:
-			return true
-		case <-p.kick:
-			stop() // a new version: look again (its record is clean)
 		}
 	}
 }

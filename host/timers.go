@@ -1,8 +1,6 @@
 package host
 
 import (
-	"context"
-	"errors"
 	"path"
 	"slices"
 	"strconv"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend/valkey"
 )
 
 // TimerConfig configures due-time timers: a due-index scanner reports the
@@ -182,39 +179,14 @@ func (w *wakeState) dueAt(dueMs int64) (time.Time, bool) {
 	return time.Unix(0, at).Add(time.Duration(dueMs-ms) * time.Millisecond), true
 }
 
-// wakeListener subscribes to zadd keyevents of the backend's database and
-// wakes the partitions of plugins whose wake patterns match the key. It
-// reconnects after timerRetryDelay until ctx ends; on a cluster it
-// subscribes on every primary and starts over at once when the primaries
-// change (a restarted node gets its notify flags back then).
-func (h *Host) wakeListener(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := h.listenOnce(ctx)
-		h.wakeUp.Store(false)
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, valkey.ErrPrimariesChanged) {
-			h.cfg.Logger.Info("due-timer wake subscription: cluster primaries changed; resubscribing", "error", err)
-			continue
-		}
-		h.cfg.Logger.Warn("due-timer wake subscription failed; polling at plugin intervals until it is back", "error", err, "retry_in_ms", timerRetryDelay.Milliseconds())
-		if !sleep(ctx, timerRetryDelay) {
-			return
-		}
+// newWakeListener is the host's wake service (nil with timers off): it
+// routes zadd keyevents to the plugins' wake patterns.
+func (h *Host) newWakeListener() *wakeListener {
+	if !h.timersOn() {
+		return nil
 	}
-}
-
-func (h *Host) listenOnce(ctx context.Context) error {
-	if !h.cfg.Timers.NoConfigSet {
-		if err := h.cfg.Backend.EnableZaddKeyevents(ctx); err != nil {
-			return err
-		}
-	}
-	return h.cfg.Backend.WatchZaddKeyevents(ctx, h.routeWake, func() {
-		h.wakeUp.Store(true)
-		h.wakeAll() // notifications may have been missed while down
-	})
+	return &wakeListener{src: h.cfg.Backend, configSet: !h.cfg.Timers.NoConfigSet, retry: timerRetryDelay,
+		logger: h.cfg.Logger, route: h.routeWake, resumed: h.wakeAll}
 }
 
 // routeWake wakes the partition named by key's hash tag in every plugin

@@ -371,7 +371,12 @@ func (m *Manager) step(ctx context.Context) (StepResult, error) {
 		m.mu.Unlock()
 	}
 	if len(releases) > 0 {
-		for i, err := range m.c.ReleasePartitions(ctx, cfg.HostID, releases) {
+		// Gone from m.leases already: a release cut by ctx (the host
+		// stopping mid hand-off) would leave the peer waiting out the TTL,
+		// as Leave no longer knows them.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.TTL/2)
+		defer cancel()
+		for i, err := range m.c.ReleasePartitions(rctx, cfg.HostID, releases) {
 			switch {
 			case err == nil:
 				res.Released++

@@ -1,0 +1,203 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+
+	valkeygo "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/internal/startstop"
+	"github.com/fabric-host/fabric/model"
+)
+
+// completionService is the completion dispatch service. On Valkey it
+// holds the completion listener (a dedicated connection SUBSCRIBEd to
+// ff:dag:completions, each valid message queued) and the driver that
+// hands the queue to the dispatchers; on Postgres it sweeps the
+// partitions that CompletionConfig.Wakeups names. Stop ends both.
+type completionService struct {
+	startstop.Base
+
+	cfg CompletionConfig
+	// backend is the Valkey client subscribed on (nil: the Wakeups path).
+	backend *valkey.Client
+	logger  *slog.Logger
+	// drive hands queued completions to the dispatchers until ctx ends
+	// (Host.drive).
+	drive func(ctx context.Context, queue <-chan abi.Completion)
+	// resync sweeps the Resync scanners, after every resubscription
+	// (Host.resync).
+	resync func(ctx context.Context)
+	// push sweeps the partitions named on in until ctx ends or in closes
+	// (Host.pushSweeps).
+	push func(ctx context.Context, in <-chan model.Partition)
+}
+
+// newCompletionService is the host's completion dispatch service, nil
+// when completions are off (or there is nothing to listen to).
+func (h *Host) newCompletionService() *completionService {
+	cfg := h.cfg.Completions
+	if !cfg.Enabled || h.cfg.Backend == nil && cfg.Wakeups == nil {
+		return nil
+	}
+	return &completionService{cfg: cfg, backend: h.cfg.Backend, logger: h.cfg.Logger,
+		drive: h.drive, resync: h.resync, push: h.pushSweeps}
+}
+
+// Start starts the listener and the driver (or the wake-up sweeps) and
+// returns at once.
+func (s *completionService) Start(ctx context.Context) error {
+	ctx, ok, started, stopped := s.StartInit(ctx)
+	if !ok {
+		return nil
+	}
+	var wg sync.WaitGroup
+	if s.backend == nil {
+		wg.Go(func() { s.push(ctx, s.cfg.Wakeups) })
+	} else {
+		queue := make(chan abi.Completion, s.cfg.QueueSize)
+		wg.Go(func() { s.listen(ctx, queue) })
+		wg.Go(func() { s.drive(ctx, queue) })
+	}
+	go func() {
+		defer stopped()
+		started()
+		wg.Wait()
+	}()
+	return nil
+}
+
+// listen keeps one subscription alive until ctx ends: it subscribes on a
+// dedicated connection, pushes every valid message to queue, and on
+// connection loss resubscribes at once (after RetryDelay when subscribing
+// itself failed).
+//
+// # Notes
+//
+//   - Pub/Sub does not buffer: a completion published between the loss of
+//     the connection and the next SUBSCRIBE reply is never delivered (the
+//     gap window, typically one reconnect round trip). After every
+//     resubscription the Resync scanners are swept at once, and
+//     dependency_reconciler's own 15 s sweep repairs whatever remains.
+//   - The same gap exists when a dispatcher call fails or the plugin is
+//     quarantined: those completions are logged and left to the
+//     reconcilers.
+func (s *completionService) listen(ctx context.Context, queue chan<- abi.Completion) {
+	log := s.logger
+	subs := 0
+	for ctx.Err() == nil {
+		subscribed, err := s.subscribeOnce(ctx, queue, func() {
+			subs++
+			if subs > 1 {
+				log.Info("completion listener resubscribed", "channel", abi.CompletionsChannel, "subscriptions", subs)
+				go s.resync(ctx)
+			} else {
+				log.Info("completion listener subscribed", "channel", abi.CompletionsChannel)
+			}
+			if s := s.cfg.Signals; s != nil {
+				s.Subscribed.Signal(subs)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if subscribed {
+			log.Warn("completion listener lost its connection; resubscribing", "error", err)
+			continue
+		}
+		log.Warn("completion listener could not subscribe; retrying", "error", err, "retry_ms", s.cfg.RetryDelay.Milliseconds())
+		if !sleep(ctx, s.cfg.RetryDelay) {
+			return
+		}
+	}
+}
+
+// subscribeOnce holds one dedicated connection until it breaks or ctx
+// ends; it reports whether the SUBSCRIBE was confirmed.
+func (s *completionService) subscribeOnce(ctx context.Context, queue chan<- abi.Completion, onSubscribed func()) (bool, error) {
+	client := s.backend.Raw()
+	dc, release := client.Dedicate()
+	defer release()
+	// Named so operators (and tests) can tell it from other subscribers.
+	if err := dc.Do(ctx, dc.B().ClientSetname().ConnectionName(ListenerClientName).Build()).Error(); err != nil {
+		dc.Close()
+		return false, err
+	}
+	var once sync.Once
+	confirmed := make(chan struct{})
+	broken := dc.SetPubSubHooks(valkeygo.PubSubHooks{
+		OnMessage: func(m valkeygo.PubSubMessage) {
+			c, ok := s.parseCompletion(m)
+			if !ok {
+				return
+			}
+			select { // a full queue blocks this connection: backpressure
+			case queue <- c:
+			case <-ctx.Done():
+			}
+		},
+		OnSubscription: func(s valkeygo.PubSubSubscription) {
+			if s.Kind == "subscribe" && s.Channel == abi.CompletionsChannel {
+				once.Do(func() { close(confirmed) })
+			}
+		},
+	})
+	if err := dc.Do(ctx, dc.B().Subscribe().Channel(abi.CompletionsChannel).Build()).Error(); err != nil {
+		dc.Close()
+		return false, err
+	}
+	select {
+	case <-confirmed:
+	case err := <-broken:
+		return false, err
+	case <-ctx.Done():
+		dc.Close()
+		return false, nil
+	}
+	onSubscribed()
+	select {
+	case err := <-broken:
+		if err == nil {
+			err = errors.New("subscription ended")
+		}
+		return true, err
+	case <-ctx.Done():
+		dc.Close()
+		return true, nil
+	}
+}
+
+// parseCompletion decodes one message as FlowFabric's subscriber does:
+// JSON with a valid execution id and a UUID flow id; anything else is
+// dropped with a warning.
+func (s *completionService) parseCompletion(m valkeygo.PubSubMessage) (abi.Completion, bool) {
+	if m.Channel != abi.CompletionsChannel {
+		return abi.Completion{}, false
+	}
+	var c abi.Completion
+	if err := json.Unmarshal([]byte(m.Message), &c); err != nil {
+		s.logger.Warn("completion listener: bad JSON dropped", "error", err, "message", truncate(m.Message, 256))
+		return c, false
+	}
+	if _, err := model.ParseExecutionID(c.ExecutionID); err != nil {
+		s.logger.Warn("completion listener: bad execution_id dropped", "execution_id", c.ExecutionID)
+		return c, false
+	}
+	if _, err := model.ParseUUID(c.FlowID); err != nil {
+		s.logger.Warn("completion listener: bad flow_id dropped", "execution_id", c.ExecutionID, "flow_id", c.FlowID)
+		return c, false
+	}
+	return c, true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
