@@ -70,3 +70,38 @@ func TestCompletionLeavesNoLeaseUnrun(t *testing.T) {
 		return true
 	})
 }
+
+// TestClaimBatchKeepsToN: ClaimBatch(ctx, 1) on a lane whose head holds
+// another instance's grant returns one lease and leaves no other
+// execution leased (Run counts one slot per lease it asked for; a lease
+// more than it asked for stalled Run's shutdown on its slots).
+func TestClaimBatchKeepsToN(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	const lane = "kn"
+	granted := b.create(t, sdk.ExecutionSpec{Lane: lane, Kind: "k", Priority: 5})
+	plain := b.create(t, sdk.ExecutionSpec{Lane: lane, Kind: "k", Priority: 1})
+	if err := b.vc.IssueClaimGrant(b.ctx, &valkey.IssueClaimGrantParams{ExecutionID: granted, WorkerID: "w",
+		WorkerInstanceID: "another-instance", Lane: lane, GrantTTLMs: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{lane}, DisableNotifications: true, DisableReclaim: true})
+	ls, err := w.ClaimBatch(b.ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 1 {
+		t.Fatalf("ClaimBatch(1) returned %d leases", len(ls))
+	}
+	for _, id := range []model.ExecutionID{granted, plain} {
+		if id == ls[0].ID {
+			continue
+		}
+		if s := b.state(t, id); s.OwnershipState == "leased" {
+			t.Fatalf("%s left leased beside the one lease returned", id)
+		}
+	}
+	if err := ls[0].Complete(b.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -356,21 +356,10 @@ func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) 
 	if err == nil {
 		l.cascade(ctx)
 	}
-	if len(next) == 0 {
-		return nil, err
+	if next = w.keepN(ctx, next, 1); len(next) > 0 {
+		return next[0], err
 	}
-	// A claim of one can yield more: the heads fabric_claim_next refused
-	// are claimed by id as well (claimOutcome: a grant already there, an
-	// interrupted attempt). This slot runs the first; the others are
-	// handed back, or they would stay leased and unrun until their lease
-	// expired.
-	for _, x := range next[1:] {
-		w.log.Debug("claimed more than one; handing back", "execution_id", x.ID)
-		if herr := x.handBack(ctx); herr != nil {
-			w.log.Warn("hand back failed", "execution_id", x.ID, "error", herr)
-		}
-	}
-	return next[0], err
+	return nil, err
 }
 
 // cascade resolves a terminal flow member's outgoing edges when the
