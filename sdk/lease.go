@@ -356,7 +356,7 @@ func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) 
 	if err == nil {
 		l.cascade(ctx)
 	}
-	if len(next) > 0 {
+	if next = w.keepN(ctx, next, 1); len(next) > 0 {
 		return next[0], err
 	}
 	return nil, err

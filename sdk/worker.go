@@ -426,6 +426,32 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 // Leases already taken are returned even when a later step fails; the
 // error is then returned beside them.
 func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
+	n = max(n, 1)
+	ls, err := w.claimBatch(ctx, n)
+	return w.keepN(ctx, ls, n), err
+}
+
+// keepN keeps the first n leases and hands the others back. A claim of n
+// can yield more: the heads fabric_claim_next refused are claimed by id
+// as well (claimOutcome: a grant already there, an interrupted attempt).
+// A lease beyond what the caller asked for would stay leased and unrun
+// until it expired, and Run's slots would count one lease too many.
+func (w *Worker) keepN(ctx context.Context, ls []*Lease, n int) []*Lease {
+	if len(ls) <= n {
+		return ls
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, x := range ls[n:] {
+		w.log.Debug("claimed more than asked; handing back", "execution_id", x.ID)
+		if err := x.handBack(ctx); err != nil {
+			w.log.Warn("hand back failed", "execution_id", x.ID, "error", err)
+		}
+	}
+	return ls[:n]
+}
+
+func (w *Worker) claimBatch(ctx context.Context, n int) ([]*Lease, error) {
 	if w.isClosed() {
 		return nil, ErrWorkerClosed
 	}

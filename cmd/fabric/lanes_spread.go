@@ -20,6 +20,12 @@ func init() {
 			k := fs.Uint("partitions", 0, "how many partitions the lane spreads over: its own and the ones after it (0: every flow partition)")
 			off := fs.Bool("off", false, "back to FlowFabric's one partition per lane (executions already placed stay where they are)")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
+				// Flags may follow LANE, as the README shows it
+				// (fabric lanes spread LANE --valkey-url U --partitions K).
+				args, err := positionals(fs, args)
+				if err != nil {
+					return err
+				}
 				if len(args) != 1 {
 					return fmt.Errorf("%w: want exactly one LANE", errUsage)
 				}

@@ -37,12 +37,20 @@ func TestLanesSpreadCLI(t *testing.T) {
 	if m := read(); m[model.LaneFieldSoloPartitioner] != "crc16" {
 		t.Fatalf("stored after --off %v", m)
 	}
+	// The README's order: LANE first, flags after it.
+	if code, out, errOut := runCmd(t, "lanes", "spread", "hot", "--valkey-url", url, "--partitions", "8"); code != 0 || !strings.Contains(out, "lane hot: spread over 8 partitions") {
+		t.Fatalf("LANE before flags: %d %q %q", code, out, errOut)
+	}
+	if m := read(); m[model.LaneFieldSoloPartitioner] != "spread" || m[model.LaneFieldSpreadPartitions] != "8" {
+		t.Fatalf("stored (LANE before flags) %v", m)
+	}
 	for name, args := range map[string][]string{
 		"NoLane":      {"--valkey-url", url},
 		"TooWide":     {"--valkey-url", url, "--partitions", "70000", "hot"},
 		"OffAndWidth": {"--valkey-url", url, "--off", "--partitions", "2", "hot"},
 		"EmptyLane":   {"--valkey-url", url, ""},
 		"NoURL":       {"hot"},
+		"TwoLanes":    {"hot", "--valkey-url", url, "cold"},
 	} {
 		if code, _, _ := runCmd(t, append([]string{"lanes", "spread"}, args...)...); code != 2 {
 			t.Errorf("%s: exit %d, want 2", name, code)
