@@ -85,21 +85,6 @@ func (c *Client) ResetBudgetsDue(ctx context.Context, budgetPartition uint16, no
 	})
 }
 
-// deadlineDue reports whether an execution locked by ExecDeadlineLock is
-// still to expire on its deadline at now.
-func deadlineDue(phase, elig string, deadline *int64, now int64) bool {
-	if deadline == nil || *deadline >= now {
-		return false
-	}
-	switch phase {
-	case model.PhaseActive, model.PhaseSuspended:
-		return true
-	case model.PhaseRunnable:
-		return elig != model.EligibleNotUntilTime // a delayed one's deadline_at_ms is its delay
-	}
-	return false
-}
-
 // ExpireExecutionDeadlines ends the executions of one partition whose
 // execution deadline passed before now, the most overdue first, at most
 // limit (0: 1000) per call: upstream's execution_deadline hook, which
@@ -136,7 +121,7 @@ func (c *Client) ExpireExecutionDeadlines(ctx context.Context, partition uint16,
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}
-		if err != nil || !deadlineDue(phase, elig, deadline, now) {
+		if err != nil || !pgsql.DeadlineExpires(phase, elig, deadline != nil, deref(deadline), now) {
 			return false, err
 		}
 		if phase == model.PhaseActive {
@@ -227,4 +212,11 @@ func (c *Client) ProjectFlowSummaries(ctx context.Context, partition uint16, now
 		}
 		return err == nil, err
 	})
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -217,3 +217,21 @@ var maintStatements = []Statement{
 	WaitpointExpiryScan, WaitpointExpireDelete, SuspensionMarkNeverCommitted,
 	FlowSummaryScan, FlowSummaryProject,
 }
+
+// DeadlineExpires is the decision on an execution ExecDeadlineLock read:
+// whether its execution deadline (hasDeadline, deadline) passed before now
+// in a phase that ends on it (active, suspended, or runnable and not
+// delayed, whose deadline_at_ms is its delay). The native reconciler and
+// the pg_execution_deadline plugin both decide with it.
+func DeadlineExpires(phase, eligibility string, hasDeadline bool, deadline, now int64) bool {
+	if !hasDeadline || deadline >= now {
+		return false
+	}
+	switch phase {
+	case "active", "suspended":
+		return true
+	case "runnable":
+		return eligibility != "not_eligible_until_time"
+	}
+	return false
+}
