@@ -258,3 +258,56 @@ func TestProjectFlowSummaries(t *testing.T) {
 		t.Fatalf("summary %q", got)
 	}
 }
+
+// TestAddFlowMember: a child's edge group counts a parent that already
+// finished only once its completion event was dispatched (else the
+// dispatcher counts it); a child whose finished parent failed is skipped
+// with its own 'skipped' completion event; the flow's counts move.
+func TestAddFlowMember(t *testing.T) {
+	t.Parallel()
+	c := pgtest.Client(t, postgres.ClientConfig{})
+	ctx := pgtest.Context(t, time.Minute)
+	flow := model.NewUUID()
+	if err := c.CreateFlow(ctx, &postgres.CreateFlowParams{FlowID: flow, Kind: "k", Namespace: "ns", NowMs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	member := func(parents ...model.ExecutionID) (model.ExecutionID, postgres.FlowMemberState) {
+		t.Helper()
+		id := newExec(t, c, &execOpts{lane: "afm", flow: flow, delayUntil: time.Now().Add(time.Hour).UnixMilli()})
+		st, err := c.AddFlowMember(ctx, &postgres.AddFlowMemberParams{FlowID: flow, Child: id, Parents: parents, NowMs: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, st
+	}
+	group := func(down model.ExecutionID) string {
+		return text(t, c, `SELECT concat_ws(' ', success_count, fail_count, skip_count, running_count) FROM ff_edge_group
+  WHERE downstream_eid = $1::uuid`, down.UUIDString())
+	}
+	p, st := member()
+	if st != postgres.MemberRoot {
+		t.Fatalf("root: %s", st)
+	}
+	execSQL(t, c, `UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'failed' WHERE execution_id = $1::uuid`, p.UUIDString())
+	execSQL(t, c, `INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms)
+  VALUES ($1, $2::uuid, $3::uuid, 'failed', 5)`, int16(p.Partition().Index), p.UUIDString(), flow.String())
+	waiting, st := member(p)
+	if st != postgres.MemberBlocked || group(waiting) != "0 0 0 1" {
+		t.Fatalf("undispatched parent: %s %s", st, group(waiting))
+	}
+	if got := core(t, c, waiting); got.Eligibility != "blocked_by_dependencies" || got.Public != "waiting_children" {
+		t.Fatalf("waiting child: %+v", got)
+	}
+	execSQL(t, c, `UPDATE ff_completion_event SET dispatched_at_ms = 6 WHERE execution_id = $1::uuid`, p.UUIDString())
+	skipped, st := member(p)
+	if st != postgres.MemberSkipped || group(skipped) != "0 1 0 0" || core(t, c, skipped).Public != "skipped" {
+		t.Fatalf("failed parent: %s %s %+v", st, group(skipped), core(t, c, skipped))
+	}
+	if n := count(t, c, `SELECT count(*) FROM ff_completion_event WHERE execution_id = $1::uuid AND outcome = 'skipped'`, skipped.UUIDString()); n != 1 {
+		t.Fatalf("%d skipped events", n)
+	}
+	if got := text(t, c, `SELECT concat_ws(' ', graph_revision, raw_fields->>'node_count', raw_fields->>'edge_count') FROM ff_flow_core
+  WHERE flow_id = $1::uuid`, flow.String()); got != "3 3 2" {
+		t.Fatalf("flow counts %q", got)
+	}
+}
