@@ -4,14 +4,22 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/host/hostfn"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/pgsql"
+	"github.com/fabric-host/fabric/pdk"
+	"github.com/fabric-host/fabric/pdk/pgflow"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -24,6 +32,53 @@ type sdkBackend struct {
 	open func(t *testing.T, ctx context.Context) (*sdk.Client, func(cfg sdk.WorkerConfig) *sdk.Worker)
 	// notActive is the error a call on a terminal execution matches.
 	notActive error
+	// dispatch resolves the dependencies of the completions so far where
+	// the worker does not (Postgres: what the host's pushed
+	// pg_dependency_reconciler does, natively); nil on Valkey, whose
+	// workers resolve them (WorkerConfig.ResolveDependencies).
+	dispatch func(t *testing.T, ctx context.Context, c *sdk.Client)
+}
+
+// pgClients maps the Postgres rows' SDK clients to their backend client.
+var pgClients sync.Map
+
+// sqlHost runs pdk SQL requests on a host SQL session (the host's
+// sql_query, natively).
+type sqlHost struct {
+	ctx context.Context
+	s   *hostfn.SQLSession
+}
+
+func (h sqlHost) SQL(req abi.SQLRequest) (abi.SQLResponse, error) { return h.s.Do(h.ctx, req) }
+
+// pgDispatch dispatches every undispatched completion event of c's
+// database with pgflow, one transaction each, as pg_dependency_reconciler
+// does.
+func pgDispatch(t *testing.T, ctx context.Context, c *sdk.Client) {
+	t.Helper()
+	v, _ := pgClients.Load(c)
+	pc := v.(*postgres.Client)
+	for {
+		var pk, id int64
+		err := pc.Pool().QueryRow(ctx, `SELECT partition_key, event_id FROM ff_completion_event WHERE dispatched_at_ms IS NULL
+ ORDER BY event_id LIMIT 1`).Scan(&pk, &id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess := hostfn.NewSQLSession(pc.Pool(), &abi.Capabilities{SQL: pgsql.Grants(pgsql.All...)}, "")
+		h := sqlHost{ctx: ctx, s: sess}
+		err = pdk.Tx(h, func() error {
+			_, err := pgflow.DispatchCompletion(h, pk, id, time.Now().UnixMilli())
+			return err
+		})
+		sess.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // sdkBackends are Valkey (the shared server, a fresh database) and
@@ -46,13 +101,14 @@ var sdkBackends = []sdkBackend{
 				return w
 			}
 		}},
-	{name: "Postgres", notActive: postgres.CodeExecutionNotActive,
+	{name: "Postgres", notActive: postgres.CodeExecutionNotActive, dispatch: pgDispatch,
 		open: func(t *testing.T, ctx context.Context) (*sdk.Client, func(sdk.WorkerConfig) *sdk.Worker) {
 			pc := pgtest.Client(t, postgres.ClientConfig{Partitions: model.PartitionConfig{Flow: 8, Budget: 2, Quota: 2}})
 			c, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: pgtest.Logger()})
 			if err != nil {
 				t.Fatal(err)
 			}
+			pgClients.Store(c, pc)
 			return c, func(cfg sdk.WorkerConfig) *sdk.Worker {
 				cfg.Logger = pgtest.Logger()
 				w, err := sdk.ConnectPostgres(ctx, pc, cfg)
@@ -182,6 +238,92 @@ func TestStateResultCancel(t *testing.T) {
 			}
 			if r, err := c.Result(ctx, leased); err != nil || r != nil {
 				t.Fatalf("result of a cancelled execution: %q %v", r, err)
+			}
+		})
+	}
+}
+
+// TestFlowChildEligible: a flow built with the SDK holds a child until
+// its parent completed, then the child becomes claimable, on both
+// backends; a child added after its parent already completed is claimable
+// at once, and an AnyOf child runs
+// after the first of its parents.
+func TestFlowChildEligible(t *testing.T) {
+	t.Parallel()
+	for _, be := range sdkBackends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			c, worker := be.open(t, valkeytest.Context(t, 5*time.Minute))
+			ctx := valkeytest.Context(t, 2*time.Minute)
+			dispatch := func() {
+				if be.dispatch != nil {
+					be.dispatch(t, ctx, c)
+				}
+			}
+			f, err := c.CreateFlow(ctx, "pipeline")
+			if err != nil {
+				t.Fatal(err)
+			}
+			parent, err := f.Add(ctx, sdk.ExecutionSpec{Lane: "fl"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			child, err := f.Add(ctx, sdk.ExecutionSpec{Lane: "fl"}, parent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st, err := c.State(ctx, child); err != nil || st.EligibilityState != model.EligibleBlockedByDeps || st.FlowID != f.ID.String() {
+				t.Fatalf("child before its parent ran: %+v %v", st, err)
+			}
+			w := worker(sdk.WorkerConfig{WorkerID: "fl", Lanes: []string{"fl"}, ResolveDependencies: true})
+			l := claimOne(t, ctx, w)
+			if l.ID != parent {
+				t.Fatalf("claimed %s before its parent %s", l.ID, parent)
+			}
+			if got, err := w.ClaimNext(ctx); err != nil || got != nil {
+				t.Fatalf("claimed %v while its parent runs (%v)", got, err)
+			}
+			if err := l.Complete(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			dispatch()
+			if l := claimOne(t, ctx, w); l.ID != child {
+				t.Fatalf("claimed %s, want the child %s", l.ID, child)
+			} else if err := l.Complete(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			dispatch()
+
+			// Parents that finished before the child was added.
+			late, err := f.Add(ctx, sdk.ExecutionSpec{Lane: "fl"}, parent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st, err := c.State(ctx, late); err != nil || st.EligibilityState != model.EligibleNow {
+				t.Fatalf("child of a completed parent: %+v %v", st, err)
+			}
+			if l := claimOne(t, ctx, w); l.ID != late {
+				t.Fatalf("claimed %s, want %s", l.ID, late)
+			} else if err := l.Complete(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			dispatch()
+
+			// AnyOf: the first parent to succeed runs the child.
+			a, _ := f.Add(ctx, sdk.ExecutionSpec{Lane: "fl-any"})
+			b, _ := f.Add(ctx, sdk.ExecutionSpec{Lane: "fl-any"})
+			any, err := f.AddJoin(ctx, sdk.ExecutionSpec{Lane: "fl-any-child"}, sdk.AnyOf(sdk.LetRun), a, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wa := worker(sdk.WorkerConfig{WorkerID: "fl-any", Lanes: []string{"fl-any"}, ResolveDependencies: true})
+			if err := claimOne(t, ctx, wa).Complete(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			dispatch()
+			wc := worker(sdk.WorkerConfig{WorkerID: "fl-any-child", Lanes: []string{"fl-any-child"}, ResolveDependencies: true})
+			if l := claimOne(t, ctx, wc); l.ID != any {
+				t.Fatalf("claimed %s, want the any-of child %s", l.ID, any)
 			}
 		})
 	}

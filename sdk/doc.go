@@ -45,8 +45,12 @@
 // *postgres.Client: create with [ConnectPostgres] and produce with a
 // Client whose ClientConfig.Postgres is set. Claims are SELECT … FOR
 // UPDATE SKIP LOCKED transactions; [Client.State], [Client.Result] and
-// [Client.CancelExecution] read and write the ff_* tables; suspension,
-// streams and flows answer [ErrNotOnPostgres].
+// [Client.CancelExecution] read and write the ff_* tables;
+// [Client.CreateFlow], [Flow.Add] and [Flow.AddJoin] build flows (edges,
+// edge group and the child's state in one transaction; the host's
+// pg_dependency_reconciler releases children as parents complete);
+// suspension, streams, [Client.CancelFlow] and worker-side dependency
+// resolution answer [ErrNotOnPostgres] or do nothing.
 //
 // # Notes
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
@@ -30,7 +31,7 @@ type Flow struct {
 // partition count than the deployment's.
 func (c *Client) checkFlowRouting() error {
 	if c.vc == nil {
-		return errNotOnPostgres("flows")
+		return nil // the Postgres client is the partition config (c.parts)
 	}
 	if c.vc.Partitions().Flow != c.parts.Flow {
 		return fmt.Errorf("sdk: backend client routes flows over %d partitions but ff:config:partitions says %d; dial it with the deployment's PartitionConfig",
@@ -45,6 +46,12 @@ func (c *Client) CreateFlow(ctx context.Context, kind string) (*Flow, error) {
 		return nil, err
 	}
 	id := model.NewUUID()
+	if c.pg != nil {
+		if err := c.pg.CreateFlow(ctx, &postgres.CreateFlowParams{FlowID: id, Kind: kind, Namespace: c.ns, NowMs: c.clock().UnixMilli()}); err != nil {
+			return nil, fmt.Errorf("sdk: %w", err)
+		}
+		return &Flow{ID: id, c: c}, nil
+	}
 	if _, err := c.vc.CreateFlow(ctx, id, kind, c.ns, c.clock().UnixMilli()); err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
@@ -160,6 +167,16 @@ func (f *Flow) AddJoin(ctx context.Context, spec ExecutionSpec, join Join, after
 		return "", err
 	}
 	now := f.c.clock().UnixMilli()
+	if f.c.pg != nil {
+		// One transaction: edges, edge group and the child's state, with
+		// the parents that already finished counted.
+		_, err := f.c.pg.AddFlowMember(ctx, &postgres.AddFlowMemberParams{FlowID: f.ID, Child: id, Parents: after,
+			Kind: join.variant, K: join.k, OnSatisfied: string(join.siblings), NowMs: now})
+		if err != nil {
+			return id, fmt.Errorf("sdk: %w", err)
+		}
+		return id, nil
+	}
 	if _, _, err := f.c.vc.AddExecutionToFlow(ctx, f.ID, id, now); err != nil {
 		return id, fmt.Errorf("sdk: %w", err)
 	}
@@ -240,6 +257,9 @@ func (f *Flow) resolveFinished(ctx context.Context, ep *valkey.EdgeParams) error
 // (ff_cancel_flow with cancel_all, then ff_cancel_execution per member
 // and ff_ack_cancel_member), as FlowFabric's server does synchronously.
 func (c *Client) CancelFlow(ctx context.Context, flow model.UUID, reason string) error {
+	if c.vc == nil {
+		return errNotOnPostgres("CancelFlow")
+	}
 	if err := c.checkFlowRouting(); err != nil {
 		return err
 	}

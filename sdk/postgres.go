@@ -12,7 +12,7 @@ import (
 )
 
 // ErrNotOnPostgres is returned (wrapped) by SDK calls the Postgres backend
-// does not offer yet (suspension, streams, flows).
+// does not offer yet (suspension, streams, CancelFlow).
 var ErrNotOnPostgres = errors.New("sdk: not available on the Postgres backend")
 
 func errNotOnPostgres(op string) error { return fmt.Errorf("%w: %s", ErrNotOnPostgres, op) }
@@ -31,8 +31,11 @@ func errNotOnPostgres(op string) error { return fmt.Errorf("%w: %s", ErrNotOnPos
 //
 //   - Leases renew, complete, fail (retry per the stored policy, delayed
 //     by its backoff), delay and hand back as on Valkey; a Client's State,
-//     Result and CancelExecution work too. Suspend, streams and dependency
-//     resolution answer ErrNotOnPostgres.
+//     Result, CancelExecution and flows (CreateFlow, Flow.Add, AddJoin)
+//     work too. Suspend and streams answer ErrNotOnPostgres; a worker
+//     does not resolve its flow members' dependencies
+//     (WorkerConfig.ResolveDependencies): the host's
+//     pg_dependency_reconciler does, pushed by LISTEN ff_completion.
 //   - The instance registers in ff_worker_registry (upstream's RFC-025
 //     worker registry: namespace, worker id, lanes, capabilities, TTL
 //     twice the lease TTL), heartbeats every third of the TTL (registering

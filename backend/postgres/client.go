@@ -143,8 +143,9 @@ func (c *Client) nowMs() int64 { return c.now().UnixMilli() }
 
 // inTx runs fn in one READ COMMITTED transaction: committed when fn returns
 // nil, rolled back (leaving the database unchanged) on any error or panic.
+// A missing ff_ table answers ErrNotMigrated.
 func (c *Client) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, c.pool, fn)
+	return notMigrated(pgx.BeginFunc(ctx, c.pool, fn))
 }
 
 // ErrorCode is a logical error of an operation, matched with errors.Is.

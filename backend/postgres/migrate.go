@@ -159,9 +159,11 @@ var ErrDirtyMigration = errors.New("postgres: migration ledger has a failed (dir
 var ErrNotMigrated = errors.New("postgres: database not migrated")
 
 // CheckSchema reports ErrNotMigrated, with the command that fixes it,
-// when the database lacks the schema (ff_exec_core), so a client used
-// before `fabric migrate` says so instead of failing later with
-// `relation "ff_exec_core" does not exist`.
+// when the database lacks the schema (ff_exec_core) or its migration
+// ledger stops short of the embedded migrations (LatestVersion), so a
+// client used before `fabric migrate` says so instead of failing later
+// with `relation "ff_..." does not exist`. A database whose tables exist
+// without a ledger (created by other means) passes.
 func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	var present bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass('ff_exec_core') IS NOT NULL").Scan(&present); err != nil {
@@ -170,7 +172,27 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	if !present {
 		return fmt.Errorf("%w: it has no ff_exec_core table; run `fabric migrate --postgres-url URL` (or postgres.Migrate) first", ErrNotMigrated)
 	}
+	v, err := SchemaVersion(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("postgres: check schema: %w", err)
+	}
+	if latest := LatestVersion(); v > 0 && v < latest {
+		return fmt.Errorf("%w: its schema is at version %d and this fabric needs %d; run `fabric migrate --postgres-url URL` (or postgres.Migrate) first",
+			ErrNotMigrated, v, latest)
+	}
 	return nil
+}
+
+// notMigrated turns an undefined_table error (SQLSTATE 42P01) on one of
+// fabric's ff_ tables into ErrNotMigrated naming `fabric migrate`: the
+// database lost its schema, or never had it, after the client's check.
+// Other errors pass unchanged.
+func notMigrated(err error) error {
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) || pe.Code != "42P01" || !strings.Contains(pe.Message, `"ff_`) {
+		return err
+	}
+	return fmt.Errorf("%w: %w; run `fabric migrate --postgres-url URL` (or postgres.Migrate)", ErrNotMigrated, err)
 }
 
 // MigrateConfig configures Migrate.

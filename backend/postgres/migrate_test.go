@@ -11,6 +11,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
+	"github.com/fabric-host/fabric/model"
 )
 
 func TestMigrations(t *testing.T) {
@@ -200,12 +201,44 @@ func TestCheckSchema(t *testing.T) {
 	t.Parallel()
 	bare := pgtest.Dial(t, pgtest.NewDatabase(t, false))
 	migrated := pgtest.Pool(t)
-	ctx := pgtest.Context(t, time.Minute)
+	// Migrating a database to version 10 takes a while on a loaded
+	// machine: the test gets its own budget for it.
+	ctx := pgtest.Context(t, 5*time.Minute)
 	err := postgres.CheckSchema(ctx, bare)
 	if !errors.Is(err, postgres.ErrNotMigrated) || !strings.Contains(err.Error(), "fabric migrate") {
 		t.Fatalf("unmigrated database: %v", err)
 	}
 	if err := postgres.CheckSchema(ctx, migrated); err != nil {
 		t.Fatalf("migrated database: %v", err)
+	}
+	// Migrated by an older fabric: the version it is at and the one
+	// needed are named.
+	partial := pgtest.Dial(t, pgtest.NewDatabase(t, false))
+	if _, err := postgres.Migrate(ctx, partial, postgres.MigrateConfig{Target: 10}); err != nil {
+		t.Fatal(err)
+	}
+	err = postgres.CheckSchema(ctx, partial)
+	if want := fmt.Sprintf("version 10 and this fabric needs %d", postgres.LatestVersion()); !errors.Is(err, postgres.ErrNotMigrated) ||
+		!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "fabric migrate") {
+		t.Fatalf("partly migrated database: %v, want %q", err, want)
+	}
+	// A schema lost after the check: an operation's missing relation is
+	// ErrNotMigrated too, not a bare SQLSTATE 42P01.
+	lost := pgtest.NewDatabase(t, true)
+	c, err := postgres.Connect(ctx, postgres.ClientConfig{URL: lost, Logger: pgtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Pool().Exec(ctx, "DROP TABLE ff_exec_core"); err != nil {
+		t.Fatal(err)
+	}
+	id := model.DefaultPartitionConfig().NewSoloExecutionID("lost")
+	_, err = c.CreateExecution(ctx, &postgres.CreateExecutionParams{ExecutionID: id, LaneID: "lost", Namespace: "ns", ExecutionKind: "k"})
+	if !errors.Is(err, postgres.ErrNotMigrated) || !strings.Contains(err.Error(), "fabric migrate") {
+		t.Fatalf("create on a lost schema: %v", err)
+	}
+	if _, err := c.ExecutionFields(ctx, id); !errors.Is(err, postgres.ErrNotMigrated) {
+		t.Fatalf("read on a lost schema: %v", err)
 	}
 }

@@ -53,7 +53,7 @@ func partitionKey(partition uint16) (int16, error) {
 func (c *Client) scanCandidates(ctx context.Context, pk int16, sql string, args ...any) ([]execKey, error) {
 	rows, err := c.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, err
+		return nil, notMigrated(err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (execKey, error) {
 		vals, err := r.Values()

@@ -51,7 +51,7 @@ func (c *Client) ExecutionFields(ctx context.Context, id model.ExecutionID) (map
 		return nil, fmt.Errorf("read execution %s: %w", id, CodeExecutionNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read execution %s: %w", id, err)
+		return nil, fmt.Errorf("read execution %s: %w", id, notMigrated(err))
 	}
 	f := map[string]string{}
 	var doc map[string]any
@@ -107,7 +107,7 @@ func (c *Client) ExecutionResult(ctx context.Context, id model.ExecutionID) ([]b
 		return nil, fmt.Errorf("read result of %s: %w", id, CodeExecutionNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read result of %s: %w", id, err)
+		return nil, fmt.Errorf("read result of %s: %w", id, notMigrated(err))
 	}
 	return res, nil
 }

@@ -209,7 +209,7 @@ func (c *Client) ListWorkers(ctx context.Context, ns, after string, limit int) (
   FROM ff_worker_registry WHERE namespace = $1 AND worker_instance_id > $2
  ORDER BY worker_instance_id LIMIT $3`, ns, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list workers: %w", err)
+		return nil, fmt.Errorf("list workers: %w", notMigrated(err))
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WorkerInfo, error) {
 		var w WorkerInfo

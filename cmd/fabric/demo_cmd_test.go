@@ -8,12 +8,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 )
 
 // TestMain shares one real server among the package's tests (the demo
-// test needs one) and stops it at the end.
-func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
+// test needs one), and the pgtest cluster when a test starts it, and stops
+// them at the end.
+func TestMain(m *testing.M) {
+	code := valkeytest.Run(m)
+	if pgtest.Stop() != 0 {
+		code = 1
+	}
+	os.Exit(code)
+}
 
 // TestRunWorkload runs every work kind for a moment and checks that the
 // drain leaves nothing unfinished.

@@ -69,7 +69,7 @@ func TestRunPostgresVerifyFull(t *testing.T) {
 		return code, o.String() + e.String()
 	}
 	noEnv := func(string) string { return "" }
-	code, out := run(noEnv, "run", "--config", filepath.Join(dir, "fabric.toml"), "--plugins", "", "--duration", "1s",
+	code, out := run(noEnv, "run", "--config", filepath.Join(dir, "fabric.toml"), "--migrate", "--plugins", "", "--duration", "1s",
 		"--rate", "20", "--mix", "immediate=1")
 	if code != 0 || !regexp.MustCompile(`demo: submitted [1-9]\d*, completed [1-9]`).MatchString(out) {
 		t.Fatalf("run over verify-full: code %d\n%s", code, out)

@@ -82,6 +82,9 @@ func init() {
 					}
 					return runPostgres(ctx, env, pgf, b, wf, o)
 				}
+				if *pgf.migrate {
+					return fmt.Errorf("%w: --migrate applies on Postgres only (with --postgres-url or --backend postgres)", errUsage)
+				}
 				return runHost(ctx, env, b, wf, o)
 			}
 		},

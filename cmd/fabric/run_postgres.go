@@ -26,13 +26,16 @@ import (
 // runPGFlags are the flags `fabric run` adds for the Postgres backend.
 type runPGFlags struct {
 	backend *string
+	migrate *bool
 	pg      *pgFlags
 }
 
 func addRunPostgresFlags(fs *flag.FlagSet) *runPGFlags {
 	return &runPGFlags{
 		backend: fs.String("backend", "valkey", "valkey or postgres; --postgres-url implies postgres"),
-		pg:      addPostgresFlags(fs),
+		migrate: fs.Bool("migrate", false, "with --postgres-url, apply the schema migrations before running (as `fabric migrate` does); "+
+			"without it a database not migrated is refused (a throwaway cluster is always migrated)"),
+		pg: addPostgresFlags(fs),
 	}
 }
 
@@ -83,8 +86,10 @@ func (f *runPGFlags) refuse(fs *flag.FlagSet) error {
 	return nil
 }
 
-// runPostgres is `fabric run` on Postgres: it migrates the database (a
-// throwaway cluster without --postgres-url) and runs the host with the
+// runPostgres is `fabric run` on Postgres: it migrates a throwaway cluster
+// (no --postgres-url) or, with --migrate, the given database, refuses a
+// given database not migrated (postgres.ErrNotMigrated, naming `fabric
+// migrate`), and runs the host with the
 // pg_* plugins on it (Valkey plugins are loaded but disabled by the
 // host), the parts every run shares (runSession.observe: census, admin
 // server and console, status view) and the SDK workload on Postgres
@@ -128,11 +133,11 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, b *backendFlag
 		return err
 	}
 	defer pc.Close()
-	res, err := postgres.Migrate(ctx, pc.Pool(), postgres.MigrateConfig{Progress: out})
+	version, err := pgSchema(ctx, pc, t.Server == nil && !*f.migrate, out)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "schema version %d; partitions %+v\n", res.Version, pc.Partitions())
+	fmt.Fprintf(out, "schema version %d; partitions %+v\n", version, pc.Partitions())
 	// Completion dispatch is pushed: every flow member's completion event
 	// (LISTEN ff_completion) sweeps pg_dependency_reconciler on its
 	// partition at once; the plugin's own 1 s sweep stays as the safety
@@ -158,7 +163,7 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, b *backendFlag
 		defer stopHost(ctx, out, h)
 	}
 	obs, err := rs.observe(ctx, env, o, observeConfig{
-		title: fmt.Sprintf("fabric %s · Postgres %s · schema %d", Version, t.Where, res.Version), where: "postgres: " + t.Where,
+		title: fmt.Sprintf("fabric %s · Postgres %s · schema %d", Version, t.Where, version), where: "postgres: " + t.Where,
 		src: src, metrics: metrics, logger: log, addr: *o.adminAddr, tls: tlsCfg,
 		sampler:     admin.SamplerConfig{Take: admin.PGCensus(pc)},
 		server:      admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
@@ -189,6 +194,24 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, b *backendFlag
 	}
 	fmt.Fprintf(out, "executions by state: %s\n", counts)
 	return werr
+}
+
+// pgSchema readies the database's schema and returns its version: with
+// checkOnly it only checks it (postgres.CheckSchema: a database not
+// migrated, or migrated by an older fabric, is refused with the command
+// that fixes it), else it applies the migrations the ledger lacks.
+func pgSchema(ctx context.Context, pc *postgres.Client, checkOnly bool, out io.Writer) (int64, error) {
+	if !checkOnly {
+		res, err := postgres.Migrate(ctx, pc.Pool(), postgres.MigrateConfig{Progress: out})
+		if err != nil {
+			return 0, err
+		}
+		return res.Version, nil
+	}
+	if err := postgres.CheckSchema(ctx, pc.Pool()); err != nil {
+		return 0, fmt.Errorf("%w (or give `fabric run` --migrate)", err)
+	}
+	return postgres.SchemaVersion(ctx, pc.Pool())
 }
 
 // pgCompletionWakeups subscribes to the database's completion events

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/internal/admin"
@@ -193,5 +196,33 @@ interval = "250ms"
 	}
 	if !strings.Contains(errOut.String(), `{"time":`) {
 		t.Errorf("--log-format json (from --config) did not reach the logs:\n%s", errOut)
+	}
+}
+
+// TestRunPostgresNotMigrated: `fabric run --postgres-url` on a database
+// without the schema refuses to start, naming `fabric migrate` (and
+// --migrate), instead of failing on a missing relation; with --migrate it
+// migrates and runs, and then runs without it.
+func TestRunPostgresNotMigrated(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, false)
+	args := []string{"run", "--postgres-url", url, "--plugins", "", "--duration", "500ms", "--rate", "20", "--mix", "immediate=1",
+		"--lanes", "not-migrated", "--drain-timeout", "30s"}
+	code, out, errOut := runCmd(t, args...)
+	if code != 1 || !strings.Contains(errOut, "database not migrated") || !strings.Contains(errOut, "run `fabric migrate") ||
+		!strings.Contains(errOut, "--migrate") || strings.Contains(errOut+out, "does not exist") {
+		t.Fatalf("unmigrated: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	want := fmt.Sprintf("schema version %d", postgres.LatestVersion())
+	code, out, errOut = runCmd(t, append(args, "--migrate")...)
+	if code != 0 || !strings.Contains(out, want) || !regexp.MustCompile(`demo: submitted [1-9]\d*, completed [1-9]`).MatchString(out) {
+		t.Fatalf("--migrate: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	code, out, errOut = runCmd(t, args...)
+	if code != 0 || !strings.Contains(out, want) || strings.Contains(out, "applied") {
+		t.Fatalf("migrated: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if code, _, errOut := runCmd(t, "run", "--migrate", "--duration", "1s"); code != 2 || !strings.Contains(errOut, "--migrate applies on Postgres only") {
+		t.Fatalf("--migrate on Valkey: code %d\n%s", code, errOut)
 	}
 }

@@ -434,4 +434,4 @@ var All = append(append([]Statement{
 	SuspensionTimeoutScan, SuspensionLock, SuspensionAutoResume, SuspensionClearTimeout,
 	ExecCoreTerminateSuspended, SuspensionDelete,
 	RetentionScan, RetentionDeleteExecCore,
-}, RetentionDeleteChildren...), flowStatements...)
+}, RetentionDeleteChildren...), append(flowStatements, maintStatements...)...)
