@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/edgegroup"
 	"github.com/fabric-host/fabric/model/pgsql"
-	"github.com/fabric-host/fabric/pdk/pgflow"
 )
 
 // CreateFlowParams are the inputs of CreateFlow.
@@ -54,7 +54,7 @@ type AddFlowMemberParams struct {
 	Child model.ExecutionID
 	// Parents are the child's upstreams; none makes it a root member.
 	Parents []model.ExecutionID
-	// Kind is the edge-group policy: pgflow.KindAllOf (default),
+	// Kind is the edge-group policy: edgegroup.KindAllOf (default),
 	// KindAnyOf or KindQuorum, with K (quorum) and OnSatisfied
 	// ("cancel_remaining" or "let_run").
 	Kind        string
@@ -114,12 +114,12 @@ func (c *Client) AddFlowMember(ctx context.Context, p *AddFlowMemberParams) (Flo
 		}
 		parents[i] = [16]byte(k.uuid)
 	}
-	policy := map[string]any{"kind": pgflow.KindAllOf}
+	policy := map[string]any{"kind": edgegroup.KindAllOf}
 	switch p.Kind {
-	case "", pgflow.KindAllOf:
-	case pgflow.KindAnyOf:
+	case "", edgegroup.KindAllOf:
+	case edgegroup.KindAnyOf:
 		policy = map[string]any{"kind": p.Kind, "on_satisfied": p.OnSatisfied}
-	case pgflow.KindQuorum:
+	case edgegroup.KindQuorum:
 		policy = map[string]any{"kind": p.Kind, "k": p.K, "on_satisfied": p.OnSatisfied}
 	default:
 		return "", fmt.Errorf("add flow member %s: %w: edge group kind %q", p.Child, CodeInvalidInput, p.Kind)
@@ -137,7 +137,7 @@ func (c *Client) AddFlowMember(ctx context.Context, p *AddFlowMemberParams) (Flo
 		if tag.RowsAffected() == 0 {
 			return CodeExecutionNotFound
 		}
-		var cnt pgflow.Counters
+		var cnt edgegroup.Counters
 		if len(parents) > 0 {
 			// Lock the parents (a parent finishing waits for this commit),
 			// then their undispatched events (a dispatcher claiming one
@@ -195,8 +195,8 @@ VALUES ($1, $2, gen_random_uuid(), $3, $4, $5::jsonb)`, fp, flowID, up, childID,
 				fp, flowID, childID, string(policyJSON), p.K, cnt.Success, cnt.Fail, cnt.Skip, cnt.Running); err != nil {
 				return err
 			}
-			pol := pgflow.DecodePolicy(policy["kind"].(string), int64(p.K), p.OnSatisfied)
-			if state, err = c.settleChild(ctx, tx, ck, p.FlowID, pgflow.Evaluate(pol, cnt), pol, now); err != nil {
+			pol := edgegroup.DecodePolicy(policy["kind"].(string), int64(p.K), p.OnSatisfied)
+			if state, err = c.settleChild(ctx, tx, ck, p.FlowID, edgegroup.Evaluate(pol, cnt), pol, now); err != nil {
 				return err
 			}
 		}
@@ -216,7 +216,7 @@ VALUES ($1, $2, gen_random_uuid(), $3, $4, $5::jsonb)`, fp, flowID, up, childID,
 
 // settleChild puts a child with parents in the state its group's first
 // decision says, in the statements the dependency dispatcher uses.
-func (c *Client) settleChild(ctx context.Context, tx pgx.Tx, ck execKey, flow model.UUID, d pgflow.Decision, pol pgflow.Policy, now int64) (FlowMemberState, error) {
+func (c *Client) settleChild(ctx context.Context, tx pgx.Tx, ck execKey, flow model.UUID, d edgegroup.Decision, pol edgegroup.Policy, now int64) (FlowMemberState, error) {
 	// Out of the creation hold (delayed) into blocked by dependencies.
 	if _, err := tx.Exec(ctx, `UPDATE ff_exec_core
    SET lifecycle_phase = 'runnable', eligibility_state = 'blocked_by_dependencies', public_state = 'waiting_children',
@@ -227,11 +227,11 @@ func (c *Client) settleChild(ctx context.Context, tx pgx.Tx, ck execKey, flow mo
 		return "", err
 	}
 	switch d {
-	case pgflow.Satisfied:
+	case edgegroup.Satisfied:
 		if _, err := tx.Exec(ctx, pgsql.DependencyReleaseChild.SQL, ck.part, ck.id(), now); err != nil {
 			return "", err
 		}
-		if pol.Kind != pgflow.KindAllOf && pol.CancelRemaining {
+		if pol.Kind != edgegroup.KindAllOf && pol.CancelRemaining {
 			var members int
 			err := tx.QueryRow(ctx, pgsql.EdgeGroupFlagSiblings.SQL, ck.part, flow.String(), ck.id(), model.UUID{}.String()).Scan(&members)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -244,7 +244,7 @@ func (c *Client) settleChild(ctx context.Context, tx pgx.Tx, ck execKey, flow mo
 			}
 		}
 		return MemberEligible, nil
-	case pgflow.Impossible:
+	case edgegroup.Impossible:
 		tag, err := tx.Exec(ctx, pgsql.DependencySkipChild.SQL, ck.part, ck.id(), now)
 		if err != nil {
 			return "", err

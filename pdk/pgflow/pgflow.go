@@ -38,123 +38,10 @@ package pgflow
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/edgegroup"
 	"github.com/fabric-host/fabric/model/pgsql"
 	"github.com/fabric-host/fabric/pdk"
 )
-
-// Policy kinds of ff_edge_group.policy.
-const (
-	KindAllOf  = "all_of"
-	KindAnyOf  = "any_of"
-	KindQuorum = "quorum"
-)
-
-// OnSatisfiedLetRun is the on_satisfied value that keeps the remaining
-// siblings running; any other value cancels them.
-const OnSatisfiedLetRun = "let_run"
-
-// Policy is a decoded edge-group policy.
-type Policy struct {
-	// Kind is all_of, any_of or quorum; anything else decodes as all_of.
-	Kind string
-	// K is the quorum size (quorum only).
-	K int64
-	// CancelRemaining cancels the unfinished siblings once satisfied
-	// (any_of and quorum only).
-	CancelRemaining bool
-}
-
-// DecodePolicy decodes the policy columns EdgeGroupLock returns.
-func DecodePolicy(kind string, k int64, onSatisfied string) Policy {
-	switch kind {
-	case KindAnyOf, KindQuorum:
-		return Policy{Kind: kind, K: k, CancelRemaining: onSatisfied != OnSatisfiedLetRun}
-	}
-	return Policy{Kind: KindAllOf}
-}
-
-// Counters are an edge group's upstream counts.
-type Counters struct {
-	Success, Fail, Skip, Running int64
-}
-
-// Bucket is a completion outcome's counter: success, skip, or fail for
-// every other outcome (failed, cancelled, expired...).
-type Bucket int
-
-// Buckets.
-const (
-	BucketSuccess Bucket = iota
-	BucketFail
-	BucketSkip
-)
-
-// BucketOf maps a completion outcome to its counter.
-func BucketOf(outcome string) Bucket {
-	switch outcome {
-	case model.OutcomeSuccess:
-		return BucketSuccess
-	case model.OutcomeSkipped:
-		return BucketSkip
-	}
-	return BucketFail
-}
-
-// Advance moves one upstream from running to b.
-func (c Counters) Advance(b Bucket) Counters {
-	if c.Running > 0 {
-		c.Running--
-	}
-	switch b {
-	case BucketSuccess:
-		c.Success++
-	case BucketSkip:
-		c.Skip++
-	default:
-		c.Fail++
-	}
-	return c
-}
-
-// Decision is what a group's counters say about its downstream.
-type Decision int
-
-// Decisions.
-const (
-	Pending Decision = iota
-	Satisfied
-	Impossible
-)
-
-// Evaluate decides a group (upstream's evaluate).
-func Evaluate(p Policy, c Counters) Decision {
-	total := c.Success + c.Fail + c.Skip + max(c.Running, 0)
-	nonSuccess := c.Fail + c.Skip
-	switch p.Kind {
-	case KindAnyOf:
-		switch {
-		case c.Success >= 1:
-			return Satisfied
-		case total > 0 && nonSuccess >= total:
-			return Impossible
-		}
-	case KindQuorum:
-		switch {
-		case c.Success >= p.K:
-			return Satisfied
-		case total-nonSuccess < p.K:
-			return Impossible
-		}
-	default:
-		switch {
-		case total > 0 && c.Success == total:
-			return Satisfied
-		case nonSuccess > 0:
-			return Impossible
-		}
-	}
-	return Pending
-}
 
 // Dispatch is what DispatchCompletion did.
 type Dispatch struct {
@@ -197,7 +84,7 @@ func DispatchCompletion(s pdk.SQLHost, pk, eventID, now int64) (Dispatch, error)
 	if err != nil {
 		return d, err
 	}
-	bucket := BucketOf(outcome)
+	bucket := edgegroup.BucketOf(outcome)
 	for _, row := range rs[0].Rows {
 		if err := advance(s, pk, flow, eid, row[0].String(), bucket, now, &d); err != nil {
 			return d, err
@@ -208,23 +95,23 @@ func DispatchCompletion(s pdk.SQLHost, pk, eventID, now int64) (Dispatch, error)
 }
 
 // advance is one edge hop: upstream eid of flow ended in bucket b.
-func advance(s pdk.SQLHost, pk int64, flow, eid, down string, b Bucket, now int64, d *Dispatch) error {
+func advance(s pdk.SQLHost, pk int64, flow, eid, down string, b edgegroup.Bucket, now int64, d *Dispatch) error {
 	rs, err := pdk.Exec(s, pdk.Q(pgsql.EdgeGroupLock, pk, flow, down))
 	if err != nil || len(rs[0].Rows) == 0 {
 		return err // no group: nothing to advance (upstream: a no-op)
 	}
 	g := rs[0].Rows[0]
-	p := DecodePolicy(g[0].String(), g[1].AsInt(), g[2].String())
-	before := Counters{Success: g[3].AsInt(), Fail: g[4].AsInt(), Skip: g[5].AsInt(), Running: g[6].AsInt()}
+	p := edgegroup.DecodePolicy(g[0].String(), g[1].AsInt(), g[2].String())
+	before := edgegroup.Counters{Success: g[3].AsInt(), Fail: g[4].AsInt(), Skip: g[5].AsInt(), Running: g[6].AsInt()}
 	after := before.Advance(b)
 	stmts := []abi.SQLStatement{pdk.Q(pgsql.EdgeGroupWriteCounters, pk, flow, down, after.Success, after.Fail, after.Skip, after.Running)}
-	was, is := Evaluate(p, before), Evaluate(p, after)
+	was, is := edgegroup.Evaluate(p, before), edgegroup.Evaluate(p, after)
 	if was == is {
 		_, err := pdk.Exec(s, stmts...)
 		return err
 	}
 	switch is {
-	case Satisfied:
+	case edgegroup.Satisfied:
 		stmts = append(stmts, pdk.Q(pgsql.DependencyReleaseChild, pk, down, now))
 		if p.CancelRemaining {
 			stmts = append(stmts, pdk.Q(pgsql.EdgeGroupFlagSiblings, pk, flow, down, eid))
@@ -240,7 +127,7 @@ func advance(s pdk.SQLHost, pk int64, flow, eid, down string, b Bucket, now int6
 			}
 			d.CancelGroups++
 		}
-	case Impossible:
+	case edgegroup.Impossible:
 		stmts = append(stmts, pdk.Q(pgsql.DependencySkipChild, pk, down, now))
 		rs, err := pdk.Exec(s, stmts...)
 		if err != nil {
