@@ -277,29 +277,7 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 		return
 	}
 	if p != nil {
-		old := p.mod.Swap(m)
-		if p.wake != nil {
-			p.wake.setPatterns(man)
-		}
-		p.budget.SetLimits(budgetOf(m.Limits()))
-		// A new version starts with a clean record: no backoff inherited
-		// from the old one, its first call within one interval.
-		p.mu.Lock()
-		p.swaps++
-		p.lastSwap = h.cfg.Clock.Now()
-		p.quarantines, p.quarantineUntil = 0, time.Time{}
-		fixed := p.state == StateQuarantined
-		if fixed {
-			p.state, p.reason, p.fault = StateRunning, "", ""
-		}
-		p.mu.Unlock()
-		p.fair.reset()
-		if fixed { // the loop waits out the old version's fault: run the fix now
-			select {
-			case p.kick <- struct{}{}:
-			default:
-			}
-		}
+		old := h.installLocked(p, m)
 		h.mu.Unlock()
 		old.retire(context.WithoutCancel(ctx))
 		if p.offBackend {
@@ -586,4 +564,35 @@ func Inspect(ctx context.Context, path string, cfg InspectConfig) (*Inspection, 
 		}
 	}
 	return in, nil
+}
+
+// installLocked makes m p's live version, as every hot swap does (a new
+// file, a promote, a rollback), and returns the version it replaced; h.mu
+// is held. A new version starts with a clean record: no backoff inherited
+// from the old one, its first call within one interval; a quarantined
+// plugin runs the fix at once instead of waiting out the old version's
+// fault.
+func (h *Host) installLocked(p *plugin, m *Module) *Module {
+	old := p.mod.Swap(m)
+	if p.wake != nil {
+		p.wake.setPatterns(m.Manifest())
+	}
+	p.budget.SetLimits(budgetOf(m.Limits()))
+	p.mu.Lock()
+	p.swaps++
+	p.lastSwap = h.cfg.Clock.Now()
+	p.quarantines, p.quarantineUntil = 0, time.Time{}
+	fixed := p.state == StateQuarantined
+	if fixed {
+		p.state, p.reason, p.fault = StateRunning, "", ""
+	}
+	p.mu.Unlock()
+	p.fair.reset()
+	if fixed {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
+	return old
 }

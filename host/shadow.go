@@ -292,27 +292,7 @@ func (h *Host) Rollback(ctx context.Context, name string) (string, error) {
 func (h *Host) swapLive(p *plugin, m *Module, what string) *Module {
 	man := m.Manifest()
 	h.mu.Lock()
-	old := p.mod.Swap(m)
-	if p.wake != nil {
-		p.wake.setPatterns(man)
-	}
-	p.budget.SetLimits(budgetOf(m.Limits()))
-	p.mu.Lock()
-	p.swaps++
-	p.lastSwap = h.cfg.Clock.Now()
-	p.quarantines, p.quarantineUntil = 0, time.Time{}
-	fixed := p.state == StateQuarantined
-	if fixed {
-		p.state, p.reason, p.fault = StateRunning, "", ""
-	}
-	p.mu.Unlock()
-	p.fair.reset()
-	if fixed {
-		select {
-		case p.kick <- struct{}{}:
-		default:
-		}
-	}
+	old := h.installLocked(p, m)
 	h.mu.Unlock()
 	h.cfg.Logger.Info("plugin "+what, "plugin", p.name, "old_version", old.Manifest().Version, "new_version", man.Version, "sha256", m.sha256, "path", m.path)
 	h.statusChanged(true)
