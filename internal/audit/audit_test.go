@@ -12,6 +12,7 @@ import (
 	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
+	vk "github.com/valkey-io/valkey-go"
 )
 
 func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
@@ -107,3 +108,48 @@ func TestValkeyAudit(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestValkeyAuditStateMovesBetweenReads: an execution a scanner or worker
+// moves between the audit's read of its core and its read of the index
+// (here: eligible, then delayed with its core and both indexes changed
+// together) is judged on one consistent reading, not reported missing
+// from the index its old state named.
+func TestValkeyAuditStateMovesBetweenReads(t *testing.T) {
+	vc := valkeytest.Client(t)
+	ctx := valkeytest.Context(t, 30*time.Second)
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := vc.Raw()
+	pk := model.KeysOn(id.Partition())
+	now, _ := vc.ServerTime(ctx)
+	moved := false
+	audit.SetBetweenReads(func() {
+		if moved {
+			return
+		}
+		moved = true
+		for _, cmd := range []vk.Completed{
+			raw.B().Hset().Key(model.KeysFor(id).Core()).FieldValue().FieldValue("eligibility_state", model.EligibleNotUntilTime).Build(),
+			raw.B().Zrem().Key(pk.LaneEligible("a")).Member(string(id)).Build(),
+			raw.B().Zadd().Key(pk.LaneDelayed("a")).ScoreMember().ScoreMember(float64(now+time.Hour.Milliseconds()), string(id)).Build(),
+		} {
+			if err := raw.Do(ctx, cmd).Error(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	defer audit.SetBetweenReads(nil)
+	rep, err := audit.Valkey(ctx, vc, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !moved || !rep.OK() || rep.Waiting["delayed"] != 1 {
+		t.Fatalf("moved %v: %s %v; want one delayed execution and no violation", moved, rep.Summary(), rep.Violations)
+	}
+}

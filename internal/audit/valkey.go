@@ -11,6 +11,10 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 )
 
+// betweenReads, when set (by tests), runs between the read of a page's
+// cores and the read of their index scores.
+var betweenReads func()
+
 // coreFields are the exec_core fields a Valkey check reads, in order.
 var coreFields = []string{"lifecycle_phase", "ownership_state", "eligibility_state", "lane_id",
 	"blocking_reason", "blocking_detail", "current_worker_id", "lease_expires_at", "lease_expired_at",
@@ -84,6 +88,9 @@ func checkPage(ctx context.Context, raw vk.Client, o Options, rep *Report, p mod
 		}
 		cores[i] = f
 	}
+	if betweenReads != nil {
+		betweenReads()
+	}
 	// The expected index of each, with its score (the due time of a
 	// delayed or suspended execution).
 	var zcmds vk.Commands
@@ -116,6 +123,25 @@ func checkPage(ctx context.Context, raw vk.Client, o Options, rep *Report, p mod
 			r.lostAt = atoi(f[fRevokedAt])
 		}
 		if idx := model.ExpectedLaneIndex(pk, r.phase, r.elig, r.own, r.lane); idx != "" && scores[i] == nil {
+			// The cores and the scores were read in two round trips: a
+			// scanner or worker may have moved the execution between them
+			// (a promotion takes it out of the delayed index). Read both
+			// again in one script, and judge that reading.
+			again, score, err := recheck(ctx, raw, model.KeysForOn(p, model.ExecutionID(m)).Core(), m, pk, idx)
+			if err != nil {
+				return err
+			}
+			f = again
+			r = record{id: m, lane: laneOf(f), phase: f[fPhase], own: f[fOwn], elig: f[fElig], reason: f[fReason],
+				detail: f[fDetail], worker: f[fWorker], leaseExp: atoi(f[fLeaseExp]), inFlow: f[fFlow] != "",
+				waitpoint: f[fWaitpoint], checkID: true}
+			r.lostAt = atoi(f[fExpiredAt])
+			if r.own == model.OwnershipLeaseRevoked {
+				r.lostAt = atoi(f[fRevokedAt])
+			}
+			scores[i] = score
+		}
+		if idx := model.ExpectedLaneIndex(pk, r.phase, r.elig, r.own, r.lane); idx != "" && scores[i] == nil {
 			r.missingFrom = idx
 		} else if scores[i] != nil {
 			r.dueAt = int64(*scores[i]) // the delay's end or the suspension's timeout, where they apply
@@ -136,4 +162,50 @@ func laneOf(f []string) string {
 		return "default"
 	}
 	return f[fLane]
+}
+
+// recheckScript reads an execution's core fields (ARGV[2:]) and its score
+// in one index (KEYS[2], member ARGV[1]) at one moment. The index the
+// caller names is the one the state it read before called for; when the
+// state read here calls for another, recheck reads again.
+var recheckScript = vk.NewLuaScript(`local f = redis.call('HMGET', KEYS[1], unpack(ARGV, 2))
+return {f, redis.call('ZSCORE', KEYS[2], ARGV[1])}`)
+
+// recheck returns an execution's core fields and its score in the index
+// its state calls for (nil: not there, or its state calls for none), read
+// together, starting with idx. The state may have moved on since the read
+// that named idx: it reads until the index it asked for is the one the
+// state it got calls for (at most 5 times, else the last reading).
+func recheck(ctx context.Context, raw vk.Client, core, member string, pk model.PartitionKeys, idx string) ([]string, *float64, error) {
+	var f []string
+	var score *float64
+	for range 5 {
+		vals, err := recheckScript.Exec(ctx, raw, []string{core, idx}, append([]string{member}, coreFields...)).ToArray()
+		if err != nil || len(vals) != 2 {
+			return nil, nil, fmt.Errorf("audit: re-read %s: %w", member, err)
+		}
+		fv, err := vals[0].ToArray()
+		if err != nil {
+			return nil, nil, fmt.Errorf("audit: re-read %s: %w", member, err)
+		}
+		f = make([]string, len(coreFields))
+		for j := range f {
+			if j < len(fv) {
+				f[j], _ = fv[j].ToString()
+			}
+		}
+		want := model.ExpectedLaneIndex(pk, f[fPhase], f[fElig], f[fOwn], laneOf(f))
+		score = nil
+		if s, err := vals[1].AsFloat64(); err == nil {
+			score = &s
+		}
+		switch want {
+		case idx:
+			return f, score, nil
+		case "":
+			return f, nil, nil
+		}
+		idx = want
+	}
+	return f, score, nil
 }
