@@ -7,6 +7,7 @@
 package flowlib
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 
@@ -85,15 +86,33 @@ func LaneAttempt(h pdk.Host, eid model.ExecutionID) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	lane := "default"
-	if f[0].Present && f[0].Value != "" {
-		lane = f[0].Value
-	}
-	att, perr := strconv.Atoi(f[1].Value)
-	if perr != nil || att < 0 {
-		att = 0
-	}
+	lane, att := laneAttemptOf([]string{f[0].Value, f[1].Value}, []bool{f[0].Present, f[1].Present})
 	return lane, att, nil
+}
+
+// laneAttemptOf reads lane_id and current_attempt_index (HMGET's values
+// and presence, in that order) with LaneAttempt's defaults.
+func laneAttemptOf(v []string, present []bool) (string, int) {
+	lane := "default"
+	if len(v) > 0 && len(present) > 0 && present[0] && v[0] != "" {
+		lane = v[0]
+	}
+	att := 0
+	if len(v) > 1 {
+		if n, err := strconv.Atoi(v[1]); err == nil && n >= 0 {
+			att = n
+		}
+	}
+	return lane, att
+}
+
+// errText is err's text, or "short answer" when a batch came back short
+// without an error.
+func errText(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "short answer"
 }
 
 // CascadeStats is what one cascade did.
@@ -153,17 +172,6 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 	if flowID == "" {
 		return
 	}
-	f, err := h.HMGet(model.KeysFor(eid).Core(), "terminal_outcome")
-	if err != nil {
-		st.Errors++
-		h.Log(abi.LogWarn, "cascade: read terminal_outcome of "+string(eid)+": "+err.Error())
-		return
-	}
-	outcome := f[0].Value
-	if outcome == "" && hint != "" {
-		h.Log(abi.LogInfo, "cascade: "+string(eid)+" has no stored terminal_outcome; using the message's "+strconv.Quote(hint))
-		outcome = hint
-	}
 	fid, err := model.ParseUUID(flowID)
 	if err != nil {
 		st.Errors++
@@ -172,41 +180,93 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 	}
 	ftag := parts.FlowPartition(fid).Tag()
 	fk := model.FlowKeysFor(parts.FlowPartition(fid), fid)
-	edges, err := h.SMembers(fk.Outgoing(eid))
+	// Three pipelined reads a level: the outcome with the out edges, the
+	// edges' downstreams, the children's lanes and attempts; then one
+	// batch of resolves.
+	first, err := h.ReadBatch([]abi.ReadOp{
+		{Cmd: "HMGET", Key: model.KeysFor(eid).Core(), Args: []string{"terminal_outcome"}},
+		{Cmd: "SMEMBERS", Key: fk.Outgoing(eid)},
+	})
+	if err == nil && len(first) != 2 {
+		err = errors.New("read batch answered " + strconv.Itoa(len(first)) + " results for 2")
+	}
+	if err == nil && first[0].Err != "" {
+		err = errors.New(first[0].Err)
+	}
 	if err != nil {
 		st.Errors++
-		h.Log(abi.LogWarn, "cascade: read out edges of "+string(eid)+": "+err.Error())
+		h.Log(abi.LogWarn, "cascade: read terminal_outcome of "+string(eid)+": "+err.Error())
 		return
 	}
-	if len(edges) == 0 {
+	outcome, _ := first[0].Value()
+	if outcome == "" && hint != "" {
+		h.Log(abi.LogInfo, "cascade: "+string(eid)+" has no stored terminal_outcome; using the message's "+strconv.Quote(hint))
+		outcome = hint
+	}
+	if first[1].Err != "" {
+		st.Errors++
+		h.Log(abi.LogWarn, "cascade: read out edges of "+string(eid)+": "+first[1].Err)
 		return
 	}
-	calls := make([]abi.Call, 0, len(edges))
-	children := make([]model.ExecutionID, 0, len(edges))
-	for _, edge := range edges {
+	var edges []string
+	var edgeReads []abi.ReadOp
+	for _, edge := range first[1].Values {
 		eu, err := model.ParseUUID(edge)
 		if err != nil {
 			h.Log(abi.LogWarn, "cascade: bad edge id "+strconv.Quote(edge))
 			continue
 		}
-		d, err := h.HMGet(fk.Edge(eu.String()), "downstream_execution_id")
-		if err != nil || d[0].Value == "" {
+		edges = append(edges, edge)
+		edgeReads = append(edgeReads, abi.ReadOp{Cmd: "HMGET", Key: fk.Edge(eu.String()), Args: []string{"downstream_execution_id"}})
+	}
+	if len(edges) == 0 {
+		return
+	}
+	downs, err := h.ReadBatch(edgeReads)
+	if err != nil || len(downs) != len(edgeReads) {
+		st.Errors++
+		h.Log(abi.LogWarn, "cascade: read the edges of "+string(eid)+": "+errText(err))
+		return
+	}
+	var childEdges []string
+	var children []model.ExecutionID
+	var childReads []abi.ReadOp
+	for i, d := range downs {
+		v, ok := d.Value()
+		if d.Err != "" || !ok || v == "" {
 			continue
 		}
-		child, err := model.ParseExecutionID(d[0].Value)
+		child, err := model.ParseExecutionID(v)
 		if err != nil {
 			continue
 		}
-		lane, att, err := LaneAttempt(h, child)
-		if err != nil { // fail closed: never default the lane on an error
+		childEdges = append(childEdges, edges[i])
+		children = append(children, child)
+		childReads = append(childReads, abi.ReadOp{Cmd: "HMGET", Key: model.KeysFor(child).Core(), Args: []string{"lane_id", "current_attempt_index"}})
+	}
+	if len(children) == 0 {
+		return
+	}
+	cores, err := h.ReadBatch(childReads)
+	if err != nil || len(cores) != len(childReads) {
+		st.Errors += len(children)
+		h.Log(abi.LogWarn, "cascade: read the children of "+string(eid)+": "+errText(err))
+		return
+	}
+	calls := make([]abi.Call, 0, len(children))
+	resolved := children[:0:0]
+	for i, child := range children {
+		if cores[i].Err != "" { // fail closed: never default the lane on an error
 			st.Errors++
-			h.Log(abi.LogWarn, "cascade: read lane of "+string(child)+": "+err.Error())
+			h.Log(abi.LogWarn, "cascade: read lane of "+string(child)+": "+cores[i].Err)
 			continue
 		}
-		calls = append(calls, Resolve{Child: child, Upstream: eid, Edge: edge, Lane: lane, Attempt: att,
+		lane, att := laneAttemptOf(cores[i].Values, cores[i].Present)
+		calls = append(calls, Resolve{Child: child, Upstream: eid, Edge: childEdges[i], Lane: lane, Attempt: att,
 			Outcome: outcome, FlowTag: ftag, FlowID: flowID, NowMs: nowMs}.Call())
-		children = append(children, child)
+		resolved = append(resolved, child)
 	}
+	children = resolved
 	if len(calls) == 0 {
 		return
 	}
