@@ -73,7 +73,7 @@ soak: deps plugins
 run: build plugins
 	$(BIN)/fabric run $(RUN_ARGS)
 
-# bench runs cmd/fabric-bench: the eight scenarios of BENCHMARKS.md side by
+# bench runs cmd/fabric-bench: the scenarios of BENCHMARKS.md (13) side by
 # side with the raw backend, asynq and River (bench/peers, a separate Go
 # module so the product never depends on them) on throwaway servers, plus
 # the Go benchmarks of host/ and plugins/, and rewrites BENCHMARKS.md.
