@@ -115,13 +115,7 @@ func checkPage(ctx context.Context, raw vk.Client, o Options, rep *Report, p mod
 	}
 	for i, m := range members {
 		f := cores[i]
-		r := record{id: m, lane: laneOf(f), phase: f[fPhase], own: f[fOwn], elig: f[fElig], reason: f[fReason],
-			detail: f[fDetail], worker: f[fWorker], leaseExp: atoi(f[fLeaseExp]), inFlow: f[fFlow] != "",
-			waitpoint: f[fWaitpoint], checkID: true}
-		r.lostAt = atoi(f[fExpiredAt])
-		if r.own == model.OwnershipLeaseRevoked {
-			r.lostAt = atoi(f[fRevokedAt])
-		}
+		r := recordOf(m, f)
 		if idx := model.ExpectedLaneIndex(pk, r.phase, r.elig, r.own, r.lane); idx != "" && scores[i] == nil {
 			// The cores and the scores were read in two round trips: a
 			// scanner or worker may have moved the execution between them
@@ -132,13 +126,7 @@ func checkPage(ctx context.Context, raw vk.Client, o Options, rep *Report, p mod
 				return err
 			}
 			f = again
-			r = record{id: m, lane: laneOf(f), phase: f[fPhase], own: f[fOwn], elig: f[fElig], reason: f[fReason],
-				detail: f[fDetail], worker: f[fWorker], leaseExp: atoi(f[fLeaseExp]), inFlow: f[fFlow] != "",
-				waitpoint: f[fWaitpoint], checkID: true}
-			r.lostAt = atoi(f[fExpiredAt])
-			if r.own == model.OwnershipLeaseRevoked {
-				r.lostAt = atoi(f[fRevokedAt])
-			}
+			r = recordOf(m, f)
 			scores[i] = score
 		}
 		if idx := model.ExpectedLaneIndex(pk, r.phase, r.elig, r.own, r.lane); idx != "" && scores[i] == nil {
@@ -208,4 +196,17 @@ func recheck(ctx context.Context, raw vk.Client, core, member string, pk model.P
 		idx = want
 	}
 	return f, score, nil
+}
+
+// recordOf is the record of execution m from its core fields f
+// (coreFields' order).
+func recordOf(m string, f []string) record {
+	r := record{id: m, lane: laneOf(f), phase: f[fPhase], own: f[fOwn], elig: f[fElig], reason: f[fReason],
+		detail: f[fDetail], worker: f[fWorker], leaseExp: atoi(f[fLeaseExp]), inFlow: f[fFlow] != "",
+		waitpoint: f[fWaitpoint], checkID: true}
+	r.lostAt = atoi(f[fExpiredAt])
+	if r.own == model.OwnershipLeaseRevoked {
+		r.lostAt = atoi(f[fRevokedAt])
+	}
+	return r
 }
