@@ -28,6 +28,24 @@ func (c *Client) scanIDs(ctx context.Context, sql string, args ...any) ([]string
 	})
 }
 
+// partitionCandidates reads the candidates of one partition with scan
+// (its arguments: partition key, now, limit; limit 0 means def). The
+// error of a scan is wrapped with what ("reset budgets on partition 3").
+func (c *Client) partitionCandidates(ctx context.Context, what string, partition uint16, now int64, limit, def int, scan string) (int16, []string, error) {
+	pk, err := partitionKey(partition)
+	if err != nil {
+		return 0, nil, err
+	}
+	if limit <= 0 {
+		limit = def
+	}
+	cands, err := c.scanIDs(ctx, scan, pk, now, limit)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s on partition %d: %w", what, partition, err)
+	}
+	return pk, cands, nil
+}
+
 // eachCandidate runs one transaction per candidate, counting the outcomes.
 func (c *Client) eachCandidate(ctx context.Context, what string, cands []string, fn func(tx pgx.Tx, id string) (bool, error)) (*ScanResult, error) {
 	res := &ScanResult{Scanned: len(cands)}
@@ -60,16 +78,9 @@ func (c *Client) eachCandidate(ctx context.Context, what string, cands []string,
 //
 // breach_count and soft_breach_count are kept, as upstream keeps them.
 func (c *Client) ResetBudgetsDue(ctx context.Context, budgetPartition uint16, now int64, limit int) (*ScanResult, error) {
-	pk, err := partitionKey(budgetPartition)
+	pk, cands, err := c.partitionCandidates(ctx, "reset budgets", budgetPartition, now, limit, BudgetResetBatchDefault, pgsql.BudgetResetScan.SQL)
 	if err != nil {
 		return nil, err
-	}
-	if limit <= 0 {
-		limit = BudgetResetBatchDefault
-	}
-	cands, err := c.scanIDs(ctx, pgsql.BudgetResetScan.SQL, pk, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("reset budgets on partition %d: %w", budgetPartition, err)
 	}
 	return c.eachCandidate(ctx, "budget reset", cands, func(tx pgx.Tx, id string) (bool, error) {
 		var next *int64
@@ -97,16 +108,9 @@ func (c *Client) ResetBudgetsDue(ctx context.Context, budgetPartition uint16, no
 //	ff_exec_core terminal / expired, failure_reason execution_deadline;
 //	  ff_completion_event 'expired' (NOTIFY ff_completion)
 func (c *Client) ExpireExecutionDeadlines(ctx context.Context, partition uint16, now int64, limit int) (*ScanResult, error) {
-	pk, err := partitionKey(partition)
+	pk, cands, err := c.partitionCandidates(ctx, "expire execution deadlines", partition, now, limit, ReconcileBatchDefault, pgsql.ExecDeadlineScan.SQL)
 	if err != nil {
 		return nil, err
-	}
-	if limit <= 0 {
-		limit = ReconcileBatchDefault
-	}
-	cands, err := c.scanIDs(ctx, pgsql.ExecDeadlineScan.SQL, pk, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("expire execution deadlines on partition %d: %w", partition, err)
 	}
 	return c.eachCandidate(ctx, "execution deadline", cands, func(tx pgx.Tx, id string) (bool, error) {
 		u, err := model.ParseUUID(id)
@@ -160,16 +164,9 @@ func (c *Client) ExpireExecutionDeadlines(ctx context.Context, partition uint16,
 //	  {status: never_committed, closed_at_ms: now, source: pending_wp_expiry}
 //	  when the execution has a suspension
 func (c *Client) ExpirePendingWaitpoints(ctx context.Context, partition uint16, now int64, limit int) (*ScanResult, error) {
-	pk, err := partitionKey(partition)
+	pk, cands, err := c.partitionCandidates(ctx, "expire pending waitpoints", partition, now, limit, ReconcileBatchDefault, pgsql.WaitpointExpiryScan.SQL)
 	if err != nil {
 		return nil, err
-	}
-	if limit <= 0 {
-		limit = ReconcileBatchDefault
-	}
-	cands, err := c.scanIDs(ctx, pgsql.WaitpointExpiryScan.SQL, pk, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("expire pending waitpoints on partition %d: %w", partition, err)
 	}
 	return c.eachCandidate(ctx, "pending waitpoint expiry", cands, func(tx pgx.Tx, id string) (bool, error) {
 		var eid, member string
@@ -193,16 +190,9 @@ func (c *Client) ExpirePendingWaitpoints(ctx context.Context, partition uint16, 
 // derives failed / completed / running / blocked / open as Valkey's flow
 // projector does; ff_flow_core.public_flow_state is never written.
 func (c *Client) ProjectFlowSummaries(ctx context.Context, partition uint16, now int64, limit int) (*ScanResult, error) {
-	pk, err := partitionKey(partition)
+	pk, cands, err := c.partitionCandidates(ctx, "project flow summaries", partition, now, limit, ReconcileBatchDefault, pgsql.FlowSummaryScan.SQL)
 	if err != nil {
 		return nil, err
-	}
-	if limit <= 0 {
-		limit = ReconcileBatchDefault
-	}
-	cands, err := c.scanIDs(ctx, pgsql.FlowSummaryScan.SQL, pk, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("project flow summaries on partition %d: %w", partition, err)
 	}
 	return c.eachCandidate(ctx, "flow summary", cands, func(tx pgx.Tx, id string) (bool, error) {
 		var state string
