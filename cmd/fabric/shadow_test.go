@@ -94,18 +94,10 @@ func TestShadowCLI(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, host.ShadowDir, "swapper.wasm")); err != nil {
 		t.Fatalf("the uploaded candidate is not kept in the shadow directory: %v", err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	valkeytest.Eventually(t, 60*time.Second, "the shadow compares 4 calls", func() bool {
 		d, err := h.ShadowDiff("swapper")
-		if err == nil && d.Calls >= 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			st, _ := h.Plugin("swapper")
-			t.Fatalf("the shadow compared no 4 calls within 60 s: %+v, %v; live %+v", d, err, st)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && d.Calls >= 4
+	})
 	out := cli(0, "plugins", "diff", "swapper")
 	for _, want := range []string{"swapper: shadow 2.0.0", "compared", "agreement 100.0 %"} {
 		if !strings.Contains(out, want) {
