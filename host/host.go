@@ -149,13 +149,16 @@ func (h *Host) Start(ctx context.Context) error {
 		}
 		h.scanDir(ctx)
 		h.startShadows(ctx)
-		h.pruneCache()
-		releaseLoadGarbage()
 		if h.completions != nil { // after the initial load: dispatchers are in place
 			_ = h.completions.Start(ctx) // returns at once; never fails
 			defer h.completions.Stop()
 		}
+		// Started once the plugins run: the housekeeping below (walking a
+		// large compilation cache, returning the load's garbage) must not
+		// hold readiness back while the loops already sweep.
 		started()
+		h.pruneCache()
+		releaseLoadGarbage()
 		h.watch(ctx, w)
 	}()
 	return nil
