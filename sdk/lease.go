@@ -72,8 +72,15 @@ func (w *Worker) newLease(id model.ExecutionID, lane string, ji *jobInfo, cr *va
 	}
 	l.ctx, l.cancel = context.WithCancelCause(w.life)
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.leases[l] = struct{}{}
-	w.mu.Unlock()
+	if w.bgStopped {
+		// The worker's life ended and its goroutines were waited for (a
+		// claim of a handler goroutine that outlived a killed Run): no
+		// renewal starts, and the lease's context is already done.
+		close(l.renewDone)
+		return l
+	}
 	w.bg.Add(1)
 	go l.renewLoop()
 	return l

@@ -212,7 +212,7 @@ loop:
 		// the worker's own goroutines (heartbeat, renewals, notifications)
 		// end with its life; wait for them, so that the caller may close
 		// the client once Run has returned.
-		w.bg.Wait()
+		w.stopBG()
 		return nil
 	}
 	done := make(chan struct{})

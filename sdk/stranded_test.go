@@ -2,7 +2,9 @@ package sdk_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -253,5 +255,69 @@ return 1`
 	}
 	if st, err := c.State(ctx, id); err != nil || st.PublicState != model.PublicCompleted {
 		t.Fatalf("state after the busy spell: %+v %v", st, err)
+	}
+}
+
+// TestClaimsRacingAKill claims from several goroutines while the worker is
+// killed and its Run returns: a lease claimed after Run waited for the
+// worker's goroutines starts no renewal (a WaitGroup Add racing that Wait
+// is what the race detector caught in the kill -9 soak), its context is
+// done, and ending it does not block.
+func TestClaimsRacingAKill(t *testing.T) {
+	b := setup(t, 4)
+	for i := range 40 {
+		b.create(t, sdk.ExecutionSpec{Lane: "kill-race", Kind: "k", Payload: []byte(fmt.Sprint(i))})
+	}
+	for round := range 4 {
+		life, kill := context.WithCancel(b.ctx)
+		w, err := sdk.Connect(life, b.vc, sdk.WorkerConfig{WorkerID: "kr", InstanceID: fmt.Sprintf("kr-%d", round),
+			Lanes: []string{"kill-race"}, Concurrency: 2, LeaseTTL: 2 * time.Second, Logger: valkeytest.Logger()})
+		if err != nil {
+			kill()
+			t.Fatal(err)
+		}
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			_ = w.Run(life, func(context.Context, *sdk.Job) error { return nil })
+		}()
+		var claims sync.WaitGroup
+		var leases []*sdk.Lease
+		var mu sync.Mutex
+		for range 4 {
+			claims.Add(1)
+			go func() {
+				defer claims.Done()
+				for life.Err() == nil {
+					ls, _ := w.ClaimBatch(context.WithoutCancel(life), 1)
+					mu.Lock()
+					leases = append(leases, ls...)
+					mu.Unlock()
+				}
+				// One more claim after the kill, racing Run's wait.
+				ls, _ := w.ClaimBatch(context.WithoutCancel(life), 1)
+				mu.Lock()
+				leases = append(leases, ls...)
+				mu.Unlock()
+			}()
+		}
+		kill()
+		<-ran
+		claims.Wait()
+		for _, l := range leases {
+			select {
+			case <-l.Context().Done():
+			default:
+				t.Fatalf("round %d: lease %s of a killed worker has a live context", round, l.ID)
+			}
+			done := make(chan struct{})
+			go func() { defer close(done); _ = l.Complete(context.Background(), nil) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: ending lease %s of a killed worker blocked", round, l.ID)
+			}
+		}
+		_ = w.Close(context.Background())
 	}
 }

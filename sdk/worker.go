@@ -170,6 +170,7 @@ type Worker struct {
 	life       context.Context // cancelled = killed: no cleanup
 	lifeCancel context.CancelFunc
 	bg         sync.WaitGroup // heartbeat + renewals
+	bgStopped  bool           // under mu: stopBG ran; no renewal starts after it
 
 	cursor atomic.Uint64
 	sticky atomic.Int32
@@ -275,6 +276,17 @@ func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker,
 
 func (w *Worker) registryTTL() time.Duration { return max(2*w.cfg.LeaseTTL, time.Second) }
 
+// stopBG waits for the worker's goroutines after its life ended. A lease
+// claimed later (by a handler goroutine that outlived a killed Run)
+// starts no renewal: an Add racing the Wait is a WaitGroup misuse the
+// race detector reports.
+func (w *Worker) stopBG() {
+	w.mu.Lock()
+	w.bgStopped = true
+	w.mu.Unlock()
+	w.bg.Wait()
+}
+
 func (w *Worker) registerParams() *valkey.RegisterWorkerParams {
 	return &valkey.RegisterWorkerParams{Namespace: w.cfg.Namespace, InstanceID: w.cfg.InstanceID,
 		WorkerID: w.cfg.WorkerID, Lanes: w.cfg.Lanes, Capabilities: w.cfg.Capabilities,
@@ -363,7 +375,7 @@ func (w *Worker) Close(ctx context.Context) error {
 	// Stop the heartbeat before deregistering, so it cannot register the
 	// instance again.
 	w.lifeCancel()
-	w.bg.Wait()
+	w.stopBG()
 	if graceful && w.vc != nil {
 		raw := w.vc.Raw()
 		if err := raw.Do(ctx, raw.B().Del().Key(model.WorkerAliveKey(w.cfg.Namespace, w.cfg.InstanceID)).Build()).Error(); err != nil {
