@@ -51,8 +51,11 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
+# vet also checks the macOS build: the server launchers and the live
+# view's terminal handling have per-OS files.
 vet:
 	$(GO) vet ./...
+	GOOS=darwin $(GO) vet ./...
 
 # The kill -9 soak (cmd/fabric TestSoakKill9) runs 3,000 executions here,
 # under -race beside every other package; `make soak` runs the full

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"syscall"
 	"time"
 )
 
@@ -64,10 +63,8 @@ func PruneCompilationCache(dir string, maxBytes int64, now time.Time) (CachePrun
 			return nil // removed meanwhile
 		}
 		used := info.ModTime()
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			if at := time.Unix(st.Atim.Sec, st.Atim.Nsec); at.After(used) {
-				used = at
-			}
+		if at, ok := accessTime(info); ok && at.After(used) {
+			used = at
 		}
 		entries = append(entries, entry{path: path, size: info.Size(), used: used})
 		res.Entries++

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fabric-host/fabric/internal/childproc"
 	"log/slog"
 	"net/url"
 	"os"
@@ -185,7 +186,7 @@ func (s *Server) logPath() string { return filepath.Join(s.dir, "server.log") }
 // sysProcAttr runs a child in its own process group, as the unprivileged
 // user when the host is root, and kills it when the host dies.
 func (s *Server) sysProcAttr() *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	a := childproc.Attr()
 	if s.uid >= 0 {
 		a.Credential = &syscall.Credential{Uid: uint32(s.uid), Gid: uint32(s.gid), NoSetGroups: true}
 	}

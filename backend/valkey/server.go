@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fabric-host/fabric/internal/childproc"
 	"log/slog"
 	"net"
 	"os"
@@ -136,7 +137,7 @@ func (s *Server) start(ctx context.Context) error {
 	cmd.Stdout = &stderr
 	cmd.Stderr = &stderr
 	// Killed with the host even if the host dies without running Stop.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = childproc.Attr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("valkey: start %s: %w", s.binary, err)
 	}

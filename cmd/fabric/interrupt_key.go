@@ -27,14 +27,14 @@ const (
 // changes and restore does nothing.
 func catchInterruptKey(in *os.File, stop func()) (restore func()) {
 	fd := int(in.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	old, err := unix.IoctlGetTermios(fd, ioctlGetTermios)
 	if err != nil {
 		return func() {}
 	}
 	raw := *old
 	raw.Lflag &^= unix.ISIG | unix.ICANON | unix.ECHO
 	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
+	if err := unix.IoctlSetTermios(fd, ioctlSetTermios, &raw); err != nil {
 		return func() {}
 	}
 	restored := make(chan struct{})
@@ -42,7 +42,7 @@ func catchInterruptKey(in *os.File, stop func()) (restore func()) {
 	done := func() {
 		once.Do(func() {
 			close(restored)
-			_ = unix.IoctlSetTermios(fd, unix.TCSETS, old)
+			_ = unix.IoctlSetTermios(fd, ioctlSetTermios, old)
 		})
 	}
 	go func() {

@@ -1,0 +1,12 @@
+//go:build !linux && !windows && !js && !wasip1 && !plan9
+
+package childproc
+
+import "syscall"
+
+// Attr returns the attributes of a server child: its own process group,
+// so a stop reaches all its processes. Outside Linux there is no
+// parent-death signal: a child outlives a parent killed with -9.
+func Attr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
