@@ -94,11 +94,7 @@ func init() {
 				m := in.Manifest
 				w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "file\t%s\nsha256\t%s\nsize\t%d bytes\ncompile\t%s\n", in.Path, in.SHA256, in.Size, in.Compile.Round(time.Millisecond))
-				signed := "unsigned (or not by a --trusted-keys key)"
-				if in.Signature != nil {
-					signed = "key " + in.Signature.Key
-				}
-				fmt.Fprintf(w, "signature\t%s\n", signed)
+				fmt.Fprintf(w, "signature\t%s\n", signatureLine(in, len(ic.TrustedKeys) > 0))
 				fmt.Fprintf(w, "name\t%s\nversion\t%s\nkind\t%s\nabi\t%s (host %s)\n", m.Name, m.Version, m.Kind, m.ABI, abi.Version)
 				fmt.Fprintf(w, "interval_ms\t%d\npartition_family\t%s\nbatch_size\t%d\n", m.IntervalMs, m.Family, m.BatchSize)
 				fmt.Fprintf(w, "config\t%s\n", formatConfig(m.Config))
@@ -236,4 +232,25 @@ func formatConfig(m map[string]string) string {
 		parts[i] = k + "=" + m[k]
 	}
 	return strings.Join(parts, " ")
+}
+
+// signatureLine is inspect's signature row: the key that verified the
+// file, or why none did — no signature file beside it, no trusted key
+// given to check it against, or none of the given keys signed it.
+func signatureLine(in *host.Inspection, keysGiven bool) string {
+	switch {
+	case in.Signature != nil:
+		return "key " + in.Signature.Key
+	case !fileExists(in.Path + host.SignatureSuffix):
+		return "unsigned (no " + filepath.Base(in.Path) + host.SignatureSuffix + ")"
+	case !keysGiven:
+		return "not checked: " + filepath.Base(in.Path) + host.SignatureSuffix + " is there; give --trusted-keys to verify it"
+	default:
+		return "not by a trusted key (" + filepath.Base(in.Path) + host.SignatureSuffix + " verifies against none of --trusted-keys)"
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -105,8 +105,31 @@ func TestPluginsSignVerify(t *testing.T) {
 	if code, _, errOut := verify(prefix + ".pub"); code != 1 || !strings.Contains(errOut, "not signed") {
 		t.Fatalf("verify unsigned: exit %d, %q", code, errOut)
 	}
+	inspectSig := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := run(t, append(append([]string{"plugins", "inspect", "--cache-dir", cache}, args...), plug)...)
+		if code != 0 {
+			t.Fatalf("inspect %v: exit %d: %s", args, code, errOut)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && f[0] == "signature" {
+				return strings.TrimSpace(strings.TrimPrefix(line, "signature"))
+			}
+		}
+		t.Fatalf("inspect %v printed no signature row:\n%s", args, out)
+		return ""
+	}
+	if got := inspectSig(); got != "unsigned (no healthy.wasm.sig)" {
+		t.Fatalf("inspect unsigned: signature %q", got)
+	}
 	if code, out, errOut := run(t, "plugins", "sign", "--cache-dir", cache, "--key", prefix+".key", plug); code != 0 || !strings.Contains(out, "signed "+plug+".sig") {
 		t.Fatalf("sign: exit %d, %q %q", code, out, errOut)
+	}
+	if got := inspectSig(); !strings.HasPrefix(got, "not checked: healthy.wasm.sig is there") {
+		t.Fatalf("inspect signed, no keys: signature %q", got)
+	}
+	if got := inspectSig("--trusted-keys", prefix+".pub"); !strings.HasPrefix(got, "key ") {
+		t.Fatalf("inspect signed, its key: signature %q", got)
 	}
 	if code, out, errOut := verify(prefix + ".pub"); code != 0 || !strings.Contains(out, "ok: "+plug+" healthy 1.0.0") {
 		t.Fatalf("verify signed: exit %d, %q %q", code, out, errOut)
@@ -115,6 +138,9 @@ func TestPluginsSignVerify(t *testing.T) {
 	run(t, "plugins", "keygen", "--out", other)
 	if code, _, errOut := verify(other + ".pub"); code != 1 || !strings.Contains(errOut, "not trusted") {
 		t.Fatalf("verify with another key: exit %d, %q", code, errOut)
+	}
+	if got := inspectSig("--trusted-keys", other+".pub"); !strings.HasPrefix(got, "not by a trusted key") {
+		t.Fatalf("inspect signed, another key: signature %q", got)
 	}
 	b[len(b)-1] ^= 0x01
 	if err := os.WriteFile(plug, b, 0o644); err != nil {
