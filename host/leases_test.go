@@ -62,8 +62,9 @@ func startLeaseHost(t *testing.T, url, id string, o leaseHostOpts) *leaseHost {
 		Plugins: map[string]host.PluginConfig{
 			"healthy": {Interval: 200 * time.Millisecond},
 			"bench":   {Interval: 200 * time.Millisecond, BatchSize: 50},
-			// 10 s: a join lands inside the slow call even on a loaded machine.
-			"slowpart": {Config: map[string]string{"slow_ms": "10000"}},
+			// 25 s (the fixture's timeout is 30 s): a join lands inside the slow call even on a
+			// machine loaded by a whole -race suite (10 s was too tight in a wide run).
+			"slowpart": {Config: map[string]string{"slow_ms": "25000"}},
 		},
 		Timers:            host.TimerConfig{Disabled: true},
 		TestSignals:       lh.sig,
