@@ -324,15 +324,7 @@ func runFloor(ctx context.Context, e *benchEnv, sc *Scenario, n int) error {
 	if err != nil {
 		return err
 	}
-	fresh := func() []floorIDs {
-		out := make([]floorIDs, n)
-		for i := range out {
-			out[i] = floorIDs{eid: string(model.NewExecutionID(part, model.NewUUID())),
-				lease: model.NewUUID().String(), attempt: model.NewUUID().String()}
-		}
-		return out
-	}
-	raw := vc.Raw()
+	fresh := func() []floorIDs { return freshFloorIDs(part, n) }
 
 	createUs, claimUs, completeUs, cpu, err := floorFunctions(ctx, e, vc, part, n, floorConcurrency)
 	if err != nil {
@@ -345,44 +337,9 @@ func runFloor(ctx context.Context, e *benchEnv, sc *Scenario, n int) error {
 	serialUs := c1 + l1 + d1
 	fnUs := createUs + claimUs + completeUs
 
-	// (a) the writes as plain commands, one pipeline per execution.
-	pipeIDs := fresh()
-	pipeUs, _, err := e.cpuOver(ctx, n, func() error {
-		return parallel(n, floorConcurrency, func(i int) error {
-			batch := make(vk.Commands, 0, len(cmds))
-			for _, c := range cmds {
-				args := make([]string, len(c)-1)
-				for j, a := range c[1:] {
-					args[j] = pipeIDs[i].fill(a)
-				}
-				batch = append(batch, raw.B().Arbitrary(c[0]).Args(args...).Build())
-			}
-			for _, r := range raw.DoMulti(ctx, batch...) {
-				if err := r.Error(); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	})
+	pipeUs, evalUs, err := floorReplay(ctx, e, vc, cmds, n, fresh)
 	if err != nil {
-		return fmt.Errorf("floor pipeline: %w", err)
-	}
-
-	// (b) the writes as one script of literal redis.call lines.
-	script, argv := floorScript(cmds)
-	sha, err := raw.Do(ctx, raw.B().ScriptLoad().Script(script).Build()).ToString()
-	if err != nil {
-		return fmt.Errorf("floor SCRIPT LOAD: %w", err)
-	}
-	evalIDs := fresh()
-	evalUs, _, err := e.cpuOver(ctx, n, func() error {
-		return parallel(n, floorConcurrency, func(i int) error {
-			return raw.Do(ctx, raw.B().Evalsha().Sha1(sha).Numkeys(0).Arg(argv(evalIDs[i])...).Build()).Error()
-		})
-	})
-	if err != nil {
-		return fmt.Errorf("floor EVALSHA: %w", err)
+		return err
 	}
 
 	counts := map[string]int{}
@@ -403,6 +360,64 @@ func runFloor(ctx context.Context, e *benchEnv, sc *Scenario, n int) error {
 			Peer: evalUs, Unit: "µs",
 			Note: fmt.Sprintf("%s; the floor replays the same %d writes as literal redis.call lines of one cached script (ids as ARGV), one EVALSHA per execution", what, len(cmds))})
 	return nil
+}
+
+// freshFloorIDs mints n executions' ids on part for a replay.
+func freshFloorIDs(part model.Partition, n int) []floorIDs {
+	out := make([]floorIDs, n)
+	for i := range out {
+		out[i] = floorIDs{eid: string(model.NewExecutionID(part, model.NewUUID())),
+			lease: model.NewUUID().String(), attempt: model.NewUUID().String()}
+	}
+	return out
+}
+
+// floorReplay replays the captured writes for n fresh executions (ids
+// from fresh), first as one pipeline of plain commands per execution,
+// then as one EVALSHA of literal redis.call lines per execution, and
+// returns the server CPU µs per execution of each.
+func floorReplay(ctx context.Context, e *benchEnv, vc *valkey.Client, cmds []floorCmd, n int, fresh func() []floorIDs) (pipeUs, evalUs float64, err error) {
+	raw := vc.Raw()
+	// (a) the writes as plain commands, one pipeline per execution.
+	pipeIDs := fresh()
+	pipeUs, _, err = e.cpuOver(ctx, n, func() error {
+		return parallel(n, floorConcurrency, func(i int) error {
+			batch := make(vk.Commands, 0, len(cmds))
+			for _, c := range cmds {
+				args := make([]string, len(c)-1)
+				for j, a := range c[1:] {
+					args[j] = pipeIDs[i].fill(a)
+				}
+				batch = append(batch, raw.B().Arbitrary(c[0]).Args(args...).Build())
+			}
+			for _, r := range raw.DoMulti(ctx, batch...) {
+				if err := r.Error(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nan(), nan(), fmt.Errorf("floor pipeline: %w", err)
+	}
+
+	// (b) the writes as one script of literal redis.call lines.
+	script, argv := floorScript(cmds)
+	sha, err := raw.Do(ctx, raw.B().ScriptLoad().Script(script).Build()).ToString()
+	if err != nil {
+		return nan(), nan(), fmt.Errorf("floor SCRIPT LOAD: %w", err)
+	}
+	evalIDs := fresh()
+	evalUs, _, err = e.cpuOver(ctx, n, func() error {
+		return parallel(n, floorConcurrency, func(i int) error {
+			return raw.Do(ctx, raw.B().Evalsha().Sha1(sha).Numkeys(0).Arg(argv(evalIDs[i])...).Build()).Error()
+		})
+	})
+	if err != nil {
+		return nan(), nan(), fmt.Errorf("floor EVALSHA: %w", err)
+	}
+	return pipeUs, evalUs, nil
 }
 
 // floorFunctions runs n executions through the functions one phase at a

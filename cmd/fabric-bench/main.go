@@ -22,6 +22,10 @@
 //  11. hostile plugins: the stock set's sweep cadence beside the hostile set
 //  12. one lane on a 3-primary cluster: spread vs default lane (per-node
 //     command shares, throughput, a per-node capacity projection)
+//  13. shadow cost to the live cycle
+//  14. execution fast path: server CPU and commands per execution of the
+//     SDK (notifications on and off) against the bare functions and the
+//     contract floor
 //
 // The comparison workloads run in bench/peers, a separate Go module, so
 // the product module does not depend on asynq or River.
@@ -145,6 +149,7 @@ var scenarios = []scenarioDef{
 	{11, "Hostile plugins beside the stock set", runHostile},
 	{12, "One lane on a 3-primary cluster: spread vs default", runSpread},
 	{13, "Shadow cost to the live cycle", runShadowCost},
+	{14, "Execution fast path: where server CPU per execution goes", runFastPath},
 }
 
 func main() {

@@ -162,6 +162,36 @@ func produce(ctx context.Context, n, producers int, submit func(i int) error) er
 }
 
 func fabricE2E(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, map[string]float64, error) {
+	return fabricE2EWith(ctx, e, n, workers, notifyWorkers)
+}
+
+// notifyMode is how a fabric e2e run treats keyspace notifications.
+type notifyMode int
+
+const (
+	// notifyWorkers: the SDK default; every worker turns the ZADD
+	// keyevents on and subscribes to them.
+	notifyWorkers notifyMode = iota
+	// notifyUnheard: the keyevent flags on (as a fabric host sets them),
+	// no worker subscribed (sdk.WorkerConfig.DisableNotifications).
+	notifyUnheard
+	// notifyOff: flags cleared, no worker subscribed.
+	notifyOff
+)
+
+func (m notifyMode) String() string {
+	switch m {
+	case notifyUnheard:
+		return "notifications on, no worker subscribed"
+	case notifyOff:
+		return "notifications off"
+	}
+	return "notifications on, workers subscribed (default)"
+}
+
+// fabricE2EWith is fabricE2E with the workers' eligible-work
+// notifications as mode says.
+func fabricE2EWith(ctx context.Context, e *benchEnv, n, workers int, mode notifyMode) (e2eResult, map[string]float64, error) {
 	vc, err := e.dial(ctx)
 	if err != nil {
 		return e2eResult{}, nil, err
@@ -181,7 +211,8 @@ func fabricE2E(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, map
 	wctx, stopWorkers := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := 0; i < workers; i++ {
-		w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "bench", Lanes: []string{benchLane}, Concurrency: 1, Logger: e.log})
+		w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "bench", Lanes: []string{benchLane}, Concurrency: 1,
+			DisableNotifications: mode != notifyWorkers, Logger: e.log})
 		if err != nil {
 			stopWorkers()
 			wg.Wait()
@@ -200,6 +231,16 @@ func fabricE2E(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, map
 		}()
 	}
 	defer func() { stopWorkers(); wg.Wait() }()
+	if mode != notifyWorkers {
+		flags := ""
+		if mode == notifyUnheard {
+			flags = "Ez"
+		}
+		raw := e.stats.Raw()
+		if err := raw.Do(ctx, raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", flags).Build()).Error(); err != nil {
+			return e2eResult{}, nil, err
+		}
+	}
 	before, _ := e.commandStats(ctx)
 	cpu0, cerr0 := e.serverCPU(ctx)
 	start := time.Now()

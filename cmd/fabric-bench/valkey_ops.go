@@ -121,6 +121,32 @@ func (e *benchEnv) commandStats(ctx context.Context) (map[string]int64, error) {
 	return out, nil
 }
 
+// commandUsec reads INFO commandstats: each command's total usec
+// (server-wide; a script's nested commands are counted both under their
+// own name and inside the FCALL's).
+func (e *benchEnv) commandUsec(ctx context.Context) (map[string]int64, error) {
+	raw := e.stats.Raw()
+	s, err := raw.Do(ctx, raw.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		_, us, ok := strings.Cut(rest, ",usec=")
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(us, ",")
+		v, _ := strconv.ParseInt(num, 10, 64)
+		out[strings.TrimPrefix(name, "cmdstat_")] = v
+	}
+	return out, nil
+}
+
 // perJob is the commandstats difference per completed job.
 func perJob(before, after map[string]int64, jobs int64) map[string]float64 {
 	out := map[string]float64{}
