@@ -101,7 +101,81 @@ func TestClaimBatchKeepsToN(t *testing.T) {
 			t.Fatalf("%s left leased beside the one lease returned", id)
 		}
 	}
+	if st := w.Stats(); st.HandedBack != 0 {
+		t.Fatalf("%d leases handed back: the claim took more than one", st.HandedBack)
+	}
 	if err := ls[0].Complete(b.ctx, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunHoldsAtMostConcurrencyLeases: a worker of concurrency C whose
+// lane has heads fabric_claim_next refuses (a grant for another instance
+// of its worker id, which the worker then claims by id) never holds more
+// than C leases, hands nothing back, and runs every execution once.
+// Claiming those heads by id beside a full batch used to yield more than
+// asked, and the extra leases went back through the delayed index.
+func TestRunHoldsAtMostConcurrencyLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	const lane, conc, total = "capc", 3, 24
+	ids := make([]model.ExecutionID, total)
+	for i := range ids {
+		ids[i] = b.create(t, sdk.ExecutionSpec{Lane: lane, Kind: "k"})
+	}
+	for i := 0; i < total; i += 3 {
+		if err := b.vc.IssueClaimGrant(b.ctx, &valkey.IssueClaimGrantParams{ExecutionID: ids[i], WorkerID: "w",
+			WorkerInstanceID: "another-instance", Lane: lane, GrantTTLMs: 60000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := b.worker(t, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{lane}, Concurrency: conc,
+		DisableNotifications: true, DisableReclaim: true})
+	active := model.KeysOn(b.c.Partitions().SoloPartition(lane)).LaneActive(lane)
+	raw := b.vc.Raw()
+	var mu sync.Mutex
+	ran := map[model.ExecutionID]int{}
+	var held, maxHeld int64
+	handler := func(ctx context.Context, j *sdk.Job) error {
+		// Every lease of the lane is this worker's: the lane's active
+		// index counts the leases it holds, run or not.
+		n, err := raw.Do(ctx, raw.B().Zcard().Key(active).Build()).AsInt64()
+		if err != nil {
+			t.Errorf("zcard: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ran[j.ID]++
+		held = n
+		maxHeld = max(maxHeld, n)
+		return nil
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, handler) }()
+	valkeytest.Eventually(t, 20*time.Second, "every execution completed", func() bool {
+		for _, id := range ids {
+			if s, err := b.c.State(b.ctx, id); err != nil || s.PublicState != "completed" {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxHeld > conc || maxHeld < 1 {
+		t.Fatalf("the worker held up to %d leases at once (last seen %d), concurrency %d", maxHeld, held, conc)
+	}
+	for _, id := range ids {
+		if ran[id] != 1 {
+			t.Fatalf("%s ran %d times", id, ran[id])
+		}
+	}
+	if st := w.Stats(); st.HandedBack != 0 || st.Completed != total {
+		t.Fatalf("stats %+v: want nothing handed back and %d completed", st, total)
 	}
 }

@@ -344,7 +344,7 @@ func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) 
 		if first = res[0].Err; first != nil {
 			first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
 		}
-		next, cerr = w.claimNextLeases(ctx, lane, res[1])
+		next, cerr = w.claimNextLeases(ctx, lane, 1, res[1])
 	} else {
 		// No head left: the claim reads heads (ClaimBatch) while the
 		// completion is in flight; the client pipelines the two.

@@ -443,11 +443,11 @@ func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
 	return w.keepN(ctx, ls, n), err
 }
 
-// keepN keeps the first n leases and hands the others back. A claim of n
-// can yield more: the heads fabric_claim_next refused are claimed by id
-// as well (claimOutcome: a grant already there, an interrupted attempt).
-// A lease beyond what the caller asked for would stay leased and unrun
-// until it expired, and Run's slots would count one lease too many.
+// keepN keeps the first n leases and hands the others back. No claim
+// path yields more than it was asked for (claimNextLeases claims refused
+// heads by id only while short), so this is a safety net: a lease beyond
+// what the caller asked for would stay leased and unrun until it
+// expired, and Run's slots would count one lease too many.
 func (w *Worker) keepN(ctx context.Context, ls []*Lease, n int) []*Lease {
 	if len(ls) <= n {
 		return ls
@@ -455,7 +455,7 @@ func (w *Worker) keepN(ctx context.Context, ls []*Lease, n int) []*Lease {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	for _, x := range ls[n:] {
-		w.log.Debug("claimed more than asked; handing back", "execution_id", x.ID)
+		w.log.Warn("claimed more than asked; handing back", "execution_id", x.ID)
 		if err := x.handBack(ctx); err != nil {
 			w.log.Warn("hand back failed", "execution_id", x.ID, "error", err)
 		}
@@ -634,11 +634,10 @@ const claimNextExtraHeads = 4
 // claimNextOn claims up to n eligible executions of lane on partition p
 // with one fabric_claim_next (the server picks the heads, so workers of
 // one lane never race for one). Heads it refused are handled as a claim
-// by id would be (claimOutcome): parked in blocked:route for missing
-// capabilities, an interrupted attempt resumed, a grant already there
-// tried, the rest skipped.
+// by id would be (claimOutcome) while fewer than n were claimed (see
+// claimNextLeases).
 func (w *Worker) claimNextOn(ctx context.Context, p model.Partition, lane string, n int) ([]*Lease, error) {
-	return w.claimNextLeases(ctx, lane, w.vc.FCallBatch(ctx, []valkey.Call{w.claimNextCall(p, lane, n)})[0])
+	return w.claimNextLeases(ctx, lane, n, w.vc.FCallBatch(ctx, []valkey.Call{w.claimNextCall(p, lane, n)})[0])
 }
 
 // claimNextCall is the fabric_claim_next of up to n claims of lane on
@@ -650,10 +649,18 @@ func (w *Worker) claimNextCall(p model.Partition, lane string, n int) valkey.Cal
 	return params.Call()
 }
 
-// claimNextLeases turns the result of a fabric_claim_next on lane into
-// leases, handling the heads it refused as a claim by id would be
-// (claimOutcome).
-func (w *Worker) claimNextLeases(ctx context.Context, lane string, res valkey.Result) ([]*Lease, error) {
+// claimNextLeases turns the result of a fabric_claim_next of up to n on
+// lane into leases. The heads it refused are handled as a claim by id
+// would be (claimOutcome: a grant already there tried, an interrupted
+// attempt resumed, the rest skipped) only while fewer than n leases are
+// taken, in head order, so that the call never yields more than n (a
+// lease beyond them would have to be handed back, through the delayed
+// index). A head refused for missing capabilities is parked in
+// blocked:route whatever the count: that takes no lease. A refused head
+// left alone stays at the head of the lane and is tried again by the
+// next claim that falls short, or claimed normally once its grant
+// expires.
+func (w *Worker) claimNextLeases(ctx context.Context, lane string, n int, res valkey.Result) ([]*Lease, error) {
 	if res.Err != nil {
 		return nil, fmt.Errorf("sdk: %w", res.Err)
 	}
@@ -662,14 +669,20 @@ func (w *Worker) claimNextLeases(ctx context.Context, lane string, res valkey.Re
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	var out []*Lease
-	var errs []error
+	var refused []valkey.ClaimNextItem
 	for _, it := range items {
-		c := candidate{id: it.ExecutionID, lane: lane}
 		if it.Result != nil {
-			out = append(out, w.leaseFromClaim(c, it.Result))
+			out = append(out, w.leaseFromClaim(candidate{id: it.ExecutionID, lane: lane}, it.Result))
+		} else {
+			refused = append(refused, it)
+		}
+	}
+	var errs []error
+	for _, it := range refused {
+		if len(out) >= n && !errors.Is(it.Err, valkey.CodeCapabilityMismatch) {
 			continue
 		}
-		l, err := w.claimOutcome(ctx, c, valkey.Result{Err: it.Err})
+		l, err := w.claimOutcome(ctx, candidate{id: it.ExecutionID, lane: lane}, valkey.Result{Err: it.Err})
 		if err != nil {
 			errs = append(errs, err)
 		} else if l != nil {
