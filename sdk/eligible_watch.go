@@ -1,7 +1,9 @@
 package sdk
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,32 +100,119 @@ func (w *Worker) NotificationsUp() bool {
 }
 
 // watchEligible keeps the worker subscribed to ZADD keyevents until the
-// worker's life ends. The notify flags are set again before every
-// subscription: a restarted server (or cluster node) comes back without
-// them. On a cluster it subscribes on every primary.
+// worker's life ends. The workers of one client share one subscription
+// (keyeventHub): every ZADD of the database is published to every
+// subscriber, so a subscription per worker made the server send each
+// notification once per worker of the process.
 func (w *Worker) watchEligible() {
 	defer w.bg.Done()
+	h := joinKeyeventHub(w.vc, w.log, w.wake)
+	<-w.life.Done()
+	h.leave(w.wake)
+}
+
+// keyeventHub is the one ZADD keyevent subscription of a client, shared
+// by its workers' eligibleWatches: every notified key goes to each of
+// them, and each is up while the subscription is.
+type keyeventHub struct {
+	vc  *valkey.Client
+	log *slog.Logger
+
+	mu       sync.Mutex
+	watchers map[*eligibleWatch]struct{}
+	up       bool
+
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the subscription loop has ended
+}
+
+var (
+	hubsMu sync.Mutex
+	hubs   = map[*valkey.Client]*keyeventHub{}
+)
+
+// joinKeyeventHub adds e to vc's hub, starting the hub (and its
+// subscription) for the client's first watcher.
+func joinKeyeventHub(vc *valkey.Client, log *slog.Logger, e *eligibleWatch) *keyeventHub {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	h := hubs[vc]
+	if h == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		h = &keyeventHub{vc: vc, log: log, watchers: map[*eligibleWatch]struct{}{}, cancel: cancel, done: make(chan struct{})}
+		hubs[vc] = h
+		go h.run(ctx)
+	}
+	h.mu.Lock()
+	h.watchers[e] = struct{}{}
+	e.up.Store(h.up)
+	h.mu.Unlock()
+	return h
+}
+
+// leave removes e; the last watcher to leave ends the subscription and
+// waits for it, so that no goroutine of the hub uses the client once
+// every worker's goroutines have ended.
+func (h *keyeventHub) leave(e *eligibleWatch) {
+	hubsMu.Lock()
+	h.mu.Lock()
+	delete(h.watchers, e)
+	e.up.Store(false)
+	last := len(h.watchers) == 0
+	h.mu.Unlock()
+	if last && hubs[h.vc] == h {
+		delete(hubs, h.vc)
+	}
+	hubsMu.Unlock()
+	if last {
+		h.cancel()
+		<-h.done
+	}
+}
+
+func (h *keyeventHub) note(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for e := range h.watchers {
+		e.note(key)
+	}
+}
+
+func (h *keyeventHub) setUp(up bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.up = up
+	for e := range h.watchers {
+		e.up.Store(up)
+	}
+}
+
+// run keeps the subscription until ctx ends. The notify flags are set
+// again before every subscription: a restarted server (or cluster node)
+// comes back without them. On a cluster it subscribes on every primary.
+func (h *keyeventHub) run(ctx context.Context) {
+	defer close(h.done)
 	warned := false
-	for w.life.Err() == nil {
-		if err := w.vc.EnableZaddKeyevents(w.life); err != nil && !warned {
+	for ctx.Err() == nil {
+		if err := h.vc.EnableZaddKeyevents(ctx); err != nil && !warned && ctx.Err() == nil {
 			// Subscribe anyway: the operator (or a fabric host) may have
 			// set the flags already.
-			w.log.Info("could not enable keyspace notifications; relying on polling unless they are on", "error", err)
+			h.log.Info("could not enable keyspace notifications; relying on polling unless they are on", "error", err)
 			warned = true
 		}
-		err := w.vc.WatchZaddKeyevents(w.life, w.wake.note, func() { w.wake.up.Store(true) })
-		w.wake.up.Store(false)
-		if w.life.Err() != nil {
+		err := h.vc.WatchZaddKeyevents(ctx, h.note, func() { h.setUp(true) })
+		h.setUp(false)
+		if ctx.Err() != nil {
 			return
 		}
 		if errors.Is(err, valkey.ErrPrimariesChanged) {
-			w.log.Info("eligible-work notifications: cluster primaries changed; resubscribing", "error", err)
+			h.log.Info("eligible-work notifications: cluster primaries changed; resubscribing", "error", err)
 			continue
 		}
-		w.log.Warn("eligible-work notifications lost; polling until resubscribed", "error", err)
+		h.log.Warn("eligible-work notifications lost; polling until resubscribed", "error", err)
 		t := time.NewTimer(eligibleWatchRetry)
 		select {
-		case <-w.life.Done():
+		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
