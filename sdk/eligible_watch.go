@@ -36,10 +36,37 @@ type eligibleWatch struct {
 	hot map[uint16]struct{}
 	ch  chan struct{} // nudges an idle Run; capacity 1
 	up  atomic.Bool   // subscribed
+	// seq counts the notifications of each partition; empty holds, per
+	// solo partition and lane, the seq a fabric_claim_next found the lane
+	// empty under (see knownEmpty).
+	seq   map[uint16]uint64
+	empty map[soloLane]emptyMark
+	gen   uint64 // bumped by every setUp
 }
 
+// soloLane is a lane on its solo partition.
+type soloLane struct {
+	part uint16
+	lane string
+}
+
+// emptyMark is a fabric_claim_next that found no head: the partition's
+// notification count and the subscription's generation when it was sent
+// (ok: the subscription was up then), and when.
+type emptyMark struct {
+	seq, gen uint64
+	ok       bool
+	at       time.Time
+}
+
+// soloEmptyFor bounds how long a lane seen empty is trusted without a
+// notification: the safety net for a notification lost without the
+// subscription dropping.
+const soloEmptyFor = notifiedWindowEvery
+
 func newEligibleWatch(lanes []string, flowPartitions uint16) *eligibleWatch {
-	e := &eligibleWatch{lanes: map[string]bool{}, flow: flowPartitions, hot: map[uint16]struct{}{}, ch: make(chan struct{}, 1)}
+	e := &eligibleWatch{lanes: map[string]bool{}, flow: flowPartitions, hot: map[uint16]struct{}{}, ch: make(chan struct{}, 1),
+		seq: map[uint16]uint64{}, empty: map[soloLane]emptyMark{}}
 	for _, l := range lanes {
 		e.lanes[l] = true
 	}
@@ -67,11 +94,51 @@ func (e *eligibleWatch) note(key string) {
 	}
 	e.mu.Lock()
 	e.hot[uint16(n)] = struct{}{}
+	e.seq[uint16(n)]++
 	e.mu.Unlock()
 	select {
 	case e.ch <- struct{}{}:
 	default:
 	}
+}
+
+// before is read before a fabric_claim_next on p is sent (markEmpty).
+func (e *eligibleWatch) before(p model.Partition) emptyMark {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return emptyMark{seq: e.seq[p.Index], gen: e.gen, ok: e.up.Load()}
+}
+
+// markEmpty records that a fabric_claim_next of lane on p, sent at m
+// (before), found no head at all (empty), or forgets an earlier mark
+// (not empty). A call sent while the subscription was down marks
+// nothing.
+func (e *eligibleWatch) markEmpty(p model.Partition, lane string, m emptyMark, empty bool, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := soloLane{part: p.Index, lane: lane}
+	if empty && m.ok && m.gen == e.gen {
+		m.at = now
+		e.empty[k] = m
+	} else {
+		delete(e.empty, k)
+	}
+}
+
+// knownEmpty reports whether lane on p is known to have no eligible
+// head: a fabric_claim_next found none, nothing was ZADDed to p's
+// eligible indexes since it was sent (a ZADD after it would have been
+// notified, and a ZADD before it was seen by it), notifications have been
+// up all along, and the mark is younger than soloEmptyFor. Asking again
+// would only cost the server an empty call.
+func (e *eligibleWatch) knownEmpty(p model.Partition, lane string, now time.Time) bool {
+	if !e.up.Load() {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m, ok := e.empty[soloLane{part: p.Index, lane: lane}]
+	return ok && m.gen == e.gen && m.seq == e.seq[p.Index] && !now.Before(m.at) && now.Sub(m.at) < soloEmptyFor
 }
 
 // take removes and returns up to maxHotPartitions notified partitions.
@@ -145,7 +212,7 @@ func joinKeyeventHub(vc *valkey.Client, log *slog.Logger, e *eligibleWatch) *key
 	}
 	h.mu.Lock()
 	h.watchers[e] = struct{}{}
-	e.up.Store(h.up)
+	e.setUp(h.up)
 	h.mu.Unlock()
 	return h
 }
@@ -157,7 +224,7 @@ func (h *keyeventHub) leave(e *eligibleWatch) {
 	hubsMu.Lock()
 	h.mu.Lock()
 	delete(h.watchers, e)
-	e.up.Store(false)
+	e.setUp(false)
 	last := len(h.watchers) == 0
 	h.mu.Unlock()
 	if last && hubs[h.vc] == h {
@@ -183,8 +250,19 @@ func (h *keyeventHub) setUp(up bool) {
 	defer h.mu.Unlock()
 	h.up = up
 	for e := range h.watchers {
-		e.up.Store(up)
+		e.setUp(up)
 	}
+}
+
+// setUp marks the subscription up or down. Lanes seen empty are
+// forgotten either way: a notification may have been missed while it
+// was down.
+func (e *eligibleWatch) setUp(up bool) {
+	e.mu.Lock()
+	clear(e.empty)
+	e.gen++
+	e.up.Store(up)
+	e.mu.Unlock()
 }
 
 // run keeps the subscription until ctx ends. The notify flags are set

@@ -1,6 +1,9 @@
 package sdk_test
 
 import (
+	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,4 +136,73 @@ func TestWorkersOfOneClientShareOneSubscription(t *testing.T) {
 		}
 	}
 	valkeytest.Eventually(t, 30*time.Second, "the subscription ended with the last worker", func() bool { return subscribers() == 0 })
+}
+
+// TestIdleWorkerDoesNotAskAnEmptyLaneAgain: once a fabric_claim_next
+// found a lane empty, an idle worker with notifications up does not send
+// another until a ZADD to the partition's eligible index is notified
+// (every such call was an empty server call: an idle worker asked on
+// every round of its idle sweep). The notified execution is then claimed.
+func TestIdleWorkerDoesNotAskAnEmptyLaneAgain(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.NewServer(t) // commandstats of this test alone
+	vc := valkeytest.Dial(t, srv.URL(), 0)
+	ctx := valkeytest.Context(t, 30*time.Second)
+	if _, err := vc.EnsureLibrary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := vc.Raw()
+	claimNexts := func() int64 {
+		s, err := raw.Do(ctx, raw.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, ok := strings.Cut(s, "cmdstat_fcall:calls=")
+		if !ok {
+			return 0
+		}
+		num, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseInt(num, 10, 64)
+		return n
+	}
+	frozen := time.Now() // the empty mark never ages out
+	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "idle", Lanes: []string{"idle"}, LeaseTTL: time.Minute,
+		DisableReclaim: true, Clock: func() time.Time { return frozen }, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	valkeytest.Eventually(t, 30*time.Second, "notifications up", w.NotificationsUp)
+	if l, err := w.ClaimNext(ctx); err != nil || l != nil {
+		t.Fatalf("ClaimNext on an empty lane: lease %v, err %v", l, err)
+	}
+	before := claimNexts()
+	for range 5 {
+		if l, err := w.ClaimNext(ctx); err != nil || l != nil {
+			t.Fatalf("ClaimNext on an empty lane: lease %v, err %v", l, err)
+		}
+	}
+	if n := claimNexts() - before; n != 0 {
+		t.Fatalf("5 idle ClaimNext calls sent %d FCALLs to a lane known empty", n)
+	}
+	id, err := c.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "idle", Payload: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *sdk.Lease
+	valkeytest.Eventually(t, 30*time.Second, "the notified execution claimed", func() bool {
+		l, err := w.ClaimNext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = l
+		return l != nil
+	})
+	if got.ID != id {
+		t.Fatalf("claimed %s, want %s", got.ID, id)
+	}
 }

@@ -318,7 +318,8 @@ func (l *Lease) fcall(ctx context.Context, c valkey.Call) error {
 // round trip, claims the next buffered eligible head when there is one
 // (claimBuffered), else the next eligible execution of the lease's lane
 // on its solo partition (fabric_claim_next; unless a reclaim pass is
-// due): the completion rides with the next claim. Otherwise ClaimBatch
+// due, and none when that lane is known to be empty there): the
+// completion rides with the next claim. Otherwise ClaimBatch
 // runs while the completion is in flight. It
 // returns the next lease, if one was claimed, and the completion's error.
 func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) (*Lease, error) {
@@ -338,13 +339,20 @@ func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) 
 			first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
 		}
 	} else if p, lane, ok := w.soloClaimFor(l.Lane); ok && !w.reclaimPending() {
-		// The completion and a fabric_claim_next on the lane's solo
-		// partition in one round trip.
-		res := w.vc.FCallBatch(ctx, []valkey.Call{call, w.claimNextCall(p, lane, 1)})
-		if first = res[0].Err; first != nil {
-			first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
+		if w.soloKnownEmpty(p, lane) {
+			// Nothing to claim with it: the completion alone, and Run
+			// claims when the slot frees.
+			first = l.fcall(ctx, call)
+		} else {
+			// The completion and a fabric_claim_next on the lane's solo
+			// partition in one round trip.
+			mark := w.soloMark(p)
+			res := w.vc.FCallBatch(ctx, []valkey.Call{call, w.claimNextCall(p, lane, 1)})
+			if first = res[0].Err; first != nil {
+				first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
+			}
+			next, cerr = w.claimNextLeases(ctx, p, lane, 1, mark, res[1])
 		}
-		next, cerr = w.claimNextLeases(ctx, lane, 1, res[1])
 	} else {
 		// No head left: the claim reads heads (ClaimBatch) while the
 		// completion is in flight; the client pipelines the two.

@@ -572,7 +572,7 @@ func (w *Worker) claimBatch(ctx context.Context, n int) ([]*Lease, error) {
 // claimSolo claims up to n executions from the lanes' solo partitions,
 // where every execution outside a flow is, with one fabric_claim_next per
 // partition and lane (claimNextOn) until n are claimed, lanes rotated per
-// call.
+// call. A lane known to be empty there (soloKnownEmpty) is not asked.
 func (w *Worker) claimSolo(ctx context.Context, n int) ([]*Lease, error) {
 	var out []*Lease
 	rot := int(w.laneRR.Add(1))
@@ -582,7 +582,11 @@ func (w *Worker) claimSolo(ctx context.Context, n int) ([]*Lease, error) {
 			if len(out) >= n {
 				return out, nil
 			}
-			ls, err := w.claimNextOn(ctx, p, lanes[(rot+i)%len(lanes)], n-len(out))
+			lane := lanes[(rot+i)%len(lanes)]
+			if w.soloKnownEmpty(p, lane) {
+				continue
+			}
+			ls, err := w.claimNextOn(ctx, p, lane, n-len(out))
 			out = append(out, ls...)
 			if err != nil {
 				return out, err
@@ -637,7 +641,25 @@ const claimNextExtraHeads = 4
 // by id would be (claimOutcome) while fewer than n were claimed (see
 // claimNextLeases).
 func (w *Worker) claimNextOn(ctx context.Context, p model.Partition, lane string, n int) ([]*Lease, error) {
-	return w.claimNextLeases(ctx, lane, n, w.vc.FCallBatch(ctx, []valkey.Call{w.claimNextCall(p, lane, n)})[0])
+	mark := w.soloMark(p)
+	return w.claimNextLeases(ctx, p, lane, n, mark, w.vc.FCallBatch(ctx, []valkey.Call{w.claimNextCall(p, lane, n)})[0])
+}
+
+// soloMark is read before a fabric_claim_next on p is sent: what
+// claimNextLeases needs to remember the lane as empty.
+func (w *Worker) soloMark(p model.Partition) emptyMark {
+	if w.wake == nil {
+		return emptyMark{}
+	}
+	return w.wake.before(p)
+}
+
+// soloKnownEmpty reports whether a fabric_claim_next of lane on p would
+// find no head, as far as the eligible-work notifications tell
+// (eligibleWatch.knownEmpty): an idle worker otherwise asks again on
+// every round of its idle sweep and after every completion.
+func (w *Worker) soloKnownEmpty(p model.Partition, lane string) bool {
+	return w.wake != nil && w.wake.knownEmpty(p, lane, w.cfg.Clock())
 }
 
 // claimNextCall is the fabric_claim_next of up to n claims of lane on
@@ -660,13 +682,20 @@ func (w *Worker) claimNextCall(p model.Partition, lane string, n int) valkey.Cal
 // left alone stays at the head of the lane and is tried again by the
 // next claim that falls short, or claimed normally once its grant
 // expires.
-func (w *Worker) claimNextLeases(ctx context.Context, lane string, n int, res valkey.Result) ([]*Lease, error) {
+//
+// A call that found no head at all marks the lane empty on p (mark is
+// soloMark(p) read before the call was sent), so that it is not asked
+// again until a notification says otherwise.
+func (w *Worker) claimNextLeases(ctx context.Context, p model.Partition, lane string, n int, mark emptyMark, res valkey.Result) ([]*Lease, error) {
 	if res.Err != nil {
 		return nil, fmt.Errorf("sdk: %w", res.Err)
 	}
 	items, err := valkey.ParseFabricClaimNext(res.Reply)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
+	}
+	if w.wake != nil {
+		w.wake.markEmpty(p, lane, mark, len(items) == 0, w.cfg.Clock())
 	}
 	var out []*Lease
 	var refused []valkey.ClaimNextItem
