@@ -106,9 +106,9 @@ function claim.flatten_policy(json)
   return out
 end
 
--- timeout_policy.attempt_timeout_ms of a stored policy document, or false.
-function claim.policy_timeout(key)
-  local doc = redis.call('GET', key)
+-- timeout_policy.attempt_timeout_ms of a stored policy document (false
+-- or nil when there is none), or false.
+function claim.policy_timeout(doc)
   if not doc or not string.find(doc, 'attempt_timeout_ms', 1, true) then return false end
   local okd, p = pcall(cjson.decode, doc)
   if not okd or type(p) ~= 'table' or type(p.timeout_policy) ~= 'table' then return false end
@@ -183,8 +183,13 @@ function claim.run(keys, args, now, in_eligible)
   local renew_before, b2 = claim.num(args[8], 'renew_before_ms')
   if not renew_before then return leave_grant(b2) end
   local timeout_arg = args[11]
+  -- The payload (read for the reply) comes with the policy in one MGET
+  -- when the policy is read; neither key is written here.
+  local payload
   if args[17] == '1' and not claim.set(timeout_arg) then
-    timeout_arg = claim.policy_timeout(keys[15])
+    local docs = redis.call('MGET', keys[15], keys[16])
+    payload = docs[2] or ''
+    timeout_arg = claim.policy_timeout(docs[1])
     if timeout_arg then timeout_arg = string.format('%d', timeout_arg) end
   end
   local attempt_timeout, b3 = claim.opt_num(timeout_arg, 'attempt_timeout_ms')
@@ -325,7 +330,7 @@ function claim.run(keys, args, now, in_eligible)
     'worker_id', worker_id,
     'ts', now_s)
 
-  local payload = redis.call('GET', keys[16]) or ''
+  if payload == nil then payload = redis.call('GET', keys[16]) or '' end
   return fab.ok(lease_id, epoch_s, tostring(expires), attempt_id, idx_s, attempt_type,
     c.execution_kind or '', c.namespace or '', c.flow_id or '', c.lane_id or '', payload)
 end
