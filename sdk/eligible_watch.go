@@ -161,7 +161,8 @@ func (e *eligibleWatch) take() []model.Partition {
 
 // NotificationsUp reports whether the worker is subscribed to
 // eligible-work notifications (false with DisableNotifications, on
-// Postgres, and while the subscription is down).
+// Postgres, and while the subscription is down). The workers connected
+// through one *valkey.Client share one subscription.
 func (w *Worker) NotificationsUp() bool {
 	return w.wake != nil && w.wake.up.Load()
 }
