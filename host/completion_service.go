@@ -3,14 +3,10 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"sync"
 
-	valkeygo "github.com/valkey-io/valkey-go"
-
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/internal/startstop"
 	"github.com/fabric-host/fabric/model"
 )
@@ -24,8 +20,9 @@ type completionService struct {
 	startstop.Base
 
 	cfg CompletionConfig
-	// backend is the Valkey client subscribed on (nil: the Wakeups path).
-	backend *valkey.Client
+	// backend is the Valkey deployment subscribed on (nil: the Wakeups
+	// path).
+	backend Backend
 	logger  *slog.Logger
 	// drive hands queued completions to the dispatchers until ctx ends
 	// (Host.drive).
@@ -120,68 +117,25 @@ func (s *completionService) listen(ctx context.Context, queue chan<- abi.Complet
 // subscribeOnce holds one dedicated connection until it breaks or ctx
 // ends; it reports whether the SUBSCRIBE was confirmed.
 func (s *completionService) subscribeOnce(ctx context.Context, queue chan<- abi.Completion, onSubscribed func()) (bool, error) {
-	client := s.backend.Raw()
-	dc, release := client.Dedicate()
-	defer release()
-	// Named so operators (and tests) can tell it from other subscribers.
-	if err := dc.Do(ctx, dc.B().ClientSetname().ConnectionName(ListenerClientName).Build()).Error(); err != nil {
-		dc.Close()
-		return false, err
-	}
-	var once sync.Once
-	confirmed := make(chan struct{})
-	broken := dc.SetPubSubHooks(valkeygo.PubSubHooks{
-		OnMessage: func(m valkeygo.PubSubMessage) {
-			c, ok := s.parseCompletion(m)
-			if !ok {
-				return
-			}
-			select { // a full queue blocks this connection: backpressure
-			case queue <- c:
-			case <-ctx.Done():
-			}
-		},
-		OnSubscription: func(s valkeygo.PubSubSubscription) {
-			if s.Kind == "subscribe" && s.Channel == abi.CompletionsChannel {
-				once.Do(func() { close(confirmed) })
-			}
-		},
-	})
-	if err := dc.Do(ctx, dc.B().Subscribe().Channel(abi.CompletionsChannel).Build()).Error(); err != nil {
-		dc.Close()
-		return false, err
-	}
-	select {
-	case <-confirmed:
-	case err := <-broken:
-		return false, err
-	case <-ctx.Done():
-		dc.Close()
-		return false, nil
-	}
-	onSubscribed()
-	select {
-	case err := <-broken:
-		if err == nil {
-			err = errors.New("subscription ended")
+	return s.backend.SubscribeChannel(ctx, abi.CompletionsChannel, ListenerClientName, func(msg string) {
+		c, ok := s.parseCompletion(msg)
+		if !ok {
+			return
 		}
-		return true, err
-	case <-ctx.Done():
-		dc.Close()
-		return true, nil
-	}
+		select { // a full queue blocks this connection: backpressure
+		case queue <- c:
+		case <-ctx.Done():
+		}
+	}, onSubscribed)
 }
 
 // parseCompletion decodes one message as FlowFabric's subscriber does:
 // JSON with a valid execution id and a UUID flow id; anything else is
 // dropped with a warning.
-func (s *completionService) parseCompletion(m valkeygo.PubSubMessage) (abi.Completion, bool) {
-	if m.Channel != abi.CompletionsChannel {
-		return abi.Completion{}, false
-	}
+func (s *completionService) parseCompletion(msg string) (abi.Completion, bool) {
 	var c abi.Completion
-	if err := json.Unmarshal([]byte(m.Message), &c); err != nil {
-		s.logger.Warn("completion listener: bad JSON dropped", "error", err, "message", truncate(m.Message, 256))
+	if err := json.Unmarshal([]byte(msg), &c); err != nil {
+		s.logger.Warn("completion listener: bad JSON dropped", "error", err, "message", truncate(msg, 256))
 		return c, false
 	}
 	if _, err := model.ParseExecutionID(c.ExecutionID); err != nil {

@@ -11,9 +11,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host/hostfn"
 	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/testsignal"
@@ -69,16 +66,17 @@ type Config struct {
 	// PruneCompilationCache). 0 means HostCacheMaxBytesDefault; negative
 	// never prunes.
 	CacheMaxBytes int64
-	// Backend is the Valkey client plugins reach through host functions.
-	// Nil is allowed only with Store (tests) or for a host that loads and
-	// lists plugins without running them.
-	Backend *valkey.Client
+	// Backend is the Valkey deployment plugins reach through host
+	// functions (a *valkey.Client). Nil is allowed only with Store (tests)
+	// or for a host that loads and lists plugins without running them; a
+	// nil *valkey.Client counts as nil.
+	Backend Backend
 	// Store overrides the host functions' backend (tests and benchmarks).
 	Store hostfn.Store
-	// Postgres is the pool the sql_query host function runs plugins'
-	// statements on; nil answers CodeUnavailable. A host with Postgres and
-	// no Valkey Backend reads plugins' time from Clock.
-	Postgres *pgxpool.Pool
+	// Postgres is the database the sql_query host function runs plugins'
+	// statements on (a *pgxpool.Pool); nil answers CodeUnavailable. A host
+	// with Postgres and no Valkey Backend reads plugins' time from Clock.
+	Postgres hostfn.SQLDB
 	// Now is the plugins' clock in milliseconds; default Backend's server
 	// TIME, read at most once a second and advanced by the host's
 	// monotonic clock in between (never ahead of the server).
@@ -244,8 +242,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Clock == nil {
 		c.Clock = systemClock{}
 	}
+	if isNilPointer(c.Backend) {
+		c.Backend = nil
+	}
+	if isNilPointer(c.Postgres) {
+		c.Postgres = nil
+	}
 	if c.Store == nil && c.Backend != nil {
-		c.Store = hostfn.ValkeyStore{C: c.Backend}
+		c.Store = hostfn.StoreOf(c.Backend)
 	}
 	if c.Now == nil && c.Backend != nil {
 		c.Now = newServerClock(c.Backend.ServerTime, serverClockRefresh).Now

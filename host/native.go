@@ -5,11 +5,10 @@ import (
 	"log/slog"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host/hostfn"
 )
 
-// NativeHost is pdk.Host over a Valkey client, without wasm and without
+// NativeHost is pdk.Host over a Valkey deployment, without wasm and without
 // capability checks: it lets trusted Go code run the plugins' shared logic
 // (pdk/flowlib: the router cascade, sibling-cancel dispatch) so the native
 // path and the plugins cannot drift. Now is the server's TIME.
@@ -22,31 +21,33 @@ import (
 //     goroutine. Each call uses ctx.
 type NativeHost struct {
 	ctx    context.Context
-	store  hostfn.ValkeyStore
-	c      *valkey.Client
+	store  nativeStore
+	c      Backend
 	log    *slog.Logger
 	config map[string]string
 }
 
-// NewNativeHost returns a NativeHost on c; logger nil means slog.Default().
-func NewNativeHost(ctx context.Context, c *valkey.Client, logger *slog.Logger) *NativeHost {
+// nativeStore is the plugin data a NativeHost serves: every host
+// function's store (hostfn.ValkeyStore).
+type nativeStore interface {
+	hostfn.Store
+	hostfn.CommandStore
+	hostfn.BatchReadStore
+}
+
+// NewNativeHost returns a NativeHost on c (a *valkey.Client); logger nil
+// means slog.Default().
+func NewNativeHost(ctx context.Context, c Backend, logger *slog.Logger) *NativeHost {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &NativeHost{ctx: ctx, store: hostfn.ValkeyStore{C: c}, c: c, log: logger, config: map[string]string{}}
+	st, _ := hostfn.StoreOf(c).(nativeStore)
+	return &NativeHost{ctx: ctx, store: st, c: c, log: logger, config: map[string]string{}}
 }
 
 // FCall implements pdk.Host (pipelined; no failure tracker).
 func (n *NativeHost) FCall(calls []abi.Call) ([]abi.CallResult, error) {
-	vc := make([]valkey.Call, len(calls))
-	for i, c := range calls {
-		vc[i] = valkey.Call{Function: c.Function, Keys: c.Keys, Args: c.Args}
-	}
-	out := make([]abi.CallResult, len(calls))
-	for i, r := range n.c.FCallBatch(n.ctx, vc) {
-		out[i] = hostfn.CallResult(r)
-	}
-	return out, nil
+	return hostfn.FCall(n.ctx, n.store, calls), nil
 }
 
 // HMGet implements pdk.Host.

@@ -7,12 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/internal/startstop"
 )
 
-// keyeventSource is what the wake listener needs of the backend
-// (*valkey.Client).
+// keyeventSource is what the wake listener needs of the backend (part of
+// Backend).
 type keyeventSource interface {
 	EnableZaddKeyevents(ctx context.Context) error
 	WatchZaddKeyevents(ctx context.Context, onKey func(key string), onUp func()) error
@@ -63,7 +63,7 @@ func (w *wakeListener) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, valkey.ErrPrimariesChanged) {
+		if errors.Is(err, backend.ErrTopologyChanged) {
 			w.logger.Info("due-timer wake subscription: cluster primaries changed; resubscribing", "error", err)
 			continue
 		}

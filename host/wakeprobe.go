@@ -3,8 +3,6 @@ package host
 import (
 	"context"
 	"time"
-
-	vk "github.com/valkey-io/valkey-go"
 )
 
 // probeWakes reads, in one pipelined round trip, the lowest score of
@@ -19,26 +17,23 @@ func (p *plugin) probeWakes(ctx context.Context, keys map[int][]string) map[int]
 	if len(keys) == 0 || p.h.cfg.Backend == nil {
 		return nil
 	}
-	raw := p.h.cfg.Backend.Raw()
 	type probe struct {
 		part int
 		n    int
 	}
-	var cmds vk.Commands
+	var all []string
 	var order []probe
 	for i, ks := range keys {
 		if len(ks) == 0 {
 			continue
 		}
-		for _, k := range ks {
-			cmds = append(cmds, raw.B().Zrange().Key(k).Min("0").Max("0").Withscores().Build())
-		}
+		all = append(all, ks...)
 		order = append(order, probe{i, len(ks)})
 	}
-	if len(cmds) == 0 {
+	if len(all) == 0 {
 		return nil
 	}
-	res := raw.DoMulti(ctx, cmds...)
+	res := p.h.cfg.Backend.LowestScores(ctx, all)
 	now := p.h.cfg.Clock.Now()
 	out := make(map[int]time.Time, len(order))
 	j := 0
@@ -48,15 +43,14 @@ func (p *plugin) probeWakes(ctx context.Context, keys map[int][]string) map[int]
 		for range pr.n {
 			r := res[j]
 			j++
-			zs, err := r.AsZScores()
-			if err != nil {
+			if r.Err != nil {
 				known = false
 				continue
 			}
-			if len(zs) == 0 {
+			if r.Empty {
 				continue // emptied since the write: nothing from this key
 			}
-			at, ok := p.wake.dueAt(int64(zs[0].Score))
+			at, ok := p.wake.dueAt(int64(r.Score))
 			if !ok {
 				known = false
 				continue

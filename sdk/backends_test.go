@@ -104,14 +104,14 @@ var sdkBackends = []sdkBackend{
 	{name: "Postgres", notActive: postgres.CodeExecutionNotActive, dispatch: pgDispatch,
 		open: func(t *testing.T, ctx context.Context) (*sdk.Client, func(sdk.WorkerConfig) *sdk.Worker) {
 			pc := pgtest.Client(t, postgres.ClientConfig{Partitions: model.PartitionConfig{Flow: 8, Budget: 2, Quota: 2}})
-			c, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: pgtest.Logger()})
+			c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: pgtest.Logger()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			pgClients.Store(c, pc)
 			return c, func(cfg sdk.WorkerConfig) *sdk.Worker {
 				cfg.Logger = pgtest.Logger()
-				w, err := sdk.ConnectPostgres(ctx, pc, cfg)
+				w, err := sdk.Connect(ctx, pc, cfg)
 				if err != nil {
 					t.Fatal(err)
 				}

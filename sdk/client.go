@@ -22,11 +22,12 @@ const DefaultNamespace = "default"
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
-	// Backend is the connected Valkey client (required). The SDK does not
-	// close it.
-	Backend *valkey.Client
-	// Postgres, instead of Backend, makes the client create executions on
-	// the Postgres backend (see NewClient); the SDK does not close it.
+	// Backend is the backend (required): a connected *valkey.Client or
+	// *postgres.Client, or its backend.Driver. The SDK does not close it.
+	Backend backend.Provider
+	// Postgres is the Postgres client when Backend is nil.
+	//
+	// Deprecated: set Backend to the *postgres.Client.
 	Postgres *postgres.Client
 	// Namespace is the default namespace of created executions
 	// (DefaultNamespace when empty).
@@ -61,14 +62,20 @@ type Client struct {
 	spreads laneSpreadCache
 }
 
-// NewClient returns a Client bound to the deployment's partition config,
-// read from ff:config:partitions. A missing hash falls back to the
-// defaults (256/32/32) with a warning, as FlowFabric's SDK does.
+// NewClient returns a Client on cfg.Backend. On Valkey it is bound to the
+// deployment's partition config, read from ff:config:partitions (a
+// missing hash falls back to the defaults, 256/32/32, with a warning, as
+// FlowFabric's SDK does); on Postgres to the client's, after checking the
+// schema is migrated (backend.ErrNotMigrated otherwise).
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	if cfg.Backend == nil && cfg.Postgres == nil {
-		return nil, invalid("ClientConfig.Backend", "is required")
+	vc, pc, err := clientsOf("ClientConfig.Backend", cfg.Backend)
+	if vc == nil && pc == nil && cfg.Postgres != nil {
+		pc, err = cfg.Postgres, nil
 	}
-	c := &Client{vc: cfg.Backend, pg: cfg.Postgres, ns: cmp.Or(cfg.Namespace, DefaultNamespace),
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{vc: vc, pg: pc, ns: cmp.Or(cfg.Namespace, DefaultNamespace),
 		who: cmp.Or(cfg.Creator, "fabric-sdk"), clock: cfg.Clock, log: cfg.Logger}
 	if c.clock == nil {
 		c.clock = time.Now
@@ -85,7 +92,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return c, nil
 	}
 	c.drv = valkey.NewDriver(c.vc)
-	parts, err := readPartitions(ctx, cfg.Backend, c.log)
+	parts, err := readPartitions(ctx, c.vc, c.log)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +116,7 @@ func readPartitions(ctx context.Context, vc *valkey.Client, log *slog.Logger) (m
 // Partitions returns the partition config the client mints ids with.
 func (c *Client) Partitions() model.PartitionConfig { return c.parts }
 
-// Backend returns the underlying Valkey client.
+// Backend returns the underlying Valkey client (nil on Postgres).
 func (c *Client) Backend() *valkey.Client { return c.vc }
 
 // ExecutionSpec describes an execution to create. Only Lane is required.

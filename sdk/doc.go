@@ -42,8 +42,8 @@
 // directory has runnable programs.
 //
 // On Postgres the same Worker, Lease, Job and Run work over a
-// *postgres.Client: create with [ConnectPostgres] and produce with a
-// Client whose ClientConfig.Postgres is set. Claims are SELECT … FOR
+// *postgres.Client: pass it to [Connect] and as ClientConfig.Backend
+// (both constructors take either backend's client). Claims are SELECT … FOR
 // UPDATE SKIP LOCKED transactions; [Client.State], [Client.Result] and
 // [Client.CancelExecution] read and write the ff_* tables;
 // [Client.CreateFlow], [Flow.Add] and [Flow.AddJoin] build flows (edges,

@@ -17,42 +17,20 @@ var ErrNotOnPostgres = errors.New("sdk: not available on the Postgres backend")
 
 func errNotOnPostgres(op string) error { return fmt.Errorf("%w: %s", ErrNotOnPostgres, op) }
 
-// ConnectPostgres is Connect on the Postgres backend: the same Worker,
-// Lease, Job and Run, over pc. A claim is one transaction per lane
-// (SELECT … FOR UPDATE SKIP LOCKED of the best eligible execution, highest
-// priority then oldest, whose required capabilities the worker offers), so
-// concurrent workers never claim one execution twice.
+// ConnectPostgres is Connect(ctx, pc, cfg).
 //
-//	w, _ := sdk.ConnectPostgres(ctx, pc, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}})
-//	defer w.Close(context.Background())
-//	err := w.Run(ctx, handler)
-//
-// # Notes
-//
-//   - Leases renew, complete, fail (retry per the stored policy, delayed
-//     by its backoff), delay and hand back as on Valkey; a Client's State,
-//     Result, CancelExecution and flows (CreateFlow, Flow.Add, AddJoin)
-//     work too. Suspend and streams answer ErrNotOnPostgres; a worker
-//     does not resolve its flow members' dependencies
-//     (WorkerConfig.ResolveDependencies): the host's
-//     pg_dependency_reconciler does, pushed by LISTEN ff_completion.
-//   - The instance registers in ff_worker_registry (upstream's RFC-025
-//     worker registry: namespace, worker id, lanes, capabilities, TTL
-//     twice the lease TTL), heartbeats every third of the TTL (registering
-//     again when the registration lapsed) and is marked dead on Close. An
-//     instance id with a live registration is refused
-//     (ErrDuplicateInstance); one registered under another worker id too.
-//   - Expired leases are released by the pg_lease_expiry scanner (the
-//     execution becomes claimable again and the attempt resumes), delayed
-//     executions by pg_delayed_promoter; WorkerConfig.DisableReclaim and
-//     PromoteDelayed have no effect.
+// Deprecated: call Connect, which takes either backend's client.
 func ConnectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig) (*Worker, error) {
 	if pc == nil {
 		return nil, invalid("backend", "a *postgres.Client is required")
 	}
-	if err := cfg.fill(); err != nil {
-		return nil, err
-	}
+	return Connect(ctx, pc, cfg)
+}
+
+// connectPostgres is Connect on Postgres: it checks the schema,
+// registers the instance in ff_worker_registry and starts its heartbeat.
+// cfg is filled and pc is non-nil.
+func connectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig) (*Worker, error) {
 	if err := postgres.CheckSchema(ctx, pc.Pool()); err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 
 // TestPostgresNotMigrated: the SDK on a database `fabric migrate` never
 // ran on answers postgres.ErrNotMigrated naming the command, from
-// NewClient and ConnectPostgres alike, instead of a raw
+// NewClient and Connect alike, instead of a raw
 // `relation "ff_exec_core" does not exist` at the first operation.
 func TestPostgresNotMigrated(t *testing.T) {
 	t.Parallel()
@@ -26,8 +26,8 @@ func TestPostgresNotMigrated(t *testing.T) {
 			t.Errorf("%s on an unmigrated database: %v", what, err)
 		}
 	}
-	_, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: pgtest.Logger()})
+	_, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: pgtest.Logger()})
 	check("NewClient", err)
-	_, err = sdk.ConnectPostgres(ctx, pc, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, Logger: pgtest.Logger()})
-	check("ConnectPostgres", err)
+	_, err = sdk.Connect(ctx, pc, sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"l"}, Logger: pgtest.Logger()})
+	check("Connect", err)
 }

@@ -156,7 +156,7 @@ var ErrDuplicateInstance = errors.New("sdk: worker instance id already registere
 // for concurrent use.
 type Worker struct {
 	vc *valkey.Client
-	pg *postgres.Client // set by ConnectPostgres; vc is nil then
+	pg *postgres.Client // set by Connect on Postgres; vc is nil then
 	// drv is the backend contract over vc or pg: the lease's renew,
 	// complete and fail, and the Postgres claim, go through it.
 	drv     backend.Driver
@@ -205,21 +205,11 @@ type Worker struct {
 	stats stats
 }
 
-// Connect validates cfg, reads the deployment's partition config
-// (defaults with a warning when absent), registers the worker instance
-// (ff_register_worker: alive key, caps hash, workers index) and starts
-// its heartbeat.
-//
-// ctx bounds the worker's whole life: when it ends, heartbeats and lease
-// renewals stop at once and nothing is handed back — to the server this
-// is a crash, and the leases expire. Call Close for a graceful stop.
-func Connect(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker, error) {
-	if vc == nil {
-		return nil, invalid("backend", "a *valkey.Client is required")
-	}
-	if err := cfg.fill(); err != nil {
-		return nil, err
-	}
+// connectValkey is Connect on Valkey: it reads the deployment's
+// partition config (defaults with a warning when absent), registers the
+// worker instance (ff_register_worker: alive key, caps hash, workers
+// index) and starts its heartbeat. cfg is filled and vc is non-nil.
+func connectValkey(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker, error) {
 	parts, err := readPartitions(ctx, vc, cfg.Logger)
 	if err != nil {
 		return nil, err

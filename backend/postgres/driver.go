@@ -136,9 +136,7 @@ func claimOut(r *ClaimResult) *backend.ClaimResult {
 
 // ClaimNext implements backend.Driver (ClaimForWorker).
 func (d *Driver) ClaimNext(ctx context.Context, p *backend.ClaimNextParams) (*backend.ClaimResult, error) {
-	r, err := d.c.ClaimForWorker(ctx, &ClaimForWorkerParams{LaneID: p.LaneID, WorkerID: p.WorkerID,
-		WorkerInstanceID: p.WorkerInstanceID, Capabilities: p.Capabilities, LeaseTTLMs: p.LeaseTTLMs,
-		Partitions: p.Partitions})
+	r, err := d.c.ClaimForWorker(ctx, p)
 	if errors.Is(err, CodeNoEligibleExecution) {
 		return nil, nil
 	}
@@ -150,8 +148,7 @@ func (d *Driver) ClaimNext(ctx context.Context, p *backend.ClaimNextParams) (*ba
 
 // ClaimExecution implements backend.Driver.
 func (d *Driver) ClaimExecution(ctx context.Context, p *backend.ClaimExecutionParams) (*backend.ClaimResult, error) {
-	r, err := d.c.ClaimExecution(ctx, &ClaimExecutionParams{ExecutionID: p.ExecutionID, WorkerID: p.WorkerID,
-		WorkerInstanceID: p.WorkerInstanceID, Capabilities: p.Capabilities, LeaseTTLMs: p.LeaseTTLMs})
+	r, err := d.c.ClaimExecution(ctx, p)
 	if err != nil {
 		return nil, mapErr(err, false)
 	}
@@ -160,30 +157,27 @@ func (d *Driver) ClaimExecution(ctx context.Context, p *backend.ClaimExecutionPa
 
 // RenewLease implements backend.Driver.
 func (d *Driver) RenewLease(ctx context.Context, p *backend.RenewLeaseParams) (int64, error) {
-	exp, err := d.c.RenewLease(ctx, &RenewLeaseParams{ExecutionID: p.ExecutionID, Fence: p.Fence, LeaseTTLMs: p.LeaseTTLMs})
+	exp, err := d.c.RenewLease(ctx, p)
 	return exp, mapErr(err, true)
 }
 
 // CompleteExecution implements backend.Driver.
 func (d *Driver) CompleteExecution(ctx context.Context, p *backend.CompleteExecutionParams) error {
-	return mapErr(d.c.CompleteExecution(ctx, &CompleteExecutionParams{ExecutionID: p.ExecutionID,
-		Fence: p.Fence, Result: p.Result}), true)
+	return mapErr(d.c.CompleteExecution(ctx, p), true)
 }
 
 // FailExecution implements backend.Driver.
 func (d *Driver) FailExecution(ctx context.Context, p *backend.FailExecutionParams) (*backend.FailResult, error) {
-	r, err := d.c.FailExecution(ctx, &FailExecutionParams{ExecutionID: p.ExecutionID, Fence: p.Fence,
-		FailureReason: p.FailureReason, FailureCategory: p.FailureCategory, RetryPolicyJSON: p.RetryPolicyJSON})
+	r, err := d.c.FailExecution(ctx, p)
 	if err != nil {
 		return nil, mapErr(err, true)
 	}
-	return &backend.FailResult{RetryScheduled: r.RetryScheduled, DelayUntil: r.DelayUntil}, nil
+	return r, nil
 }
 
 // DelayExecution implements backend.Driver.
 func (d *Driver) DelayExecution(ctx context.Context, p *backend.DelayExecutionParams) error {
-	return mapErr(d.c.DelayExecution(ctx, &DelayExecutionParams{ExecutionID: p.ExecutionID, Fence: p.Fence,
-		DelayUntil: p.DelayUntil}), true)
+	return mapErr(d.c.DelayExecution(ctx, p), true)
 }
 
 // CancelExecution implements backend.Driver (cancelled_by

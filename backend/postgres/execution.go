@@ -211,17 +211,9 @@ func (r *ClaimResult) Fence() LeaseFence {
 	return LeaseFence{LeaseID: r.LeaseID, LeaseEpoch: r.LeaseEpoch, AttemptID: r.AttemptID, AttemptIndex: r.AttemptIndex}
 }
 
-// ClaimExecutionParams are the inputs of ClaimExecution.
-type ClaimExecutionParams struct {
-	ExecutionID      model.ExecutionID
-	WorkerID         string
-	WorkerInstanceID string
-	// Capabilities the worker offers; the execution's required
-	// capabilities must be a subset.
-	Capabilities []string
-	// LeaseTTLMs is the lease lifetime (required, > 0).
-	LeaseTTLMs int64
-}
+// ClaimExecutionParams are the inputs of ClaimExecution (defined once in
+// package backend).
+type ClaimExecutionParams = backend.ClaimExecutionParams
 
 // ClaimExecution claims one named execution (runnable, eligible_now) under
 // a new lease. See ClaimForWorker for what it writes.
@@ -275,17 +267,9 @@ func subset(need, have []string) bool {
 	return true
 }
 
-// ClaimForWorkerParams are the inputs of ClaimForWorker.
-type ClaimForWorkerParams struct {
-	LaneID           string
-	WorkerID         string
-	WorkerInstanceID string
-	Capabilities     []string
-	LeaseTTLMs       int64
-	// Partitions restricts the scan to these partition keys; empty means
-	// every partition in one query.
-	Partitions []uint16
-}
+// ClaimForWorkerParams are the inputs of ClaimForWorker: the driver
+// contract's ClaimNextParams, defined once in package backend.
+type ClaimForWorkerParams = backend.ClaimNextParams
 
 // ClaimForWorker claims the best eligible execution of a lane: highest
 // priority, then oldest (first on the lane's solo partition, then on all
@@ -472,13 +456,10 @@ func (c *Client) checkFence(ctx context.Context, tx pgx.Tx, k execKey, f LeaseFe
 	return row, nil
 }
 
-// CompleteExecutionParams are the inputs of CompleteExecution.
-type CompleteExecutionParams struct {
-	ExecutionID model.ExecutionID
-	Fence       LeaseFence
-	// Result is stored in ff_exec_core.result; nil stores NULL.
-	Result []byte
-}
+// CompleteExecutionParams are the inputs of CompleteExecution (defined
+// once in package backend; Holder is not needed on Postgres). Result is
+// stored in ff_exec_core.result; nil stores NULL.
+type CompleteExecutionParams = backend.CompleteExecutionParams
 
 // CompleteExecution ends the fenced attempt successfully.
 //
@@ -520,23 +501,13 @@ UPDATE ff_exec_core
 	return nil
 }
 
-// FailExecutionParams are the inputs of FailExecution.
-type FailExecutionParams struct {
-	ExecutionID     model.ExecutionID
-	Fence           LeaseFence
-	FailureReason   string
-	FailureCategory string
-	// RetryPolicyJSON overrides the stored policy's retry_policy object.
-	RetryPolicyJSON string
-}
+// FailExecutionParams are the inputs of FailExecution (defined once in
+// package backend; Holder is not needed on Postgres).
+type FailExecutionParams = backend.FailExecutionParams
 
-// FailResult is the outcome of FailExecution.
-type FailResult struct {
-	// RetryScheduled reports a retry; DelayUntil is when it becomes
-	// eligible (0 with no backoff: eligible at once).
-	RetryScheduled bool
-	DelayUntil     int64
-}
+// FailResult is the outcome of FailExecution (defined once in package
+// backend); DelayUntil is 0 with no backoff: eligible at once.
+type FailResult = backend.FailResult
 
 // RetryPolicy is the retry_policy object of an ExecutionPolicy.
 type RetryPolicy struct {
@@ -682,12 +653,9 @@ UPDATE ff_exec_core
 	return res, nil
 }
 
-// RenewLeaseParams are the inputs of RenewLease.
-type RenewLeaseParams struct {
-	ExecutionID model.ExecutionID
-	Fence       LeaseFence
-	LeaseTTLMs  int64
-}
+// RenewLeaseParams are the inputs of RenewLease (defined once in package
+// backend).
+type RenewLeaseParams = backend.RenewLeaseParams
 
 // RenewLease extends the fenced lease to now+ttl and returns the new expiry.
 // An expired lease is refused with CodeLeaseExpired.
@@ -721,13 +689,9 @@ func (c *Client) RenewLease(ctx context.Context, p *RenewLeaseParams) (int64, er
 	return expires, nil
 }
 
-// DelayExecutionParams are the inputs of DelayExecution.
-type DelayExecutionParams struct {
-	ExecutionID model.ExecutionID
-	Fence       LeaseFence
-	// DelayUntil is the ms time the execution becomes eligible again.
-	DelayUntil int64
-}
+// DelayExecutionParams are the inputs of DelayExecution (defined once in
+// package backend; Holder is not needed on Postgres).
+type DelayExecutionParams = backend.DelayExecutionParams
 
 // DelayExecution parks the fenced execution until DelayUntil; the same
 // attempt continues (under a new lease epoch) after PromoteDelayed.

@@ -422,7 +422,7 @@ func (d *Driver) FailExecution(ctx context.Context, p *backend.FailExecutionPara
 	if err != nil {
 		return nil, mapErr(err, true)
 	}
-	return &backend.FailResult{RetryScheduled: r.RetryScheduled, DelayUntil: r.DelayUntil}, nil
+	return r, nil
 }
 
 // DelayExecution implements backend.Driver (ff_delay_execution).

@@ -529,12 +529,9 @@ func (p *FailExecutionParams) call(r execRefs, retryPolicy string) Call {
 	}
 }
 
-// FailResult is the outcome of FailExecution.
-type FailResult struct {
-	// RetryScheduled reports a retry; DelayUntil is when it becomes eligible.
-	RetryScheduled bool
-	DelayUntil     int64
-}
+// FailResult is the outcome of FailExecution (defined once in package
+// backend): RetryScheduled reports a retry, eligible at DelayUntil.
+type FailResult = backend.FailResult
 
 // FailExecution fails the active attempt (ff_fail_execution): with retries
 // left the execution is delayed by the policy's backoff and the next claim

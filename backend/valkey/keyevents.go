@@ -11,6 +11,8 @@ import (
 	"time"
 
 	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/backend"
 )
 
 // EnableZaddKeyevents adds the E (keyevent) and z (sorted set) flags to
@@ -78,8 +80,15 @@ func (c *Client) ZaddKeyeventChannel(ctx context.Context) (string, error) {
 // primaries is out of date: the set of primaries changed, or one of them
 // lacks the keyevent notify flags the others have (it restarted, or it
 // came up between the caller setting the flags and subscribing). The
-// caller sets the notify flags and subscribes again.
-var ErrPrimariesChanged = errors.New("cluster primaries changed")
+// caller sets the notify flags and subscribes again. It matches
+// backend.ErrTopologyChanged.
+var ErrPrimariesChanged error = primariesChanged{}
+
+type primariesChanged struct{}
+
+func (primariesChanged) Error() string { return "cluster primaries changed" }
+
+func (primariesChanged) Is(target error) bool { return target == backend.ErrTopologyChanged }
 
 // primariesWatchInterval is how often WatchZaddKeyevents checks the set of
 // reachable cluster primaries.

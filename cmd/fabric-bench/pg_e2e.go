@@ -53,7 +53,7 @@ func runPostgresE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		}
 	}
 	sc.Notes = append(sc.Notes,
-		"fabric: sdk.Client.CreateExecution + W sdk.ConnectPostgres workers of concurrency 1 running Worker.Run (claims SELECT … FOR UPDATE SKIP LOCKED on the lane's partition, SDK default idle poll 10 ms backing off to 500 ms); River (riverpgxv5) runs its own client with MaxWorkers W, once with FetchCooldown at its 1 ms minimum and once with its defaults (100 ms cooldown, 1 s poll).",
+		"fabric: sdk.Client.CreateExecution + W sdk.Connect workers of concurrency 1 running Worker.Run (claims SELECT … FOR UPDATE SKIP LOCKED on the lane's partition, SDK default idle poll 10 ms backing off to 500 ms); River (riverpgxv5) runs its own client with MaxWorkers W, once with FetchCooldown at its 1 ms minimum and once with its defaults (100 ms cooldown, 1 s poll).",
 		"The cluster is a throwaway one: fsync and synchronous_commit off for both.")
 	return nil
 }
@@ -68,7 +68,7 @@ func fabricPG(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, erro
 		return e2eResult{}, err
 	}
 	defer c.Close()
-	cl, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: c, Logger: e.log})
+	cl, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: c, Logger: e.log})
 	if err != nil {
 		return e2eResult{}, err
 	}
@@ -80,7 +80,7 @@ func fabricPG(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, erro
 	var wg sync.WaitGroup
 	defer func() { stopWorkers(); wg.Wait() }()
 	for i := 0; i < workers; i++ {
-		w, err := sdk.ConnectPostgres(ctx, c, sdk.WorkerConfig{WorkerID: "bench", Lanes: []string{benchLane}, Concurrency: 1, Logger: e.log})
+		w, err := sdk.Connect(ctx, c, sdk.WorkerConfig{WorkerID: "bench", Lanes: []string{benchLane}, Concurrency: 1, Logger: e.log})
 		if err != nil {
 			return e2eResult{}, err
 		}

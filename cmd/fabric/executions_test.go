@@ -35,7 +35,7 @@ func TestExecutionsStuckOnPostgres(t *testing.T) {
 	if _, err := postgres.Migrate(ctx, pc.Pool(), postgres.MigrateConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: valkeytest.Logger()})
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: valkeytest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -322,7 +322,7 @@ const (
 // cfg.Duration passes, then drains for up to cfg.DrainTimeout.
 func runPostgresWorkload(ctx context.Context, pc *postgres.Client, cfg workloadConfig, log *slog.Logger, out io.Writer) (*pgWorkloadSummary, error) {
 	sum := &pgWorkloadSummary{}
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: log})
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: log})
 	if err != nil {
 		return sum, err
 	}
@@ -331,7 +331,7 @@ func runPostgresWorkload(ctx context.Context, pc *postgres.Client, cfg workloadC
 	var wg sync.WaitGroup
 	workers := make([]*sdk.Worker, 0, cfg.Workers)
 	for i := range cfg.Workers {
-		w, err := sdk.ConnectPostgres(wctx, pc, sdk.WorkerConfig{WorkerID: fmt.Sprintf("demo-%d", i), Lanes: cfg.Lanes,
+		w, err := sdk.Connect(wctx, pc, sdk.WorkerConfig{WorkerID: fmt.Sprintf("demo-%d", i), Lanes: cfg.Lanes,
 			Concurrency: cfg.Concurrency, Logger: log})
 		if err != nil {
 			return sum, err

@@ -25,7 +25,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/fabric-host/fabric/abi"
@@ -176,9 +175,9 @@ type Config struct {
 	MaxCalls int
 	// MaxLogBytes truncates guest log lines (default 4096).
 	MaxLogBytes int
-	// SQL is the Postgres pool sql_query runs on; nil answers
-	// CodeUnavailable.
-	SQL *pgxpool.Pool
+	// SQL is the Postgres database sql_query runs on (a *pgxpool.Pool);
+	// nil answers CodeUnavailable.
+	SQL SQLDB
 }
 
 // subjects is what a request asks to touch, for authorize.

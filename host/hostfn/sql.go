@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
@@ -99,6 +98,12 @@ func checkPartition(c *Caller, r *sqlRequest) error {
 	return nil
 }
 
+// SQLDB is the database sql_query runs on: a *pgxpool.Pool (or any pgx
+// connection that begins transactions).
+type SQLDB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // SQLSession runs sql_query requests for one plugin call: statement
 // batches in their own transaction, or inside the call's transaction
 // between SQLBegin and SQLCommit/SQLRollback. The host keeps one per call
@@ -112,7 +117,7 @@ func checkPartition(c *Caller, r *sqlRequest) error {
 //
 //   - Not safe for concurrent use: a plugin call is single-threaded.
 type SQLSession struct {
-	db   *pgxpool.Pool
+	db   SQLDB
 	c    *Caller
 	tx   pgx.Tx
 	done bool
@@ -120,7 +125,7 @@ type SQLSession struct {
 
 // NewSQLSession returns a session on db enforcing caps on partition tag
 // ("" for none), outside any host.
-func NewSQLSession(db *pgxpool.Pool, caps *abi.Capabilities, tag string) *SQLSession {
+func NewSQLSession(db SQLDB, caps *abi.Capabilities, tag string) *SQLSession {
 	return &SQLSession{db: db, c: &Caller{Caps: caps, Tag: tag, Stats: &Stats{}, Logger: slog.New(slog.DiscardHandler)}}
 }
 

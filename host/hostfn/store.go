@@ -101,3 +101,28 @@ func (s ValkeyStore) SScan(ctx context.Context, req abi.ScanCursorRequest) (abi.
 	}
 	return abi.ScanCursorResponse{Cursor: strconv.FormatUint(se.Cursor, 10), Members: se.Elements}, nil
 }
+
+// StoreOf is the Store of a backend client: a ValkeyStore on a non-nil
+// *valkey.Client, nil for anything else. It lets the host default its
+// Store without naming the driver.
+func StoreOf(b any) Store {
+	if c, ok := b.(*valkey.Client); ok && c != nil {
+		return ValkeyStore{C: c}
+	}
+	return nil
+}
+
+// FCall runs calls through s in one pipeline and returns their results
+// as the fcall host function reports them (no failure tracker, no
+// capability check): the path of trusted native callers.
+func FCall(ctx context.Context, s Store, calls []abi.Call) []abi.CallResult {
+	vc := make([]valkey.Call, len(calls))
+	for i, c := range calls {
+		vc[i] = valkey.Call{Function: c.Function, Keys: c.Keys, Args: c.Args}
+	}
+	out := make([]abi.CallResult, len(calls))
+	for i, r := range s.FCallBatch(ctx, vc) {
+		out[i] = callResult(r)
+	}
+	return out
+}

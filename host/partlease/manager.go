@@ -100,7 +100,7 @@ type lease struct {
 // Manager holds this host's partition leases; see the package comment.
 type Manager struct {
 	cfg    Config
-	c      *valkey.Client
+	c      Backend
 	parts  model.PartitionConfig
 	clock  func() time.Time
 	log    *slog.Logger
@@ -117,13 +117,14 @@ type Manager struct {
 }
 
 // New validates cfg (filling its defaults) and returns a Manager for the
-// partitions of parts on c. It makes no call until RunOnce or Run.
-func New(cfg Config, c *valkey.Client, parts model.PartitionConfig, o Options) (*Manager, error) {
+// partitions of parts on c (a *valkey.Client). It makes no call until
+// RunOnce or Run.
+func New(cfg Config, c Backend, parts model.PartitionConfig, o Options) (*Manager, error) {
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if c == nil {
+	if c == nil || isNil(c) {
 		return nil, errors.New("partlease: a Valkey client is required")
 	}
 	if err := parts.Validate(); err != nil {

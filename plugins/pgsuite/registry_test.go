@@ -24,7 +24,7 @@ func TestWorkerRegistryOnPostgres(t *testing.T) {
 	pool := c.Pool()
 	cfg := sdk.WorkerConfig{WorkerID: "reg", InstanceID: "reg-1", Namespace: "tenant", Lanes: []string{"r2", "r1"},
 		LeaseTTL: 600 * time.Millisecond, Logger: pgtest.Logger()} // registry TTL 1.2 s, a heartbeat every 400 ms
-	w, err := sdk.ConnectPostgres(ctx, c, cfg)
+	w, err := sdk.Connect(ctx, c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestWorkerRegistryOnPostgres(t *testing.T) {
 	if worker != "reg" || lanes != "r1,r2" || ttl != 1200 {
 		t.Fatalf("registered %s %s %d", worker, lanes, ttl)
 	}
-	if _, err := sdk.ConnectPostgres(ctx, c, cfg); !errors.Is(err, sdk.ErrDuplicateInstance) {
+	if _, err := sdk.Connect(ctx, c, cfg); !errors.Is(err, sdk.ErrDuplicateInstance) {
 		t.Fatalf("second process with a live instance id: %v", err)
 	}
 	pgtest.Eventually(t, 30*time.Second, "heartbeats", func() bool {
@@ -53,7 +53,7 @@ func TestWorkerRegistryOnPostgres(t *testing.T) {
 	if n := count(t, c, `SELECT count(*) FROM ff_worker_registry_event WHERE worker_instance_id = 'reg-1' AND event_kind = 'marked_dead' AND reason = 'worker closed'`); n != 1 {
 		t.Fatalf("%d marked_dead events", n)
 	}
-	again, err := sdk.ConnectPostgres(ctx, c, cfg)
+	again, err := sdk.Connect(ctx, c, cfg)
 	if err != nil {
 		t.Fatalf("instance id not reusable after Close: %v", err)
 	}

@@ -21,7 +21,7 @@ func TestSDKEnqueueManyOnPostgres(t *testing.T) {
 	t.Parallel()
 	pc := newClient(t)
 	ctx := pgtest.Context(t, 2*time.Minute)
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: pgtest.Logger()})
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: pgtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestSDKEnqueueManyOnPostgres(t *testing.T) {
 		t.Fatalf("CreateQuota: %v", err)
 	}
 
-	w, err := sdk.ConnectPostgres(ctx, pc, sdk.WorkerConfig{WorkerID: "batch", Lanes: []string{"batch"}, Logger: pgtest.Logger()})
+	w, err := sdk.Connect(ctx, pc, sdk.WorkerConfig{WorkerID: "batch", Lanes: []string{"batch"}, Logger: pgtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestSDKMuxAndEnqueueOptionsOnPostgres(t *testing.T) {
 	t.Parallel()
 	pc := newClient(t)
 	ctx := pgtest.Context(t, 2*time.Minute)
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: pgtest.Logger()})
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: pgtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestSDKMuxAndEnqueueOptionsOnPostgres(t *testing.T) {
 		got <- a.N * a.N
 		return nil
 	})
-	w, err := sdk.ConnectPostgres(ctx, pc, sdk.WorkerConfig{WorkerID: "mux", Lanes: []string{"mux"}, Logger: pgtest.Logger()})
+	w, err := sdk.Connect(ctx, pc, sdk.WorkerConfig{WorkerID: "mux", Lanes: []string{"mux"}, Logger: pgtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

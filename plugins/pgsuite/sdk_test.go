@@ -27,7 +27,7 @@ func TestSDKOnPostgres(t *testing.T) {
 	)
 	pc := pgtest.Client(t, postgres.ClientConfig{Partitions: parts, MaxConns: 24})
 	ctx := pgtest.Context(t, 3*time.Minute)
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: pgtest.Logger()})
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: pgtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestSDKOnPostgres(t *testing.T) {
 	var wg sync.WaitGroup
 	ws := make([]*sdk.Worker, workers)
 	for i := range ws {
-		w, err := sdk.ConnectPostgres(ctx, pc, sdk.WorkerConfig{WorkerID: "eo", Lanes: []string{"eo"}, Concurrency: 4,
+		w, err := sdk.Connect(ctx, pc, sdk.WorkerConfig{WorkerID: "eo", Lanes: []string{"eo"}, Concurrency: 4,
 			LeaseTTL: 30 * time.Second, Logger: pgtest.Logger()})
 		if err != nil {
 			t.Fatal(err)
@@ -144,7 +144,7 @@ func TestSDKOnPostgresRetryAndUnsupported(t *testing.T) {
 	t.Parallel()
 	pc := pgtest.Client(t, postgres.ClientConfig{Partitions: parts})
 	ctx := pgtest.Context(t, time.Minute)
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: pgtest.Logger()})
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: pgtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestSDKOnPostgresRetryAndUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := sdk.ConnectPostgres(ctx, pc, sdk.WorkerConfig{WorkerID: "rt", Lanes: []string{"rt"}, Logger: pgtest.Logger()})
+	w, err := sdk.Connect(ctx, pc, sdk.WorkerConfig{WorkerID: "rt", Lanes: []string{"rt"}, Logger: pgtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

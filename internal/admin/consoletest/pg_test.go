@@ -45,11 +45,11 @@ func getJSON[T any](t *testing.T, method, u string, out *T) int {
 func TestPGConsole(t *testing.T) {
 	pc := pgtest.Client(t, postgres.ClientConfig{})
 	ctx := pgtest.Context(t, time.Minute)
-	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Postgres: pc, Logger: pgtest.Logger()})
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: pgtest.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := sdk.ConnectPostgres(ctx, pc, sdk.WorkerConfig{WorkerID: "pgw", InstanceID: "pgw-1", Lanes: []string{"pg-a"},
+	w, err := sdk.Connect(ctx, pc, sdk.WorkerConfig{WorkerID: "pgw", InstanceID: "pgw-1", Lanes: []string{"pg-a"},
 		Capabilities: []string{"cpu"}, Logger: pgtest.Logger()})
 	if err != nil {
 		t.Fatal(err)

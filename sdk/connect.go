@@ -1,0 +1,95 @@
+package sdk
+
+import (
+	"context"
+
+	"github.com/fabric-host/fabric/backend"
+	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/backend/valkey"
+)
+
+// Connect validates cfg, registers the worker instance on the backend b
+// and starts its heartbeat. b is either backend's client (*valkey.Client,
+// *postgres.Client) or its backend.Driver; the same Worker, Lease, Job
+// and Run work on both.
+//
+//	w, _ := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}})
+//	defer w.Close(context.Background())
+//	err := w.Run(ctx, handler)
+//
+// ctx bounds the worker's whole life: when it ends, heartbeats and lease
+// renewals stop at once and nothing is handed back — to the server this
+// is a crash, and the leases expire. Call Close for a graceful stop.
+//
+// # Valkey
+//
+// Connect reads the deployment's partition config (defaults with a
+// warning when absent) and registers the instance with
+// ff_register_worker (alive key, caps hash, workers index).
+//
+// # Postgres
+//
+//   - A claim is one transaction per lane (SELECT … FOR UPDATE SKIP
+//     LOCKED of the best eligible execution, highest priority then
+//     oldest, whose required capabilities the worker offers), so
+//     concurrent workers never claim one execution twice.
+//   - Leases renew, complete, fail (retry per the stored policy, delayed
+//     by its backoff), delay and hand back as on Valkey; a Client's State,
+//     Result, CancelExecution and flows (CreateFlow, Flow.Add, AddJoin)
+//     work too. Suspend and streams answer ErrNotOnPostgres; a worker
+//     does not resolve its flow members' dependencies
+//     (WorkerConfig.ResolveDependencies): the host's
+//     pg_dependency_reconciler does, pushed by LISTEN ff_completion.
+//   - The instance registers in ff_worker_registry (upstream's RFC-025
+//     worker registry: namespace, worker id, lanes, capabilities, TTL
+//     twice the lease TTL), heartbeats every third of the TTL (registering
+//     again when the registration lapsed) and is marked dead on Close. An
+//     instance id with a live registration is refused
+//     (ErrDuplicateInstance); one registered under another worker id too.
+//   - Expired leases are released by the pg_lease_expiry scanner (the
+//     execution becomes claimable again and the attempt resumes), delayed
+//     executions by pg_delayed_promoter; WorkerConfig.DisableReclaim and
+//     PromoteDelayed have no effect.
+//   - An unmigrated database is refused with backend.ErrNotMigrated.
+func Connect(ctx context.Context, b backend.Provider, cfg WorkerConfig) (*Worker, error) {
+	vc, pc, err := clientsOf("backend", b)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if pc != nil {
+		return connectPostgres(ctx, pc, cfg)
+	}
+	return connectValkey(ctx, vc, cfg)
+}
+
+// clientsOf resolves a Provider to its backend's client: exactly one of
+// vc and pc is set, or the error names field.
+func clientsOf(field string, b backend.Provider) (*valkey.Client, *postgres.Client, error) {
+	if b == nil {
+		return nil, nil, invalid(field, "is required (a *valkey.Client or a *postgres.Client)")
+	}
+	switch d := b.Driver().(type) {
+	case *valkey.Driver:
+		if d != nil && d.Client() != nil {
+			return d.Client(), nil, nil
+		}
+	case *postgres.Driver:
+		if d != nil && d.Client() != nil {
+			return nil, d.Client(), nil
+		}
+	default:
+		return nil, nil, invalid(field, "unsupported backend %T (want a *valkey.Client or a *postgres.Client)", d)
+	}
+	return nil, nil, invalid(field, "is required (a *valkey.Client or a *postgres.Client, got a nil %T)", b)
+}
+
+// BackendName is the name of the backend the worker runs on: "valkey" or
+// "postgres" (backend.Driver.Name).
+func (w *Worker) BackendName() string { return w.drv.Name() }
+
+// BackendName is the name of the backend the client runs on: "valkey" or
+// "postgres" (backend.Driver.Name).
+func (c *Client) BackendName() string { return c.drv.Name() }
