@@ -116,6 +116,7 @@ func (m *Module) initInstance(ctx context.Context, inst *instance) error {
 		return m.callFailed(ctx, inst, "runtime init", err)
 	}
 	inst.inited = true
+	trimCode(m.codeKey)
 	return nil
 }
 
@@ -141,6 +142,7 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 			return nil, m.callFailed(ctx, inst, export+" (runtime init)", err)
 		}
 		inst.inited = true
+		trimCode(m.codeKey)
 	}
 	f := inst.export(export)
 	if f == nil {

@@ -114,7 +114,18 @@ func newLoaderConfig(cache wazero.CompilationCache, store hostfn.Store, now func
 		trust:        newTrust(cfg.TrustedKeys, cfg.RequireSigned),
 		poolBytes:    cfg.PoolBytes,
 		recycleBytes: cfg.RecycleBytes,
+		codeDir:      codeDirOf(cfg.CacheDir),
+		log:          cfg.Logger,
 	}
+}
+
+// codeDirOf is where machine code files live under a cache directory
+// ("" for none).
+func codeDirOf(cacheDir string) string {
+	if cacheDir == "" {
+		return ""
+	}
+	return filepath.Join(cacheDir, codeDirName)
 }
 
 // Start loads the plugin directory and starts watching it. It returns at

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -61,8 +62,11 @@ type Module struct {
 	// rt is the module's own wazero runtime (its memory cap is a runtime
 	// setting) holding WASI, the Extism env (package env) and fabric's host
 	// functions; main is the plugin compiled in it.
-	rt       wazero.Runtime
-	main     wazero.CompiledModule
+	rt   wazero.Runtime
+	main wazero.CompiledModule
+	// codeKey names main's machine code in liveCode (codefile.go): the
+	// compiled module is closed with the last Module using it.
+	codeKey  uintptr
 	seq      atomic.Uint64 // names instances apart in rt
 	fns      hostfnCaller
 	poolSize int
@@ -164,6 +168,11 @@ type loaderConfig struct {
 	poolBytes int64
 	// recycleBytes: see Module.recycleBytes.
 	recycleBytes int64
+	// codeDir holds machine code files (fileBackCode); "" keeps the code
+	// in anonymous memory.
+	codeDir string
+	// log reports what is worth a debug line (nil: nothing).
+	log *slog.Logger
 }
 
 // readModuleFile reads and statically checks a plugin file.
@@ -271,9 +280,12 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 			sig                *Signature
 			maxOut             int
 		}{m.declared, m.manifest, m.grant, m.limits, m.sig, m.maxOut}
-		m.Close(ctx)
+		// Compiled before the first is closed, so that the engine's
+		// compiled module (and its machine code) carries over.
+		first := m
 		start = time.Now()
 		m, err = compileModule(ctx, b, digest, keep.limits.MaxPages, lc)
+		first.Close(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -302,6 +314,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 		rc = rc.WithCompilationCache(lc.cache)
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
+	var codeKey uintptr
 	cm, err := func() (wazero.CompiledModule, error) {
 		if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 			return nil, fmt.Errorf("wasi: %w", err)
@@ -316,17 +329,28 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 		if _, err := hb.Instantiate(ctx); err != nil {
 			return nil, fmt.Errorf("%s: %w", abi.Namespace, err)
 		}
-		cm, err := rt.CompileModule(ctx, b)
-		if err == nil {
+		for {
+			cm, err := rt.CompileModule(ctx, b)
+			if err != nil {
+				return nil, err
+			}
 			dropCodeBodies(cm)
+			key, moved, err := holdCode(cm, lc.codeDir)
+			if errors.Is(err, errCodeGone) {
+				continue // the engine's copy was closed meanwhile: compile again
+			}
+			if moved != nil && lc.log != nil {
+				lc.log.Debug("plugin machine code stays in anonymous memory", "error", moved)
+			}
+			codeKey = key
+			return cm, nil
 		}
-		return cm, err
 	}()
 	if err != nil {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("host: compile: %w", err)
 	}
-	return &Module{rt: rt, main: cm, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
+	return &Module{rt: rt, main: cm, codeKey: codeKey, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
 		pages: pages, poolBytes: lc.poolBytes, recycleBytes: lc.recycleBytes, drained: make(chan struct{})}, nil
 }
 
@@ -478,7 +502,7 @@ func (m *Module) Close(ctx context.Context) error {
 	for _, inst := range pool {
 		errs = append(errs, inst.close(ctx))
 	}
-	errs = append(errs, m.rt.Close(ctx))
+	errs = append(errs, m.rt.Close(ctx), releaseCode(ctx, m.codeKey, m.main))
 	close(m.drained)
 	return errors.Join(errs...)
 }
