@@ -247,7 +247,10 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 		return nil, err
 	}
 	start := time.Now()
-	m, err := compileModule(ctx, b, digest, abi.DefaultMaxPages, lc)
+	// What is compiled is the file with its data segments merged
+	// (compactData); digest, signature and shape are the file's.
+	wasm := compactData(b)
+	m, err := compileModule(ctx, wasm, digest, abi.DefaultMaxPages, lc)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +287,7 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 		// compiled module (and its machine code) carries over.
 		first := m
 		start = time.Now()
-		m, err = compileModule(ctx, b, digest, keep.limits.MaxPages, lc)
+		m, err = compileModule(ctx, wasm, digest, keep.limits.MaxPages, lc)
 		first.Close(ctx)
 		if err != nil {
 			return nil, err
