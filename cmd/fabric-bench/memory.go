@@ -34,6 +34,9 @@ type childResult struct {
 	HeapKiB int64 `json:"heap_kib"`
 	// Split is where the resident set is, at the end of the window.
 	Split rssBreakdown `json:"split"`
+	// Resident is each plugin's machine code and idle linear memory
+	// resident at the end of the window (host.Host.Resident).
+	Resident []host.PluginResident `json:"resident"`
 }
 
 // runChild runs a host on -plugins over -url/-db for -hold, then prints
@@ -81,6 +84,7 @@ func runChild(args []string) int {
 	}
 	r.RSSKiB, r.HWMKiB = procStatus("VmRSS:"), procStatus("VmHWM:")
 	r.Split = readRSSBreakdown()
+	r.Resident = h.Resident()
 	if prof := os.Getenv("FABRIC_BENCH_HEAPPROFILE"); prof != "" {
 		writeHeapProfile(prof)
 	}
@@ -169,8 +173,9 @@ func runMemory(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	row := Row{Measure: fmt.Sprintf("host RSS, %d plugins loaded and running", full.Plugins), Fabric: mib(full.RSSKiB), Unit: "MiB", Goal: "≤ 150 MiB",
 		Versus: "asynq idle server process", Peer: nan(),
 		Note: fmt.Sprintf("peak (VmHWM) %s; %d of %d plugins running, %d partition calls in the window", fmtNum(mib(full.HWMKiB), "MiB"), full.Running, full.Plugins, full.Calls) +
-			fmt.Sprintf("; resident: compiled code %s, Go runtime %s (heap objects %s), guest memories and other anonymous %s, files %s",
-				fmtNum(mib(full.Split.CodeKiB), "MiB"), fmtNum(mib(full.Split.GoKiB), "MiB"), fmtNum(mib(full.Split.GoHeapKiB), "MiB"),
+			fmt.Sprintf("; resident: machine code %s (in files %s, anonymous %s), Go runtime %s (heap objects %s), guest memories and other anonymous %s, the host binary and other files %s",
+				fmtNum(mib(full.Split.CodeFileKiB+full.Split.CodeKiB), "MiB"), fmtNum(mib(full.Split.CodeFileKiB), "MiB"), fmtNum(mib(full.Split.CodeKiB), "MiB"),
+				fmtNum(mib(full.Split.GoKiB), "MiB"), fmtNum(mib(full.Split.GoHeapKiB), "MiB"),
 				fmtNum(mib(full.Split.OtherAnonKiB), "MiB"), fmtNum(mib(full.Split.FileKiB), "MiB"))}
 	pr, err := e.peer(ctx, "asynq-idle", "-socket", e.vsrv.Socket(), "-db", strconv.Itoa(e.freshDB()), "-hold", hold.String())
 	if err != nil {
@@ -178,9 +183,35 @@ func runMemory(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	} else {
 		row.Versus, row.Peer = "asynq "+pr.Version+" idle server process", mib(pr.RSSKiB)
 	}
+	n := max(1, full.Plugins)
+	var code, mem int64
+	var per []string
+	for _, r := range full.Resident {
+		code += r.CodeBytes
+		mem += r.MemoryBytes
+		per = append(per, fmt.Sprintf("%s %s + %s", r.Plugin, fmtNum(float64(r.CodeBytes)/(1<<20), "MiB"), fmtNum(float64(r.MemoryBytes)/(1<<20), "MiB")))
+	}
 	sc.Rows = append(sc.Rows, row,
 		Row{Measure: "host RSS, no plugins", Fabric: mib(bare.RSSKiB), Unit: "MiB", Versus: "", Peer: nan(),
-			Note: "the same host process with an empty plugin directory: the plugins' share is the difference"})
+			Note: "the same host process with an empty plugin directory: the plugins' share is the difference"},
+		Row{Measure: "resident cost of one plugin (the set's share ÷ plugins)", Fabric: mib(full.RSSKiB-bare.RSSKiB) / float64(n), Unit: "MiB", Versus: "", Peer: nan(),
+			Note: fmt.Sprintf("(%s − %s) ÷ %d; machine code resident %s of %s mapped (the rest is in a file the kernel pages in when executed), idle instances' linear memory %s (%d instances), the rest Go heap (decoded modules, cycle records) and runtime; per plugin, code + memory: %s",
+				fmtNum(mib(full.RSSKiB), "MiB"), fmtNum(mib(bare.RSSKiB), "MiB"), n, fmtNum(float64(code)/(1<<20), "MiB"), fmtNum(float64(mapped(full.Resident))/(1<<20), "MiB"),
+				fmtNum(float64(mem)/(1<<20), "MiB"), instances(full.Resident), strings.Join(per, ", "))})
 	sc.Notes = append(sc.Notes, "Each host runs in a child process of its own (the bench binary re-executed) with a warm compilation cache; RSS is VmRSS at the end of the window.")
 	return nil
+}
+
+func mapped(rs []host.PluginResident) (n int64) {
+	for _, r := range rs {
+		n += r.CodeMapped
+	}
+	return n
+}
+
+func instances(rs []host.PluginResident) (n int) {
+	for _, r := range rs {
+		n += r.Instances
+	}
+	return n
 }

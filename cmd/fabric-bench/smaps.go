@@ -13,15 +13,19 @@ import (
 // rssBreakdown splits a process's resident set by what holds it, from
 // /proc/self/smaps and runtime/metrics.
 type rssBreakdown struct {
-	// CodeKiB: anonymous executable mappings (wazero's compiled code).
+	// CodeKiB: anonymous executable mappings (wazero's compiled code
+	// where it is not file-backed).
 	CodeKiB int64 `json:"code_kib"`
+	// CodeFileKiB: plugins' machine code mapped from files (*.code under
+	// the compilation cache, host/codefile.go).
+	CodeFileKiB int64 `json:"code_file_kib"`
 	// GoKiB: the Go runtime's resident memory (heap, stacks, metadata).
 	GoKiB int64 `json:"go_kib"`
 	// GoHeapKiB: live and unswept Go heap objects.
 	GoHeapKiB int64 `json:"go_heap_kib"`
 	// OtherAnonKiB: other anonymous mappings, mainly guest linear memories.
 	OtherAnonKiB int64 `json:"other_anon_kib"`
-	// FileKiB: file-backed mappings (the binary, shared libraries).
+	// FileKiB: other file-backed mappings (the binary, shared libraries).
 	FileKiB int64 `json:"file_kib"`
 }
 
@@ -35,7 +39,7 @@ func readRSSBreakdown() rssBreakdown {
 		return r
 	}
 	defer f.Close()
-	var anon, file bool
+	var anon, file, code bool
 	var rss int64
 	var anonRest int64
 	flush := func(exec bool) {
@@ -44,6 +48,8 @@ func readRSSBreakdown() rssBreakdown {
 			r.CodeKiB += rss
 		case anon:
 			anonRest += rss
+		case code:
+			r.CodeFileKiB += rss
 		case file:
 			r.FileKiB += rss
 		}
@@ -60,6 +66,7 @@ func readRSSBreakdown() rssBreakdown {
 			// a mapping header: addr perms offset dev inode [path]
 			anon = len(fields) == 5 || strings.HasPrefix(fields[5], "[")
 			file = !anon
+			code = file && strings.HasSuffix(fields[5], ".code")
 			rss = 0
 		case fields[0] == "Rss:" && len(fields) >= 2:
 			rss, _ = strconv.ParseInt(fields[1], 10, 64)
