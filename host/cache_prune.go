@@ -11,7 +11,8 @@ import (
 )
 
 // HostCacheMaxBytesDefault is Config.CacheMaxBytes's default: room for
-// ~140 compiled Go plugins (~14 MiB each).
+// ~80 compiled Go plugins (~26 MiB each: wazero's entry and the machine
+// code file the host maps, fabric-code/, codefile.go).
 const HostCacheMaxBytesDefault int64 = 2 << 30
 
 // cacheRecentUse protects entries read this recently from pruning: the
@@ -34,7 +35,7 @@ type CachePruneResult struct {
 
 // PruneCompilationCache keeps the compilation cache under dir within
 // maxBytes by deleting the least recently used entries first. Every
-// version of a plugin ever loaded leaves an entry (~14 MiB for a Go
+// version of a plugin ever loaded leaves an entry (~26 MiB for a Go
 // plugin), so a host that hot-swaps for months would otherwise fill its
 // disk. Use is the entry's access time (under relatime it advances at
 // least daily on read) or its modification time, whichever is later;
