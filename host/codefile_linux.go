@@ -42,6 +42,14 @@ func fileBackCode(code []byte, dir string) error {
 		return err
 	}
 	defer f.Close()
+	// A mapping the kernel refuses (a noexec mount) is refused here, where
+	// the code is not touched: MAP_FIXED below may unmap the old pages
+	// before it fails.
+	probe, err := syscall.Mmap(int(f.Fd()), 0, n, syscall.PROT_READ|syscall.PROT_EXEC, syscall.MAP_PRIVATE)
+	if err != nil {
+		return fmt.Errorf("host: map machine code from %s: %w", path, err)
+	}
+	_ = syscall.Munmap(probe)
 	// MAP_FIXED replaces the anonymous pages in place: the same bytes at
 	// the same address, read-only and executable as the code needs.
 	got, _, errno := syscall.Syscall6(syscall.SYS_MMAP, addr, uintptr(n), syscall.PROT_READ|syscall.PROT_EXEC,
