@@ -114,6 +114,10 @@ type Driver interface {
 	// returns; executions outside a flow are not delivered. It returns
 	// once the subscription is registered.
 	SubscribeCompletions(ctx context.Context, p *SubscribeCompletionsParams) (CompletionSubscription, error)
+
+	// ControlDriver: cancel as the holder, cancel a flow, suspension,
+	// signals and streams (control.go).
+	ControlDriver
 }
 
 // CreateExecutionParams are the inputs of Driver.CreateExecution. The

@@ -156,6 +156,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	sub("CancelExecution/Leased", testCancelLeased)
 	sub("ExecutionState+Result/NotFound", testNotFound)
 	sub("SubscribeCompletions", testCompletions)
+	runControl(sub)
 }
 
 func testCreateWaiting(e *env) {
@@ -712,6 +713,9 @@ func RunUnmigrated(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 			}
 			return err
 		},
+	}
+	for name, op := range controlUnmigrated(ctx, d, id, f) {
+		ops[name] = op
 	}
 	for _, name := range Operations {
 		op, ok := ops[name]

@@ -95,6 +95,18 @@ func (d *Driver) CreateExecution(ctx context.Context, p *backend.CreateExecution
 		}
 		id = backend.IdempotentExecutionID(id.Partition(), p.Namespace, p.IdempotencyKey)
 	}
+	if !p.FlowID.IsZero() && p.LaneID != "" {
+		// The flow is created when absent, as on Valkey (an existing one
+		// is left as it is); a member off the flow's partition is refused
+		// first.
+		if _, err := model.ParseExecutionID(string(id)); err != nil || id.Partition() != d.c.parts.FlowPartition(p.FlowID) {
+			return nil, mapErr(fmt.Errorf("create execution %s: %w: not on flow %s's partition", id, CodeInvalidInput, p.FlowID), false)
+		}
+		if err := d.c.CreateFlow(ctx, &CreateFlowParams{FlowID: p.FlowID, Kind: p.FlowKind, Namespace: p.Namespace,
+			NowMs: d.c.nowMs()}); err != nil {
+			return nil, mapErr(err, false)
+		}
+	}
 	res, err := d.c.CreateExecution(ctx, &CreateExecutionParams{
 		ExecutionID: id, FlowID: p.FlowID, Namespace: p.Namespace, LaneID: p.LaneID,
 		ExecutionKind: p.ExecutionKind, Priority: p.Priority, CreatorIdentity: p.CreatorIdentity,

@@ -128,6 +128,7 @@ type CancelExecutionParams struct {
 //	  terminal_at_ms, cancellation_reason, cancelled_by, raw_fields.terminal_outcome cancelled
 //	ff_attempt (current, when it started): outcome cancelled, terminal_at_ms, lease NULL
 //	ff_suspension_current: deleted (no timeout acts on it later)
+//	ff_waitpoint_pending: the execution's waitpoints deleted (no signal reaches it)
 //	ff_completion_event: cancelled → NOTIFY ff_completion (a flow cascades)
 //	ff_lease_event: revoked, when it was active
 //
@@ -157,34 +158,45 @@ func (c *Client) CancelExecution(ctx context.Context, p *CancelExecutionParams) 
 		if phase == model.PhaseTerminal {
 			return fmt.Errorf("%w: phase %s", CodeExecutionNotActive, phase)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'cancelled', lease_expires_at_ms = NULL
+		return cancelLocked(ctx, tx, k, phase, idx, p.Reason, p.Source, now)
+	})
+	if err != nil {
+		return fmt.Errorf("cancel execution %s: %w", p.ExecutionID, err)
+	}
+	return nil
+}
+
+// cancelLocked ends a locked, non-terminal execution cancelled (see
+// CancelExecution for what it writes); phase and idx are its lifecycle
+// phase and attempt index as read under the lock.
+func cancelLocked(ctx context.Context, tx pgx.Tx, k execKey, phase string, idx int, reason, source string, now int64) error {
+	if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'cancelled', lease_expires_at_ms = NULL
  WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 AND terminal_at_ms IS NULL`,
-			k.part, [16]byte(k.uuid), idx, now); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
+		k.part, [16]byte(k.uuid), idx, now); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `
 UPDATE ff_exec_core
    SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
        public_state = 'cancelled', attempt_state = 'attempt_terminal', terminal_at_ms = $3,
        cancellation_reason = $4, cancelled_by = $5,
        raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text, 'terminal_outcome', 'cancelled')
- WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, p.Reason, p.Source); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM ff_suspension_current WHERE partition_key = $1 AND execution_id = $2`,
-			k.part, [16]byte(k.uuid)); err != nil {
-			return err
-		}
-		if _, err := emitCompletion(ctx, tx, k, model.OutcomeCancelled, now, false); err != nil {
-			return err
-		}
-		if phase == model.PhaseActive {
-			return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("cancel execution %s: %w", p.ExecutionID, err)
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, reason, source); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM ff_suspension_current WHERE partition_key = $1 AND execution_id = $2`,
+		k.part, [16]byte(k.uuid)); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM ff_waitpoint_pending WHERE partition_key = $1 AND execution_id = $2`,
+		k.part, [16]byte(k.uuid)); err != nil {
+		return err
+	}
+	if _, err := emitCompletion(ctx, tx, k, model.OutcomeCancelled, now, false); err != nil {
+		return err
+	}
+	if phase == model.PhaseActive {
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package valkey_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/fabric-host/fabric/backend"
@@ -13,5 +14,13 @@ import (
 // Valkey driver against a real server.
 func TestDriverConformance(t *testing.T) {
 	t.Parallel()
-	backendtest.Run(t, func(t *testing.T) backend.Driver { return valkey.NewDriver(valkeytest.Client(t)) })
+	backendtest.Run(t, func(t *testing.T) backend.Driver {
+		c := valkeytest.Client(t)
+		// Suspension needs the deployment's waitpoint secret (Postgres
+		// seeds its own keystore).
+		if err := c.InstallWaitpointHMACSecret(context.Background(), "00112233445566778899aabbccddeeff"); err != nil {
+			t.Fatal(err)
+		}
+		return valkey.NewDriver(c)
+	})
 }

@@ -1,0 +1,212 @@
+package valkey
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/fabric-host/fabric/backend"
+	"github.com/fabric-host/fabric/model"
+)
+
+// mapControlErr is mapErr with the control operations' codes.
+func mapControlErr(err error, fenced bool) error {
+	if err == nil {
+		return nil
+	}
+	var s error
+	switch CodeOf(err) {
+	case CodeFlowNotFound:
+		s = backend.ErrFlowNotFound
+	case CodeFlowAlreadyTerminal:
+		s = backend.ErrFlowTerminal
+	case CodeInvalidToken, CodeMissingToken, CodeTokenExpired, CodeInvalidWaitpointForExecution:
+		s = backend.ErrInvalidToken
+	case CodeWaitpointNotFound:
+		s = backend.ErrWaitpointNotFound
+	case CodeStaleOwnerCannotAppend, CodeStreamClosed:
+		s = backend.ErrLeaseGone
+	case CodeExecutionNotSuspended, CodeTargetNotSignalable, CodeWaitpointClosed, CodeWaitpointNotOpen:
+		s = backend.ErrNotSuspended
+	default:
+		return mapErr(err, fenced)
+	}
+	return fmt.Errorf("%w: %w", s, err)
+}
+
+// CancelLeasedExecution implements backend.ControlDriver
+// (ff_cancel_execution, source worker, fenced by lease id and epoch).
+func (d *Driver) CancelLeasedExecution(ctx context.Context, p *backend.CancelLeasedExecutionParams) error {
+	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
+		return fmt.Errorf("%w: cancel execution: %v", backend.ErrInvalidInput, err)
+	}
+	_, err := d.c.CancelExecution(ctx, &CancelExecutionParams{ExecutionID: p.ExecutionID, Reason: p.Reason,
+		Source: "worker", LeaseID: p.Fence.LeaseID, LeaseEpoch: p.Fence.LeaseEpoch})
+	return mapControlErr(err, true)
+}
+
+// CancelFlow implements backend.ControlDriver as FlowFabric's server
+// does synchronously: ff_cancel_flow with cancel_all, then
+// ff_cancel_execution (operator_override) and ff_ack_cancel_member per
+// member. Members that had already ended are acked, not reported.
+func (d *Driver) CancelFlow(ctx context.Context, p *backend.CancelFlowParams) (*backend.CancelFlowResult, error) {
+	if p.FlowID.IsZero() {
+		return nil, fmt.Errorf("%w: cancel flow: a flow id is required", backend.ErrInvalidInput)
+	}
+	res, err := d.c.CancelFlow(ctx, p.FlowID, p.Reason, "cancel_all", DefaultCancelFlowGraceMs, nowMs())
+	if err != nil {
+		return nil, mapControlErr(err, false)
+	}
+	out := &backend.CancelFlowResult{}
+	var errs []error
+	for _, m := range res.Members {
+		_, err := d.c.CancelExecution(ctx, &CancelExecutionParams{ExecutionID: m, Reason: p.Reason, Source: SourceOperatorOverride})
+		switch {
+		case err == nil:
+			out.Members = append(out.Members, m)
+		case errors.Is(err, CodeExecutionNotActive), errors.Is(err, CodeExecutionNotFound):
+		default:
+			errs = append(errs, err)
+			continue
+		}
+		if err := d.c.AckCancelMember(ctx, p.FlowID, m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("cancel flow %s: %w", p.FlowID, errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// SignalSetConditionJSON is the single-waitpoint resume condition
+// FlowFabric's backend sends ff_suspend_execution: a signal_set of names
+// (any one, or all with matchAll; none: any signal).
+func SignalSetConditionJSON(names []string, matchAll bool, behavior string) string {
+	if names == nil {
+		names = []string{}
+	}
+	mode := "any"
+	if matchAll && len(names) > 0 {
+		mode = "all"
+	}
+	if behavior == "" {
+		behavior = backend.TimeoutFail
+	}
+	b, _ := json.Marshal(map[string]any{"condition_type": "signal_set", "required_signal_names": names,
+		"signal_match_mode": mode, "minimum_signal_count": 1, "timeout_behavior": behavior,
+		"allow_operator_override": true})
+	return string(b)
+}
+
+// SuspendExecution implements backend.ControlDriver
+// (ff_suspend_execution on one fresh waitpoint).
+func (d *Driver) SuspendExecution(ctx context.Context, p *backend.SuspendExecutionParams) (*backend.SuspendExecutionResult, error) {
+	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
+		return nil, fmt.Errorf("%w: suspend: %v", backend.ErrInvalidInput, err)
+	}
+	if p.WaitpointKey == "" || p.SuspensionID == "" || p.WaitpointID == "" {
+		return nil, fmt.Errorf("%w: suspend %s: suspension id, waitpoint id and key are required", backend.ErrInvalidInput, p.ExecutionID)
+	}
+	reason := p.ReasonCode
+	if reason == "" {
+		reason = "waiting_for_signal"
+	}
+	r, err := d.c.SuspendExecution(ctx, &SuspendParams{ExecutionID: p.ExecutionID, AttemptIndex: p.Fence.AttemptIndex,
+		Fence: p.Fence, SuspensionID: p.SuspensionID, WaitpointID: p.WaitpointID, WaitpointKey: p.WaitpointKey,
+		ReasonCode: reason, RequestedBy: "worker", TimeoutAt: p.TimeoutAt,
+		ResumeConditionJSON: SignalSetConditionJSON(p.SignalNames, p.MatchAll, p.TimeoutBehavior),
+		ResumePolicyJSON:    "{}", TimeoutBehavior: p.TimeoutBehavior,
+		Lane: p.Holder.LaneID, WorkerInstanceID: p.Holder.WorkerInstanceID})
+	if err != nil {
+		return nil, mapControlErr(err, true)
+	}
+	return &backend.SuspendExecutionResult{SuspensionID: r.SuspensionID, WaitpointID: r.Waitpoint.WaitpointID,
+		WaitpointKey: r.Waitpoint.WaitpointKey, Token: r.Waitpoint.Token}, nil
+}
+
+// DeliverSignal implements backend.ControlDriver (ff_deliver_signal,
+// category external, source type sdk).
+func (d *Driver) DeliverSignal(ctx context.Context, p *backend.DeliverSignalParams) (*backend.DeliverSignalResult, error) {
+	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
+		return nil, fmt.Errorf("%w: deliver signal: %v", backend.ErrInvalidInput, err)
+	}
+	if p.WaitpointID == "" || p.Token == "" || p.Name == "" || p.SignalID == "" {
+		return nil, fmt.Errorf("%w: deliver signal to %s: waitpoint id, token, signal id and name are required",
+			backend.ErrInvalidInput, p.ExecutionID)
+	}
+	payload := string(p.Payload)
+	if payload == "" {
+		payload = "{}"
+	}
+	r, err := d.c.DeliverSignal(ctx, &SignalParams{SignalID: p.SignalID, ExecutionID: p.ExecutionID,
+		WaitpointID: p.WaitpointID, SignalName: p.Name, SignalCategory: "external", SourceType: "sdk",
+		SourceIdentity: p.Source, Payload: payload, WaitpointToken: p.Token})
+	if err != nil {
+		return nil, mapControlErr(err, false)
+	}
+	return &backend.DeliverSignalResult{SignalID: r.SignalID, Effect: r.Effect}, nil
+}
+
+// AppendFrame implements backend.ControlDriver (ff_append_frame, exact
+// retention of DefaultRetentionMaxLen frames).
+func (d *Driver) AppendFrame(ctx context.Context, p *backend.AppendFrameParams) (*backend.AppendFrameResult, error) {
+	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
+		return nil, fmt.Errorf("%w: append frame: %v", backend.ErrInvalidInput, err)
+	}
+	ap := &AppendFrameParams{ExecutionID: p.ExecutionID, AttemptIndex: p.Fence.AttemptIndex, Fence: p.Fence,
+		FrameType: p.FrameType, Payload: string(p.Payload), CorrelationID: p.CorrelationID,
+		RetentionMaxLen: DefaultRetentionMaxLen}
+	switch p.Mode {
+	case "", backend.FrameDurable:
+	case backend.FrameBestEffort:
+		ap.Mode = StreamModeBestEffort
+	case backend.FrameSummary:
+		if !json.Valid(p.Payload) {
+			return nil, fmt.Errorf("%w: append frame to %s: a summary frame's payload must be JSON", backend.ErrInvalidInput, p.ExecutionID)
+		}
+		ap.Mode, ap.PatchKind = StreamModeSummary, PatchKindJSONMerge
+	default:
+		return nil, fmt.Errorf("%w: append frame to %s: mode %q", backend.ErrInvalidInput, p.ExecutionID, p.Mode)
+	}
+	if p.FrameType == "" {
+		return nil, fmt.Errorf("%w: append frame to %s: empty frame type", backend.ErrInvalidInput, p.ExecutionID)
+	}
+	r, err := d.c.AppendFrame(ctx, ap)
+	if err != nil {
+		return nil, mapControlErr(err, true)
+	}
+	return &backend.AppendFrameResult{EntryID: r.EntryID}, nil
+}
+
+// ReadStream implements backend.ControlDriver (ff_read_attempt_stream).
+func (d *Driver) ReadStream(ctx context.Context, p *backend.ReadStreamParams) (*backend.StreamRead, error) {
+	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
+		return nil, fmt.Errorf("%w: read stream: %v", backend.ErrInvalidInput, err)
+	}
+	if p.AttemptIndex < 0 || p.Count < 1 || p.Count > 10000 {
+		return nil, fmt.Errorf("%w: read stream of %s: attempt must be >= 0 and count in 1..10000", backend.ErrInvalidInput, p.ExecutionID)
+	}
+	from := "-"
+	if p.After != "" {
+		ms, seq, _ := strings.Cut(p.After, "-")
+		_, err1 := strconv.ParseUint(ms, 10, 64)
+		_, err2 := strconv.ParseUint(seq, 10, 64)
+		if err1 != nil || (seq != "" && err2 != nil) {
+			return nil, fmt.Errorf("%w: read stream of %s: entry id %q", backend.ErrInvalidInput, p.ExecutionID, p.After)
+		}
+		from = "(" + p.After
+	}
+	s, err := d.c.ReadAttemptStream(ctx, p.ExecutionID, p.AttemptIndex, from, "+", p.Count, "")
+	if err != nil {
+		return nil, mapControlErr(err, false)
+	}
+	out := &backend.StreamRead{Closed: s.ClosedAt != ""}
+	for _, f := range s.Frames {
+		out.Frames = append(out.Frames, backend.StreamFrame{ID: f.ID, Fields: f.Fields})
+	}
+	return out, nil
+}
