@@ -74,15 +74,11 @@ func (l *Lease) Delay(ctx context.Context, at time.Time) error {
 }
 
 // Cancel cancels the execution as its lease holder (ff_cancel_execution,
-// source "worker").
+// source "worker", on Postgres the same end under the lease's fence).
 func (l *Lease) Cancel(ctx context.Context, reason string) error {
 	err := l.finishCall(ctx, "cancel", model.OutcomeCancelled, func(ctx context.Context) error {
-		if l.w.pg != nil {
-			return errNotOnPostgres("Lease.Cancel")
-		}
-		_, err := l.w.vc.CancelExecution(ctx, &valkey.CancelExecutionParams{ExecutionID: l.ID, Reason: reason,
-			Source: "worker", LeaseID: l.fence.LeaseID, LeaseEpoch: l.fence.LeaseEpoch})
-		return err
+		return l.w.drv.CancelLeasedExecution(ctx, &backend.CancelLeasedExecutionParams{ExecutionID: l.ID, Fence: l.fence,
+			Holder: backend.Holder{LaneID: l.Lane, WorkerInstanceID: l.w.cfg.InstanceID}, Reason: reason})
 	})
 	if err == nil {
 		l.cascade(ctx)

@@ -2,10 +2,10 @@ package sdk
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
@@ -255,32 +255,19 @@ func (f *Flow) resolveFinished(ctx context.Context, ep *valkey.EdgeParams) error
 
 // CancelFlow cancels a flow and every member that is not terminal yet
 // (ff_cancel_flow with cancel_all, then ff_cancel_execution per member
-// and ff_ack_cancel_member), as FlowFabric's server does synchronously.
+// and ff_ack_cancel_member, as FlowFabric's server does synchronously; on
+// Postgres the flow and its members in one transaction). A missing flow
+// is an error matching backend.ErrFlowNotFound, a cancelled one
+// backend.ErrFlowTerminal.
 func (c *Client) CancelFlow(ctx context.Context, flow model.UUID, reason string) error {
-	if c.vc == nil {
-		return errNotOnPostgres("CancelFlow")
+	if flow.IsZero() {
+		return invalid("flow", "a flow id is required")
 	}
 	if err := c.checkFlowRouting(); err != nil {
 		return err
 	}
-	res, err := c.vc.CancelFlow(ctx, flow, reason, "cancel_all", valkey.DefaultCancelFlowGraceMs, c.clock().UnixMilli())
-	if err != nil {
-		return fmt.Errorf("sdk: %w", err)
-	}
-	var errs []error
-	for _, m := range res.Members {
-		_, err := c.vc.CancelExecution(ctx, &valkey.CancelExecutionParams{ExecutionID: m, Reason: reason,
-			Source: valkey.SourceOperatorOverride})
-		if err != nil && !errors.Is(err, valkey.CodeExecutionNotActive) && !errors.Is(err, valkey.CodeExecutionNotFound) {
-			errs = append(errs, err)
-			continue
-		}
-		if err := c.vc.AckCancelMember(ctx, flow, m); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("sdk: cancel flow %s: %w", flow, errors.Join(errs...))
+	if _, err := c.drv.CancelFlow(ctx, &backend.CancelFlowParams{FlowID: flow, Reason: reason}); err != nil {
+		return fmt.Errorf("sdk: cancel flow %s: %w", flow, err)
 	}
 	return nil
 }
