@@ -39,8 +39,9 @@ type sdkBackend struct {
 	dispatch func(t *testing.T, ctx context.Context, c *sdk.Client)
 }
 
-// pgClients maps the Postgres rows' SDK clients to their backend client.
-var pgClients sync.Map
+// pgClients maps the Postgres rows' SDK clients to their backend client,
+// vkClients the Valkey rows'.
+var pgClients, vkClients sync.Map
 
 // sqlHost runs pdk SQL requests on a host SQL session (the host's
 // sql_query, natively).
@@ -91,6 +92,7 @@ var sdkBackends = []sdkBackend{
 			if err != nil {
 				t.Fatal(err)
 			}
+			vkClients.Store(c, vc)
 			return c, func(cfg sdk.WorkerConfig) *sdk.Worker {
 				cfg.Logger = valkeytest.Logger()
 				w, err := sdk.Connect(ctx, vc, cfg)

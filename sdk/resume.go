@@ -67,7 +67,7 @@ type ResumeSignal struct {
 // not resumed by signals (a first run, a retry, a timeout resume).
 func (l *Lease) ResumeSignals(ctx context.Context) ([]ResumeSignal, error) {
 	if l.w.pg != nil {
-		return nil, errNotOnPostgres("Lease.ResumeSignals")
+		return l.pgResumeSignals(ctx)
 	}
 	raw := l.w.vc.Raw()
 	m, err := raw.Do(ctx, raw.B().Hgetall().Key(model.KeysFor(l.ID).SuspensionCurrent()).Build()).AsStrMap()

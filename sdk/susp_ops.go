@@ -161,11 +161,11 @@ type Suspension struct {
 // worker claims it again (AttemptType "resumed", same attempt). Unless
 // the result says AlreadySatisfied, the lease is finished.
 func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, error) {
-	if l.w.pg != nil {
-		return nil, errNotOnPostgres("Lease.Suspend")
-	}
 	if err := spec.validate(); err != nil {
 		return nil, err
+	}
+	if l.w.pg != nil {
+		return l.pgSuspend(ctx, spec)
 	}
 	if err := l.begin(); err != nil {
 		return nil, err
@@ -323,9 +323,6 @@ type SignalResult struct {
 // Lease.CreatePendingWaitpoint) is buffered until the execution suspends
 // on it (Effect buffered_for_pending_waitpoint).
 func (c *Client) DeliverSignal(ctx context.Context, id model.ExecutionID, s Signal) (*SignalResult, error) {
-	if c.vc == nil {
-		return nil, errNotOnPostgres("Client.DeliverSignal")
-	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
@@ -335,6 +332,9 @@ func (c *Client) DeliverSignal(ctx context.Context, id model.ExecutionID, s Sign
 	src := s.Source
 	if src == "" {
 		src = c.who
+	}
+	if c.vc == nil {
+		return c.pgDeliverSignal(ctx, id, s, src)
 	}
 	payload := string(s.Payload)
 	if payload == "" {
@@ -350,7 +350,7 @@ func (c *Client) DeliverSignal(ctx context.Context, id model.ExecutionID, s Sign
 		r, err = c.vc.BufferSignalForPendingWaitpoint(ctx, sp)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sdk: %w", err)
+		return nil, fmt.Errorf("sdk: %w", valkey.ControlError(err))
 	}
 	return &SignalResult{SignalID: r.SignalID, Effect: r.Effect, Duplicate: r.Duplicate,
 		Resumed: r.Effect == "resume_condition_satisfied"}, nil

@@ -75,7 +75,7 @@ func validBehavior(b string) bool {
 //	  reason_code, condition; satisfied_set [] and member_map {} reset)
 //	ff_exec_core: suspended / released / not_applicable / suspended / attempt_interrupted,
 //	  blocking_reason waiting_for_signal, raw_fields current_suspension_id,
-//	  current_waitpoint_id
+//	  current_waitpoint_id, suspension_attempt_index
 //	ff_attempt: worker ids and lease NULL, lease_epoch + 1, outcome attempt_interrupted
 //	ff_lease_event: revoked
 //
@@ -150,8 +150,9 @@ ON CONFLICT (partition_key, execution_id) DO UPDATE SET suspension_id = EXCLUDED
    SET lifecycle_phase = 'suspended', ownership_state = 'released', eligibility_state = 'not_applicable',
        public_state = 'suspended', attempt_state = 'attempt_interrupted', blocking_reason = 'waiting_for_signal',
        raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text,
-           'current_suspension_id', $4::text, 'current_waitpoint_id', $5::text)
- WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, res.SuspensionID, res.WaitpointID); err != nil {
+           'current_suspension_id', $4::text, 'current_waitpoint_id', $5::text, 'suspension_attempt_index', $6::int::text)
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, res.SuspensionID, res.WaitpointID,
+			p.Fence.AttemptIndex); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE ff_attempt
@@ -413,16 +414,19 @@ type ResumeSignal struct {
 }
 
 // ResumeSignals returns the signals that satisfied the execution's last
-// suspension (its satisfied_set), oldest first; none when it has no
-// suspension or was not resumed by signals.
-func (c *Client) ResumeSignals(ctx context.Context, id model.ExecutionID) ([]ResumeSignal, error) {
+// suspension (its satisfied_set), oldest first, when that suspension was
+// of attempt; none when it has no suspension, was not resumed by signals
+// or suspended another attempt.
+func (c *Client) ResumeSignals(ctx context.Context, id model.ExecutionID, attempt int) ([]ResumeSignal, error) {
 	k, err := splitExecID(id)
 	if err != nil {
 		return nil, fmt.Errorf("resume signals of %s: %w", id, err)
 	}
 	var satRaw, mapRaw []byte
-	err = c.pool.QueryRow(ctx, `SELECT satisfied_set, member_map FROM ff_suspension_current
- WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid)).Scan(&satRaw, &mapRaw)
+	err = c.pool.QueryRow(ctx, `SELECT s.satisfied_set, s.member_map FROM ff_suspension_current s
+  JOIN ff_exec_core c ON c.partition_key = s.partition_key AND c.execution_id = s.execution_id
+ WHERE s.partition_key = $1 AND s.execution_id = $2 AND c.raw_fields->>'suspension_attempt_index' = $3::int::text`,
+		k.part, [16]byte(k.uuid), attempt).Scan(&satRaw, &mapRaw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -12,6 +12,12 @@ import (
 	"github.com/fabric-host/fabric/model"
 )
 
+// ControlError wraps err, from a suspension, signal or stream call, with
+// the backend sentinel its library code means (backend.ErrInvalidToken,
+// backend.ErrWaitpointNotFound, backend.ErrNotSuspended, ...), keeping
+// err in the chain, so callers match both backends alike.
+func ControlError(err error) error { return mapControlErr(err, false) }
+
 // mapControlErr is mapErr with the control operations' codes.
 func mapControlErr(err error, fenced bool) error {
 	if err == nil {

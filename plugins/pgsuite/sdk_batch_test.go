@@ -15,8 +15,8 @@ import (
 // TestSDKEnqueueManyOnPostgres: EnqueueMany creates a batch over the
 // Postgres backend (a reused idempotency key yields the first id), a
 // worker runs every execution, and the Valkey-only calls of the later
-// issue-25 work (TrySuspend, ResumeSignals, Admit, budgets and quotas)
-// answer ErrNotOnPostgres instead of misbehaving.
+// issue-25 work (TrySuspend with extra waitpoints, Admit, budgets and
+// quotas) answer ErrNotOnPostgres instead of misbehaving.
 func TestSDKEnqueueManyOnPostgres(t *testing.T) {
 	t.Parallel()
 	pc := newClient(t)
@@ -72,11 +72,11 @@ func TestSDKEnqueueManyOnPostgres(t *testing.T) {
 		}
 		if first {
 			first = false
-			if _, err := l.TrySuspend(ctx, sdk.SuspendSpec{}); !errors.Is(err, sdk.ErrNotOnPostgres) {
-				t.Fatalf("TrySuspend: %v", err)
+			if _, err := l.TrySuspend(ctx, sdk.SuspendSpec{ExtraWaitpoints: []string{"x"}}); !errors.Is(err, sdk.ErrNotOnPostgres) {
+				t.Fatalf("TrySuspend with extra waitpoints: %v", err)
 			}
-			if _, err := l.ResumeSignals(ctx); !errors.Is(err, sdk.ErrNotOnPostgres) {
-				t.Fatalf("ResumeSignals: %v", err)
+			if sigs, err := l.ResumeSignals(ctx); err != nil || sigs != nil {
+				t.Fatalf("ResumeSignals of a first attempt: %v %v", sigs, err)
 			}
 			if _, err := l.Admit(ctx, model.NewUUID()); !errors.Is(err, sdk.ErrNotOnPostgres) {
 				t.Fatalf("Admit: %v", err)

@@ -139,7 +139,8 @@ func TestSDKOnPostgres(t *testing.T) {
 // TestSDKOnPostgresRetryAndUnsupported: a failing handler is retried per
 // the policy (the delayed retry is made eligible by PromoteDelayedDue, as
 // pg_delayed_promoter would), the client reads its state and result, and
-// Valkey-only calls (suspend) answer ErrNotOnPostgres.
+// Valkey-only calls (suspend with extra waitpoints) answer
+// ErrNotOnPostgres and leave the lease usable.
 func TestSDKOnPostgresRetryAndUnsupported(t *testing.T) {
 	t.Parallel()
 	pc := pgtest.Client(t, postgres.ClientConfig{Partitions: parts})
@@ -163,8 +164,8 @@ func TestSDKOnPostgresRetryAndUnsupported(t *testing.T) {
 	if err != nil || l == nil || l.ID != id || l.AttemptIndex != 0 {
 		t.Fatalf("claim: %+v %v", l, err)
 	}
-	if _, err := l.Suspend(ctx, sdk.SuspendSpec{}); !errors.Is(err, sdk.ErrNotOnPostgres) {
-		t.Fatalf("suspend: %v", err)
+	if _, err := l.Suspend(ctx, sdk.SuspendSpec{ExtraWaitpoints: []string{"x"}}); !errors.Is(err, sdk.ErrNotOnPostgres) {
+		t.Fatalf("suspend with extra waitpoints: %v", err)
 	}
 	res, err := l.Fail(ctx, "boom", sdk.CategoryTransient, true)
 	if err != nil || !res.RetryScheduled {
