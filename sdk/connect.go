@@ -35,8 +35,9 @@ import (
 //     concurrent workers never claim one execution twice.
 //   - Leases renew, complete, fail (retry per the stored policy, delayed
 //     by its backoff), delay and hand back as on Valkey; a Client's State,
-//     Result, CancelExecution and flows (CreateFlow, Flow.Add, AddJoin)
-//     work too. Suspend and streams answer ErrNotOnPostgres; a worker
+//     Result, CancelExecution, flows (CreateFlow, Flow.Add, AddJoin,
+//     CancelFlow), Lease.Cancel, Suspend on one waitpoint, DeliverSignal,
+//     ResumeSignals and attempt streams work too; a worker
 //     does not resolve its flow members' dependencies
 //     (WorkerConfig.ResolveDependencies): the host's
 //     pg_dependency_reconciler does, pushed by LISTEN ff_completion.

@@ -49,8 +49,12 @@
 // [Client.CreateFlow], [Flow.Add] and [Flow.AddJoin] build flows (edges,
 // edge group and the child's state in one transaction; the host's
 // pg_dependency_reconciler releases children as parents complete);
-// suspension, streams, [Client.CancelFlow] and worker-side dependency
-// resolution answer [ErrNotOnPostgres] or do nothing.
+// [Client.CancelFlow], [Lease.Cancel], suspension on one waitpoint,
+// [Client.DeliverSignal], [Lease.ResumeSignals] and attempt streams go
+// through the driver's ControlDriver operations. Pending and extra
+// waitpoints, signal idempotency keys, budgets, quotas and periodic
+// schedules answer [ErrNotOnPostgres]; worker-side dependency resolution
+// does nothing (the host's reconciler resolves).
 //
 // # Notes
 //

@@ -17,9 +17,6 @@ import (
 // ended); a reader follows a stream by calling it again with the last
 // frame's ID until closed and no frames.
 func (c *Client) TailAttemptStream(ctx context.Context, id model.ExecutionID, attempt int, after string, block time.Duration, count int) (frames []StreamFrame, closed bool, err error) {
-	if c.vc == nil {
-		return nil, false, errNotOnPostgres("Client.TailAttemptStream")
-	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, false, invalid("id", "%v", err)
 	}
@@ -28,6 +25,9 @@ func (c *Client) TailAttemptStream(ctx context.Context, id model.ExecutionID, at
 	}
 	if block < time.Millisecond {
 		return nil, false, invalid("stream.block", "must be at least 1ms (got %s)", block)
+	}
+	if c.vc == nil {
+		return c.pgReadStream(ctx, id, attempt, after, count, block)
 	}
 	if after == "" {
 		after = "0-0"
@@ -55,11 +55,15 @@ func (c *Client) TailAttemptStream(ctx context.Context, id model.ExecutionID, at
 // FrameSummary frames were merged into, "" before the first) and its
 // version (the number of patches applied).
 func (c *Client) ReadSummary(ctx context.Context, id model.ExecutionID, attempt int) (doc string, version int64, err error) {
-	if c.vc == nil {
-		return "", 0, errNotOnPostgres("Client.ReadSummary")
-	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return "", 0, invalid("id", "%v", err)
+	}
+	if c.vc == nil {
+		doc, version, err := c.pg.ReadSummary(ctx, id, attempt)
+		if err != nil {
+			return "", 0, fmt.Errorf("sdk: %w", err)
+		}
+		return doc, version, nil
 	}
 	s, err := c.vc.ReadSummary(ctx, id, attempt)
 	if err != nil {

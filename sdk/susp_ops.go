@@ -254,9 +254,6 @@ const (
 // AppendFrame appends an output frame to the attempt's durable stream
 // (ff_append_frame) and returns its stream entry id.
 func (l *Lease) AppendFrame(ctx context.Context, f Frame) (string, error) {
-	if l.w.pg != nil {
-		return "", errNotOnPostgres("Lease.AppendFrame")
-	}
 	if f.Type == "" {
 		return "", invalid("frame.type", "must not be empty")
 	}
@@ -277,6 +274,9 @@ func (l *Lease) AppendFrame(ctx context.Context, f Frame) (string, error) {
 		ap.Mode, ap.PatchKind = FrameSummary, "json-merge-patch"
 	default:
 		return "", invalid("frame.mode", "unknown mode %q (durable, best_effort or summary)", f.Mode)
+	}
+	if l.w.pg != nil {
+		return l.pgAppendFrame(ctx, f)
 	}
 	res, err := l.w.vc.AppendFrame(ctx, ap)
 	if err != nil {
@@ -368,14 +368,14 @@ type StreamFrame struct {
 // stream, after entry id after ("" = from the start). closed reports a
 // stream whose attempt ended.
 func (c *Client) ReadAttemptStream(ctx context.Context, id model.ExecutionID, attempt int, after string, count int) (frames []StreamFrame, closed bool, err error) {
-	if c.vc == nil {
-		return nil, false, errNotOnPostgres("Client.ReadAttemptStream")
-	}
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, false, invalid("id", "%v", err)
 	}
 	if attempt < 0 || count < 1 || count > 10000 {
 		return nil, false, invalid("stream", "attempt must be >= 0 and count in 1..10000")
+	}
+	if c.vc == nil {
+		return c.pgReadStream(ctx, id, attempt, after, count, 0)
 	}
 	from := "-"
 	if after != "" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -250,6 +251,56 @@ func (c *Client) ReadStream(ctx context.Context, p *ReadStreamParams) (*StreamRe
 		return nil, fmt.Errorf("read stream of %s: %w", p.ExecutionID, notMigrated(err))
 	}
 	return &StreamRead{Frames: frames, Closed: closed}, nil
+}
+
+// TailStream is ReadStream that waits up to block for a frame when
+// there is none yet: it LISTENs on the attempt's channel
+// (ff_stream_<uuid>_<attempt>, notified by ff_stream_frame's trigger)
+// before reading, so a frame committed meanwhile is not missed, and
+// reads again when notified. No frames in time is an empty read (its
+// Closed still reported).
+func (c *Client) TailStream(ctx context.Context, p *ReadStreamParams, block time.Duration) (*StreamRead, error) {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return nil, fmt.Errorf("tail stream of %s: %w", p.ExecutionID, err)
+	}
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tail stream of %s: %w", p.ExecutionID, err)
+	}
+	channel := pgx.Identifier{"ff_stream_" + k.id() + "_" + strconv.Itoa(p.AttemptIndex)}.Sanitize()
+	defer func() {
+		// The connection goes back to the pool listening on nothing; one
+		// that cannot say so is closed instead.
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "UNLISTEN "+channel); err != nil {
+			_ = conn.Conn().Close(uctx)
+		}
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return nil, fmt.Errorf("tail stream of %s: %w", p.ExecutionID, notMigrated(err))
+	}
+	deadline := time.Now().Add(block)
+	for {
+		r, err := c.ReadStream(ctx, p)
+		if err != nil || len(r.Frames) > 0 || r.Closed {
+			return r, err
+		}
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		_, err = conn.Conn().WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("tail stream of %s: %w", p.ExecutionID, ctx.Err())
+			}
+			if time.Now().Before(deadline) {
+				return nil, fmt.Errorf("tail stream of %s: %w", p.ExecutionID, err)
+			}
+			return c.ReadStream(ctx, p) // the block elapsed: one last read
+		}
+	}
 }
 
 // AppendFrame implements backend.ControlDriver.
