@@ -136,6 +136,9 @@ type DeliverSignalParams struct {
 	Payload  []byte
 	// Source identifies the sender.
 	Source string
+	// IdempotencyKey makes a repeat delivery to the same waitpoint a
+	// duplicate: nothing is recorded and the first signal's id returned.
+	IdempotencyKey string
 }
 
 // Signal effects (DeliverSignalResult.Effect).
@@ -150,8 +153,10 @@ type DeliverSignalResult struct {
 	// Effect is EffectResumed when the signal satisfied the condition,
 	// otherwise what the backend did with it (EffectAppended, or on
 	// Valkey a signal_ignored_* effect for a name outside the
-	// condition).
+	// condition); empty on a duplicate.
 	Effect string
+	// Duplicate reports a repeat of an IdempotencyKey.
+	Duplicate bool
 }
 
 // Frame modes (AppendFrameParams.Mode).

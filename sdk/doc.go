@@ -52,9 +52,9 @@
 // [Client.CancelFlow], [Lease.Cancel], suspension on one waitpoint,
 // [Client.DeliverSignal], [Lease.ResumeSignals] and attempt streams go
 // through the driver's ControlDriver operations. Pending and extra
-// waitpoints, signal idempotency keys, budgets, quotas and periodic
-// schedules answer [ErrNotOnPostgres]; worker-side dependency resolution
-// does nothing (the host's reconciler resolves).
+// waitpoints, budgets, quotas and periodic schedules answer
+// [ErrNotOnPostgres]; worker-side dependency resolution does nothing (the
+// host's reconciler resolves).
 //
 // # Notes
 //

@@ -52,17 +52,15 @@ func (l *Lease) pgSuspend(ctx context.Context, spec SuspendSpec) (*Suspension, e
 }
 
 // pgDeliverSignal is Client.DeliverSignal on Postgres (backend
-// ControlDriver's DeliverSignal). Idempotency keys are Valkey-only.
+// ControlDriver's DeliverSignal).
 func (c *Client) pgDeliverSignal(ctx context.Context, id model.ExecutionID, s Signal, src string) (*SignalResult, error) {
-	if s.IdempotencyKey != "" {
-		return nil, errNotOnPostgres("Signal.IdempotencyKey")
-	}
 	r, err := c.drv.DeliverSignal(ctx, &backend.DeliverSignalParams{ExecutionID: id, WaitpointID: s.WaitpointID,
-		Token: s.Token, SignalID: newID(), Name: s.Name, Payload: s.Payload, Source: src})
+		Token: s.Token, SignalID: newID(), Name: s.Name, Payload: s.Payload, Source: src, IdempotencyKey: s.IdempotencyKey})
 	if err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
-	return &SignalResult{SignalID: r.SignalID, Effect: r.Effect, Resumed: r.Effect == backend.EffectResumed}, nil
+	return &SignalResult{SignalID: r.SignalID, Effect: r.Effect, Duplicate: r.Duplicate,
+		Resumed: r.Effect == backend.EffectResumed}, nil
 }
 
 // pgResumeSignals is Lease.ResumeSignals on Postgres: the signals the

@@ -14,7 +14,8 @@ import (
 
 // TestSuspendSignalBackends: on both backends a lease suspends on a
 // waitpoint (an invalid spec is refused and changes nothing), a forged
-// token and a signal the condition does not name leave it suspended, the
+// token and a signal the condition does not name leave it suspended (a
+// repeat under an idempotency key is a duplicate of the first), the
 // awaited signal resumes it, the same attempt is claimed again as
 // "resumed" and reads the resuming signal back with ResumeSignals, and a
 // signal after the resume is refused.
@@ -76,6 +77,14 @@ func TestSuspendSignalBackends(t *testing.T) {
 			}
 			if r, err := signal("reject", s.Token); err != nil || r.Resumed {
 				t.Fatalf("a signal outside the condition: %+v %v", r, err)
+			}
+			keyed := sdk.Signal{WaitpointID: s.WaitpointID, Token: s.Token, Name: "reject", IdempotencyKey: "once"}
+			first, err := c.DeliverSignal(ctx, id, keyed)
+			if err != nil || first.Duplicate {
+				t.Fatalf("a keyed signal: %+v %v", first, err)
+			}
+			if again, err := c.DeliverSignal(ctx, id, keyed); err != nil || !again.Duplicate || again.SignalID != first.SignalID {
+				t.Fatalf("the keyed signal again: %+v %v, want a duplicate of %s", again, err, first.SignalID)
 			}
 			if st, err := c.State(ctx, id); err != nil || st.LifecyclePhase != model.PhaseSuspended {
 				t.Fatalf("resumed without the awaited signal: %+v %v", st, err)

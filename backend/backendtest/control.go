@@ -27,6 +27,7 @@ func runControl(sub func(name string, fn func(e *env))) {
 	sub("SuspendExecution/MatchAll", testSuspendMatchAll)
 	sub("SuspendExecution/InvalidInput", testSuspendInvalid)
 	sub("DeliverSignal/Refused", testSignalRefused)
+	sub("DeliverSignal/IdempotencyKey", testSignalIdempotency)
 	sub("AppendFrame+ReadStream", testStream)
 }
 
@@ -242,6 +243,38 @@ func testSignalRefused(e *env) {
 	wantState(e.t, e.state(c.ExecutionID), model.PhaseSuspended, model.PublicSuspended)
 	if r, err := e.signal(c.ExecutionID, s, "x"); err != nil || r.Effect != backend.EffectResumed {
 		e.t.Fatalf("the right token: %+v %v", r, err)
+	}
+}
+
+func testSignalIdempotency(e *env) {
+	e.create(e.spec())
+	c := e.mustClaim()
+	s := e.suspend(c, true, "a", "b")
+	deliver := func(name, key string) *backend.DeliverSignalResult {
+		e.t.Helper()
+		r, err := e.d.DeliverSignal(e.ctx, &backend.DeliverSignalParams{ExecutionID: c.ExecutionID, WaitpointID: s.WaitpointID,
+			Token: s.Token, SignalID: model.NewUUID().String(), Name: name, Source: "bt", IdempotencyKey: key})
+		if err != nil {
+			e.t.Fatalf("signal %s (key %q): %v", name, key, err)
+		}
+		return r
+	}
+	first := deliver("a", "k-a")
+	if first.Duplicate || first.Effect != backend.EffectAppended {
+		e.t.Fatalf("first delivery: %+v", first)
+	}
+	again := deliver("a", "k-a")
+	if !again.Duplicate || again.SignalID != first.SignalID {
+		e.t.Fatalf("repeat of key k-a: %+v, want a duplicate of %s", again, first.SignalID)
+	}
+	// The duplicate counted nothing: "b" under k-a is a duplicate too, and
+	// the condition (a and b) waits for a "b" under its own key.
+	if r := deliver("b", "k-a"); !r.Duplicate {
+		e.t.Fatalf("another name under a used key: %+v, want a duplicate", r)
+	}
+	wantState(e.t, e.state(c.ExecutionID), model.PhaseSuspended, model.PublicSuspended)
+	if r := deliver("b", "k-b"); r.Duplicate || r.Effect != backend.EffectResumed {
+		e.t.Fatalf("b under its own key: %+v, want %s", r, backend.EffectResumed)
 	}
 }
 

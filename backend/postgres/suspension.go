@@ -213,11 +213,18 @@ type DeliverSignalParams struct {
 	Name        string
 	Payload     []byte
 	Source      string
+	// IdempotencyKey makes a repeat to the same waitpoint a duplicate
+	// (nothing written, the first signal's id returned).
+	IdempotencyKey string
 }
 
 // DeliverSignalResult is the outcome of DeliverSignal.
 type DeliverSignalResult struct {
+	// SignalID is the accepted signal, or on a duplicate the first one
+	// delivered under the idempotency key.
 	SignalID string
+	// Duplicate reports a repeat of an idempotency key (Effect empty).
+	Duplicate bool
 	// Effect is resume_condition_satisfied, appended_to_waitpoint (a
 	// match that does not satisfy the condition yet) or
 	// signal_ignored_not_in_condition (a name the condition does not
@@ -238,13 +245,15 @@ type signalRecord struct {
 	PayloadHex     *string `json:"payload_hex"`
 	WaitpointID    string  `json:"waitpoint_id"`
 	Matched        bool    `json:"matched"`
+	IdempotencyKey string  `json:"idempotency_key,omitempty"`
 }
 
 // DeliverSignal delivers a signal to a suspended execution's waitpoint,
 // authenticated by its token, in one transaction that locks the
 // waitpoint, the execution and its suspension:
 //
-//	ff_suspension_current.member_map[waitpoint key]: the signal appended
+//	ff_suspension_current.member_map[waitpoint key]: the signal appended (a repeat of
+//	  an idempotency key among the waitpoint's signals is a duplicate: nothing written)
 //	ff_signal_event: the delivery (NOTIFY ff_signal_event)
 //	satisfied: ff_exec_core runnable / eligible_now / resumable (the same attempt,
 //	  claimed again as "resumed"); the execution's waitpoints deleted; the
@@ -324,7 +333,15 @@ func (c *Client) DeliverSignal(ctx context.Context, p *DeliverSignalParams) (*De
 		if raw, ok := members[key]; ok {
 			_ = json.Unmarshal(raw, &sigs) // a non-array entry (a pending_wp_expiry mark) starts over
 		}
-		rec := signalRecord{SignalID: p.SignalID, Name: p.Name, Category: "external", SourceType: "sdk",
+		if p.IdempotencyKey != "" {
+			for _, x := range sigs {
+				if x.IdempotencyKey == p.IdempotencyKey {
+					res.SignalID, res.Duplicate = x.SignalID, true
+					return nil
+				}
+			}
+		}
+		rec := signalRecord{SignalID: p.SignalID, IdempotencyKey: p.IdempotencyKey, Name: p.Name, Category: "external", SourceType: "sdk",
 			SourceIdentity: p.Source, AcceptedAt: now, WaitpointID: wp.String(),
 			Matched: len(cond.Names) == 0 || slices.Contains(cond.Names, p.Name)}
 		if p.Payload != nil {
@@ -481,9 +498,10 @@ func (d *Driver) SuspendExecution(ctx context.Context, p *backend.SuspendExecuti
 // DeliverSignal implements backend.ControlDriver.
 func (d *Driver) DeliverSignal(ctx context.Context, p *backend.DeliverSignalParams) (*backend.DeliverSignalResult, error) {
 	r, err := d.c.DeliverSignal(ctx, &DeliverSignalParams{ExecutionID: p.ExecutionID, WaitpointID: p.WaitpointID,
-		Token: p.Token, SignalID: p.SignalID, Name: p.Name, Payload: p.Payload, Source: p.Source})
+		Token: p.Token, SignalID: p.SignalID, Name: p.Name, Payload: p.Payload, Source: p.Source,
+		IdempotencyKey: p.IdempotencyKey})
 	if err != nil {
 		return nil, mapControlErr(err, false)
 	}
-	return &backend.DeliverSignalResult{SignalID: r.SignalID, Effect: r.Effect}, nil
+	return &backend.DeliverSignalResult{SignalID: r.SignalID, Effect: r.Effect, Duplicate: r.Duplicate}, nil
 }

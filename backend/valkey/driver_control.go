@@ -150,11 +150,11 @@ func (d *Driver) DeliverSignal(ctx context.Context, p *backend.DeliverSignalPara
 	}
 	r, err := d.c.DeliverSignal(ctx, &SignalParams{SignalID: p.SignalID, ExecutionID: p.ExecutionID,
 		WaitpointID: p.WaitpointID, SignalName: p.Name, SignalCategory: "external", SourceType: "sdk",
-		SourceIdentity: p.Source, Payload: payload, WaitpointToken: p.Token})
+		SourceIdentity: p.Source, Payload: payload, WaitpointToken: p.Token, IdempotencyKey: p.IdempotencyKey})
 	if err != nil {
 		return nil, mapControlErr(err, false)
 	}
-	return &backend.DeliverSignalResult{SignalID: r.SignalID, Effect: r.Effect}, nil
+	return &backend.DeliverSignalResult{SignalID: r.SignalID, Effect: r.Effect, Duplicate: r.Duplicate}, nil
 }
 
 // AppendFrame implements backend.ControlDriver (ff_append_frame, exact
