@@ -43,6 +43,21 @@ func mapControlErr(err error, fenced bool) error {
 	return fmt.Errorf("%w: %w", s, err)
 }
 
+// inTxRetry is inTx retried (up to 3 transactions in all) when one ends
+// in a deadlock or serialization failure: the operations that lock rows
+// in an order a reconciler reverses (DeliverSignal: execution, waitpoint,
+// suspension; pg_suspension_timeout: suspension, execution) let Postgres
+// pick the victim and run again, as upstream's run_serializable does.
+func (c *Client) inTxRetry(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	var err error
+	for range 3 {
+		if err = c.inTx(ctx, fn); !isSerialization(err) {
+			return err
+		}
+	}
+	return err
+}
+
 // CancelLeasedExecutionParams are the inputs of CancelLeasedExecution.
 type CancelLeasedExecutionParams struct {
 	ExecutionID model.ExecutionID
@@ -103,7 +118,7 @@ func (c *Client) CancelFlow(ctx context.Context, p *CancelFlowParams) ([]model.E
 	fp := int16(c.parts.FlowPartition(p.FlowID).Index)
 	flow := [16]byte(p.FlowID)
 	var out []model.ExecutionID
-	err := c.inTx(ctx, func(tx pgx.Tx) error {
+	err := c.inTxRetry(ctx, func(tx pgx.Tx) error {
 		out = nil
 		now := c.nowMs()
 		var state string

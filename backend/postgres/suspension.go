@@ -275,8 +275,9 @@ func (c *Client) DeliverSignal(ctx context.Context, p *DeliverSignalParams) (*De
 		return nil, fmt.Errorf("deliver signal to %s: %w: waitpoint id (UUID), signal id, name and token are required",
 			p.ExecutionID, CodeInvalidInput)
 	}
-	res := &DeliverSignalResult{SignalID: p.SignalID}
-	err = c.inTx(ctx, func(tx pgx.Tx) error {
+	res := &DeliverSignalResult{}
+	err = c.inTxRetry(ctx, func(tx pgx.Tx) error {
+		*res = DeliverSignalResult{SignalID: p.SignalID}
 		now := c.nowMs()
 		// The execution first, then its waitpoint: the order cancel and
 		// suspend lock them in.
