@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/fabric-host/fabric/model"
@@ -114,6 +115,28 @@ type SuspendExecutionParams struct {
 	// empty); 0 means never.
 	TimeoutAt       int64
 	TimeoutBehavior string
+}
+
+// SignalSetCondition is the single-waitpoint resume condition document
+// FlowFabric's backend sends ff_suspend_execution (and fabric stores in
+// ff_suspension_current.condition on Postgres): a signal_set of names, any
+// one of them or all with matchAll (none: any signal), with the timeout
+// behaviour (TimeoutFail when empty).
+func SignalSetCondition(names []string, matchAll bool, behavior string) string {
+	if names == nil {
+		names = []string{}
+	}
+	mode := "any"
+	if matchAll && len(names) > 0 {
+		mode = "all"
+	}
+	if behavior == "" {
+		behavior = TimeoutFail
+	}
+	b, _ := json.Marshal(map[string]any{"condition_type": "signal_set", "required_signal_names": names,
+		"signal_match_mode": mode, "minimum_signal_count": 1, "timeout_behavior": behavior,
+		"allow_operator_override": true})
+	return string(b)
 }
 
 // SuspendExecutionResult is the outcome of ControlDriver.SuspendExecution.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
-	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -97,11 +96,7 @@ func (c *Client) pgReadStream(ctx context.Context, id model.ExecutionID, attempt
 	var r *backend.StreamRead
 	var err error
 	if block > 0 {
-		var pr *postgres.StreamRead
-		if pr, err = c.pg.TailStream(ctx, &postgres.ReadStreamParams{ExecutionID: id, AttemptIndex: attempt, After: after,
-			Count: count}, block); err == nil {
-			r = &backend.StreamRead{Frames: pr.Frames, Closed: pr.Closed}
-		}
+		r, err = c.pg.TailStream(ctx, p, block)
 	} else {
 		r, err = c.drv.ReadStream(ctx, p)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
@@ -118,15 +119,7 @@ const MaxExtraWaitpoints = 64
 // conditionJSON renders the single-waitpoint resume condition
 // FlowFabric's backend sends (signal_set, any/all).
 func (s *SuspendSpec) conditionJSON() string {
-	names := append([]string{}, s.Signals...)
-	mode := "any"
-	if s.MatchAll && len(names) > 0 {
-		mode = "all"
-	}
-	b, _ := json.Marshal(map[string]any{"condition_type": "signal_set", "required_signal_names": names,
-		"signal_match_mode": mode, "minimum_signal_count": 1, "timeout_behavior": s.behavior(),
-		"allow_operator_override": true})
-	return string(b)
+	return backend.SignalSetCondition(s.Signals, s.MatchAll, s.behavior())
 }
 
 func (s *SuspendSpec) behavior() string {

@@ -58,13 +58,9 @@ func (c *Client) inTxRetry(ctx context.Context, fn func(tx pgx.Tx) error) error 
 	return err
 }
 
-// CancelLeasedExecutionParams are the inputs of CancelLeasedExecution.
-type CancelLeasedExecutionParams struct {
-	ExecutionID model.ExecutionID
-	Fence       LeaseFence
-	// Reason is stored in cancellation_reason.
-	Reason string
-}
+// CancelLeasedExecutionParams are the inputs of CancelLeasedExecution
+// (Holder is not used: Postgres addresses rows by execution id).
+type CancelLeasedExecutionParams = backend.CancelLeasedExecutionParams
 
 // CancelLeasedExecution cancels the fenced execution as its lease holder
 // (cancelled_by "worker"): the fence is checked as complete checks it,
@@ -90,10 +86,7 @@ func (c *Client) CancelLeasedExecution(ctx context.Context, p *CancelLeasedExecu
 }
 
 // CancelFlowParams are the inputs of CancelFlow.
-type CancelFlowParams struct {
-	FlowID model.UUID
-	Reason string
-}
+type CancelFlowParams = backend.CancelFlowParams
 
 // CancelFlow cancels a flow and, in the same transaction, every member
 // that has not ended, as FlowFabric's server does synchronously with
@@ -178,13 +171,12 @@ func (c *Client) CancelFlow(ctx context.Context, p *CancelFlowParams) ([]model.E
 
 // CancelLeasedExecution implements backend.ControlDriver.
 func (d *Driver) CancelLeasedExecution(ctx context.Context, p *backend.CancelLeasedExecutionParams) error {
-	return mapControlErr(d.c.CancelLeasedExecution(ctx, &CancelLeasedExecutionParams{ExecutionID: p.ExecutionID,
-		Fence: p.Fence, Reason: p.Reason}), true)
+	return mapControlErr(d.c.CancelLeasedExecution(ctx, p), true)
 }
 
 // CancelFlow implements backend.ControlDriver.
 func (d *Driver) CancelFlow(ctx context.Context, p *backend.CancelFlowParams) (*backend.CancelFlowResult, error) {
-	ms, err := d.c.CancelFlow(ctx, &CancelFlowParams{FlowID: p.FlowID, Reason: p.Reason})
+	ms, err := d.c.CancelFlow(ctx, p)
 	if err != nil {
 		return nil, mapControlErr(err, false)
 	}

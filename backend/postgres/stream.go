@@ -16,16 +16,7 @@ import (
 )
 
 // AppendFrameParams are the inputs of AppendFrame.
-type AppendFrameParams struct {
-	ExecutionID   model.ExecutionID
-	Fence         LeaseFence
-	FrameType     string
-	Payload       []byte
-	CorrelationID string
-	// Mode is durable (default), best_effort or summary (Payload is a
-	// JSON merge patch applied to the attempt's ff_stream_summary).
-	Mode string
-}
+type AppendFrameParams = backend.AppendFrameParams
 
 // AppendFrame appends one frame to the fenced attempt's stream, in one
 // transaction that holds the execution's row lock (so appends to one
@@ -175,23 +166,13 @@ func (c *Client) ReadSummary(ctx context.Context, id model.ExecutionID, attempt 
 	return doc, version, nil
 }
 
-// ReadStreamParams are the inputs of ReadStream.
-type ReadStreamParams struct {
-	ExecutionID  model.ExecutionID
-	AttemptIndex int
-	// After is an entry id "<ms>-<seq>" (or "<ms>"); "" reads from the
-	// start.
-	After string
-	// Count is 1..10000.
-	Count int
-}
+// ReadStreamParams are the inputs of ReadStream; After is an entry id
+// "<ms>-<seq>" (or "<ms>").
+type ReadStreamParams = backend.ReadStreamParams
 
-// StreamRead is what ReadStream read.
-type StreamRead struct {
-	Frames []backend.StreamFrame
-	// Closed: the attempt ended (its ff_attempt row has terminal_at_ms).
-	Closed bool
-}
+// StreamRead is what ReadStream read; Closed: the attempt ended (its
+// ff_attempt row has terminal_at_ms).
+type StreamRead = backend.StreamRead
 
 // ReadStream reads up to Count frames of an attempt's stream after
 // After, in (ts_ms, seq) order; an execution or attempt with no frames
@@ -305,8 +286,7 @@ func (c *Client) TailStream(ctx context.Context, p *ReadStreamParams, block time
 
 // AppendFrame implements backend.ControlDriver.
 func (d *Driver) AppendFrame(ctx context.Context, p *backend.AppendFrameParams) (*backend.AppendFrameResult, error) {
-	id, err := d.c.AppendFrame(ctx, &AppendFrameParams{ExecutionID: p.ExecutionID, Fence: p.Fence, FrameType: p.FrameType,
-		Payload: p.Payload, CorrelationID: p.CorrelationID, Mode: p.Mode})
+	id, err := d.c.AppendFrame(ctx, p)
 	if err != nil {
 		return nil, mapControlErr(err, true)
 	}
@@ -315,10 +295,6 @@ func (d *Driver) AppendFrame(ctx context.Context, p *backend.AppendFrameParams) 
 
 // ReadStream implements backend.ControlDriver.
 func (d *Driver) ReadStream(ctx context.Context, p *backend.ReadStreamParams) (*backend.StreamRead, error) {
-	r, err := d.c.ReadStream(ctx, &ReadStreamParams{ExecutionID: p.ExecutionID, AttemptIndex: p.AttemptIndex,
-		After: p.After, Count: p.Count})
-	if err != nil {
-		return nil, mapControlErr(err, false)
-	}
-	return &backend.StreamRead{Frames: r.Frames, Closed: r.Closed}, nil
+	r, err := d.c.ReadStream(ctx, p)
+	return r, mapControlErr(err, false)
 }

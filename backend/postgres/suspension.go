@@ -18,37 +18,18 @@ import (
 	"github.com/fabric-host/fabric/model"
 )
 
-// SuspendParams are the inputs of SuspendExecution.
-type SuspendParams struct {
-	ExecutionID model.ExecutionID
-	Fence       LeaseFence
-	// SuspensionID and WaitpointID are UUIDs minted by the caller;
-	// WaitpointKey is the waitpoint's external key (required).
-	SuspensionID, WaitpointID, WaitpointKey string
-	// ReasonCode defaults to waiting_for_signal.
-	ReasonCode string
-	// SignalNames resume the execution: any one (or all, MatchAll); none
-	// means any signal.
-	SignalNames []string
-	MatchAll    bool
-	// TimeoutAt (ms) ends the suspension by TimeoutBehavior (fail when
-	// empty) through pg_suspension_timeout; 0 means never.
-	TimeoutAt       int64
-	TimeoutBehavior string
-}
+// SuspendParams are the inputs of SuspendExecution (Holder is not used).
+// TimeoutAt ends the suspension through pg_suspension_timeout.
+type SuspendParams = backend.SuspendExecutionParams
 
-// SuspendResult is the outcome of SuspendExecution.
-type SuspendResult struct {
-	SuspensionID, WaitpointID, WaitpointKey string
-	// Token authenticates signals to the waitpoint: "<kid>:<hex>", the
-	// HMAC-SHA256 (keyed by the kid's secret in ff_waitpoint_hmac) of
-	// "<kid>:<execution id>:<waitpoint id>", as upstream signs it.
-	Token string
-}
+// SuspendResult is the outcome of SuspendExecution. Its Token
+// authenticates signals to the waitpoint: "<kid>:<hex>", the HMAC-SHA256
+// (keyed by the kid's secret in ff_waitpoint_hmac) of
+// "<kid>:<execution id>:<waitpoint id>", as upstream signs it.
+type SuspendResult = backend.SuspendExecutionResult
 
-// suspendCondition is the resume condition stored in
-// ff_suspension_current.condition (the signal_set document the SDK sends
-// ff_suspend_execution on Valkey).
+// suspendCondition is what DeliverSignal reads of the resume condition
+// stored in ff_suspension_current.condition (backend.SignalSetCondition).
 type suspendCondition struct {
 	Type            string   `json:"condition_type"`
 	Names           []string `json:"required_signal_names"`
@@ -106,11 +87,7 @@ func (c *Client) SuspendExecution(ctx context.Context, p *SuspendParams) (*Suspe
 	if names == nil {
 		names = []string{}
 	}
-	mode := "any"
-	if p.MatchAll && len(names) > 0 {
-		mode = "all"
-	}
-	cond, _ := json.Marshal(suspendCondition{Type: "signal_set", Names: names, Mode: mode, MinimumCount: 1, TimeoutBehavior: behavior})
+	cond := backend.SignalSetCondition(names, p.MatchAll, behavior)
 	reason := p.ReasonCode
 	if reason == "" {
 		reason = "waiting_for_signal"
@@ -133,7 +110,7 @@ func (c *Client) SuspendExecution(ctx context.Context, p *SuspendParams) (*Suspe
 		if _, err := tx.Exec(ctx, `INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token,
     created_at_ms, expires_at_ms, condition, waitpoint_key, state, required_signal_names, activated_at_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, 'active', $10, $6)`,
-			k.part, [16]byte(wp), [16]byte(k.uuid), kid, res.Token, now, timeout, string(cond), p.WaitpointKey, names); err != nil {
+			k.part, [16]byte(wp), [16]byte(k.uuid), kid, res.Token, now, timeout, cond, p.WaitpointKey, names); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
@@ -143,7 +120,7 @@ ON CONFLICT (partition_key, execution_id) DO UPDATE SET suspension_id = EXCLUDED
     suspended_at_ms = EXCLUDED.suspended_at_ms, timeout_at_ms = EXCLUDED.timeout_at_ms,
     reason_code = EXCLUDED.reason_code, condition = EXCLUDED.condition, satisfied_set = '[]'::jsonb,
     member_map = '{}'::jsonb, timeout_behavior = EXCLUDED.timeout_behavior`,
-			k.part, [16]byte(k.uuid), [16]byte(susp), now, timeout, reason, string(cond), behavior); err != nil {
+			k.part, [16]byte(k.uuid), [16]byte(susp), now, timeout, reason, cond, behavior); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE ff_exec_core
@@ -205,32 +182,15 @@ func signToken(kid string, secret []byte, id model.ExecutionID, waitpoint string
 }
 
 // DeliverSignalParams are the inputs of DeliverSignal.
-type DeliverSignalParams struct {
-	ExecutionID model.ExecutionID
-	WaitpointID string
-	Token       string
-	SignalID    string
-	Name        string
-	Payload     []byte
-	Source      string
-	// IdempotencyKey makes a repeat to the same waitpoint a duplicate
-	// (nothing written, the first signal's id returned).
-	IdempotencyKey string
-}
+type DeliverSignalParams = backend.DeliverSignalParams
 
-// DeliverSignalResult is the outcome of DeliverSignal.
-type DeliverSignalResult struct {
-	// SignalID is the accepted signal, or on a duplicate the first one
-	// delivered under the idempotency key.
-	SignalID string
-	// Duplicate reports a repeat of an idempotency key (Effect empty).
-	Duplicate bool
-	// Effect is resume_condition_satisfied, appended_to_waitpoint (a
-	// match that does not satisfy the condition yet) or
-	// signal_ignored_not_in_condition (a name the condition does not
-	// list; recorded, not counted).
-	Effect string
-}
+// DeliverSignalResult is the outcome of DeliverSignal: Effect is
+// resume_condition_satisfied, appended_to_waitpoint (a match that does
+// not satisfy the condition yet) or signal_ignored_not_in_condition (a
+// name the condition does not list; recorded, not counted); on a
+// duplicate (a repeated idempotency key) Effect is empty and SignalID is
+// the first signal's.
+type DeliverSignalResult = backend.DeliverSignalResult
 
 // signalRecord is one signal in ff_suspension_current.member_map[waitpoint
 // key] (upstream's shape, payload hex-encoded).
@@ -486,23 +446,12 @@ func (c *Client) ResumeSignals(ctx context.Context, id model.ExecutionID, attemp
 
 // SuspendExecution implements backend.ControlDriver.
 func (d *Driver) SuspendExecution(ctx context.Context, p *backend.SuspendExecutionParams) (*backend.SuspendExecutionResult, error) {
-	r, err := d.c.SuspendExecution(ctx, &SuspendParams{ExecutionID: p.ExecutionID, Fence: p.Fence,
-		SuspensionID: p.SuspensionID, WaitpointID: p.WaitpointID, WaitpointKey: p.WaitpointKey, ReasonCode: p.ReasonCode,
-		SignalNames: p.SignalNames, MatchAll: p.MatchAll, TimeoutAt: p.TimeoutAt, TimeoutBehavior: p.TimeoutBehavior})
-	if err != nil {
-		return nil, mapControlErr(err, true)
-	}
-	return &backend.SuspendExecutionResult{SuspensionID: r.SuspensionID, WaitpointID: r.WaitpointID,
-		WaitpointKey: r.WaitpointKey, Token: r.Token}, nil
+	r, err := d.c.SuspendExecution(ctx, p)
+	return r, mapControlErr(err, true)
 }
 
 // DeliverSignal implements backend.ControlDriver.
 func (d *Driver) DeliverSignal(ctx context.Context, p *backend.DeliverSignalParams) (*backend.DeliverSignalResult, error) {
-	r, err := d.c.DeliverSignal(ctx, &DeliverSignalParams{ExecutionID: p.ExecutionID, WaitpointID: p.WaitpointID,
-		Token: p.Token, SignalID: p.SignalID, Name: p.Name, Payload: p.Payload, Source: p.Source,
-		IdempotencyKey: p.IdempotencyKey})
-	if err != nil {
-		return nil, mapControlErr(err, false)
-	}
-	return &backend.DeliverSignalResult{SignalID: r.SignalID, Effect: r.Effect, Duplicate: r.Duplicate}, nil
+	r, err := d.c.DeliverSignal(ctx, p)
+	return r, mapControlErr(err, false)
 }

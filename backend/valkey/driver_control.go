@@ -88,26 +88,6 @@ func (d *Driver) CancelFlow(ctx context.Context, p *backend.CancelFlowParams) (*
 	return out, nil
 }
 
-// SignalSetConditionJSON is the single-waitpoint resume condition
-// FlowFabric's backend sends ff_suspend_execution: a signal_set of names
-// (any one, or all with matchAll; none: any signal).
-func SignalSetConditionJSON(names []string, matchAll bool, behavior string) string {
-	if names == nil {
-		names = []string{}
-	}
-	mode := "any"
-	if matchAll && len(names) > 0 {
-		mode = "all"
-	}
-	if behavior == "" {
-		behavior = backend.TimeoutFail
-	}
-	b, _ := json.Marshal(map[string]any{"condition_type": "signal_set", "required_signal_names": names,
-		"signal_match_mode": mode, "minimum_signal_count": 1, "timeout_behavior": behavior,
-		"allow_operator_override": true})
-	return string(b)
-}
-
 // SuspendExecution implements backend.ControlDriver
 // (ff_suspend_execution on one fresh waitpoint).
 func (d *Driver) SuspendExecution(ctx context.Context, p *backend.SuspendExecutionParams) (*backend.SuspendExecutionResult, error) {
@@ -124,7 +104,7 @@ func (d *Driver) SuspendExecution(ctx context.Context, p *backend.SuspendExecuti
 	r, err := d.c.SuspendExecution(ctx, &SuspendParams{ExecutionID: p.ExecutionID, AttemptIndex: p.Fence.AttemptIndex,
 		Fence: p.Fence, SuspensionID: p.SuspensionID, WaitpointID: p.WaitpointID, WaitpointKey: p.WaitpointKey,
 		ReasonCode: reason, RequestedBy: "worker", TimeoutAt: p.TimeoutAt,
-		ResumeConditionJSON: SignalSetConditionJSON(p.SignalNames, p.MatchAll, p.TimeoutBehavior),
+		ResumeConditionJSON: backend.SignalSetCondition(p.SignalNames, p.MatchAll, p.TimeoutBehavior),
 		ResumePolicyJSON:    "{}", TimeoutBehavior: p.TimeoutBehavior,
 		Lane: p.Holder.LaneID, WorkerInstanceID: p.Holder.WorkerInstanceID})
 	if err != nil {
