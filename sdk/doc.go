@@ -52,7 +52,8 @@
 // [Client.CancelFlow], [Lease.Cancel], suspension on one waitpoint,
 // [Client.DeliverSignal], [Lease.ResumeSignals] and attempt streams go
 // through the driver's ControlDriver operations. Pending and extra
-// waitpoints, budgets, quotas and periodic schedules answer
+// waitpoints, Job.WaitForChildren, progress and usage reports, budgets,
+// quotas and periodic schedules answer
 // [ErrNotOnPostgres]; worker-side dependency resolution does nothing (the
 // host's reconciler resolves).
 //
