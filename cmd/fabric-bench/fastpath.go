@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/sdk"
 )
 
 // runFastPath (scenario 14) says where the SDK's server CPU per execution
@@ -23,23 +21,11 @@ import (
 func runFastPath(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	n := max(e.size.E2EJobs/4, 1)
 	sc.Size = fmt.Sprintf("%d executions per run, %d producers, W ∈ %v, workers of concurrency 1", n, e.size.Producers, e.size.Workers)
-	vc, err := e.dial(ctx)
+	vc, part, cmds, err := floorSetup(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer vc.Close()
-	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{benchLane}}); err != nil {
-		return err
-	}
-	cl, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: e.log})
-	if err != nil {
-		return err
-	}
-	part := cl.Partitions().SoloPartition(benchLane)
-	cmds, err := captureFloor(ctx, e, vc, part)
-	if err != nil {
-		return err
-	}
 	_, evalUs, err := floorReplay(ctx, e, vc, cmds, n, func() []floorIDs { return freshFloorIDs(part, n) })
 	if err != nil {
 		return err

@@ -302,28 +302,40 @@ func (e *benchEnv) cpuOver(ctx context.Context, n int, f func() error) (float64,
 	return cpuPerJob(c0, c1, err0 == nil, err1 == nil, int64(n)), c1, nil
 }
 
+// floorSetup connects to the bench server, bootstraps the bench lane and
+// captures the writes of one execution on its solo partition (the floor's
+// replay); the caller closes vc.
+func floorSetup(ctx context.Context, e *benchEnv) (vc *valkey.Client, part model.Partition, cmds []floorCmd, err error) {
+	if vc, err = e.dial(ctx); err != nil {
+		return nil, part, nil, err
+	}
+	if err = vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{benchLane}}); err != nil {
+		vc.Close()
+		return nil, part, nil, err
+	}
+	cl, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: e.log})
+	if err != nil {
+		vc.Close()
+		return nil, part, nil, err
+	}
+	part = cl.Partitions().SoloPartition(benchLane)
+	if cmds, err = captureFloor(ctx, e, vc, part); err != nil {
+		vc.Close()
+		return nil, part, nil, err
+	}
+	return vc, part, cmds, nil
+}
+
 // floorConcurrency is how many executions the floor runs have in flight.
 const floorConcurrency = 8
 
 // runFloor measures scenario 1's floor rows over n executions.
 func runFloor(ctx context.Context, e *benchEnv, sc *Scenario, n int) error {
-	vc, err := e.dial(ctx)
+	vc, part, cmds, err := floorSetup(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer vc.Close()
-	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{benchLane}}); err != nil {
-		return err
-	}
-	cl, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: e.log})
-	if err != nil {
-		return err
-	}
-	part := cl.Partitions().SoloPartition(benchLane)
-	cmds, err := captureFloor(ctx, e, vc, part)
-	if err != nil {
-		return err
-	}
 	fresh := func() []floorIDs { return freshFloorIDs(part, n) }
 
 	createUs, claimUs, completeUs, cpu, err := floorFunctions(ctx, e, vc, part, n, floorConcurrency)
