@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-
 )
 
 // runFastPath (scenario 14) says where the SDK's server CPU per execution
