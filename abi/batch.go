@@ -16,6 +16,15 @@ const ExportScanBatch = "fabric_scan_batch"
 // MaxBatchPartitions bounds ScanBatchRequest.Indexes.
 const MaxBatchPartitions = 1024
 
+// PartitionWholeBatch is the index a fabric_scan_batch call passes to the
+// partition host function (FnPartition) to act for every partition of its
+// batch at once: each key of the following host calls must then be on one
+// of the batch's partitions (any of them), so one pipelined read or FCALL
+// batch can serve all the partitions. A host that predates it answers
+// -CodeCrossPartition and leaves the selection where it was; the plugin
+// then scans the partitions one by one.
+const PartitionWholeBatch = 1 << 16
+
 const (
 	tagScanBatchRequest = 0xA3
 	tagScanBatchResult  = 0xA4

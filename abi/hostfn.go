@@ -108,7 +108,7 @@ var HostFuncs = []HostFunc{
 		Summary: "run a batch of read-only single-key commands (abi.BatchReadCommands) in one pipelined round trip; every key must be granted"},
 	// ABI 1.2: several partitions per call.
 	{Name: FnPartition, Params: []ValueType{I32}, Results: []ValueType{I32}, Capability: CapNone,
-		Summary: "select the partition (its index) that the following host calls of a fabric_scan_batch call act for; 0, or the negated Code when it is not one of the batch's"},
+		Summary: "select the partition (its index) that the following host calls of a fabric_scan_batch call act for, or PartitionWholeBatch for all of them at once; 0, or the negated Code when it is not one of the batch's"},
 }
 
 // LookupHostFunc returns the table entry of name.

@@ -97,48 +97,73 @@ func (s DueScan) Run(h Host, req abi.ScanRequest) abi.ScanResult {
 		res.Errors++
 		return res
 	}
-	maxScore := now
-	if s.Max != nil {
-		maxScore = s.Max(now)
-	}
-	max := strconv.FormatInt(maxScore, 10)
-	batch := req.BatchSize
-	if batch == 0 {
-		batch = abi.DefaultBatchSize
-	}
-	nextDue := s.NextDue
-	if v, ok := h.Config(ConfigNextDue); ok && v == "1" {
-		nextDue = true
-	}
-	filter := FilterFromConfig(h)
-	pages := max1(s.Pages)
+	q := s.query(h, req, now)
 	for _, index := range s.Indexes(req) {
-		full := false
-		for page := 0; page < pages; page++ {
-			// With next due wanted, one read serves both: a page plus one
-			// member past it, to +inf; the first not yet due is the next.
-			r := abi.ZRangeRequest{Key: index, Min: "-inf", Max: max, Offset: uint32(page) * batch, Count: batch, WithScores: true}
-			if nextDue {
-				r.Max, r.Count = "+inf", batch+1
-			}
-			due, err := h.ZRangeByScore(r)
-			if err != nil {
-				h.Log(abi.LogWarn, "zrangebyscore "+index+": "+err.Error())
-				res.Errors++
-				break
-			}
-			if nextDue {
-				due = splitDue(due, maxScore, batch, &res)
-			}
-			res.Scanned += uint32(len(due.Members))
-			full = uint32(len(due.Members)) == batch
-			acted := s.runPage(h, req, &res, index, due, now, filter)
-			if !full || acted == len(due.Members) {
-				break
-			}
-		}
+		s.runIndex(h, req, &res, q, index, 0)
 	}
 	return res
+}
+
+// dueQuery is what every index read of one scan shares.
+type dueQuery struct {
+	now, maxScore int64
+	max           string
+	batch         uint32
+	nextDue       bool
+	filter        Filter
+}
+
+func (s DueScan) query(h Host, req abi.ScanRequest, now int64) dueQuery {
+	q := dueQuery{now: now, maxScore: now, batch: req.BatchSize, nextDue: s.NextDue}
+	if s.Max != nil {
+		q.maxScore = s.Max(now)
+	}
+	q.max = strconv.FormatInt(q.maxScore, 10)
+	if q.batch == 0 {
+		q.batch = abi.DefaultBatchSize
+	}
+	if v, ok := h.Config(ConfigNextDue); ok && v == "1" {
+		q.nextDue = true
+	}
+	q.filter = FilterFromConfig(h)
+	return q
+}
+
+// pageRequest is the index read of page page (with next due wanted, one
+// read serves both: a page plus one member past it, to +inf; the first
+// not yet due is the next).
+func (q dueQuery) pageRequest(index string, page int) abi.ZRangeRequest {
+	r := abi.ZRangeRequest{Key: index, Min: "-inf", Max: q.max, Offset: uint32(page) * q.batch, Count: q.batch, WithScores: true}
+	if q.nextDue {
+		r.Max, r.Count = "+inf", q.batch+1
+	}
+	return r
+}
+
+// cut is the due part of a page read (see splitDue).
+func (q dueQuery) cut(page abi.Members, res *abi.ScanResult) abi.Members {
+	if q.nextDue {
+		page = splitDue(page, q.maxScore, q.batch, res)
+	}
+	res.Scanned += uint32(len(page.Members))
+	return page
+}
+
+// runIndex scans index from page from on, one page at a time.
+func (s DueScan) runIndex(h Host, req abi.ScanRequest, res *abi.ScanResult, q dueQuery, index string, from int) {
+	for page := from; page < max1(s.Pages); page++ {
+		due, err := h.ZRangeByScore(q.pageRequest(index, page))
+		if err != nil {
+			h.Log(abi.LogWarn, "zrangebyscore "+index+": "+err.Error())
+			res.Errors++
+			return
+		}
+		due = q.cut(due, res)
+		acted := s.runPage(h, req, res, index, due, q.now, q.filter)
+		if uint32(len(due.Members)) != q.batch || acted == len(due.Members) {
+			return
+		}
+	}
 }
 
 // splitDue cuts a page read to +inf at maxScore: the members due (at most
@@ -170,10 +195,49 @@ func max1(n int) int {
 // runPage handles one page of due members and returns how many got an
 // action call.
 func (s DueScan) runPage(h Host, req abi.ScanRequest, res *abi.ScanResult, index string, due abi.Members, now int64, filter Filter) int {
-	if len(due.Members) == 0 {
+	pg := s.newPage(h, req, res, index, due, now)
+	if len(pg.items) == 0 {
 		return 0
 	}
-	items := make([]Due, 0, len(due.Members))
+	if ops, counts := s.preReadOps(pg.items); len(ops) > 0 {
+		out, err := h.ReadBatch(ops)
+		if err != nil {
+			pg.preReadFailed(h, err)
+			return 0
+		}
+		spreadReads(pg.items, counts, out)
+	}
+	s.filterPage(h, &pg, filter)
+	calls := s.pageCalls(&pg)
+	if len(calls) == 0 {
+		return 0
+	}
+	out, err := h.FCall(calls)
+	pg.count(h, calls, out, err)
+	return len(pg.actions)
+}
+
+// duePage is one page of due members of an index on its way through
+// runPage's steps (or DueBatch's, many pages at a time).
+type duePage struct {
+	req   abi.ScanRequest
+	res   *abi.ScanResult
+	index string
+	items []Due
+	// full: the index read filled the page (more may follow).
+	full bool
+	// actions index the page's calls that are actions.
+	actions []int
+}
+
+// newPage makes a page of the members due, skipping those that are not
+// execution ids of the partition (when Subject is nil).
+func (s DueScan) newPage(h Host, req abi.ScanRequest, res *abi.ScanResult, index string, due abi.Members, now int64) duePage {
+	pg := duePage{req: req, res: res, index: index}
+	if len(due.Members) == 0 {
+		return pg
+	}
+	pg.items = make([]Due, 0, len(due.Members))
 	for i, m := range due.Members {
 		d := Due{Index: index, Member: m, NowMs: now}
 		if i < len(due.Scores) {
@@ -184,56 +248,78 @@ func (s DueScan) runPage(h Host, req abi.ScanRequest, res *abi.ScanResult, index
 			res.Skipped++
 			continue
 		}
-		items = append(items, d)
+		pg.items = append(pg.items, d)
 	}
-	if s.PreRead != nil && len(items) > 0 {
-		var ops []abi.ReadOp
-		counts := make([]int, len(items))
-		for i, d := range items {
-			o := s.PreRead(index, d.Member)
-			counts[i] = len(o)
-			ops = append(ops, o...)
-		}
-		if len(ops) > 0 {
-			out, err := h.ReadBatch(ops)
-			if err != nil {
-				h.Log(abi.LogWarn, "pre-read for "+index+": "+err.Error())
-				res.Errors += uint32(len(items))
-				return 0
-			}
-			for i := range items {
-				items[i].Reads, out = out[:counts[i]], out[counts[i]:]
-			}
+	return pg
+}
+
+// preReadOps are PreRead's ops of items, in order, and how many each
+// item has.
+func (s DueScan) preReadOps(items []Due) (ops []abi.ReadOp, counts []int) {
+	if s.PreRead == nil {
+		return nil, nil
+	}
+	counts = make([]int, len(items))
+	for i, d := range items {
+		o := s.PreRead(d.Index, d.Member)
+		counts[i] = len(o)
+		ops = append(ops, o...)
+	}
+	return ops, counts
+}
+
+// spreadReads hands each item its counts[i] replies of out and returns
+// the rest.
+func spreadReads(items []Due, counts []int, out []abi.ReadResult) []abi.ReadResult {
+	for i := range items {
+		n := min(counts[i], len(out))
+		items[i].Reads, out = out[:n], out[n:]
+	}
+	return out
+}
+
+// preReadFailed counts every item of the page as an Error: none is acted
+// on.
+func (pg *duePage) preReadFailed(h Host, err error) {
+	h.Log(abi.LogWarn, "pre-read for "+pg.index+": "+err.Error())
+	pg.res.Errors += uint32(len(pg.items))
+	pg.items = nil
+}
+
+// filterPage drops the items the scanner filter rejects (Skipped).
+func (s DueScan) filterPage(h Host, pg *duePage, filter Filter) {
+	if filter.Noop() || len(pg.items) == 0 {
+		return
+	}
+	subjects := make([]string, len(pg.items))
+	for i, d := range pg.items {
+		subjects[i] = d.Member
+		if s.Subject != nil {
+			subjects[i] = s.Subject(d)
 		}
 	}
-	if !filter.Noop() {
-		subjects := make([]string, len(items))
-		for i, d := range items {
-			subjects[i] = d.Member
-			if s.Subject != nil {
-				subjects[i] = s.Subject(d)
-			}
+	keep := filter.Keep(h, pg.req.Partition, subjects)
+	kept := pg.items[:0]
+	for i, d := range pg.items {
+		if keep[i] {
+			kept = append(kept, d)
+		} else {
+			pg.res.Skipped++
 		}
-		keep := filter.Keep(h, req.Partition, subjects)
-		kept := items[:0]
-		for i, d := range items {
-			if keep[i] {
-				kept = append(kept, d)
-			} else {
-				res.Skipped++
-			}
-		}
-		items = kept
 	}
+	pg.items = kept
+}
+
+// pageCalls builds the page's FCALLs (pg.actions marks the actions).
+func (s DueScan) pageCalls(pg *duePage) []abi.Call {
 	var calls []abi.Call
-	var actions []int // index into calls of each action call
-	for _, d := range items {
+	for _, d := range pg.items {
 		cs := s.Call(d)
 		if len(cs) == 0 {
-			res.Skipped++
+			pg.res.Skipped++
 			if s.Later != nil {
 				if at := s.Later(d); at > 0 {
-					res.Add(abi.ScanResult{NextDueMs: at})
+					pg.res.Add(abi.ScanResult{NextDueMs: at})
 				}
 			}
 			continue
@@ -241,32 +327,32 @@ func (s DueScan) runPage(h Host, req abi.ScanRequest, res *abi.ScanResult, index
 		if cs[0].Item == "" {
 			cs[0].Item = d.Member
 		}
-		actions = append(actions, len(calls))
+		pg.actions = append(pg.actions, len(calls))
 		calls = append(calls, cs...)
 	}
-	if len(calls) == 0 {
-		return 0
-	}
-	out, err := h.FCall(calls)
+	return calls
+}
+
+// count books the replies (or the failure) of the page's calls.
+func (pg *duePage) count(h Host, calls []abi.Call, out []abi.CallResult, err error) {
 	if err != nil {
-		h.Log(abi.LogWarn, "fcall batch on "+index+": "+err.Error())
-		res.Errors += uint32(len(actions))
-		return len(actions)
+		h.Log(abi.LogWarn, "fcall batch on "+pg.index+": "+err.Error())
+		pg.res.Errors += uint32(len(pg.actions))
+		return
 	}
-	isAction := make(map[int]bool, len(actions))
-	for _, i := range actions {
+	isAction := make(map[int]bool, len(pg.actions))
+	for _, i := range pg.actions {
 		isAction[i] = true
 	}
 	for i, r := range out {
 		switch {
 		case isAction[i]:
-			countCall(res, r)
+			countCall(pg.res, r)
 		case r.Result != abi.StatusOK && !r.DryRun():
 			h.Log(abi.LogWarn, "cleanup "+calls[i].Function+" failed: "+r.Status)
-			res.Errors++
+			pg.res.Errors++
 		}
 	}
-	return len(actions)
 }
 
 func countCall(res *abi.ScanResult, r abi.CallResult) {

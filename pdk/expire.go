@@ -9,6 +9,19 @@ import (
 // (engine spec §9.4, §9.14): for each due execution of index, pre-read
 // lane_id and current_attempt_index, then ff_expire_execution with reason.
 func ExpireScan(h Host, req abi.ScanRequest, index, reason string) abi.ScanResult {
+	return ExpireDue(req, index, reason).Run(h, req)
+}
+
+// ExpireBatch is ExpireScan over the partitions of a fabric_scan_batch
+// call together (see DueBatch); index names a partition's index.
+func ExpireBatch(h Host, req abi.ScanBatchRequest, index func(model.PartitionKeys) string, reason string) []abi.ScanResult {
+	return DueBatch(h, req, func(r abi.ScanRequest) DueScan {
+		return ExpireDue(r, index(model.KeysOn(r.Partition)), reason)
+	})
+}
+
+// ExpireDue is ExpireScan's DueScan of partition req.Partition.
+func ExpireDue(req abi.ScanRequest, index, reason string) DueScan {
 	pk := model.KeysOn(req.Partition)
 	return DueScan{
 		Indexes: func(abi.ScanRequest) []string { return []string{index} },
@@ -20,7 +33,7 @@ func ExpireScan(h Host, req abi.ScanRequest, index, reason string) abi.ScanResul
 			att := FieldOr(d.Reads[0], 1, "0")
 			return []abi.Call{ExpireExecutionCall(pk, model.ExecutionID(d.Member), lane, att, reason)}
 		},
-	}.Run(h, req)
+	}
 }
 
 // ExpireExecutionCall builds FlowFabric's 14-KEY ff_expire_execution for

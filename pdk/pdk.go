@@ -57,12 +57,22 @@ type DispatchFunc func(h Host, req abi.DispatchRequest) abi.ScanResult
 // folded into the counts, as in FlowFabric's scanners.
 type ScanFunc func(h Host, req abi.ScanRequest) abi.ScanResult
 
+// ScanBatchFunc scans the partitions of one fabric_scan_batch call
+// together — its host calls may touch any of them, so one pipelined batch
+// serves all — and returns one result per partition, in req.Indexes
+// order (see DueBatch).
+type ScanBatchFunc func(h Host, req abi.ScanBatchRequest) []abi.ScanResult
+
 // Plugin is what a plugin main package registers.
 type Plugin struct {
 	// Manifest is the plugin's manifest. An empty ABI means abi.Version.
 	Manifest abi.Manifest
 	// Scan is the scanner entry point (a dispatcher's sweep, if any).
 	Scan ScanFunc
+	// ScanBatch, when set, scans the partitions of a fabric_scan_batch
+	// call at once instead of Scan once per partition (a host without
+	// abi.PartitionWholeBatch gets the Scan loop).
+	ScanBatch ScanBatchFunc
 	// Dispatch is the dispatcher entry point (abi.KindDispatcher).
 	Dispatch DispatchFunc
 }
@@ -119,19 +129,25 @@ func (p *Plugin) HandleScan(h Host, input []byte) ([]byte, error) {
 	return res.MarshalBinary()
 }
 
-// HandleScanBatch decodes a fabric_scan_batch input and runs p.Scan once
-// per partition of the batch, in order, against h. Before each scan it
-// calls selectPartition with the partition's index (the wasm export asks
-// the host to move its checks there); a partition that cannot be selected
-// is reported as one Error and not scanned.
-func (p *Plugin) HandleScanBatch(h Host, input []byte, selectPartition func(index uint16) error) ([]byte, error) {
+// HandleScanBatch decodes a fabric_scan_batch input and runs it against
+// h: with p.ScanBatch and more than one partition, once over the whole
+// batch after selectPartition(abi.PartitionWholeBatch); else (or when the
+// host refuses that selection) p.Scan once per partition of the batch, in
+// order, each after selectPartition with the partition's index (the wasm
+// export asks the host to move its checks there); a partition that cannot
+// be selected is reported as one Error and not scanned.
+func (p *Plugin) HandleScanBatch(h Host, input []byte, selectPartition func(index uint32) error) ([]byte, error) {
 	var req abi.ScanBatchRequest
 	if err := req.UnmarshalBinary(input); err != nil {
 		return nil, fmt.Errorf("pdk: fabric_scan_batch input: %w", err)
 	}
 	out := abi.ScanBatchResult{Results: make([]abi.ScanResult, len(req.Indexes))}
+	if p.ScanBatch != nil && len(req.Indexes) > 1 && selectPartition(abi.PartitionWholeBatch) == nil {
+		copy(out.Results, p.ScanBatch(h, req))
+		return out.MarshalBinary()
+	}
 	for i, idx := range req.Indexes {
-		if err := selectPartition(idx); err != nil {
+		if err := selectPartition(uint32(idx)); err != nil {
 			h.Log(abi.LogWarn, fmt.Sprintf("select partition %d: %v", idx, err))
 			out.Results[i].Errors++
 			continue

@@ -261,9 +261,9 @@ func exportScanBatch() int32 {
 }
 
 // selectPartition asks the host to check the following host calls
-// against partition index of the batch.
-func selectPartition(index uint16) error {
-	if rc := hostPartition(uint32(index)); rc != 0 {
+// against partition index of the batch (abi.PartitionWholeBatch: all of them).
+func selectPartition(index uint32) error {
+	if rc := hostPartition(index); rc != 0 {
 		return abi.Errorf(abi.Code(-rc), "partition not in the batch")
 	}
 	return nil

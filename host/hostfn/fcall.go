@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/valkey"
@@ -54,13 +55,10 @@ func fcallHandler(cfg Config) handler {
 			if len(calls) == 0 {
 				return resp.MarshalBinary()
 			}
-			var replied func()
-			if c.OnFCall != nil && len(calls) > 0 {
-				replied = c.OnFCall(c.Tag)
-			}
+			replied := c.fcallSent(calls)
 			results := cfg.Store.FCallBatch(ctx, calls)
-			if replied != nil {
-				replied()
+			for _, f := range replied {
+				f()
 			}
 			for j, res := range results {
 				i := idx[j]
@@ -89,4 +87,33 @@ func callResult(r valkey.Result) abi.CallResult {
 		return abi.CallResult{Result: abi.StatusError, Status: r.Err.Error()}
 	}
 	return abi.CallResult{Result: abi.StatusError, Status: "empty reply"}
+}
+
+// fcallSent tells OnFCall of an FCALL batch about to be sent, once per
+// partition it is for (the selected one; with the whole batch selected,
+// each partition its calls' first keys name), and returns the funcs to
+// call once the replies are in.
+func (c *Caller) fcallSent(calls []valkey.Call) []func() {
+	if c.OnFCall == nil || len(calls) == 0 {
+		return nil
+	}
+	tags := []string{c.Tag}
+	if c.WholeBatch {
+		tags = tags[:0]
+		for _, call := range calls {
+			if len(call.Keys) == 0 {
+				continue
+			}
+			if t := abi.HashTag(call.Keys[0]); t != "" && !slices.Contains(tags, t) {
+				tags = append(tags, t)
+			}
+		}
+	}
+	var out []func()
+	for _, t := range tags {
+		if f := c.OnFCall(t); f != nil {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -132,6 +132,11 @@ type Caller struct {
 	// their hash tags; the partition host function moves Tag among them.
 	// Nil outside a batch call.
 	Batch map[uint16]string
+	// WholeBatch: the plugin selected every partition of Batch at once
+	// (abi.PartitionWholeBatch): each key must be on one of them. Tag
+	// stays the last single partition selected (the sql check and logs
+	// use it).
+	WholeBatch bool
 	// Budget meters the plugin's host calls and backend commands (nil:
 	// unlimited).
 	Budget *Budget
@@ -225,12 +230,12 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 				return err
 			}
 		}
-		if c.Tag != "" {
+		if c.Tag != "" || c.WholeBatch {
 			for _, k := range s.keys {
 				if hf.Capability == abi.CapRead && abi.IsGlobalReadKey(k) {
 					continue // granted above; deployment-wide
 				}
-				if err := c.Caps.AllowKeyOnPartition(k, c.Tag); err != nil {
+				if err := c.Caps.AllowKeyOnPartition(k, c.partitionOf(k)); err != nil {
 					return err
 				}
 			}
@@ -242,6 +247,21 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 		c.Logger.Warn("plugin host call refused", "plugin", c.Plugin, "function", hf.Name, "partition", c.Tag, "error", err)
 	}
 	return err
+}
+
+// partitionOf is the tag key k must be on: the selected partition's, or
+// with the whole batch selected, k's own when it is one of the batch's.
+func (c *Caller) partitionOf(k string) string {
+	if !c.WholeBatch {
+		return c.Tag
+	}
+	tag := abi.HashTag(k)
+	for _, t := range c.Batch {
+		if t == tag {
+			return tag
+		}
+	}
+	return c.Tag // not one of the batch's: refused unless granted cross_partition
 }
 
 // handler is one pointer-in, pointer-out host function: decode the

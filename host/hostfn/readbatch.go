@@ -109,6 +109,10 @@ func flatten(res *abi.ReadResult, m valkeygo.ValkeyMessage) {
 				add("", false)
 				continue
 			}
+			if e.IsArray() || e.IsMap() {
+				flatten(res, e) // RESP3 pairs (ZRANGE … WITHSCORES): member, score, …
+				continue
+			}
 			v, err := e.ToString()
 			if err != nil {
 				if n, ierr := e.AsInt64(); ierr == nil {

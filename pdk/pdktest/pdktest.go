@@ -43,6 +43,9 @@ type Host struct {
 	tb       testing.TB
 	manifest abi.Manifest
 	tag      string
+	// batch: the tags of a ScanBatch whose whole batch is selected (each
+	// key must be on one of them).
+	batch []string
 
 	// NowMs is what Now returns.
 	NowMs int64
@@ -158,6 +161,66 @@ func (h *Host) Scan(p pdk.Plugin, part model.Partition, cycle uint64) abi.ScanRe
 	return res
 }
 
+// ScanBatch runs p on partitions parts as one fabric_scan_batch call,
+// through the binary codec, as the host would (the whole batch selectable
+// at once, abi.PartitionWholeBatch), and returns the decoded results.
+func (h *Host) ScanBatch(p pdk.Plugin, parts []model.Partition, cycle uint64) []abi.ScanResult {
+	req := abi.ScanBatchRequest{Cycle: cycle, Family: parts[0].Family, Partitions: model.DefaultFlowPartitions,
+		BatchSize: h.manifest.BatchSize, DeadlineMs: h.manifest.TimeoutMs}
+	tags := map[uint16]string{}
+	for _, part := range parts {
+		req.Indexes = append(req.Indexes, part.Index)
+		tags[part.Index] = part.Tag()
+	}
+	in, err := req.MarshalBinary()
+	if err != nil {
+		h.fatalf("pdktest: encode scan batch request: %v", err)
+	}
+	defer func() { h.tag, h.batch = "", nil }()
+	out, err := p.HandleScanBatch(h, in, func(index uint32) error {
+		if index == abi.PartitionWholeBatch {
+			h.batch = h.batch[:0]
+			for _, t := range tags {
+				h.batch = append(h.batch, t)
+			}
+			return nil
+		}
+		t, ok := tags[uint16(index)]
+		if !ok || index > 0xffff {
+			return abi.Errorf(abi.CodeCrossPartition, "partition not in the batch")
+		}
+		h.tag, h.batch = t, nil
+		return nil
+	})
+	if err != nil {
+		h.fatalf("pdktest: scan batch: %v", err)
+	}
+	var res abi.ScanBatchResult
+	if err := res.UnmarshalBinary(out); err != nil {
+		h.fatalf("pdktest: decode scan batch result: %v", err)
+	}
+	return res.Results
+}
+
+// onPartition checks that key is on the selected partition (or, with a
+// whole batch selected, on one of its partitions).
+func (h *Host) onPartition(key string) error {
+	tag := h.tag
+	if h.batch != nil {
+		tag = abi.HashTag(key)
+		if !slices.Contains(h.batch, tag) {
+			tag = h.batch[0]
+		}
+	}
+	if tag == "" {
+		return nil
+	}
+	if err := h.manifest.Capabilities.AllowKeyOnPartition(key, tag); err != nil {
+		return h.deny(err)
+	}
+	return nil
+}
+
 func (h *Host) fatalf(format string, args ...any) {
 	if h.tb == nil {
 		panic(fmt.Sprintf(format, args...))
@@ -175,10 +238,8 @@ func (h *Host) checkRead(key string) error {
 	if err := h.manifest.Capabilities.AllowRead(key); err != nil {
 		return h.deny(err)
 	}
-	if h.tag != "" && !abi.IsGlobalReadKey(key) {
-		if err := h.manifest.Capabilities.AllowKeyOnPartition(key, h.tag); err != nil {
-			return h.deny(err)
-		}
+	if !abi.IsGlobalReadKey(key) {
+		return h.onPartition(key)
 	}
 	return nil
 }
@@ -190,11 +251,8 @@ func (h *Host) FCall(calls []abi.Call) ([]abi.CallResult, error) {
 			return nil, h.deny(err)
 		}
 		for _, k := range c.Keys {
-			if h.tag == "" {
-				break
-			}
-			if err := h.manifest.Capabilities.AllowKeyOnPartition(k, h.tag); err != nil {
-				return nil, h.deny(err)
+			if err := h.onPartition(k); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -336,7 +394,7 @@ func (h *Host) Config(key string) (string, bool) {
 
 // ReadBatch implements pdk.Host over the in-memory data: GET, HGET, HMGET,
 // HGETALL, EXISTS, ZSCORE, ZCARD, ZCOUNT, SCARD, SISMEMBER, SMEMBERS and
-// ZRANGE key 0 -1.
+// ZRANGE key 0 -1 or ZRANGE key min max BYSCORE [LIMIT off n] [WITHSCORES].
 func (h *Host) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
 	for _, o := range ops {
 		if !abi.ValidBatchReadCommand(o.Cmd) {
@@ -416,9 +474,26 @@ func (h *Host) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
 				add(m, true)
 			}
 		case "ZRANGE":
-			m, _ := h.ZRangeByScore(abi.ZRangeRequest{Key: o.Key, Min: "-inf", Max: "+inf", Count: 1 << 30})
-			for _, v := range m.Members {
+			req := abi.ZRangeRequest{Key: o.Key, Min: "-inf", Max: "+inf", Count: 1 << 30}
+			if slices.Contains(o.Args, "BYSCORE") && len(o.Args) >= 2 {
+				req.Min, req.Max = o.Args[0], o.Args[1]
+				req.WithScores = slices.Contains(o.Args, "WITHSCORES")
+				if i := slices.Index(o.Args, "LIMIT"); i >= 0 && i+2 < len(o.Args) {
+					off, _ := strconv.ParseUint(o.Args[i+1], 10, 32)
+					n, _ := strconv.ParseUint(o.Args[i+2], 10, 32)
+					req.Offset, req.Count = uint32(off), uint32(n)
+				}
+			}
+			m, err := h.ZRangeByScore(req)
+			if err != nil {
+				r.Err = err.Error()
+				continue
+			}
+			for j, v := range m.Members {
 				add(v, true)
+				if req.WithScores {
+					add(strconv.FormatFloat(m.Scores[j], 'f', -1, 64), true)
+				}
 			}
 		}
 	}

@@ -20,6 +20,9 @@ var Plugin = pdk.Plugin{
 	Scan: func(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		return pdk.ExpireScan(h, req, model.KeysOn(req.Partition).AttemptTimeout(), "attempt_timeout")
 	},
+	ScanBatch: func(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
+		return pdk.ExpireBatch(h, req, model.PartitionKeys.AttemptTimeout, "attempt_timeout")
+	},
 }
 
 func init() { pdk.Register(Plugin) }

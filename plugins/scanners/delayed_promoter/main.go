@@ -20,7 +20,8 @@ var Plugin = pdk.Plugin{
 	Manifest: pdk.Scanner("delayed_promoter", 750, 50,
 		[]string{"ff_promote_delayed"}, []string{"ff:idx:*:lane:*:delayed"},
 		map[string]string{pdk.ConfigWake: "ff:idx:*:lane:*:delayed"}),
-	Scan: scan,
+	Scan:      scan,
+	ScanBatch: scanBatch,
 }
 
 func init() { pdk.Register(Plugin) }
@@ -28,23 +29,34 @@ func init() { pdk.Register(Plugin) }
 func main() {}
 
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
-	keys := model.KeysOn(req.Partition)
-	lanes := pdk.Lanes(h)
-	eligible := make(map[string]string, len(lanes))
-	indexes := make([]string, len(lanes))
-	for i, l := range lanes {
-		indexes[i] = keys.LaneDelayed(l)
-		eligible[indexes[i]] = keys.LaneEligible(l)
+	return dueScan(pdk.Lanes(h))(req).Run(h, req)
+}
+
+// scanBatch promotes on the partitions of a batch call together.
+func scanBatch(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
+	return pdk.DueBatch(h, req, dueScan(pdk.Lanes(h)))
+}
+
+// dueScan returns the promoter's DueScan of a partition over lanes.
+func dueScan(lanes []string) func(req abi.ScanRequest) pdk.DueScan {
+	return func(req abi.ScanRequest) pdk.DueScan {
+		keys := model.KeysOn(req.Partition)
+		eligible := make(map[string]string, len(lanes))
+		indexes := make([]string, len(lanes))
+		for i, l := range lanes {
+			indexes[i] = keys.LaneDelayed(l)
+			eligible[indexes[i]] = keys.LaneEligible(l)
+		}
+		return pdk.DueScan{
+			Indexes: func(abi.ScanRequest) []string { return indexes },
+			// KEYS: exec_core, lane_delayed, lane_eligible; ARGV: execution_id, now_ms.
+			Call: func(d pdk.Due) []abi.Call {
+				return []abi.Call{{
+					Function: "ff_promote_delayed",
+					Keys:     []string{model.KeysFor(model.ExecutionID(d.Member)).Core(), d.Index, eligible[d.Index]},
+					Args:     []string{d.Member, pdk.Itoa(d.NowMs)},
+				}}
+			},
+		}
 	}
-	return pdk.DueScan{
-		Indexes: func(abi.ScanRequest) []string { return indexes },
-		// KEYS: exec_core, lane_delayed, lane_eligible; ARGV: execution_id, now_ms.
-		Call: func(d pdk.Due) []abi.Call {
-			return []abi.Call{{
-				Function: "ff_promote_delayed",
-				Keys:     []string{model.KeysFor(model.ExecutionID(d.Member)).Core(), d.Index, eligible[d.Index]},
-				Args:     []string{d.Member, pdk.Itoa(d.NowMs)},
-			}}
-		},
-	}.Run(h, req)
 }

@@ -19,6 +19,9 @@ var Plugin = pdk.Plugin{
 	Scan: func(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		return pdk.ExpireScan(h, req, model.KeysOn(req.Partition).ExecutionDeadline(), "execution_deadline")
 	},
+	ScanBatch: func(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
+		return pdk.ExpireBatch(h, req, model.PartitionKeys.ExecutionDeadline, "execution_deadline")
+	},
 }
 
 func init() { pdk.Register(Plugin) }

@@ -25,7 +25,8 @@ var Plugin = pdk.Plugin{
 	Manifest: pdk.Scanner("lease_expiry", 1500, 50,
 		[]string{"ff_mark_lease_expired_if_due"}, []string{"ff:idx:*:lease_expiry"},
 		map[string]string{pdk.ConfigWake: "ff:idx:*:lease_expiry"}),
-	Scan: scan,
+	Scan:      scan,
+	ScanBatch: scanBatch,
 }
 
 func init() { pdk.Register(Plugin) }
@@ -43,6 +44,17 @@ func awaitingReclaim(r abi.ReadResult) bool {
 }
 
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
+	return dueScan(req).Run(h, req)
+}
+
+// scanBatch marks expired leases on the partitions of a batch call
+// together.
+func scanBatch(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
+	return pdk.DueBatch(h, req, dueScan)
+}
+
+// dueScan is the scanner's DueScan of one partition.
+func dueScan(req abi.ScanRequest) pdk.DueScan {
 	index := model.KeysOn(req.Partition).LeaseExpiry()
 	return pdk.DueScan{
 		Indexes: func(abi.ScanRequest) []string { return []string{index} },
@@ -60,5 +72,5 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			return []abi.Call{{Function: "ff_mark_lease_expired_if_due",
 				Keys: []string{k.Core(), k.LeaseCurrent(), index, k.LeaseHistory()}, Args: []string{d.Member}}}
 		},
-	}.Run(h, req)
+	}
 }
