@@ -104,14 +104,16 @@ type chunkDone struct {
 // schedule of partitions keyed by when each is next due — the due time
 // the plugin reported, a wake-up, or the safety poll. Due partitions are
 // handed out in due order to up to TimerConfig.Calls calls in flight at
-// once (a burst is split among them, each call scanning its partitions in
+// once (no more than the plugin's warm instances) (a burst is split among them, each call scanning its partitions in
 // one fabric_scan_batch where exported), before any safety poll; with
 // wake-ups flowing, at most one call polls for safety at a time. A full
 // interval still counts as one failure-tracker cycle.
 func (p *plugin) timerLoop(ctx context.Context) error {
 	clock := p.h.cfg.Clock
-	calls := max(1, p.h.cfg.Timers.Calls)
-	done := make(chan chunkDone, calls)
+	// The calls in flight: at most the module's warm instances (a swap
+	// may change them; done has room for the most there can be).
+	most := max(1, p.h.cfg.Timers.Calls)
+	done := make(chan chunkDone, most)
 	inflight, safetyInflight := 0, 0
 	// A loop that ends (ctx, or a panic it recovers from) waits for its
 	// calls: none outlives it.
@@ -224,6 +226,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 		}
 		spec := p.spec()
 		sched.resize(spec.Partitions)
+		calls := min(most, p.mod.Load().poolCap())
 		now := clock.Now()
 		if cycleStart.IsZero() || now.Sub(cycleStart) >= spec.Interval {
 			flush()

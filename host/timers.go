@@ -39,13 +39,18 @@ type TimerConfig struct {
 	NoConfigSet bool
 	// Calls is how many calls of one plugin its scan loop keeps in flight
 	// at once, each on its own due partitions (default
-	// TimerCallsDefault): a burst of due work is spread over them rather
-	// than queued behind one call.
+	// TimerCallsDefault), and at most the instances the plugin keeps warm
+	// (Config.PoolSize): a call beyond them would instantiate and start a
+	// fresh guest on the due path, tens of milliseconds, and drop it
+	// after. A burst of due work is spread over them rather than queued
+	// behind one call; a plugin that scans a batch of partitions together
+	// (pdk.DueBatch) acts on all of a call's due partitions in one
+	// pipelined batch.
 	Calls int
 }
 
-// TimerCallsDefault is TimerConfig.Calls's default: the instances a
-// plugin keeps warm.
+// TimerCallsDefault is TimerConfig.Calls's default (capped by the warm
+// instances, Config.PoolSize).
 const TimerCallsDefault = 2
 
 // TimerSafetyFactorDefault is TimerConfig.SafetyFactor's default.
