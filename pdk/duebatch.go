@@ -13,7 +13,7 @@ const maxDueBatchReads = 4096
 // DueBatch scans the partitions of a fabric_scan_batch call together, as
 // Plugin.ScanBatch: scan(req.Request(i)) is partition i's DueScan, and
 // their round trips are shared — one server time read, one pipelined read
-// of every index's first page (ZRANGE … BYSCORE … WITHSCORES), one read
+// of every index's first page (see firstPageReads), one read
 // batch of every pre-read, one FCALL batch of every due member's calls —
 // so a burst due on many partitions costs four round trips rather than
 // four per partition. Further pages (DueScan.Pages) are read index by
@@ -54,7 +54,7 @@ func DueBatch(h Host, req abi.ScanBatchRequest, scan func(req abi.ScanRequest) D
 		p := part{req: r, s: s, q: s.query(h, r, now)}
 		parts[i] = p
 		for _, index := range s.Indexes(r) {
-			ops = append(ops, p.q.pageRead(index, 0))
+			ops = append(ops, p.q.firstPageReads(index)...)
 			reads = append(reads, indexRead{i, index})
 		}
 	}
@@ -87,15 +87,20 @@ func DueBatch(h Host, req abi.ScanBatchRequest, scan func(req abi.ScanRequest) D
 	}
 	pages := make([]pageOf, 0, len(reads))
 	var pre []abi.ReadOp
-	for j, r := range reads {
+	for _, r := range reads {
 		p := &parts[r.part]
-		members, err := membersOf(got[j])
+		n := 1
+		if p.q.nextDue {
+			n = 2
+		}
+		page, err := p.q.firstPage(got[:n])
+		got = got[n:]
 		if err != nil {
 			h.Log(abi.LogWarn, "zrangebyscore "+r.index+": "+err.Error())
 			res[r.part].Errors++
 			continue
 		}
-		due := p.q.cut(members, &res[r.part])
+		due := p.q.cut(page, &res[r.part])
 		pg := pageOf{duePage: p.s.newPage(h, p.req, &res[r.part], r.index, due, now), part: r.part, scanned: len(due.Members)}
 		pg.full = uint32(len(due.Members)) == p.q.batch
 		var o []abi.ReadOp
@@ -152,12 +157,38 @@ func DueBatch(h Host, req abi.ScanBatchRequest, scan func(req abi.ScanRequest) D
 	return res
 }
 
-// pageRead is pageRequest as a read-batch op (ZRANGE … BYSCORE LIMIT …
-// WITHSCORES).
-func (q dueQuery) pageRead(index string, page int) abi.ReadOp {
-	r := q.pageRequest(index, page)
-	return abi.ReadOp{Cmd: "ZRANGE", Key: index, Args: []string{r.Min, r.Max, "BYSCORE", "LIMIT",
-		strconv.FormatUint(uint64(r.Offset), 10), strconv.FormatUint(uint64(r.Count), 10), "WITHSCORES"}}
+// firstPageReads are the read-batch ops of an index's first page: the
+// due members (ZRANGE … BYSCORE LIMIT 0 n WITHSCORES), and with next due
+// wanted, one member more plus — a second op — the first not yet due,
+// rather than Run's one read to +inf, which moves a page of members not
+// due yet on every scan of an index that holds them (a burst's future
+// work) when the pipeline gives the second read for free.
+func (q dueQuery) firstPageReads(index string) []abi.ReadOp {
+	zr := func(min, max string, n uint32) abi.ReadOp {
+		return abi.ReadOp{Cmd: "ZRANGE", Key: index, Args: []string{min, max, "BYSCORE", "LIMIT", "0", strconv.FormatUint(uint64(n), 10), "WITHSCORES"}}
+	}
+	if !q.nextDue {
+		return []abi.ReadOp{zr("-inf", q.max, q.batch)}
+	}
+	return []abi.ReadOp{zr("-inf", q.max, q.batch+1), zr("("+q.max, "+inf", 1)}
+}
+
+// firstPage is the page firstPageReads's replies make: what Run's read of
+// the first page would have returned as far as cut looks (the due
+// members, then the first not yet due unless the due ones overflow the
+// page).
+func (q dueQuery) firstPage(rs []abi.ReadResult) (abi.Members, error) {
+	page, err := membersOf(rs[0])
+	if err != nil || len(rs) < 2 || len(page.Members) > int(q.batch) {
+		return page, err
+	}
+	next, err := membersOf(rs[1])
+	if err != nil {
+		return page, err
+	}
+	page.Members = append(page.Members, next.Members...)
+	page.Scores = append(page.Scores, next.Scores...)
+	return page, nil
 }
 
 // membersOf reads a ZRANGE … WITHSCORES reply (member, score, …).
