@@ -19,7 +19,10 @@
 //
 // In a fabric_scan_batch call the plugin selects each partition with the
 // partition host function before scanning it, so its host calls are
-// checked against that partition alone, as in fabric_scan.
+// checked against that partition alone, as in fabric_scan; or it selects
+// PartitionWholeBatch once and scans them together (each key then on one
+// of the batch's partitions), sharing its reads and FCALLs among them in
+// pipelined batches (pdk.DueBatch).
 //
 // The plugin calls back through the host functions listed in HostFuncs, in
 // module Namespace. Every pointer-taking host function takes one encoded
