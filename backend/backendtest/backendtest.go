@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -318,6 +319,16 @@ func testClaimNextJob(e *env) {
 	}
 }
 
+// nextMilli returns once the clock has passed the current millisecond:
+// executions created in one millisecond tie on their eligible score, and
+// Valkey orders a tie by id, so a test of age order creates the younger
+// one after it. (The test servers run on this machine's clock.)
+func nextMilli() {
+	for t := time.Now().UnixMilli(); time.Now().UnixMilli() <= t; {
+		runtime.Gosched()
+	}
+}
+
 func testClaimNextOrder(e *env) {
 	low := e.spec()
 	e.create(low)
@@ -325,6 +336,7 @@ func testClaimNextOrder(e *env) {
 	high.Priority = 5
 	e.create(high)
 	low2 := e.spec()
+	nextMilli() // low2 is younger than low, not a same-millisecond tie
 	e.create(low2)
 	var got []model.ExecutionID
 	for range 3 {
