@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/model"
@@ -15,7 +16,13 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 )
 
-func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
+func TestMain(m *testing.M) {
+	code := valkeytest.Run(m)
+	if pgtest.Stop() != 0 {
+		code = 1
+	}
+	os.Exit(code)
+}
 
 // Executions in every waiting state are stated, not violations; an
 // execution pulled out of its index, a delay long past, a lease expired

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -22,17 +23,30 @@ const pgNonTerminal = `SELECT c.execution_id::text, c.lane_id, c.lifecycle_phase
  WHERE c.lifecycle_phase <> 'terminal'`
 
 // Postgres checks every execution of a migrated fabric database: one
-// count of the terminal ones and one scan of the rest.
+// count of the terminal ones and one scan of the rest, in one read-only
+// snapshot.
 func Postgres(ctx context.Context, pool *pgxpool.Pool, o Options) (*Report, error) {
 	o = o.withDefaults()
+	// Both reads see one snapshot: read one after the other, an execution
+	// that ended between them was in neither (counted non-terminal by the
+	// count, terminal by the scan), and the audit reported one execution
+	// fewer than the database held.
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("audit: begin read: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
 	var nowMs int64
 	var terminal int
-	if err := pool.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+	if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
        (SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'terminal')`).Scan(&nowMs, &terminal); err != nil {
 		return nil, fmt.Errorf("audit: count terminal executions: %w", err)
 	}
 	rep := &Report{At: time.UnixMilli(nowMs), Checked: terminal, Terminal: terminal}
-	rows, err := pool.Query(ctx, pgNonTerminal)
+	if betweenReads != nil {
+		betweenReads()
+	}
+	rows, err := tx.Query(ctx, pgNonTerminal)
 	if err != nil {
 		return nil, fmt.Errorf("audit: read executions: %w", err)
 	}
