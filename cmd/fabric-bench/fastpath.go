@@ -29,14 +29,12 @@ func runFastPath(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	if err != nil {
 		return err
 	}
-	before, _ := e.commandStats(ctx)
-	usBefore, _ := e.commandUsec(ctx)
+	before, usBefore, _ := e.commandCounters(ctx)
 	createUs, claimUs, completeUs, cpu, err := floorFunctions(ctx, e, vc, part, n, floorConcurrency)
 	if err != nil {
 		return err
 	}
-	after, _ := e.commandStats(ctx)
-	usAfter, _ := e.commandUsec(ctx)
+	after, usAfter, _ := e.commandCounters(ctx)
 	fnCmds := perJob(before, after, int64(n))
 	fnUsec := perJob(usBefore, usAfter, int64(n))
 	fnUs := createUs + claimUs + completeUs
@@ -48,13 +46,13 @@ func runFastPath(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		usecRow("functions alone", fnUsec))
 	for _, w := range e.size.Workers {
 		for _, mode := range []notifyMode{notifyWorkers, notifyUnheard, notifyOff} {
-			usBefore, _ := e.commandUsec(ctx)
+			_, usBefore, _ := e.commandCounters(ctx)
 			r, sdkCmds, err := fabricE2EWith(ctx, e, n, w, mode)
 			if err != nil {
 				return fmt.Errorf("fabric W=%d: %w", w, err)
 			}
 			what := mode.String()
-			usAfter, _ := e.commandUsec(ctx)
+			_, usAfter, _ := e.commandCounters(ctx)
 			total, _ := topCommands(sdkCmds, 0)
 			sc.Rows = append(sc.Rows,
 				Row{Measure: fmt.Sprintf("server CPU µs per execution, SDK W=%d, %s", w, what), Fabric: r.cpuUs,

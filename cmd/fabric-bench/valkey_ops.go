@@ -103,48 +103,38 @@ func opsE2E(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, map[st
 
 // commandStats reads INFO commandstats calls per command (server-wide).
 func (e *benchEnv) commandStats(ctx context.Context) (map[string]int64, error) {
-	raw := e.stats.Raw()
-	s, err := raw.Do(ctx, raw.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(s, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		num, _, _ := strings.Cut(rest, ",")
-		v, _ := strconv.ParseInt(num, 10, 64)
-		out[strings.TrimPrefix(name, "cmdstat_")] = v
-	}
-	return out, nil
+	calls, _, err := e.commandCounters(ctx)
+	return calls, err
 }
 
-// commandUsec reads INFO commandstats: each command's total usec
-// (server-wide; a script's nested commands are counted both under their
-// own name and inside the FCALL's).
-func (e *benchEnv) commandUsec(ctx context.Context) (map[string]int64, error) {
+// commandCounters reads INFO commandstats once: each command's calls and
+// total usec (server-wide; a script's nested commands are counted both
+// under their own name and inside the FCALL's).
+func (e *benchEnv) commandCounters(ctx context.Context) (calls, usec map[string]int64, err error) {
 	raw := e.stats.Raw()
 	s, err := raw.Do(ctx, raw.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[string]int64{}
+	calls, usec = map[string]int64{}, map[string]int64{}
 	for _, line := range strings.Split(s, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
-		_, us, ok := strings.Cut(rest, ",usec=")
-		if !ok {
-			continue
+		name = strings.TrimPrefix(name, "cmdstat_")
+		for _, field := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(field, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls[name] = n
+			case "usec":
+				usec[name] = n
+			}
 		}
-		num, _, _ := strings.Cut(us, ",")
-		v, _ := strconv.ParseInt(num, 10, 64)
-		out[strings.TrimPrefix(name, "cmdstat_")] = v
 	}
-	return out, nil
+	return calls, usec, nil
 }
 
 // perJob is the commandstats difference per completed job.
