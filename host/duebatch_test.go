@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
@@ -30,13 +29,7 @@ func TestDueBatchPromotesPartitionsInOneCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	create := func(part uint16, delayUntil int64) model.ExecutionID {
-		id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: part}, model.NewUUID())
-		if _, err := c.CreateExecution(ctx, &valkey.CreateExecutionParams{
-			ExecutionID: id, Namespace: "ns", LaneID: "default", ExecutionKind: "test", DelayUntil: delayUntil,
-		}); err != nil {
-			t.Fatalf("ff_create_execution: %v", err)
-		}
-		return id
+		return b.createDelayed(t, ctx, part, delayUntil)
 	}
 	// Due before the first sweep can run (the host starts after they are
 	// created), on the test host's partitions, which one call holds together.

@@ -255,3 +255,17 @@ func (b *testBundle) backend(t *testing.T) *valkey.Client {
 	}
 	return b.client
 }
+
+// createDelayed creates an execution on flow partition part of lane
+// "default", delayed until delayUntil (ms, server clock), with
+// ff_create_execution on the bundle's backend.
+func (b *testBundle) createDelayed(t *testing.T, ctx context.Context, part uint16, delayUntil int64) model.ExecutionID {
+	t.Helper()
+	id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: part}, model.NewUUID())
+	if _, err := b.backend(t).CreateExecution(ctx, &valkey.CreateExecutionParams{
+		ExecutionID: id, Namespace: "ns", LaneID: "default", ExecutionKind: "test", DelayUntil: delayUntil,
+	}); err != nil {
+		t.Fatalf("ff_create_execution: %v", err)
+	}
+	return id
+}

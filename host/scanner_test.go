@@ -32,13 +32,7 @@ func TestDelayedPromoterOnValkey(t *testing.T) {
 		t.Fatal(err)
 	}
 	create := func(part uint16, delayUntil int64) model.ExecutionID {
-		id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: part}, model.NewUUID())
-		if _, err := c.CreateExecution(ctx, &valkey.CreateExecutionParams{
-			ExecutionID: id, Namespace: "ns", LaneID: "default", ExecutionKind: "test", DelayUntil: delayUntil,
-		}); err != nil {
-			t.Fatalf("ff_create_execution: %v", err)
-		}
-		return id
+		return b.createDelayed(t, ctx, part, delayUntil)
 	}
 	// Both become due while the host runs; they must still be delayed
 	// when it starts. (A DelayUntil already in the past is not a delay:
