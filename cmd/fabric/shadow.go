@@ -18,17 +18,21 @@ import (
 func init() {
 	register(&command{
 		name:    "plugins shadow",
-		usage:   "FILE",
+		usage:   "FILE | --drop NAME",
 		summary: "Run FILE as a shadow of the live plugin of its name on a running host: same partitions and sweeps, real reads, writes recorded and never sent, compared with what the live version did (needs the admin token).",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			c := addConsoleFlags(fs, false)
-			drop := fs.Bool("drop", false, "drop the shadow of plugin FILE (a plugin name) instead")
+			drop := fs.Bool("drop", false, "drop the shadow of the plugin NAME instead")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				args, err := positionals(fs, args)
 				if err != nil {
 					return err
 				}
-				arg, err := oneArg(args, "FILE")
+				what := "FILE"
+				if *drop {
+					what = "NAME"
+				}
+				arg, err := oneArg(args, what)
 				if err != nil {
 					return err
 				}
