@@ -19,12 +19,11 @@ var driverImports = []string{
 
 // driverBridges are the packages below host still allowed to import a
 // driver: the Valkey implementation of plugin data (hostfn.ValkeyStore,
-// the sql_query session over pgx) and the partition-lease registry. The
-// host reaches them only through interfaces (Backend, hostfn.Store,
-// hostfn.SQLDB, partlease.Backend). Shrink this list; never grow it.
+// the sql_query session over pgx). The host reaches it only through
+// interfaces (Backend, hostfn.Store, hostfn.SQLDB). Shrink this list;
+// never grow it.
 var driverBridges = []string{
 	"github.com/fabric-host/fabric/host/hostfn",
-	"github.com/fabric-host/fabric/host/partlease",
 }
 
 func isDriver(path string) bool {

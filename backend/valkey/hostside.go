@@ -17,9 +17,9 @@ import (
 // SubscribeChannel holds one subscription to channel on a dedicated
 // connection named connName (CLIENT SETNAME, so operators can tell it
 // from other subscribers) until the connection breaks or ctx ends. It
-// calls onSubscribed once the SUBSCRIBE is confirmed and onMessage with
-// every message of channel (on the connection's goroutine: blocking it
-// blocks the connection). It reports whether the SUBSCRIBE was
+// calls onSubscribed (when not nil) once the SUBSCRIBE is confirmed and
+// onMessage with every message of channel (on the connection's
+// goroutine: blocking it blocks the connection). It reports whether the SUBSCRIBE was
 // confirmed, and the error that ended it (nil when ctx ended).
 func (c *Client) SubscribeChannel(ctx context.Context, channel, connName string, onMessage func(msg string), onSubscribed func()) (bool, error) {
 	dc, release := c.c.Dedicate()
@@ -54,7 +54,9 @@ func (c *Client) SubscribeChannel(ctx context.Context, channel, connName string,
 		dc.Close()
 		return false, nil
 	}
-	onSubscribed()
+	if onSubscribed != nil {
+		onSubscribed()
+	}
 	select {
 	case err := <-broken:
 		if err == nil {

@@ -2,13 +2,13 @@ package valkey
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -25,50 +25,36 @@ const (
 	PartitionLeasePrefix = "fabric:partlease:"
 	// HostsKey is the members zset: host id → expiry (server ms).
 	HostsKey = "fabric:hosts"
-	// HostsChannel carries "<event> <host id>" when a host joins, leaves
-	// or releases partitions, so peers rebalance at once instead of at
-	// their next heartbeat.
-	HostsChannel = "fabric:hosts:changed"
+	// HostsChannel is backend.HostsChannel.
+	HostsChannel = backend.HostsChannel
 )
 
 // PartitionLeaseKey returns the lease key of p.
 func PartitionLeaseKey(p model.Partition) string { return PartitionLeasePrefix + p.Tag() }
 
-// ClaimOutcome is what fabric_claim_partition did.
-type ClaimOutcome string
-
-// Claim outcomes.
-const (
-	// ClaimAcquired: the lease was free or expired and is now the
-	// caller's, under a new token.
-	ClaimAcquired ClaimOutcome = "acquired"
-	// ClaimRenewed: the caller's live lease was extended, same token.
-	ClaimRenewed ClaimOutcome = "renewed"
-	// ClaimHeld: another host (or the caller under another token) holds a
-	// live lease; nothing changed.
-	ClaimHeld ClaimOutcome = "held"
+// The partition-lease types are the backend contract's (package backend);
+// these names keep the driver's callers unchanged.
+type (
+	// ClaimOutcome is backend.ClaimOutcome.
+	ClaimOutcome = backend.ClaimOutcome
+	// PartitionClaim is backend.PartitionClaim.
+	PartitionClaim = backend.PartitionClaim
+	// PartitionClaimResult is backend.PartitionClaimResult.
+	PartitionClaimResult = backend.PartitionClaimResult
+	// HostMember is backend.HostMember.
+	HostMember = backend.HostMember
+	// PartitionLease is backend.PartitionLease.
+	PartitionLease = backend.PartitionLease
+	// PartitionLeaseTable is backend.PartitionLeaseTable.
+	PartitionLeaseTable = backend.PartitionLeaseTable
 )
 
-// PartitionClaim asks for one partition lease: Token 0 acquires, a token
-// renews the lease held under it.
-type PartitionClaim struct {
-	Partition model.Partition
-	Token     int64
-}
-
-// PartitionClaimResult is the answer to one PartitionClaim.
-type PartitionClaimResult struct {
-	Partition model.Partition
-	Outcome   ClaimOutcome
-	// Owner is the holder (the caller unless Outcome is ClaimHeld).
-	Owner string
-	// Token is the lease's fencing token; ExpiresAtMs its expiry on the
-	// server's clock.
-	Token       int64
-	ExpiresAtMs int64
-	// Err is set when the call failed; the other fields are then empty.
-	Err error
-}
+// Claim outcomes (backend's).
+const (
+	ClaimAcquired = backend.ClaimAcquired
+	ClaimRenewed  = backend.ClaimRenewed
+	ClaimHeld     = backend.ClaimHeld
+)
 
 // ClaimPartitions acquires or renews leases of ttl for hostID, one
 // fabric_claim_partition per claim, pipelined in one round trip.
@@ -118,9 +104,9 @@ func parsePartitionClaim(p model.Partition, hostID string, r Result) PartitionCl
 	return res
 }
 
-// ErrNotLeaseOwner is returned by ReleasePartitions for a lease the caller
-// no longer holds under the given token (it expired and was taken over).
-var ErrNotLeaseOwner = errors.New("valkey: partition lease not held by this host under this token")
+// ErrNotLeaseOwner is backend.ErrNotLeaseOwner: ReleasePartitions
+// returns it for a lease the caller no longer holds under the given token.
+var ErrNotLeaseOwner = backend.ErrNotLeaseOwner
 
 // ReleasePartitions frees the leases hostID holds, pipelined; the error
 // of each is nil, ErrNotLeaseOwner (wrapped, naming the holder) or the
@@ -141,14 +127,6 @@ func (c *Client) ReleasePartitions(ctx context.Context, hostID string, leases []
 		}
 	}
 	return out
-}
-
-// HostMember is one live member of the hosts zset.
-type HostMember struct {
-	ID string `json:"id"`
-	// ExpiresAtMs is when the member drops out unless it heartbeats, on
-	// the server's clock.
-	ExpiresAtMs int64 `json:"expires_at_ms"`
 }
 
 // HostHeartbeat records hostID as live for ttl and returns the server's
@@ -186,26 +164,6 @@ func (c *Client) PublishHostsChanged(ctx context.Context, event, hostID string) 
 		return fmt.Errorf("valkey: PUBLISH %s: %w", HostsChannel, err)
 	}
 	return nil
-}
-
-// PartitionLease is the stored state of one partition lease.
-type PartitionLease struct {
-	Partition model.Partition
-	// Owner is the holder's host id; "" when the lease is free, expired
-	// or was never taken.
-	Owner string
-	// Token is the latest fencing token (0: never taken).
-	Token int64
-	// ExpiresAtMs is the expiry on the server's clock (0 when free).
-	ExpiresAtMs int64
-}
-
-// PartitionLeaseTable is every partition lease of the deployment and the
-// live hosts, read at one server time.
-type PartitionLeaseTable struct {
-	NowMs   int64
-	Leases  []PartitionLease
-	Members []HostMember
 }
 
 // ReadPartitionLeases reads every partition lease of every family (the

@@ -65,9 +65,7 @@ import (
 	"sync"
 	"time"
 
-	vk "github.com/valkey-io/valkey-go"
-
-	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -117,7 +115,7 @@ type Manager struct {
 }
 
 // New validates cfg (filling its defaults) and returns a Manager for the
-// partitions of parts on c (a *valkey.Client). It makes no call until
+// partitions of parts on c (a *valkey.Client, say). It makes no call until
 // RunOnce or Run.
 func New(cfg Config, c Backend, parts model.PartitionConfig, o Options) (*Manager, error) {
 	cfg, err := cfg.WithDefaults()
@@ -307,8 +305,8 @@ func (m *Manager) step(ctx context.Context) (StepResult, error) {
 	share := m.share(slices.Index(ids, cfg.HostID), len(ids))
 	res.Share = len(share)
 
-	var claims []valkey.PartitionClaim
-	var releases []valkey.PartitionClaim
+	var claims []backend.PartitionClaim
+	var releases []backend.PartitionClaim
 	m.mu.Lock()
 	changed := !slices.Equal(ids, m.members)
 	m.members = ids
@@ -319,17 +317,17 @@ func (m *Manager) step(ctx context.Context) (StepResult, error) {
 			res.Lost++
 		case !share[p] && l.inflight == 0:
 			delete(m.leases, p)
-			releases = append(releases, valkey.PartitionClaim{Partition: p, Token: l.token})
+			releases = append(releases, backend.PartitionClaim{Partition: p, Token: l.token})
 		default:
 			if !share[p] {
 				l.draining = true
 			}
-			claims = append(claims, valkey.PartitionClaim{Partition: p, Token: l.token})
+			claims = append(claims, backend.PartitionClaim{Partition: p, Token: l.token})
 		}
 	}
 	for p := range share {
 		if m.leases[p] == nil {
-			claims = append(claims, valkey.PartitionClaim{Partition: p})
+			claims = append(claims, backend.PartitionClaim{Partition: p})
 		}
 	}
 	m.mu.Unlock()
@@ -344,7 +342,7 @@ func (m *Manager) step(ctx context.Context) (StepResult, error) {
 			switch {
 			case r.Err != nil:
 				res.Failed++
-			case r.Outcome == valkey.ClaimHeld:
+			case r.Outcome == backend.ClaimHeld:
 				if l != nil {
 					delete(m.leases, r.Partition)
 					res.Lost++
@@ -360,7 +358,7 @@ func (m *Manager) step(ctx context.Context) (StepResult, error) {
 					l = &lease{}
 					m.leases[r.Partition] = l
 				}
-				if r.Outcome == valkey.ClaimAcquired {
+				if r.Outcome == backend.ClaimAcquired {
 					res.Acquired++
 					gained = append(gained, r.Partition)
 				} else {
@@ -381,7 +379,7 @@ func (m *Manager) step(ctx context.Context) (StepResult, error) {
 			switch {
 			case err == nil:
 				res.Released++
-			case errors.Is(err, valkey.ErrNotLeaseOwner):
+			case errors.Is(err, backend.ErrNotLeaseOwner):
 				res.Lost++
 			default:
 				res.Failed++
@@ -479,13 +477,12 @@ const listenRetry = time.Second
 
 // listen pokes the step loop whenever a peer publishes on HostsChannel.
 func (m *Manager) listen(ctx context.Context) {
-	raw := m.c.Raw()
 	for ctx.Err() == nil {
-		err := raw.Receive(ctx, raw.B().Subscribe().Channel(valkey.HostsChannel).Build(), func(msg vk.PubSubMessage) {
-			if peerEvent(msg.Message, m.cfg.HostID) {
+		_, err := m.c.SubscribeChannel(ctx, backend.HostsChannel, "fabric-hosts-"+m.cfg.HostID, func(msg string) {
+			if peerEvent(msg, m.cfg.HostID) {
 				m.poke()
 			}
-		})
+		}, nil)
 		if ctx.Err() != nil {
 			return
 		}
@@ -516,15 +513,15 @@ func (m *Manager) Leave(ctx context.Context) error {
 	defer m.stepMu.Unlock()
 	m.mu.Lock()
 	m.left = true
-	var rel []valkey.PartitionClaim
+	var rel []backend.PartitionClaim
 	for p, l := range m.leases {
-		rel = append(rel, valkey.PartitionClaim{Partition: p, Token: l.token})
+		rel = append(rel, backend.PartitionClaim{Partition: p, Token: l.token})
 	}
 	clear(m.leases)
 	m.mu.Unlock()
 	var errs []error
 	for _, err := range m.c.ReleasePartitions(ctx, m.cfg.HostID, rel) {
-		if err != nil && !errors.Is(err, valkey.ErrNotLeaseOwner) {
+		if err != nil && !errors.Is(err, backend.ErrNotLeaseOwner) {
 			errs = append(errs, err)
 		}
 	}

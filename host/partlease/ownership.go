@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -62,7 +62,7 @@ type Ownership struct {
 }
 
 // Summarize turns a lease table into per-host compact ranges.
-func Summarize(tbl valkey.PartitionLeaseTable) Ownership {
+func Summarize(tbl backend.PartitionLeaseTable) Ownership {
 	held := map[string]map[model.Family][]int{}
 	free := map[model.Family][]int{}
 	for _, l := range tbl.Leases {
