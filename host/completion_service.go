@@ -58,7 +58,9 @@ func (s *completionService) Start(ctx context.Context) error {
 		wg.Go(func() { s.push(ctx, s.cfg.Wakeups) })
 	} else {
 		queue := make(chan abi.Completion, s.cfg.QueueSize)
-		wg.Go(func() { s.listen(ctx, queue) })
+		resyncs := make(chan struct{}, 1)
+		wg.Go(func() { s.listen(ctx, queue, resyncs) })
+		wg.Go(func() { s.resyncOnRequest(ctx, resyncs) })
 		wg.Go(func() { s.drive(ctx, queue) })
 	}
 	go func() {
@@ -72,7 +74,8 @@ func (s *completionService) Start(ctx context.Context) error {
 // listen keeps one subscription alive until ctx ends: it subscribes on a
 // dedicated connection, pushes every valid message to queue, and on
 // connection loss resubscribes at once (after RetryDelay when subscribing
-// itself failed).
+// itself failed). Every resubscription asks resyncOnRequest for a resync
+// sweep.
 //
 // # Notes
 //
@@ -84,7 +87,7 @@ func (s *completionService) Start(ctx context.Context) error {
 //   - The same gap exists when a dispatcher call fails or the plugin is
 //     quarantined: those completions are logged and left to the
 //     reconcilers.
-func (s *completionService) listen(ctx context.Context, queue chan<- abi.Completion) {
+func (s *completionService) listen(ctx context.Context, queue chan<- abi.Completion, resyncs chan<- struct{}) {
 	log := s.logger
 	subs := 0
 	for ctx.Err() == nil {
@@ -92,7 +95,10 @@ func (s *completionService) listen(ctx context.Context, queue chan<- abi.Complet
 			subs++
 			if subs > 1 {
 				log.Info("completion listener resubscribed", "channel", abi.CompletionsChannel, "subscriptions", subs)
-				go s.resync(ctx)
+				select { // one request pending at most: a sweep after the latest gap
+				case resyncs <- struct{}{}:
+				default:
+				}
 			} else {
 				log.Info("completion listener subscribed", "channel", abi.CompletionsChannel)
 			}
@@ -110,6 +116,21 @@ func (s *completionService) listen(ctx context.Context, queue chan<- abi.Complet
 		log.Warn("completion listener could not subscribe; retrying", "error", err, "retry_ms", s.cfg.RetryDelay.Milliseconds())
 		if !sleep(ctx, s.cfg.RetryDelay) {
 			return
+		}
+	}
+}
+
+// resyncOnRequest sweeps the Resync scanners once per request until ctx
+// ends; requests made while a sweep runs coalesce into one more sweep, so
+// the gap of the latest resubscription is always swept after it, and Stop
+// waits for a sweep in progress.
+func (s *completionService) resyncOnRequest(ctx context.Context, requests <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-requests:
+			s.resync(ctx)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 // TestCompletionServiceStartStop: the completion dispatch service hands
 // every valid completion published on ff:dag:completions to its driver
 // (malformed ones are dropped), resubscribes and resyncs after its
-// connection is killed, and Stop ends the listener and the driver.
+// connection is killed, and Stop ends the listener and the driver and
+// waits for a resync sweep still running.
 func TestCompletionServiceStartStop(t *testing.T) {
 	t.Parallel()
 	srv := valkeytest.NewServer(t) // its own server: completions are server-wide, and the test kills pub/sub connections
@@ -26,6 +28,7 @@ func TestCompletionServiceStartStop(t *testing.T) {
 	got := make(chan abi.Completion, 16)
 	driverDone := make(chan struct{})
 	resynced := make(chan struct{}, 4)
+	var resyncEnded atomic.Bool
 	s := &completionService{cfg: cfg, backend: c, logger: valkeytest.Logger(),
 		drive: func(ctx context.Context, queue <-chan abi.Completion) {
 			defer close(driverDone)
@@ -38,7 +41,18 @@ func TestCompletionServiceStartStop(t *testing.T) {
 				}
 			}
 		},
-		resync: func(context.Context) { resynced <- struct{}{} },
+		resync: func(ctx context.Context) {
+			resynced <- struct{}{}
+			// A sweep cut by Stop still finishes its round trips, which
+			// end after the driver has returned.
+			<-ctx.Done()
+			<-driverDone
+			r := c.Raw()
+			for range 20 {
+				_ = r.Do(context.Background(), r.B().Ping().Build()).Error()
+			}
+			resyncEnded.Store(true)
+		},
 	}
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -105,5 +119,8 @@ func TestCompletionServiceStartStop(t *testing.T) {
 	case <-driverDone:
 	default:
 		t.Fatal("the driver outlived Stop")
+	}
+	if !resyncEnded.Load() {
+		t.Fatal("Stop returned while a resync sweep was still running")
 	}
 }
