@@ -37,6 +37,12 @@ func (emptyStore) ZRangeByScore(context.Context, abi.ZRangeRequest) (abi.Members
 	return abi.Members{}, nil
 }
 func (emptyStore) SMembers(context.Context, string) ([]string, error) { return nil, nil }
+
+// ReadBatch answers every read of a batch with nothing (an empty index,
+// an absent key), as an idle deployment would.
+func (emptyStore) ReadBatch(_ context.Context, ops []abi.ReadOp) []abi.ReadResult {
+	return make([]abi.ReadResult, len(ops))
+}
 func (emptyStore) SScan(context.Context, abi.ScanCursorRequest) (abi.ScanCursorResponse, error) {
 	return abi.ScanCursorResponse{Cursor: "0"}, nil
 }
