@@ -11,7 +11,7 @@ import (
 const FabricLibraryName = "fabric"
 
 // FabricVersion is what fabric_version returns.
-const FabricVersion = "6"
+const FabricVersion = "7"
 
 //go:embed fabric/*.lua
 var fabricFiles embed.FS

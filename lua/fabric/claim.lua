@@ -48,12 +48,6 @@ claim.CORE_FIELDS = {
   'namespace', 'flow_id', 'lane_id',
 }
 
--- The pending_* fields a claim clears.
-claim.PENDING_FIELDS = {
-  'pending_retry_reason', 'pending_replay_reason', 'pending_replay_requested_by',
-  'pending_previous_attempt_index',
-}
-
 function claim.set(v)
   return v ~= nil and v ~= false and v ~= ''
 end
@@ -117,9 +111,30 @@ function claim.policy_timeout(doc)
   return v
 end
 
+-- The grant as ff_issue_claim_grant writes it, for a claim that refuses
+-- after the grant was issued (nothing when the grant would already have
+-- expired: PEXPIREAT at or before now deletes it at once). Returns reply.
+function claim.leave_grant(keys, args, now, gexpires, reply)
+  if math.floor(gexpires) > now then
+    redis.call('HSET', keys[2],
+      'worker_id', args[2] or '',
+      'worker_instance_id', args[3] or '',
+      'lane_id', args[4] or '',
+      'capability_hash', args[5] or '',
+      'route_snapshot_json', args[14] or '',
+      'admission_summary', args[15] or '',
+      'created_at', tostring(now),
+      'grant_expires_at', tostring(gexpires))
+    redis.call('PEXPIREAT', keys[2], string.format('%d', math.floor(gexpires)))
+  end
+  return reply
+end
+
 -- claim.run is fabric_claim_execution's body for its KEYS and ARGV, at
 -- server time now (ms). in_eligible is true when the caller read eid from
 -- KEYS[3] in this same script (the membership check is then known true).
+-- The core's fields stay in HMGET's array (f[i] is CORE_FIELDS[i]): no
+-- table keyed by name is built per call.
 function claim.run(keys, args, now, in_eligible)
   local eid = args[1] or ''
   local worker_id = args[2] or ''
@@ -129,12 +144,16 @@ function claim.run(keys, args, now, in_eligible)
   local gttl, gbad = claim.num(args[13], 'grant_ttl_ms')
   if not gttl then return gbad end
   local f = redis.call('HMGET', keys[1], unpack(claim.CORE_FIELDS))
-  local c = {}
-  for i, name in ipairs(claim.CORE_FIELDS) do c[name] = f[i] end
-  if not c.lifecycle_phase and redis.call('EXISTS', keys[1]) == 0 then
+  -- f: 1 lifecycle_phase, 2 eligibility_state, 3 required_capabilities,
+  -- 4 ownership_state, 5 terminal_outcome, 6 attempt_state,
+  -- 7 current_lease_epoch, 8 total_attempt_count, 9 pending_retry_reason,
+  -- 10 pending_previous_attempt_index, 11 pending_replay_reason,
+  -- 12 pending_replay_requested_by, 13 started_at, 14 execution_kind,
+  -- 15 namespace, 16 flow_id, 17 lane_id (false when missing).
+  if not f[1] and redis.call('EXISTS', keys[1]) == 0 then
     return fab.err('execution_not_found')
   end
-  if c.lifecycle_phase ~= 'runnable' or c.eligibility_state ~= 'eligible_now' then
+  if f[1] ~= 'runnable' or f[2] ~= 'eligible_now' then
     return fab.err('execution_not_eligible')
   end
   if redis.call('EXISTS', keys[2]) == 1 then
@@ -143,45 +162,31 @@ function claim.run(keys, args, now, in_eligible)
   if not in_eligible and not redis.call('ZSCORE', keys[3], eid) then
     return fab.err('execution_not_in_eligible_set')
   end
-  local required, e1 = claim.caps_set(c.required_capabilities, 'required')
-  if not required then return e1 end
-  local have, e2 = claim.caps_set(args[16], 'worker')
-  if not have then return e2 end
-  local missing = {}
-  for cap in pairs(required) do
-    if not have[cap] then missing[#missing + 1] = cap end
-  end
-  if #missing > 0 then
-    table.sort(missing)
-    redis.call('HSET', keys[1], 'last_capability_mismatch_at', tostring(now))
-    return fab.err('capability_mismatch', table.concat(missing, ','))
+  -- Capabilities: both lists are parsed only when set (an empty one is
+  -- the empty set, and nothing is missing from an empty requirement).
+  local required_csv, worker_csv = f[3], args[16]
+  if claim.set(required_csv) or claim.set(worker_csv) then
+    local required, e1 = claim.caps_set(required_csv, 'required')
+    if not required then return e1 end
+    local have, e2 = claim.caps_set(worker_csv, 'worker')
+    if not have then return e2 end
+    local missing = {}
+    for cap in pairs(required) do
+      if not have[cap] then missing[#missing + 1] = cap end
+    end
+    if #missing > 0 then
+      table.sort(missing)
+      redis.call('HSET', keys[1], 'last_capability_mismatch_at', tostring(now))
+      return fab.err('capability_mismatch', table.concat(missing, ','))
+    end
   end
   local gexpires = now + gttl
-  -- PEXPIREAT at or before now deletes the grant at once.
-  local grant_lives = math.floor(gexpires) > now
-
-  -- The grant as ff_issue_claim_grant writes it, for a claim that refuses.
-  local function leave_grant(reply)
-    if grant_lives then
-      redis.call('HSET', keys[2],
-        'worker_id', worker_id,
-        'worker_instance_id', wiid,
-        'lane_id', args[4] or '',
-        'capability_hash', args[5] or '',
-        'route_snapshot_json', args[14] or '',
-        'admission_summary', args[15] or '',
-        'created_at', tostring(now),
-        'grant_expires_at', tostring(gexpires))
-      redis.call('PEXPIREAT', keys[2], string.format('%d', math.floor(gexpires)))
-    end
-    return reply
-  end
 
   -- ff_claim_execution.
   local ttl, b1 = claim.num(args[7], 'lease_ttl_ms')
-  if not ttl then return leave_grant(b1) end
+  if not ttl then return claim.leave_grant(keys, args, now, gexpires, b1) end
   local renew_before, b2 = claim.num(args[8], 'renew_before_ms')
-  if not renew_before then return leave_grant(b2) end
+  if not renew_before then return claim.leave_grant(keys, args, now, gexpires, b2) end
   local timeout_arg = args[11]
   -- The payload (read for the reply) comes with the policy in one MGET
   -- when the policy is read; neither key is written here.
@@ -193,67 +198,70 @@ function claim.run(keys, args, now, in_eligible)
     if timeout_arg then timeout_arg = string.format('%d', timeout_arg) end
   end
   local attempt_timeout, b3 = claim.opt_num(timeout_arg, 'attempt_timeout_ms')
-  if attempt_timeout == nil then return leave_grant(b3) end
+  if attempt_timeout == nil then return claim.leave_grant(keys, args, now, gexpires, b3) end
   local deadline, b4 = claim.opt_num(args[12], 'execution_deadline_at')
-  if deadline == nil then return leave_grant(b4) end
-  if c.ownership_state ~= 'unowned' then return leave_grant(fab.err('lease_conflict')) end
-  if c.terminal_outcome ~= 'none' then return leave_grant(fab.err('execution_not_leaseable')) end
-  if c.attempt_state == 'running_attempt' then return leave_grant(fab.err('active_attempt_exists')) end
-  if c.attempt_state == 'attempt_interrupted' then
-    return leave_grant(fab.err('use_claim_resumed_execution'))
+  if deadline == nil then return claim.leave_grant(keys, args, now, gexpires, b4) end
+  local attempt_state = f[6]
+  if f[4] ~= 'unowned' then
+    return claim.leave_grant(keys, args, now, gexpires, fab.err('lease_conflict'))
+  end
+  if f[5] ~= 'none' then
+    return claim.leave_grant(keys, args, now, gexpires, fab.err('execution_not_leaseable'))
+  end
+  if attempt_state == 'running_attempt' then
+    return claim.leave_grant(keys, args, now, gexpires, fab.err('active_attempt_exists'))
+  end
+  if attempt_state == 'attempt_interrupted' then
+    return claim.leave_grant(keys, args, now, gexpires, fab.err('use_claim_resumed_execution'))
   end
   local policy_json = args[10] or ''
   local policy_flat
-  if claim.set(policy_json) then
+  -- '{}' flattens to nothing: no decode for the SDK's default policy.
+  if policy_json ~= '' and policy_json ~= '{}' then
     policy_flat = claim.flatten_policy(policy_json)
-    if not policy_flat then return leave_grant(fab.err('invalid_policy_json', 'malformed')) end
+    if not policy_flat then
+      return claim.leave_grant(keys, args, now, gexpires, fab.err('invalid_policy_json', 'malformed'))
+    end
   end
-  if not grant_lives then return fab.err('invalid_claim_grant') end
+  if math.floor(gexpires) <= now then return fab.err('invalid_claim_grant') end
 
   local lease_id = args[6] or ''
   local attempt_id = args[9] or ''
-  local epoch = (tonumber(c.current_lease_epoch) or 0) + 1
-  local idx = tonumber(c.total_attempt_count) or 0
+  local epoch = (tonumber(f[7]) or 0) + 1
+  local idx = tonumber(f[8]) or 0
   local expires = now + ttl
-  local renew_deadline = now + renew_before
   local now_s, epoch_s, idx_s = tostring(now), tostring(epoch), tostring(idx)
-
-  local attempt_type = 'initial'
-  if c.attempt_state == 'pending_retry_attempt' then
-    attempt_type = 'retry'
-  elseif c.attempt_state == 'pending_replay_attempt' then
-    attempt_type = 'replay'
-  end
-  local att = {
-    'attempt_id', attempt_id,
-    'execution_id', eid,
-    'attempt_index', idx_s,
-    'attempt_type', attempt_type,
-    'attempt_state', 'started',
-    'created_at', now_s,
-    'started_at', now_s,
-    'lease_id', lease_id,
-    'lease_epoch', epoch_s,
-    'worker_id', worker_id,
-    'worker_instance_id', wiid,
-  }
-  if attempt_type == 'retry' then
-    att[#att + 1] = 'retry_reason'
-    att[#att + 1] = c.pending_retry_reason or ''
-    att[#att + 1] = 'previous_attempt_index'
-    att[#att + 1] = c.pending_previous_attempt_index or ''
-  elseif attempt_type == 'replay' then
-    att[#att + 1] = 'replay_reason'
-    att[#att + 1] = c.pending_replay_reason or ''
-    att[#att + 1] = 'replay_requested_by'
-    att[#att + 1] = c.pending_replay_requested_by or ''
-    att[#att + 1] = 'replayed_from_attempt_index'
-    att[#att + 1] = c.pending_previous_attempt_index or ''
-  end
+  local expires_s, renew_s = tostring(expires), tostring(now + renew_before)
 
   local tag = string.match(keys[1], '(%b{})')
   local att_key = 'ff:attempt:' .. tag .. ':' .. eid .. ':' .. idx_s
-  redis.call('HSET', att_key, unpack(att))
+  local attempt_type = 'initial'
+  if attempt_state == 'pending_retry_attempt' then
+    attempt_type = 'retry'
+    redis.call('HSET', att_key,
+      'attempt_id', attempt_id, 'execution_id', eid, 'attempt_index', idx_s,
+      'attempt_type', 'retry', 'attempt_state', 'started', 'created_at', now_s,
+      'started_at', now_s, 'lease_id', lease_id, 'lease_epoch', epoch_s,
+      'worker_id', worker_id, 'worker_instance_id', wiid,
+      'retry_reason', f[9] or '',
+      'previous_attempt_index', f[10] or '')
+  elseif attempt_state == 'pending_replay_attempt' then
+    attempt_type = 'replay'
+    redis.call('HSET', att_key,
+      'attempt_id', attempt_id, 'execution_id', eid, 'attempt_index', idx_s,
+      'attempt_type', 'replay', 'attempt_state', 'started', 'created_at', now_s,
+      'started_at', now_s, 'lease_id', lease_id, 'lease_epoch', epoch_s,
+      'worker_id', worker_id, 'worker_instance_id', wiid,
+      'replay_reason', f[11] or '',
+      'replay_requested_by', f[12] or '',
+      'replayed_from_attempt_index', f[10] or '')
+  else
+    redis.call('HSET', att_key,
+      'attempt_id', attempt_id, 'execution_id', eid, 'attempt_index', idx_s,
+      'attempt_type', 'initial', 'attempt_state', 'started', 'created_at', now_s,
+      'started_at', now_s, 'lease_id', lease_id, 'lease_epoch', epoch_s,
+      'worker_id', worker_id, 'worker_instance_id', wiid)
+  end
   redis.call('ZADD', keys[9], now, idx_s)
   redis.call('HSET', att_key .. ':usage', 'last_usage_report_seq', '0')
   if policy_flat and #policy_flat > 0 then
@@ -269,47 +277,76 @@ function claim.run(keys, args, now, in_eligible)
     'worker_id', worker_id,
     'worker_instance_id', wiid,
     'acquired_at', now_s,
-    'expires_at', tostring(expires),
+    'expires_at', expires_s,
     'last_renewed_at', now_s,
-    'renewal_deadline', tostring(renew_deadline))
+    'renewal_deadline', renew_s)
 
   -- The core: every field ff_claim_execution writes, except those read
   -- above whose stored value is already the one written (terminal_outcome
   -- is 'none' here; started_at and the pending_* fields when unchanged).
-  local core = {
-    'lifecycle_phase', 'active',
-    'ownership_state', 'leased',
-    'eligibility_state', 'not_applicable',
-    'blocking_reason', 'none',
-    'blocking_detail', '',
-    'attempt_state', 'running_attempt',
-    'public_state', 'active',
-    'current_attempt_index', idx_s,
-    'total_attempt_count', tostring(idx + 1),
-    'current_attempt_id', attempt_id,
-    'current_lease_id', lease_id,
-    'current_lease_epoch', epoch_s,
-    'current_worker_id', worker_id,
-    'current_worker_instance_id', wiid,
-    'current_lane', args[4] or '',
-    'lease_acquired_at', now_s,
-    'lease_expires_at', tostring(expires),
-    'lease_last_renewed_at', now_s,
-    'lease_renewal_deadline', tostring(renew_deadline),
-    'last_transition_at', now_s,
-    'last_mutation_at', now_s,
-  }
-  if not claim.set(c.started_at) then
-    core[#core + 1] = 'started_at'
-    core[#core + 1] = now_s
-  end
-  for _, name in ipairs(claim.PENDING_FIELDS) do
-    if c[name] ~= '' then
-      core[#core + 1] = name
-      core[#core + 1] = ''
+  -- The first claim of a fresh execution (started_at unset, no pending_*
+  -- value) is one literal HSET; any other builds the pairs in a table.
+  local started_set = claim.set(f[13])
+  if not started_set and f[9] == '' and f[11] == '' and f[12] == '' and f[10] == '' then
+    redis.call('HSET', keys[1],
+      'lifecycle_phase', 'active',
+      'ownership_state', 'leased',
+      'eligibility_state', 'not_applicable',
+      'blocking_reason', 'none',
+      'blocking_detail', '',
+      'attempt_state', 'running_attempt',
+      'public_state', 'active',
+      'current_attempt_index', idx_s,
+      'total_attempt_count', tostring(idx + 1),
+      'current_attempt_id', attempt_id,
+      'current_lease_id', lease_id,
+      'current_lease_epoch', epoch_s,
+      'current_worker_id', worker_id,
+      'current_worker_instance_id', wiid,
+      'current_lane', args[4] or '',
+      'lease_acquired_at', now_s,
+      'lease_expires_at', expires_s,
+      'lease_last_renewed_at', now_s,
+      'lease_renewal_deadline', renew_s,
+      'last_transition_at', now_s,
+      'last_mutation_at', now_s,
+      'started_at', now_s)
+  else
+    local core = {
+      'lifecycle_phase', 'active',
+      'ownership_state', 'leased',
+      'eligibility_state', 'not_applicable',
+      'blocking_reason', 'none',
+      'blocking_detail', '',
+      'attempt_state', 'running_attempt',
+      'public_state', 'active',
+      'current_attempt_index', idx_s,
+      'total_attempt_count', tostring(idx + 1),
+      'current_attempt_id', attempt_id,
+      'current_lease_id', lease_id,
+      'current_lease_epoch', epoch_s,
+      'current_worker_id', worker_id,
+      'current_worker_instance_id', wiid,
+      'current_lane', args[4] or '',
+      'lease_acquired_at', now_s,
+      'lease_expires_at', expires_s,
+      'lease_last_renewed_at', now_s,
+      'lease_renewal_deadline', renew_s,
+      'last_transition_at', now_s,
+      'last_mutation_at', now_s,
+    }
+    if not started_set then
+      core[#core + 1] = 'started_at'
+      core[#core + 1] = now_s
     end
+    -- PENDING_FIELDS order: retry_reason, replay_reason,
+    -- replay_requested_by, previous_attempt_index.
+    if f[9] ~= '' then core[#core + 1] = 'pending_retry_reason'; core[#core + 1] = '' end
+    if f[11] ~= '' then core[#core + 1] = 'pending_replay_reason'; core[#core + 1] = '' end
+    if f[12] ~= '' then core[#core + 1] = 'pending_replay_requested_by'; core[#core + 1] = '' end
+    if f[10] ~= '' then core[#core + 1] = 'pending_previous_attempt_index'; core[#core + 1] = '' end
+    redis.call('HSET', keys[1], unpack(core))
   end
-  redis.call('HSET', keys[1], unpack(core))
 
   redis.call('ZREM', keys[3], eid)
   redis.call('ZADD', keys[4], expires, eid)
@@ -331,8 +368,8 @@ function claim.run(keys, args, now, in_eligible)
     'ts', now_s)
 
   if payload == nil then payload = redis.call('GET', keys[16]) or '' end
-  return fab.ok(lease_id, epoch_s, tostring(expires), attempt_id, idx_s, attempt_type,
-    c.execution_kind or '', c.namespace or '', c.flow_id or '', c.lane_id or '', payload)
+  return fab.ok(lease_id, epoch_s, expires_s, attempt_id, idx_s, attempt_type,
+    f[14] or '', f[15] or '', f[16] or '', f[17] or '', payload)
 end
 
 redis.register_function('fabric_claim_execution', function(keys, args)

@@ -23,7 +23,7 @@ function fab.del_chunks(keys)
   return n
 end
 
-redis.register_function('fabric_version', function(keys, args) return '6' end)
+redis.register_function('fabric_version', function(keys, args) return '7' end)
 
 -- fabric_purge_execution deletes one terminal execution past its retention,
 -- atomically (FlowFabric's retention_trimmer deletes in chunks from the
