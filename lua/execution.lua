@@ -67,6 +67,10 @@ function xh.required_caps(policy_json)
   return csv
 end
 
+-- An empty list to unpack where an optional tail of arguments is absent
+-- (never written to).
+xh.NONE = {}
+
 -- True when an idempotency KEYS slot names a real key (not the noop slot).
 function xh.real_idem_key(k)
   return k ~= nil and k ~= '' and not string.find(k, 'ff:noop:', 1, true)
@@ -175,16 +179,15 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     'progress_pct', '',
     'progress_message', '',
     'progress_updated_at', '',
-    'flow_id', '')
+    'flow_id', '',
+    -- required_capabilities last, in the same HSET (one write per key).
+    unpack(caps_csv and {'required_capabilities', caps_csv} or xh.NONE))
 
   if is_set(args[8]) then
     redis.call('SET', keys[2], args[8])
   end
   if is_set(args[7]) then
     redis.call('SET', keys[3], args[7])
-  end
-  if caps_csv then
-    redis.call('HSET', keys[1], 'required_capabilities', caps_csv)
   end
 
   local tags_json = args[11]
@@ -461,7 +464,7 @@ redis.register_function('ff_complete_execution', with_keys(12, function(keys, ar
   local payload = args[5] or ''
   local now = now_ms()
 
-  local core = hash_fields_or_nil(keys[1], LEASE_FIELDS)
+  local core = lease_core_or_nil(keys[1])
   if not core then return err('execution_not_found') end
   local fence, ferr = xh.fence_or_override(core, args[2], args[3], args[4], args[6] or '')
   if not fence then return ferr end

@@ -4,7 +4,8 @@
 -- Keep the number of top-level locals small: Lua caps one chunk at 200
 -- locals, and every family file is concatenated into this one chunk.
 
-local HISTORY_MAXLEN = 1000
+-- A string: redis.call formats a Lua number argument with %.17g per call.
+local HISTORY_MAXLEN = '1000'
 local CAPS_MAX_BYTES = 4096
 local CAPS_MAX_TOKENS = 256
 local PRIORITY_FACTOR = 1000000000000
@@ -13,7 +14,7 @@ local SUSPENDED_NO_TIMEOUT = 9999999999999
 -- Server clock in milliseconds (TIME seconds*1000 + floor(micros/1000)).
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
 -- Reply shapes: {1, status, fields...} on success, {0, code, details...}
@@ -103,6 +104,25 @@ local LEASE_FIELDS = {
   'current_lease_id', 'current_lease_epoch', 'current_attempt_id', 'current_attempt_index',
   'current_worker_id', 'current_worker_instance_id', 'lease_expires_at', 'flow_id',
 }
+
+-- hash_fields_or_nil(key, LEASE_FIELDS), the table made by one
+-- constructor (its size set once, not grown field by field as
+-- hash_fields grows it); the hot path of complete reads it.
+local function lease_core_or_nil(key)
+  local v = redis.call('HMGET', key, unpack(LEASE_FIELDS))
+  local t = {
+    lifecycle_phase = v[1] or nil, ownership_state = v[2] or nil,
+    eligibility_state = v[3] or nil, terminal_outcome = v[4] or nil,
+    current_lease_id = v[5] or nil, current_lease_epoch = v[6] or nil,
+    current_attempt_id = v[7] or nil, current_attempt_index = v[8] or nil,
+    current_worker_id = v[9] or nil, current_worker_instance_id = v[10] or nil,
+    lease_expires_at = v[11] or nil, flow_id = v[12] or nil,
+  }
+  if next(t) == nil and redis.call('EXISTS', key) == 0 then
+    return nil
+  end
+  return t
+end
 
 -- Integer to decimal string without exponent or fraction.
 local function int_str(n)

@@ -72,7 +72,7 @@ redis.register_function('ff_mark_lease_expired_if_due', with_keys(4, function(ke
   local now = now_ms()
 
   -- LEASE_FIELDS holds what the checks and mark_expired read.
-  local core = hash_fields_or_nil(keys[1], LEASE_FIELDS)
+  local core = lease_core_or_nil(keys[1])
   if not core then
     redis.call('ZREM', keys[3], eid)
     return ok_status('ALREADY_SATISFIED', 'execution_not_found')

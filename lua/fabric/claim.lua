@@ -111,6 +111,14 @@ function claim.policy_timeout(doc)
   return v
 end
 
+-- A score argument: s (tostring(n), made anyway) where it names n exactly
+-- (an integer of at most 14 digits), else n, which redis.call formats
+-- with %.17g. A string argument spares that formatting per call.
+function claim.score(n, s)
+  if n % 1 == 0 and n < 1e14 and n > -1e14 then return s end
+  return n
+end
+
 -- The grant as ff_issue_claim_grant writes it, for a claim that refuses
 -- after the grant was issued (nothing when the grant would already have
 -- expired: PEXPIREAT at or before now deletes it at once). Returns reply.
@@ -262,7 +270,7 @@ function claim.run(keys, args, now, in_eligible)
       'started_at', now_s, 'lease_id', lease_id, 'lease_epoch', epoch_s,
       'worker_id', worker_id, 'worker_instance_id', wiid)
   end
-  redis.call('ZADD', keys[9], now, idx_s)
+  redis.call('ZADD', keys[9], now_s, idx_s)
   redis.call('HSET', att_key .. ':usage', 'last_usage_report_seq', '0')
   if policy_flat and #policy_flat > 0 then
     redis.call('HSET', att_key .. ':policy', unpack(policy_flat))
@@ -349,16 +357,17 @@ function claim.run(keys, args, now, in_eligible)
   end
 
   redis.call('ZREM', keys[3], eid)
-  redis.call('ZADD', keys[4], expires, eid)
+  local expires_z = claim.score(expires, expires_s)
+  redis.call('ZADD', keys[4], expires_z, eid)
   redis.call('SADD', keys[5], eid)
-  redis.call('ZADD', keys[12], expires, eid)
+  redis.call('ZADD', keys[12], expires_z, eid)
   if attempt_timeout then
     redis.call('ZADD', keys[13], now + attempt_timeout, eid)
   end
   if deadline then
     redis.call('ZADD', keys[14], deadline, eid)
   end
-  redis.call('XADD', keys[11], 'MAXLEN', '~', 1000, '*',
+  redis.call('XADD', keys[11], 'MAXLEN', '~', '1000', '*',
     'event', 'acquired',
     'lease_id', lease_id,
     'lease_epoch', epoch_s,
