@@ -216,7 +216,10 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     if string.sub(sched_key, -8) == ':delayed' then
       sched_key = string.sub(sched_key, 1, -8) .. 'eligible'
     end
-    redis.call('ZADD', sched_key, 0 - (priority * PRIORITY_FACTOR) + now, eid)
+    -- At priority 0 the score is now, whose string is made already (a
+    -- number argument is formatted with %.17g per call; both name now).
+    local score = 0 - (priority * PRIORITY_FACTOR) + now
+    redis.call('ZADD', sched_key, score == now and now_s or score, eid)
   end
   redis.call('SADD', keys[8], eid)
   if deadline_n then
