@@ -312,6 +312,15 @@ func TestFabricClaimMatchesGrantThenClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 		}}},
+		// The one call skips the DEL of lease_current only when neither it
+		// nor a grant exists; a stale one must go as the two calls drop it.
+		{name: "stale lease_current", setup: []setup{fresh, func(t *testing.T, c *valkey.Client, id model.ExecutionID) {
+			raw := c.Raw()
+			if err := raw.Do(ctx, raw.B().Hset().Key(model.KeysFor(id).LeaseCurrent()).FieldValue().
+				FieldValue("stray", "x").FieldValue("lease_id", "old").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}}},
 		{name: "malformed attempt policy", wantCode: "invalid_policy_json", setup: []setup{fresh},
 			edit: func(p *valkey.ClaimExecutionParams) { p.AttemptPolicyJSON = "{not json" }},
 		{name: "non-numeric lease ttl", wantCode: "invalid_input", setup: []setup{fresh}, rawArg: [2]any{6, "soon"}},

@@ -164,7 +164,12 @@ function claim.run(keys, args, now, in_eligible)
   if f[1] ~= 'runnable' or f[2] ~= 'eligible_now' then
     return fab.err('execution_not_eligible')
   end
-  if redis.call('EXISTS', keys[2]) == 1 then
+  -- One EXISTS over the grant and lease_current: when neither exists (a
+  -- fresh claim) the grant check passes and the DEL of lease_current
+  -- below would be a no-op, so it is skipped; otherwise the grant is
+  -- asked alone and lease_current deleted as before.
+  local grant_or_lease = redis.call('EXISTS', keys[2], keys[10])
+  if grant_or_lease > 0 and redis.call('EXISTS', keys[2]) == 1 then
     return fab.err('grant_already_exists')
   end
   if not in_eligible and not redis.call('ZSCORE', keys[3], eid) then
@@ -276,7 +281,7 @@ function claim.run(keys, args, now, in_eligible)
     redis.call('HSET', att_key .. ':policy', unpack(policy_flat))
   end
 
-  redis.call('DEL', keys[10])
+  if grant_or_lease > 0 then redis.call('DEL', keys[10]) end
   redis.call('HSET', keys[10],
     'lease_id', lease_id,
     'lease_epoch', epoch_s,
