@@ -129,14 +129,14 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
   end
 
   -- One number-to-string conversion of the clock, not three.
-  local now_s = tostring(now)
+  local now_s = num_str(now)
   redis.call('HSET', keys[1],
     'execution_id', eid,
     'namespace', args[2] or '',
     'lane_id', lane,
     'execution_kind', args[4] or '',
     'partition_id', args[13] or '',
-    'priority', priority,
+    'priority', num_arg_str(priority),
     'creator_identity', args[6] or '',
     'lifecycle_phase', 'runnable',
     'ownership_state', 'unowned',
@@ -216,10 +216,7 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     if string.sub(sched_key, -8) == ':delayed' then
       sched_key = string.sub(sched_key, 1, -8) .. 'eligible'
     end
-    -- At priority 0 the score is now, whose string is made already (a
-    -- number argument is formatted with %.17g per call; both name now).
-    local score = 0 - (priority * PRIORITY_FACTOR) + now
-    redis.call('ZADD', sched_key, score == now and now_s or score, eid)
+    redis.call('ZADD', sched_key, num_arg_str(0 - (priority * PRIORITY_FACTOR) + now), eid)
   end
   redis.call('SADD', keys[8], eid)
   if deadline_n then
@@ -356,8 +353,8 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
   local idx = tonumber(core.total_attempt_count) or 0
   local expires = now + ttl
   local renew_deadline = now + renew_before
-  local now_s, epoch_s, idx_s = tostring(now), tostring(epoch), tostring(idx)
-  local expires_s, renew_s = tostring(expires), tostring(renew_deadline)
+  local now_s, epoch_s, idx_s = num_str(now), num_str(epoch), num_str(idx)
+  local expires_s, renew_s = num_str(expires), num_str(renew_deadline)
 
   local attempt_type = 'initial'
   local lineage = {}
@@ -415,7 +412,7 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
     'attempt_state', 'running_attempt',
     'public_state', 'active',
     'current_attempt_index', idx_s,
-    'total_attempt_count', tostring(idx + 1),
+    'total_attempt_count', num_str(idx + 1),
     'current_attempt_id', attempt_id,
     'current_lease_id', lease_id,
     'current_lease_epoch', epoch_s,
@@ -454,7 +451,7 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
     'worker_id', worker_id,
     'ts', now_s)
 
-  return ok(lease_id, epoch_s, tostring(expires), attempt_id, idx_s, attempt_type)
+  return ok(lease_id, epoch_s, expires_s, attempt_id, idx_s, attempt_type)
 end))
 
 -- ff_complete_execution
@@ -474,7 +471,7 @@ redis.register_function('ff_complete_execution', with_keys(12, function(keys, ar
   local lerr = check_lease(core, fence, now, keys[1], keys[7])
   if lerr then return lerr end
 
-  local now_s = tostring(now)
+  local now_s = num_str(now)
   redis.call('HSET', keys[2], 'attempt_state', 'ended_success', 'ended_at', now_s)
   if redis.call('EXISTS', keys[9]) == 1 then
     redis.call('HSET', keys[9], 'closed_at', now_s, 'closed_reason', 'attempt_success')
@@ -551,7 +548,7 @@ redis.register_function('ff_cancel_execution', with_keys(21, function(keys, args
   local tag = keyfmt.tag(keys[1])
   local lane = core.lane_id or 'default'
   local phase = core.lifecycle_phase
-  local now_s = tostring(now)
+  local now_s = num_str(now)
   local has_attempt = is_set(core.current_attempt_index)
 
   if phase == 'active' then
@@ -673,7 +670,7 @@ redis.register_function('ff_delay_execution', with_keys(9, function(keys, args)
   local core, fence = xh.leased_core(keys, args[2], args[3], args[4], args[6] or '', now, keys[4])
   if not core then return fence end
 
-  local now_s = tostring(now)
+  local now_s = num_str(now)
   hset_pairs(keys[1], {
     'lifecycle_phase', 'runnable',
     'ownership_state', 'unowned',
@@ -720,7 +717,7 @@ redis.register_function('ff_move_to_waiting_children', with_keys(9, function(key
   local core, fence = xh.leased_core(keys, args[2], args[3], args[4], args[5] or '', now, keys[4])
   if not core then return fence end
 
-  local now_s = tostring(now)
+  local now_s = num_str(now)
   hset_pairs(keys[1], {
     'lifecycle_phase', 'runnable',
     'ownership_state', 'unowned',
@@ -793,7 +790,7 @@ redis.register_function('ff_fail_execution', with_keys(12, function(keys, args)
   local core, fence = xh.leased_core(keys, args[2], args[3], args[4], args[8] or '', now, keys[8])
   if not core then return fence end
 
-  local now_s = tostring(now)
+  local now_s = num_str(now)
   redis.call('HSET', keys[2], 'attempt_state', 'ended_failure', 'ended_at', now_s,
     'failure_reason', reason, 'failure_category', category)
   xh.close_if_exists(keys[10], 'closed_at', now_s, 'closed_reason', 'attempt_failure')
@@ -916,7 +913,7 @@ redis.register_function('ff_reclaim_execution', with_keys(14, function(keys, arg
   local tag = keyfmt.tag(keys[1])
   local reclaims = tonumber(core.lease_reclaim_count) or 0
   local old_wiid = core.current_worker_instance_id or ''
-  local now_s = tostring(now)
+  local now_s = num_str(now)
 
   if reclaims >= max_reclaim then
     redis.call('HSET', keys[1],
@@ -1055,7 +1052,7 @@ redis.register_function('ff_expire_execution', with_keys(14, function(keys, args
 
   local tag = keyfmt.tag(keys[1])
   local phase = core.lifecycle_phase
-  local now_s = tostring(now)
+  local now_s = num_str(now)
   local has_attempt = is_set(core.current_attempt_index)
 
   if phase == 'active' then

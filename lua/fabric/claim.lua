@@ -111,14 +111,6 @@ function claim.policy_timeout(doc)
   return v
 end
 
--- A score argument: s (tostring(n), made anyway) where it names n exactly
--- (an integer of at most 14 digits), else n, which redis.call formats
--- with %.17g. A string argument spares that formatting per call.
-function claim.score(n, s)
-  if n % 1 == 0 and n < 1e14 and n > -1e14 then return s end
-  return n
-end
-
 -- The grant as ff_issue_claim_grant writes it, for a claim that refuses
 -- after the grant was issued (nothing when the grant would already have
 -- expired: PEXPIREAT at or before now deletes it at once). Returns reply.
@@ -243,8 +235,8 @@ function claim.run(keys, args, now, in_eligible)
   local epoch = (tonumber(f[7]) or 0) + 1
   local idx = tonumber(f[8]) or 0
   local expires = now + ttl
-  local now_s, epoch_s, idx_s = tostring(now), tostring(epoch), tostring(idx)
-  local expires_s, renew_s = tostring(expires), tostring(now + renew_before)
+  local now_s, epoch_s, idx_s = fab.num_str(now), fab.num_str(epoch), fab.num_str(idx)
+  local expires_s, renew_s = fab.num_str(expires), fab.num_str(now + renew_before)
 
   local tag = string.match(keys[1], '(%b{})')
   local att_key = 'ff:attempt:' .. tag .. ':' .. eid .. ':' .. idx_s
@@ -310,7 +302,7 @@ function claim.run(keys, args, now, in_eligible)
       'attempt_state', 'running_attempt',
       'public_state', 'active',
       'current_attempt_index', idx_s,
-      'total_attempt_count', tostring(idx + 1),
+      'total_attempt_count', fab.num_str(idx + 1),
       'current_attempt_id', attempt_id,
       'current_lease_id', lease_id,
       'current_lease_epoch', epoch_s,
@@ -334,7 +326,7 @@ function claim.run(keys, args, now, in_eligible)
       'attempt_state', 'running_attempt',
       'public_state', 'active',
       'current_attempt_index', idx_s,
-      'total_attempt_count', tostring(idx + 1),
+      'total_attempt_count', fab.num_str(idx + 1),
       'current_attempt_id', attempt_id,
       'current_lease_id', lease_id,
       'current_lease_epoch', epoch_s,
@@ -362,12 +354,12 @@ function claim.run(keys, args, now, in_eligible)
   end
 
   redis.call('ZREM', keys[3], eid)
-  local expires_z = claim.score(expires, expires_s)
+  local expires_z = fab.score_arg(expires)
   redis.call('ZADD', keys[4], expires_z, eid)
   redis.call('SADD', keys[5], eid)
   redis.call('ZADD', keys[12], expires_z, eid)
   if attempt_timeout then
-    redis.call('ZADD', keys[13], now + attempt_timeout, eid)
+    redis.call('ZADD', keys[13], fab.score_arg(now + attempt_timeout), eid)
   end
   if deadline then
     redis.call('ZADD', keys[14], deadline, eid)
@@ -466,6 +458,6 @@ redis.register_function('fabric_claim_next', function(keys, args)
       for _ = #out - first + 1, claim.NEXT_STRIDE do out[#out + 1] = '' end
     end
   end
-  out[3] = tostring(tried)
+  out[3] = fab.num_str(tried)
   return out
 end)

@@ -7,6 +7,26 @@ local fab = {}
 function fab.ok(...) return {1, 'OK', ...} end
 function fab.err(code, ...) return {0, code, ...} end
 
+-- fab.num_str is tostring(n) for a number, cheaper: an integer of at
+-- most 14 digits is formatted with %d (what tostring's %.14g prints for
+-- it); anything else goes to tostring itself.
+function fab.num_str(n)
+  if n % 1 == 0 and n < 1e14 and n > -1e14 and (n ~= 0 or 1 / n > 0) then
+    return string.format('%d', n)
+  end
+  return tostring(n)
+end
+
+-- fab.score_arg is n as a redis.call argument: the %d string for an
+-- integer of at most 14 digits (what redis.call's own %.17g formatting of
+-- a number argument gives), else n itself, formatted by redis.call.
+function fab.score_arg(n)
+  if n % 1 == 0 and n < 1e14 and n > -1e14 and (n ~= 0 or 1 / n > 0) then
+    return string.format('%d', n)
+  end
+  return n
+end
+
 -- fab.tag_of returns the {fp:N} hash tag an execution id starts with.
 function fab.tag_of(eid)
   return string.match(eid or '', '^({fp:%d+})')
