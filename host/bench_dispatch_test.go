@@ -1,0 +1,80 @@
+package host
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/host/hostfn"
+	"github.com/fabric-host/fabric/model"
+)
+
+// oneEdgeStore answers the dependency dispatcher's reads for a member
+// with one outgoing edge to child: the member's terminal_outcome, its out
+// set, the edge's downstream, the child's lane and attempt (and every
+// FCALL with OK, as emptyStore does).
+type oneEdgeStore struct {
+	emptyStore
+	edge, child string
+}
+
+func (s oneEdgeStore) ReadBatch(_ context.Context, ops []abi.ReadOp) []abi.ReadResult {
+	out := make([]abi.ReadResult, len(ops))
+	for i, o := range ops {
+		switch {
+		case o.Cmd == "SMEMBERS":
+			out[i] = abi.ReadResult{Values: []string{s.edge}, Present: []bool{true}}
+		case len(o.Args) == 1 && o.Args[0] == "downstream_execution_id":
+			out[i] = abi.ReadResult{Values: []string{s.child}, Present: []bool{true}}
+		case len(o.Args) == 2:
+			out[i] = abi.ReadResult{Values: []string{"default", "0"}, Present: []bool{true, true}}
+		default:
+			out[i] = abi.ReadResult{Values: []string{"success"}, Present: []bool{true}}
+		}
+	}
+	return out
+}
+
+// BenchmarkDependencyDispatch is the dependency dispatcher handling one
+// completion of a linear flow (clock, three dependent read batches, one
+// ff_resolve_dependency) over an in-memory store: the plugin-side cost of
+// each level of scenario 3 of `make bench` (DAG latency), without Valkey.
+// Compare cpu-us/op with BenchmarkScanEmpty.
+func BenchmarkDependencyDispatch(b *testing.B) {
+	parts := model.DefaultPartitionConfig()
+	flow := model.NewUUID()
+	member := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: 3}, model.NewUUID())
+	child := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: 7}, model.NewUUID())
+	store := oneEdgeStore{edge: model.NewUUID().String(), child: string(child)}
+	lc := benchLoader(b, benchCache(b))
+	lc.fns = hostfn.Functions(hostfn.Config{Store: store, Now: func(context.Context) (int64, error) { return 1_000_000, nil }})
+	m, err := loadModule(context.Background(), benchFixture(b, "dependency"), lc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close(context.Background()) })
+	man := m.Manifest()
+	caller := &hostfn.Caller{Plugin: man.Name, Version: man.Version, Caps: &man.Capabilities, Stats: &hostfn.Stats{}, Logger: benchLogger()}
+	req := abi.DispatchRequest{Batch: 1, DeadlineMs: 5000, Partitions: parts,
+		Completions: []abi.Completion{{ExecutionID: string(member), FlowID: flow.String(), Outcome: "success"}}}
+	in, _ := req.MarshalBinary()
+	ctx := context.Background()
+	cpu := processCPU()
+	for b.Loop() {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		out, err := m.call(cctx, abi.ExportDispatch, in, caller, nil)
+		cancel()
+		var res abi.ScanResult
+		if err == nil {
+			err = res.UnmarshalBinary(out)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Acted != 1 || res.Errors != 0 {
+			b.Fatalf("dispatch acted on %d with %d errors, want 1 and 0", res.Acted, res.Errors)
+		}
+	}
+	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+}
