@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
@@ -24,6 +25,7 @@ func runBudget(sub func(name string, fn func(e *env))) {
 	sub("CreateQuota+ReadQuota", testQuotaCreate)
 	sub("Admit+ReleaseAdmission/Concurrency", testAdmitConcurrency)
 	sub("Admit/Rate", testAdmitRate)
+	sub("RecordSpend+Admit/Concurrent", testBudgetQuotaConcurrent)
 	sub("ReportProgress", testReportProgress)
 }
 
@@ -375,5 +377,64 @@ func budgetUnmigrated(ctx context.Context, d backend.Driver, id model.ExecutionI
 		"ReportProgress": func() error {
 			return d.ReportProgress(ctx, &backend.ReportProgressParams{ExecutionID: id, Fence: f, Pct: 1})
 		},
+	}
+}
+
+// testBudgetQuotaConcurrent: reports and admissions racing on one budget
+// and one quota never pass a limit: of 20 spends of 10 against a hard
+// limit of 100 exactly 10 are added, of 10 executions admitted at once
+// under a concurrency cap of 3 exactly 3 are.
+func testBudgetQuotaConcurrent(e *env) {
+	b := e.budget(0, backend.BudgetDimension{Name: "tokens", Hard: 100})
+	q := e.quota(60, 0, 3)
+	ids := make([]model.ExecutionID, 10)
+	for i := range ids {
+		ids[i] = e.create(e.spec())
+	}
+	now := time.Now().UnixMilli()
+	var (
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		spent, admitted int
+		errs            []error
+	)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := e.d.RecordSpend(e.ctx, &backend.ReportUsageParams{BudgetID: b,
+				Deltas: []backend.UsageDelta{{Dimension: "tokens", Delta: 10}}, ExecutionID: ids[i%len(ids)]})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			} else if r.Status == backend.BudgetOK {
+				spent++
+			}
+		}()
+	}
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := e.d.Admit(e.ctx, &backend.AdmitParams{QuotaID: q, ExecutionID: id, NowMs: now})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			} else if r.Status == backend.AdmissionAdmitted {
+				admitted++
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		e.t.Fatalf("concurrent calls failed: %v", errs)
+	}
+	if st := e.readBudget(b); spent != 10 || st.Used["tokens"] != 100 || st.BreachCount != 10 {
+		e.t.Fatalf("%d spends added, budget %+v; want 10, usage 100 and 10 breaches", spent, st)
+	}
+	if st := e.readQuota(q, now); admitted != 3 || st.Concurrent != 3 || st.InWindow != 3 {
+		e.t.Fatalf("%d admitted, quota %+v; want 3", admitted, st)
 	}
 }
