@@ -332,7 +332,9 @@ func (c *Client) ReadQuota(ctx context.Context, p *ReadQuotaParams) (*QuotaStatu
 //	an unexpired ff_quota_admitted guard of the execution: ALREADY_ADMITTED
 //	ff_quota_window rows older than the window deleted; a rate limit (> 0) reached:
 //	  RATE_EXCEEDED, retry after oldest + window - now (>= 0)
-//	a concurrency cap (> 0) reached: CONCURRENCY_EXCEEDED
+//	with a concurrency cap (> 0): expired guards deleted and their slots given back
+//	  (what Valkey's quota_reconciler does by recounting the live guards); the cap
+//	  reached: CONCURRENCY_EXCEEDED
 //	otherwise ADMITTED: ff_quota_window row (now, execution; one per execution),
 //	  ff_quota_admitted guard expiring after the window, active_concurrency + 1 when capped
 //
@@ -385,6 +387,23 @@ func (c *Client) Admit(ctx context.Context, p *AdmitParams) (*AdmissionResult, e
 				return nil
 			}
 		}
+		if capacity > 0 {
+			// Valkey's quota_reconciler recounts the counter from the
+			// live guards; here the guards that expired give their slots
+			// back when they would refuse an admission.
+			tag, err := tx.Exec(ctx, `DELETE FROM ff_quota_admitted
+ WHERE partition_key = $1 AND quota_policy_id = $2 AND expires_at_ms <= $3`, pk, id, now)
+			if err != nil {
+				return err
+			}
+			if n := tag.RowsAffected(); n > 0 {
+				active = max(active-n, 0)
+				if _, err := tx.Exec(ctx, `UPDATE ff_quota_policy SET active_concurrency = $3, updated_at_ms = $4
+ WHERE partition_key = $1 AND quota_policy_id = $2`, pk, id, active, now); err != nil {
+					return err
+				}
+			}
+		}
 		if capacity > 0 && active >= capacity {
 			res = &AdmissionResult{Status: backend.AdmissionConcurrencyExceeded}
 			return nil
@@ -421,21 +440,24 @@ ON CONFLICT (partition_key, quota_policy_id, execution_id) DO UPDATE
 }
 
 // ReleaseAdmission validates p, then (ff_release_admission's
-// counterpart) deletes the execution's ff_quota_admitted guard and
-// decrements active_concurrency when it is above 0, in one transaction.
-// A quota that does not exist changes nothing.
+// counterpart) deletes the execution's ff_quota_admitted guard and, when
+// there was one, decrements active_concurrency (floored at 0), in one
+// transaction: unlike the Valkey library, a second release, or one after
+// Admit reclaimed the expired guard, gives nothing back. A quota that
+// does not exist changes nothing.
 func (c *Client) ReleaseAdmission(ctx context.Context, p *ReleaseAdmissionParams) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("release admission: %w", err)
 	}
 	pk, id := c.quotaPK(p.QuotaID), p.QuotaID.String()
 	err := c.inTxRetry(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE ff_quota_policy SET active_concurrency = active_concurrency - 1, updated_at_ms = $3
- WHERE partition_key = $1 AND quota_policy_id = $2 AND active_concurrency > 0`, pk, id, c.nowMs()); err != nil {
+		tag, err := tx.Exec(ctx, `DELETE FROM ff_quota_admitted WHERE partition_key = $1 AND quota_policy_id = $2 AND execution_id = $3`,
+			pk, id, string(p.ExecutionID))
+		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM ff_quota_admitted WHERE partition_key = $1 AND quota_policy_id = $2 AND execution_id = $3`,
-			pk, id, string(p.ExecutionID))
+		_, err = tx.Exec(ctx, `UPDATE ff_quota_policy SET active_concurrency = active_concurrency - 1, updated_at_ms = $3
+ WHERE partition_key = $1 AND quota_policy_id = $2 AND active_concurrency > 0`, pk, id, c.nowMs())
 		return err
 	})
 	if err != nil {
