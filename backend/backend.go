@@ -118,6 +118,8 @@ type Driver interface {
 	// ControlDriver: cancel as the holder, cancel a flow, suspension,
 	// signals and streams (control.go).
 	ControlDriver
+	// BudgetDriver: budgets, quotas and progress reports (budget.go).
+	BudgetDriver
 }
 
 // CreateExecutionParams are the inputs of Driver.CreateExecution. The

@@ -3,13 +3,13 @@ package sdk
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -59,30 +59,40 @@ func (b *Budget) validate() error {
 	return nil
 }
 
-// CreateBudget validates b, then creates the budget (ff_create_budget)
-// and returns its id. Creating an existing id changes nothing.
+// CreateBudget validates b, then creates the budget (ff_create_budget on
+// Valkey, an ff_budget_policy row on Postgres) and returns its id.
+// Creating an existing id changes nothing.
 func (c *Client) CreateBudget(ctx context.Context, b Budget) (model.UUID, error) {
 	if err := b.validate(); err != nil {
 		return model.UUID{}, err
 	}
-	if c.vc == nil {
-		return model.UUID{}, errNotOnPostgres("Client.CreateBudget")
-	}
 	if b.ID.IsZero() {
 		b.ID = model.NewUUID()
 	}
-	dims := make([]valkey.BudgetDimension, 0, len(b.Limits))
+	dims := make([]backend.BudgetDimension, 0, len(b.Limits))
 	for d, l := range b.Limits {
-		dims = append(dims, valkey.BudgetDimension{Name: d, Hard: l.Hard, Soft: l.Soft})
+		dims = append(dims, backend.BudgetDimension{Name: d, Hard: l.Hard, Soft: l.Soft})
 	}
-	slices.SortFunc(dims, func(a, b valkey.BudgetDimension) int { return cmp.Compare(a.Name, b.Name) })
-	_, err := c.vc.CreateBudget(ctx, &valkey.CreateBudgetParams{BudgetID: b.ID, ScopeType: cmp.Or(b.ScopeType, "custom"),
+	slices.SortFunc(dims, func(a, b backend.BudgetDimension) int { return cmp.Compare(a.Name, b.Name) })
+	_, err := c.drv.CreateBudget(ctx, &backend.CreateBudgetParams{BudgetID: b.ID, ScopeType: cmp.Or(b.ScopeType, "custom"),
 		ScopeID: b.ScopeID, EnforcementMode: "strict", OnHardLimit: "fail", OnSoftLimit: "warn",
 		ResetIntervalMs: b.ResetEvery.Milliseconds(), NowMs: c.clock().UnixMilli(), Dimensions: dims})
 	if err != nil {
-		return model.UUID{}, fmt.Errorf("sdk: %w", err)
+		return model.UUID{}, fmt.Errorf("sdk: create budget %s: %w", b.ID, sdkErr(err))
 	}
 	return b.ID, nil
+}
+
+// sdkErr makes a driver error that matches backend.ErrInvalidInput or
+// backend.ErrNotFound match the SDK's ErrInvalidInput or ErrNotFound too.
+func sdkErr(err error) error {
+	switch {
+	case errors.Is(err, backend.ErrInvalidInput):
+		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	case errors.Is(err, backend.ErrNotFound):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
 }
 
 // BudgetUsage is a budget's usage and limits per dimension.
@@ -101,47 +111,16 @@ func (c *Client) BudgetUsage(ctx context.Context, id model.UUID) (*BudgetUsage, 
 	if id.IsZero() {
 		return nil, invalid("budget", "id is empty")
 	}
-	if c.vc == nil {
-		return nil, errNotOnPostgres("Client.BudgetUsage")
+	st, err := c.drv.ReadBudget(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: read budget %s: %w", id, sdkErr(err))
 	}
-	k := model.BudgetKeysFor(c.parts.BudgetPartition(id), id)
-	raw := c.vc.Raw()
-	res := raw.DoMulti(ctx, raw.B().Hgetall().Key(k.Definition()).Build(),
-		raw.B().Hgetall().Key(k.Usage()).Build(), raw.B().Hgetall().Key(k.Limits()).Build())
-	var maps [3]map[string]string
-	for i, r := range res {
-		m, err := r.AsStrMap()
-		if err != nil {
-			return nil, fmt.Errorf("sdk: read budget %s: %w", id, err)
-		}
-		maps[i] = m
+	u := &BudgetUsage{Used: st.Used, Limits: map[string]BudgetLimit{}}
+	for _, l := range st.Limits {
+		u.Limits[l.Name] = BudgetLimit{Hard: l.Hard, Soft: l.Soft}
 	}
-	if len(maps[0]) == 0 {
-		return nil, fmt.Errorf("sdk: budget %s: %w", id, ErrNotFound)
-	}
-	u := &BudgetUsage{Used: map[string]int64{}, Limits: map[string]BudgetLimit{}}
-	for d, v := range maps[1] {
-		u.Used[d], _ = strconv.ParseInt(v, 10, 64)
-	}
-	for f, v := range maps[2] {
-		kind, d, ok := strings.Cut(f, ":")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.ParseInt(v, 10, 64)
-		l := u.Limits[d]
-		switch kind {
-		case "hard":
-			l.Hard = n
-		case "soft":
-			l.Soft = n
-		default:
-			continue
-		}
-		u.Limits[d] = l
-	}
-	if ms, _ := strconv.ParseInt(maps[0]["next_reset_at"], 10, 64); ms > 0 {
-		u.NextReset = time.UnixMilli(ms)
+	if st.NextResetAt > 0 {
+		u.NextReset = time.UnixMilli(st.NextResetAt)
 	}
 	return u, nil
 }
@@ -174,29 +153,22 @@ func (q *Quota) validate() error {
 }
 
 // CreateQuota validates q, then creates the quota policy
-// (ff_create_quota_policy) and returns its id. Creating an existing id
-// changes nothing.
+// (ff_create_quota_policy on Valkey, an ff_quota_policy row on Postgres)
+// and returns its id. Creating an existing id changes nothing.
 func (c *Client) CreateQuota(ctx context.Context, q Quota) (model.UUID, error) {
 	if err := q.validate(); err != nil {
 		return model.UUID{}, err
 	}
-	if c.vc == nil {
-		return model.UUID{}, errNotOnPostgres("Client.CreateQuota")
-	}
 	if q.ID.IsZero() {
 		q.ID = model.NewUUID()
 	}
-	if _, err := c.vc.CreateQuotaPolicy(ctx, &valkey.CreateQuotaPolicyParams{QuotaID: q.ID,
+	if _, err := c.drv.CreateQuota(ctx, &backend.CreateQuotaPolicyParams{QuotaID: q.ID,
 		WindowSeconds: int64(q.Window / time.Second), MaxRequestsPerWindow: q.MaxPerWindow,
 		MaxConcurrent: q.MaxConcurrent, NowMs: c.clock().UnixMilli()}); err != nil {
-		return model.UUID{}, fmt.Errorf("sdk: %w", err)
+		return model.UUID{}, fmt.Errorf("sdk: create quota %s: %w", q.ID, sdkErr(err))
 	}
 	return q.ID, nil
 }
-
-// quotaWindow is the window dimension admissions are recorded in: the
-// one FlowFabric's unblock scanner and quota reconciler read.
-const quotaWindow = "requests_per_window"
 
 // QuotaUsage is a quota's limits and what is taken of them now.
 type QuotaUsage struct {
@@ -212,38 +184,13 @@ func (c *Client) QuotaUsage(ctx context.Context, id model.UUID) (*QuotaUsage, er
 	if id.IsZero() {
 		return nil, invalid("quota", "id is empty")
 	}
-	if c.vc == nil {
-		return nil, errNotOnPostgres("Client.QuotaUsage")
-	}
-	k := model.QuotaKeysFor(c.parts.QuotaPartition(id), id)
-	raw := c.vc.Raw()
-	res := raw.DoMulti(ctx, raw.B().Hgetall().Key(k.Definition()).Build(),
-		raw.B().Zrangebyscore().Key(k.Window(quotaWindow)).Min("-inf").Max("+inf").Withscores().Build(),
-		raw.B().Get().Key(k.Concurrency()).Build())
-	def, err := res[0].AsStrMap()
+	st, err := c.drv.ReadQuota(ctx, &backend.ReadQuotaParams{QuotaID: id, NowMs: c.clock().UnixMilli()})
 	if err != nil {
-		return nil, fmt.Errorf("sdk: read quota %s: %w", id, err)
+		return nil, fmt.Errorf("sdk: read quota %s: %w", id, sdkErr(err))
 	}
-	if len(def) == 0 {
-		return nil, fmt.Errorf("sdk: quota %s: %w", id, ErrNotFound)
-	}
-	num := func(f string) int64 { n, _ := strconv.ParseInt(def[f], 10, 64); return n }
-	u := &QuotaUsage{Quota: Quota{ID: id, Window: time.Duration(num("requests_per_window_seconds")) * time.Second,
-		MaxPerWindow: num("max_requests_per_window"), MaxConcurrent: num("active_concurrency_cap")}}
-	entries, err := res[1].AsZScores()
-	if err != nil {
-		return nil, fmt.Errorf("sdk: read quota %s window: %w", id, err)
-	}
-	since := float64(c.clock().Add(-u.Window).UnixMilli())
-	for _, e := range entries {
-		if e.Score > since {
-			u.InWindow++
-		}
-	}
-	if s, err := res[2].ToString(); err == nil {
-		u.Concurrent, _ = strconv.ParseInt(s, 10, 64)
-	}
-	return u, nil
+	return &QuotaUsage{Quota: Quota{ID: id, Window: time.Duration(st.WindowSeconds) * time.Second,
+		MaxPerWindow: st.MaxRequestsPerWindow, MaxConcurrent: st.MaxConcurrent},
+		InWindow: st.InWindow, Concurrent: st.Concurrent}, nil
 }
 
 // Admission is the answer of Job.Admit.
@@ -268,52 +215,32 @@ func (a *Admission) Release(ctx context.Context) error {
 	if !a.Admitted {
 		return nil
 	}
-	if err := a.l.w.vc.ReleaseAdmission(ctx, a.quota, a.l.ID); err != nil {
-		return fmt.Errorf("sdk: %w", err)
+	if err := a.l.w.drv.ReleaseAdmission(ctx, &backend.ReleaseAdmissionParams{QuotaID: a.quota, ExecutionID: a.l.ID}); err != nil {
+		return fmt.Errorf("sdk: release quota %s: %w", a.quota, sdkErr(err))
 	}
 	return nil
 }
 
 // Admit takes a slot of quota for this execution
-// (ff_check_admission_and_record, under the limits stored with the
-// quota): once per execution per window — a repeat while admitted is
+// (ff_check_admission_and_record on Valkey, the quota's ff_quota_* rows
+// on Postgres; under the limits stored with the quota): once per execution per window — a repeat while admitted is
 // admitted again without counting twice. Release the slot when the
 // rate-limited work is done (defer a.Release(ctx)).
 func (l *Lease) Admit(ctx context.Context, quota model.UUID) (*Admission, error) {
-	if l.w.pg != nil {
-		return nil, errNotOnPostgres("Lease.Admit")
-	}
 	if quota.IsZero() {
 		return nil, invalid("quota", "id is empty")
 	}
-	k := model.QuotaKeysFor(l.w.parts.QuotaPartition(quota), quota)
-	raw := l.w.vc.Raw()
-	def, err := raw.Do(ctx, raw.B().Hmget().Key(k.Definition()).
-		Field("requests_per_window_seconds", "max_requests_per_window", "active_concurrency_cap").Build()).ToArray()
-	if err != nil || len(def) != 3 {
-		return nil, fmt.Errorf("sdk: read quota %s: %w", quota, err)
-	}
-	var lim [3]int64
-	for i, v := range def {
-		s, err := v.ToString()
-		if err != nil {
-			return nil, fmt.Errorf("sdk: quota %s: %w", quota, ErrNotFound)
-		}
-		lim[i], _ = strconv.ParseInt(s, 10, 64)
-	}
-	res, err := l.w.vc.CheckAdmission(ctx, &valkey.CheckAdmissionParams{QuotaID: quota, Dimension: quotaWindow,
-		NowMs: l.w.cfg.Clock().UnixMilli(), WindowSeconds: lim[0], RateLimit: lim[1], ConcurrencyCap: lim[2],
-		ExecutionID: l.ID})
+	res, err := l.w.drv.Admit(ctx, &backend.AdmitParams{QuotaID: quota, ExecutionID: l.ID, NowMs: l.w.cfg.Clock().UnixMilli()})
 	if err != nil {
-		return nil, fmt.Errorf("sdk: %w", err)
+		return nil, fmt.Errorf("sdk: admit %s on quota %s: %w", l.ID, quota, sdkErr(err))
 	}
 	a := &Admission{l: l, quota: quota}
 	switch res.Status {
-	case valkey.AdmissionAdmitted, valkey.AdmissionAlreadyAdmitted:
+	case backend.AdmissionAdmitted, backend.AdmissionAlreadyAdmitted:
 		a.Admitted = true
-	case valkey.AdmissionRateExceeded:
+	case backend.AdmissionRateExceeded:
 		a.Reason, a.RetryAfter = "rate", time.Duration(res.RetryAfterMs)*time.Millisecond
-	case valkey.AdmissionConcurrencyExceeded:
+	case backend.AdmissionConcurrencyExceeded:
 		a.Reason = "concurrency"
 	}
 	return a, nil
@@ -345,7 +272,7 @@ func Admitting(quota model.UUID, busy time.Duration) Middleware {
 			}
 			defer func() {
 				if err := a.Release(context.WithoutCancel(ctx)); err != nil {
-					job.lease.w.log.Warn("quota slot not released; the quota reconciler recounts it",
+					job.lease.w.log.Warn("quota slot not released; on Valkey the quota reconciler recounts it",
 						"execution_id", job.ID, "quota", quota.String(), "error", err)
 				}
 			}()

@@ -51,11 +51,12 @@
 // pg_dependency_reconciler releases children as parents complete);
 // [Client.CancelFlow], [Lease.Cancel], suspension on one waitpoint,
 // [Client.DeliverSignal], [Lease.ResumeSignals] and attempt streams go
-// through the driver's ControlDriver operations. Pending and extra
-// waitpoints, Job.WaitForChildren, progress and usage reports, budgets,
-// quotas and periodic schedules answer
-// [ErrNotOnPostgres]; worker-side dependency resolution does nothing (the
-// host's reconciler resolves).
+// through the driver's ControlDriver operations; budgets, quotas
+// ([Lease.Admit], [Admitting]) and progress and usage reports through its
+// BudgetDriver operations (the host's pg_budget_reset applies
+// [Budget.ResetEvery]). Pending and extra waitpoints, Job.WaitForChildren
+// and periodic schedules answer [ErrNotOnPostgres]; worker-side
+// dependency resolution does nothing (the host's reconciler resolves).
 //
 // # Notes
 //

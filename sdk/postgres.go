@@ -13,7 +13,7 @@ import (
 
 // ErrNotOnPostgres is returned (wrapped) by SDK calls the Postgres backend
 // does not offer yet (pending and extra waitpoints, WaitForChildren,
-// progress and usage reports, budgets, quotas, periodic schedules).
+// periodic schedules).
 var ErrNotOnPostgres = errors.New("sdk: not available on the Postgres backend")
 
 func errNotOnPostgres(op string) error { return fmt.Errorf("%w: %s", ErrNotOnPostgres, op) }

@@ -5,31 +5,27 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 
-	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
 // ProgressMessageMaxBytes bounds a progress message.
-const ProgressMessageMaxBytes = 1024
+const ProgressMessageMaxBytes = backend.ProgressMessageMaxBytes
 
-// ReportProgress records how far the attempt got (ff_update_progress):
-// pct in 0..100 and an optional message, stored on the execution
-// (progress_pct, progress_message, progress_updated_at) for operators and
-// clients. It checks the lease (id and epoch) and does not end it.
+// ReportProgress records how far the attempt got (ff_update_progress on
+// Valkey, ff_exec_core.raw_fields on Postgres): pct in 0..100 and an
+// optional message, stored on the execution (progress_pct,
+// progress_message, progress_updated_at) for operators and clients. It
+// checks the lease and does not end it.
 func (l *Lease) ReportProgress(ctx context.Context, pct float64, message string) error {
-	if l.w.pg != nil {
-		return errNotOnPostgres("Lease.ReportProgress")
-	}
 	if math.IsNaN(pct) || pct < 0 || pct > 100 {
 		return invalid("progress.pct", "%v is out of range 0..100", pct)
 	}
 	if len(message) > ProgressMessageMaxBytes {
 		return invalid("progress.message", "%d bytes exceed %d", len(message), ProgressMessageMaxBytes)
 	}
-	err := l.w.vc.UpdateProgress(ctx, &valkey.UpdateProgressParams{ExecutionID: l.ID, LeaseID: l.fence.LeaseID,
-		LeaseEpoch: l.fence.LeaseEpoch, Pct: strconv.FormatFloat(pct, 'f', -1, 64), Message: message})
+	err := l.w.drv.ReportProgress(ctx, &backend.ReportProgressParams{ExecutionID: l.ID, Fence: l.fence, Pct: pct, Message: message})
 	if err != nil {
 		return fmt.Errorf("sdk: report progress of %s: %w", l.ID, err)
 	}
@@ -56,14 +52,13 @@ type UsageReport struct {
 
 // ReportUsage adds usage (dimension → non-negative amount, e.g.
 // {"tokens": 1200, "usd_micros": 350}) to budget, attributed to this
-// execution so it can be released later (ff_record_spend). Hard limits
+// execution so it can be released later (ff_record_spend on Valkey,
+// ff_budget_usage and ff_budget_usage_by_exec on Postgres). Hard limits
 // are checked for every dimension before anything is added. key, when
 // not empty, makes the report idempotent for 24 h (retries of the same
-// step do not count twice).
+// step do not count twice). A budget that does not exist returns an
+// error wrapping ErrNotFound; a dimension name with ':' is invalid input.
 func (l *Lease) ReportUsage(ctx context.Context, budget model.UUID, usage map[string]int64, key string) (*UsageReport, error) {
-	if l.w.pg != nil {
-		return nil, errNotOnPostgres("Lease.ReportUsage")
-	}
 	if len(usage) == 0 {
 		return nil, invalid("usage", "at least one dimension is required")
 	}
@@ -78,21 +73,21 @@ func (l *Lease) ReportUsage(ctx context.Context, budget model.UUID, usage map[st
 		dims = append(dims, d)
 	}
 	slices.Sort(dims)
-	deltas := make([]valkey.UsageDelta, len(dims))
+	deltas := make([]backend.UsageDelta, len(dims))
 	for i, d := range dims {
-		deltas[i] = valkey.UsageDelta{Dimension: d, Delta: usage[d]}
+		deltas[i] = backend.UsageDelta{Dimension: d, Delta: usage[d]}
 	}
 	dedup := ""
 	if key != "" {
 		dedup = string(l.ID) + ":" + key
 	}
-	res, err := l.w.vc.RecordSpend(ctx, &valkey.ReportUsageParams{BudgetID: budget, Deltas: deltas,
+	res, err := l.w.drv.RecordSpend(ctx, &backend.ReportUsageParams{BudgetID: budget, Deltas: deltas,
 		NowMs: l.w.cfg.Clock().UnixMilli(), DedupID: dedup, ExecutionID: l.ID})
 	if err != nil {
-		return nil, fmt.Errorf("sdk: report usage of %s to budget %s: %w", l.ID, budget, err)
+		return nil, fmt.Errorf("sdk: report usage of %s to budget %s: %w", l.ID, budget, sdkErr(err))
 	}
-	return &UsageReport{Exceeded: res.Status == valkey.BudgetHardBreach, SoftBreach: res.Status == valkey.BudgetSoftBreach,
-		Duplicate: res.Status == valkey.BudgetAlreadyApplied, Dimension: res.Dimension, Current: res.Current, Limit: res.Limit}, nil
+	return &UsageReport{Exceeded: res.Status == backend.BudgetHardBreach, SoftBreach: res.Status == backend.BudgetSoftBreach,
+		Duplicate: res.Status == backend.BudgetAlreadyApplied, Dimension: res.Dimension, Current: res.Current, Limit: res.Limit}, nil
 }
 
 // ReportUsage reports budget usage (see Lease.ReportUsage).

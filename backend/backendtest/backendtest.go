@@ -158,6 +158,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	sub("ExecutionState+Result/NotFound", testNotFound)
 	sub("SubscribeCompletions", testCompletions)
 	runControl(sub)
+	runBudget(sub)
 }
 
 func testCreateWaiting(e *env) {
@@ -727,6 +728,9 @@ func RunUnmigrated(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 		},
 	}
 	for name, op := range controlUnmigrated(ctx, d, id, f) {
+		ops[name] = op
+	}
+	for name, op := range budgetUnmigrated(ctx, d, id, f) {
 		ops[name] = op
 	}
 	for _, name := range Operations {

@@ -5,48 +5,30 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
-// Budget statuses returned by ReportUsage and RecordSpend.
+// Budget statuses returned by ReportUsage and RecordSpend (package
+// backend's).
 const (
-	BudgetOK             = "OK"
-	BudgetHardBreach     = "HARD_BREACH"
-	BudgetSoftBreach     = "SOFT_BREACH"
-	BudgetAlreadyApplied = "ALREADY_APPLIED"
+	BudgetOK             = backend.BudgetOK
+	BudgetHardBreach     = backend.BudgetHardBreach
+	BudgetSoftBreach     = backend.BudgetSoftBreach
+	BudgetAlreadyApplied = backend.BudgetAlreadyApplied
 )
 
 func famItoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// BudgetDimension is one limited dimension of a budget. A limit <= 0 means
-// no limit.
-type BudgetDimension struct {
-	Name string
-	Hard int64
-	Soft int64
-}
+// BudgetDimension is one limited dimension of a budget (package
+// backend's).
+type BudgetDimension = backend.BudgetDimension
 
-// CreateBudgetParams are the inputs of CreateBudget.
-type CreateBudgetParams struct {
-	BudgetID        model.UUID
-	ScopeType       string
-	ScopeID         string
-	EnforcementMode string
-	OnHardLimit     string
-	OnSoftLimit     string
-	// ResetIntervalMs > 0 schedules periodic resets.
-	ResetIntervalMs int64
-	// NowMs is the caller's clock, stored as created_at.
-	NowMs      int64
-	Dimensions []BudgetDimension
-}
+// CreateBudgetParams are the inputs of CreateBudget (package backend's).
+type CreateBudgetParams = backend.CreateBudgetParams
 
-// CreateBudgetResult is CreateBudget's reply.
-type CreateBudgetResult struct {
-	BudgetID string
-	// AlreadyExisted is true for the ALREADY_SATISFIED reply.
-	AlreadyExisted bool
-}
+// CreateBudgetResult is CreateBudget's reply (package backend's).
+type CreateBudgetResult = backend.CreateBudgetResult
 
 func (c *Client) budgetKeys(id model.UUID) model.BudgetKeys {
 	return model.BudgetKeysFor(c.parts.BudgetPartition(id), id)
@@ -80,36 +62,16 @@ func (c *Client) CreateBudget(ctx context.Context, p *CreateBudgetParams) (*Crea
 	return &CreateBudgetResult{BudgetID: rep.Field(0), AlreadyExisted: rep.Status == "ALREADY_SATISFIED"}, nil
 }
 
-// UsageDelta is one dimension's increment.
-type UsageDelta struct {
-	Dimension string
-	Delta     int64
-}
+// UsageDelta is one dimension's increment (package backend's).
+type UsageDelta = backend.UsageDelta
 
-// ReportUsageParams are the inputs of ReportUsage and RecordSpend.
-type ReportUsageParams struct {
-	BudgetID model.UUID
-	Deltas   []UsageDelta
-	NowMs    int64
-	// DedupID, when set, makes the report idempotent for 24 h
-	// (key ff:usagededup:{b:M}:<DedupID>).
-	DedupID string
-	// ExecutionID attributes the spend to an execution (RecordSpend only).
-	ExecutionID model.ExecutionID
-}
+// ReportUsageParams are the inputs of ReportUsage and RecordSpend
+// (package backend's).
+type ReportUsageParams = backend.ReportUsageParams
 
-// UsageResult is the reply of ReportUsage and RecordSpend.
-type UsageResult struct {
-	// Status is BudgetOK, BudgetHardBreach, BudgetSoftBreach or
-	// BudgetAlreadyApplied.
-	Status string
-	// Dimension, Current and Limit describe a breach: for a hard breach
-	// Current is the usage before the rejected report; for a soft breach
-	// it is the usage after the increment.
-	Dimension string
-	Current   string
-	Limit     string
-}
+// UsageResult is the reply of ReportUsage and RecordSpend (package
+// backend's).
+type UsageResult = backend.UsageResult
 
 func usageResult(rep *Reply) *UsageResult {
 	return &UsageResult{Status: rep.Status, Dimension: rep.Field(0), Current: rep.Field(1), Limit: rep.Field(2)}

@@ -146,7 +146,7 @@ func TestReportUsage(t *testing.T) {
 		t.Fatalf("at-limit report = %+v", r)
 	}
 	// A limit of 0 means no limit.
-	r = report(famNow+5, "", valkey.UsageDelta{"free", 1_000_000})
+	r = report(famNow+5, "", famD("free", 1_000_000))
 	if r.Status != valkey.BudgetOK {
 		t.Fatalf("unlimited report = %+v", r)
 	}

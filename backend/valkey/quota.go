@@ -4,15 +4,16 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
-// Admission statuses of CheckAdmission.
+// Admission statuses of CheckAdmission (package backend's).
 const (
-	AdmissionAdmitted            = "ADMITTED"
-	AdmissionAlreadyAdmitted     = "ALREADY_ADMITTED"
-	AdmissionRateExceeded        = "RATE_EXCEEDED"
-	AdmissionConcurrencyExceeded = "CONCURRENCY_EXCEEDED"
+	AdmissionAdmitted            = backend.AdmissionAdmitted
+	AdmissionAlreadyAdmitted     = backend.AdmissionAlreadyAdmitted
+	AdmissionRateExceeded        = backend.AdmissionRateExceeded
+	AdmissionConcurrencyExceeded = backend.AdmissionConcurrencyExceeded
 )
 
 // QuotaWindowDefault is the window dimension FlowFabric's scheduler admits
@@ -23,14 +24,9 @@ func (c *Client) quotaKeys(id model.UUID) model.QuotaKeys {
 	return model.QuotaKeysFor(c.parts.QuotaPartition(id), id)
 }
 
-// CreateQuotaPolicyParams are the inputs of CreateQuotaPolicy.
-type CreateQuotaPolicyParams struct {
-	QuotaID              model.UUID
-	WindowSeconds        int64
-	MaxRequestsPerWindow int64
-	MaxConcurrent        int64
-	NowMs                int64
-}
+// CreateQuotaPolicyParams are the inputs of CreateQuotaPolicy (package
+// backend's).
+type CreateQuotaPolicyParams = backend.CreateQuotaPolicyParams
 
 // CreateQuotaPolicy calls ff_create_quota_policy. It reports whether the
 // policy already existed (ALREADY_SATISFIED).
@@ -64,13 +60,8 @@ type CheckAdmissionParams struct {
 	JitterMs       int64
 }
 
-// AdmissionResult is CheckAdmission's reply.
-type AdmissionResult struct {
-	// Status is one of the Admission* constants.
-	Status string
-	// RetryAfterMs is set with AdmissionRateExceeded.
-	RetryAfterMs int64
-}
+// AdmissionResult is CheckAdmission's reply (package backend's).
+type AdmissionResult = backend.AdmissionResult
 
 // CheckAdmission calls ff_check_admission_and_record, whose success reply
 // is a bare status array rather than the {1, status} convention.
