@@ -270,7 +270,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			withSafety := !flowing || safetyInflight == 0
 			earliest := sched.earliest(cycleStart.Add(spec.Interval*time.Duration(p.h.cfg.Timers.SafetyFactor)), withSafety)
 			if d := earliest.Sub(clock.Now()); d > 0 {
-				timer, stop = p.h.after(d)
+				timer, stop = p.h.afterPrecise(d)
 			} else {
 				continue // the clock moved past a due time since due() looked
 			}
