@@ -78,8 +78,9 @@ type Config struct {
 	// with Postgres and no Valkey Backend reads plugins' time from Clock.
 	Postgres hostfn.SQLDB
 	// Now is the plugins' clock in milliseconds; default Backend's server
-	// TIME, read at most once a second and advanced by the host's
-	// monotonic clock in between (never ahead of the server).
+	// TIME (to the microsecond when the Backend reads it so, as
+	// *valkey.Client does), read at most once a second and advanced by the
+	// host's monotonic clock in between (never ahead of the server).
 	Now func(ctx context.Context) (int64, error)
 	// serverClock is the default Now's clock (nil when Now was given or
 	// there is no Backend): due-time timers read its exact mapping.
