@@ -35,6 +35,13 @@ type Backend interface {
 	partlease.Backend
 }
 
+// microsBackend is a Backend that reads the server's clock to the
+// microsecond (*valkey.Client does): the host's server clock keeps that
+// precision rather than a millisecond reading's (serverclock.go).
+type microsBackend interface {
+	ServerTimeMicros(ctx context.Context) (int64, error)
+}
+
 // isNilPointer reports a typed nil pointer in x (a nil *valkey.Client or
 // *pgxpool.Pool in an interface field), which the host treats as none.
 func isNilPointer(x any) bool {

@@ -78,9 +78,13 @@ type Config struct {
 	// with Postgres and no Valkey Backend reads plugins' time from Clock.
 	Postgres hostfn.SQLDB
 	// Now is the plugins' clock in milliseconds; default Backend's server
-	// TIME, read at most once a second and advanced by the host's
-	// monotonic clock in between (never ahead of the server).
+	// TIME (to the microsecond when the Backend reads it so, as
+	// *valkey.Client does), read at most once a second and advanced by the
+	// host's monotonic clock in between (never ahead of the server).
 	Now func(ctx context.Context) (int64, error)
+	// serverClock is the default Now's clock (nil when Now was given or
+	// there is no Backend): due-time timers read its exact mapping.
+	serverClock *serverClock
 	// Clock is the host's clock; default the system clock. A WaitClock
 	// also paces the scanner loops.
 	Clock Clock
@@ -252,7 +256,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.Store = hostfn.StoreOf(c.Backend)
 	}
 	if c.Now == nil && c.Backend != nil {
-		c.Now = newServerClock(c.Backend.ServerTime, serverClockRefresh).Now
+		read := msReader(c.Backend.ServerTime)
+		if mb, ok := c.Backend.(microsBackend); ok {
+			read = mb.ServerTimeMicros
+		}
+		c.serverClock = newServerClock(read, serverClockRefresh)
+		c.Now = c.serverClock.Now
 	}
 	if c.Now == nil && c.Postgres != nil {
 		clock := c.Clock

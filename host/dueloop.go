@@ -270,7 +270,7 @@ func (p *plugin) timerLoop(ctx context.Context) error {
 			withSafety := !flowing || safetyInflight == 0
 			earliest := sched.earliest(cycleStart.Add(spec.Interval*time.Duration(p.h.cfg.Timers.SafetyFactor)), withSafety)
 			if d := earliest.Sub(clock.Now()); d > 0 {
-				timer, stop = p.h.after(d)
+				timer, stop = p.h.afterPrecise(d)
 			} else {
 				continue // the clock moved past a due time since due() looked
 			}
@@ -314,12 +314,29 @@ func (p *plugin) nextScan(spec LoopSpec, res abi.ScanResult) (time.Time, bool) {
 	}
 	t := now.Add(safety)
 	if res.NextDueMs > 0 {
-		if due, ok := p.wake.dueAt(res.NextDueMs); ok {
-			due = due.Add(time.Millisecond) // a hair past: the score must be <= server now
+		if due, ok := p.dueTime(res.NextDueMs); ok {
 			if due.Before(t) {
 				return due, true
 			}
 		}
 	}
 	return t, false
+}
+
+// dueTime is when, on the host's clock, the plugins' clock (Config.Now)
+// first reads ms, so that an item of score ms is due to a scan then: the
+// server clock's exact mapping when the host keeps one (the default Now)
+// on the real clock, else the last server time a plugin of p read, dated
+// when it was answered. Neither adds a margin: both readings are
+// truncated to the millisecond, so at the returned time the clock reads
+// ms or more. (A TIME re-read between now and then that dates the server
+// later by up to its round trip can make the scan find the item not yet
+// due; it reports it again, and the next timer uses the new reading.)
+func (p *plugin) dueTime(ms int64) (time.Time, bool) {
+	if sc := p.h.cfg.serverClock; sc != nil {
+		if _, real := p.h.cfg.Clock.(systemClock); real {
+			return sc.When(ms)
+		}
+	}
+	return p.wake.dueAt(ms)
 }

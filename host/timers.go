@@ -141,11 +141,17 @@ func (w *wakeState) wake(i int, key string, at time.Time) {
 // take returns and clears the woken partitions: out[i] is when partition
 // i was first woken since the last take (zero: not woken); keys[i] the
 // index keys that woke it, when they alone did (else it has no entry).
+// With none woken (a burst of due work has no wake-ups) both are nil: the
+// loop takes once per pass, and a slice of every partition each time was
+// most of what a pass allocated.
 func (w *wakeState) take(n int) (out []time.Time, keys map[int][]string) {
-	out = make([]time.Time, n)
-	keys = map[int][]string{}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if len(w.woken) == 0 && w.all.IsZero() {
+		return nil, nil
+	}
+	out = make([]time.Time, n)
+	keys = map[int][]string{}
 	for i, at := range w.woken {
 		if i < n {
 			out[i] = at

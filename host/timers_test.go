@@ -219,7 +219,8 @@ func (c *manualClock) pending(at time.Time) bool {
 // wait for exactly the due time of a delayed execution it saw in its first
 // sweep, and one for an execution created later, which the zadd
 // notification made it scan at once; moving the clock to each due time
-// promotes that execution then, stamped with that time, while the next
+// (not a millisecond past it) promotes that execution then, stamped with
+// that time, while the next
 // poll is an hour away. With timers off (polling only) no wait is armed
 // before the next poll and the test fails.
 func TestDueTimerOnFakeClock(t *testing.T) {
@@ -258,8 +259,9 @@ func TestDueTimerOnFakeClock(t *testing.T) {
 		}
 		return id
 	}
-	// The host schedules a hair (1 ms) past the due score.
-	wakeAt := func(due int64) time.Time { return time.UnixMilli(due + 1) }
+	// The host schedules at the due score itself, not a margin past it:
+	// its clock then reads the score, so the item is due.
+	wakeAt := func(due int64) time.Time { return time.UnixMilli(due) }
 	promotedAt := func(id model.ExecutionID) string {
 		core, err := c.ExecutionCore(ctx, id)
 		if err != nil {
@@ -292,7 +294,7 @@ func TestDueTimerOnFakeClock(t *testing.T) {
 
 	clock.AdvanceTo(wakeAt(serverNow + 60_000))
 	valkeytest.Eventually(t, 30*time.Second, "second promoted at its due time", func() bool { return promotedAt(second) != "" })
-	if got, want := promotedAt(second), strconv.FormatInt(serverNow+60_001, 10); got != want {
+	if got, want := promotedAt(second), strconv.FormatInt(serverNow+60_000, 10); got != want {
 		t.Fatalf("second promoted at %s, want %s", got, want)
 	}
 	if promotedAt(first) != "" {
@@ -301,7 +303,7 @@ func TestDueTimerOnFakeClock(t *testing.T) {
 
 	clock.AdvanceTo(wakeAt(serverNow + 120_000))
 	valkeytest.Eventually(t, 30*time.Second, "first promoted at its due time", func() bool { return promotedAt(first) != "" })
-	if got, want := promotedAt(first), strconv.FormatInt(serverNow+120_001, 10); got != want {
+	if got, want := promotedAt(first), strconv.FormatInt(serverNow+120_000, 10); got != want {
 		t.Fatalf("first promoted at %s, want %s", got, want)
 	}
 	if elapsed := clock.Now().Sub(start); elapsed >= interval {

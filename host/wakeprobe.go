@@ -10,7 +10,7 @@ import (
 // a write of work that is not due yet reschedules the partition's timer
 // instead of costing a plugin call. It returns, for each partition whose
 // keys hold nothing due by now, when its earliest member falls due on the
-// host's clock (a hair past it; zero: its keys are empty); a partition
+// host's clock (dueTime; zero: its keys are empty); a partition
 // missing from the result must be scanned (something is due, or the
 // probe could not tell).
 func (p *plugin) probeWakes(ctx context.Context, keys map[int][]string) map[int]time.Time {
@@ -50,12 +50,11 @@ func (p *plugin) probeWakes(ctx context.Context, keys map[int][]string) map[int]
 			if r.Empty {
 				continue // emptied since the write: nothing from this key
 			}
-			at, ok := p.wake.dueAt(int64(r.Score))
+			at, ok := p.dueTime(int64(r.Score))
 			if !ok {
 				known = false
 				continue
 			}
-			at = at.Add(time.Millisecond) // a hair past: the score must be <= server now
 			if !now.Before(at) {
 				known = false // due: scan
 				continue

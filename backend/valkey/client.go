@@ -261,9 +261,16 @@ func (c *Client) reload(ctx context.Context, cause error) error {
 
 // ServerTime returns the server's clock in milliseconds (TIME).
 func (c *Client) ServerTime(ctx context.Context) (int64, error) {
-	ms, err := serverTimeOn(ctx, c.c)
+	us, err := c.ServerTimeMicros(ctx)
+	return us / 1000, err
+}
+
+// ServerTimeMicros returns the server's clock in microseconds (TIME), for
+// a clock kept from it that should not lose the sub-millisecond part.
+func (c *Client) ServerTimeMicros(ctx context.Context) (int64, error) {
+	us, err := serverTimeOn(ctx, c.c)
 	if err == nil || !c.cluster {
-		return ms, err
+		return us, err
 	}
 	// A keyless command goes to any node the cluster client knows, which
 	// after a failover may be the dead primary: ask a reachable one.
@@ -272,19 +279,20 @@ func (c *Client) ServerTime(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	for _, n := range nodes {
-		if ms, nerr := serverTimeOn(ctx, n.Client); nerr == nil {
-			return ms, nil
+		if us, nerr := serverTimeOn(ctx, n.Client); nerr == nil {
+			return us, nil
 		}
 	}
 	return 0, err
 }
 
+// serverTimeOn reads node's TIME in microseconds.
 func serverTimeOn(ctx context.Context, node vk.Client) (int64, error) {
 	arr, err := node.Do(ctx, node.B().Time().Build()).AsIntSlice()
 	if err != nil || len(arr) != 2 {
 		return 0, fmt.Errorf("valkey: TIME: %w", err)
 	}
-	return arr[0]*1000 + arr[1]/1000, nil
+	return arr[0]*1_000_000 + arr[1], nil
 }
 
 // libraryVersion is what EnsureLibrary expects ff_version to return.
