@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -15,13 +16,18 @@ import (
 // code file the host maps, fabric-code/, codefile.go).
 const HostCacheMaxBytesDefault int64 = 2 << 30
 
-// cacheRecentUse protects entries read this recently from pruning: the
-// plugins being loaded now. Under relatime (Linux's default) a read
-// advances an entry's access time only when it is a day old, so anything
-// shorter than a day would prune entries read a minute ago (seen: test
-// hosts evicting one another's compiled fixtures, each then recompiled
-// under -race).
-const cacheRecentUse = 25 * time.Hour
+// cacheRecentUse protects entries used this recently from pruning
+// whatever the size: the plugins being loaded now by this host and by
+// the others sharing the directory (parallel test binaries), which would
+// otherwise evict one another and compile again. Uses are recorded when
+// they happen (cache_use.go), so this is minutes, not the day relatime
+// would need.
+const cacheRecentUse = 10 * time.Minute
+
+// cacheTempAge: a temporary file (an entry being written: wazero's
+// "<key>.*.tmp", the host's ".code-*") younger than this is left alone;
+// an older one was abandoned by a killed writer and goes first.
+const cacheTempAge = time.Hour
 
 // CachePruneResult is what PruneCompilationCache did.
 type CachePruneResult struct {
@@ -34,18 +40,24 @@ type CachePruneResult struct {
 }
 
 // PruneCompilationCache keeps the compilation cache under dir within
-// maxBytes by deleting the least recently used entries first. Every
-// version of a plugin ever loaded leaves an entry (~26 MiB for a Go
-// plugin), so a host that hot-swaps for months would otherwise fill its
-// disk. Use is the entry's access time (under relatime it advances at
-// least daily on read) or its modification time, whichever is later;
-// entries used within the last 25 hours are kept whatever the size, and a
-// deleted entry only costs a recompile. A missing dir is no error.
+// maxBytes: wazero's entries and the machine code files (fabric-code/)
+// together, keeping the most recently used. Every version of a plugin
+// ever loaded leaves ~26 MiB (a Go plugin's entry and its code file), so
+// a host that hot-swaps for months, or a machine running tests of many
+// builds, would otherwise fill its disk. Use is the later of a file's
+// access and modification times; every load sets both on the files it
+// used (markUsed), so the order is right under relatime too. Files used
+// within the last 10 minutes are kept even beyond maxBytes (they are
+// being loaded now, here or by another host sharing dir); everything
+// else beyond it is deleted, oldest first. Abandoned temporary files go
+// first. A deleted entry only costs a recompile; a missing dir is no
+// error.
 func PruneCompilationCache(dir string, maxBytes int64, now time.Time) (CachePruneResult, error) {
 	type entry struct {
 		path string
 		size int64
 		used time.Time
+		temp bool
 	}
 	var res CachePruneResult
 	var entries []entry
@@ -67,7 +79,12 @@ func PruneCompilationCache(dir string, maxBytes int64, now time.Time) (CachePrun
 		if at, ok := accessTime(info); ok && at.After(used) {
 			used = at
 		}
-		entries = append(entries, entry{path: path, size: info.Size(), used: used})
+		name := d.Name()
+		temp := strings.HasSuffix(name, ".tmp") || strings.HasPrefix(name, ".code-")
+		if temp && now.Sub(info.ModTime()) < cacheTempAge {
+			return nil // being written
+		}
+		entries = append(entries, entry{path: path, size: info.Size(), used: used, temp: temp})
 		res.Entries++
 		res.Bytes += info.Size()
 		return nil
@@ -75,16 +92,26 @@ func PruneCompilationCache(dir string, maxBytes int64, now time.Time) (CachePrun
 	if err != nil {
 		return res, fmt.Errorf("host: prune compilation cache %s: %w", dir, err)
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].used.Before(entries[j].used) })
-	total := res.Bytes
+	// Most recently used first; abandoned temporary files last.
+	sort.Slice(entries, func(i, j int) bool {
+		if entries[i].temp != entries[j].temp {
+			return !entries[i].temp
+		}
+		return entries[i].used.After(entries[j].used)
+	})
+	var kept int64
+	full := false // once an entry does not fit, every older one goes too
 	for _, e := range entries {
-		if total <= maxBytes || now.Sub(e.used) < cacheRecentUse {
-			break
+		if !e.temp && !full && kept+e.size > maxBytes {
+			full = true
+		}
+		if !e.temp && (!full || now.Sub(e.used) < cacheRecentUse) {
+			kept += e.size
+			continue
 		}
 		if err := os.Remove(e.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return res, fmt.Errorf("host: prune compilation cache: %w", err)
 		}
-		total -= e.size
 		res.Removed++
 		res.Freed += e.size
 	}

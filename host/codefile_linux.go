@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -70,6 +71,7 @@ func fileBackCode(code []byte, dir string) error {
 func openCodeFile(path string, code []byte) (*os.File, error) {
 	if f, err := os.Open(path); err == nil {
 		if sameContent(f, code) {
+			markUsed(path, time.Now()) // for the cache's pruning (cache_use.go)
 			return f, nil
 		}
 		f.Close()

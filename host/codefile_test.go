@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/fabric-host/fabric/abi"
@@ -110,5 +111,29 @@ func TestFileBackedCode(t *testing.T) {
 	liveCode.mu.Unlock()
 	if left {
 		t.Fatal("liveCode still counts the closed module's code")
+	}
+}
+
+// TestCodeFileUseMarked: reopening a machine code file marks it used.
+func TestCodeFileUseMarked(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "x.code")
+	code := []byte("machine code")
+	f, err := openCodeFile(path, code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	old := time.Now().Add(-72 * time.Hour)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if f, err = openCodeFile(path, code); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if st, err := os.Stat(path); err != nil || st.ModTime().Before(before.Add(-time.Second)) {
+		t.Fatalf("code file not marked used: %v %v", st.ModTime(), err)
 	}
 }

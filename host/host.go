@@ -115,6 +115,7 @@ func newLoaderConfig(cache wazero.CompilationCache, store hostfn.Store, now func
 		poolBytes:    cfg.PoolBytes,
 		recycleBytes: cfg.RecycleBytes,
 		codeDir:      codeDirOf(cfg.CacheDir),
+		cacheDir:     cfg.CacheDir,
 		log:          cfg.Logger,
 	}
 }
@@ -556,6 +557,7 @@ func Inspect(ctx context.Context, path string, cfg InspectConfig) (*Inspection, 
 	lc := newLoaderConfig(cache, nil, nil, hc, func(string) PluginConfig { return PluginConfig{} })
 	lc.grant = nil // reported below rather than refused
 	lc.trust = newTrust(cfg.TrustedKeys, cfg.RequireSigned)
+	lc.cacheDir = cfg.CacheDir
 	m, err := loadModule(ctx, path, lc)
 	if err != nil {
 		return nil, err

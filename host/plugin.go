@@ -171,6 +171,9 @@ type loaderConfig struct {
 	// codeDir holds machine code files (fileBackCode); "" keeps the code
 	// in anonymous memory.
 	codeDir string
+	// cacheDir is the compilation cache's directory ("" in memory): each
+	// compile marks the entry it used (markWazeroEntry).
+	cacheDir string
 	// log reports what is worth a debug line (nil: nothing).
 	log *slog.Logger
 }
@@ -337,6 +340,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 			if err != nil {
 				return nil, err
 			}
+			markWazeroEntry(lc.cacheDir, b, time.Now())
 			dropCodeBodies(cm)
 			key, moved, err := holdCode(cm, lc.codeDir)
 			if errors.Is(err, errCodeGone) {
