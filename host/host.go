@@ -52,6 +52,8 @@ type Host struct {
 
 	statusMu    sync.Mutex
 	statusWrote time.Time
+	// statusFinal: the stopped host's last status was written.
+	statusFinal bool
 
 	// wakes is the due-timer wake service (nil with timers off).
 	wakes *wakeListener
@@ -407,7 +409,18 @@ func (h *Host) shutdown() {
 		p.state = StateStopped
 		p.mu.Unlock()
 	}
-	h.statusChanged(true)
+	// The status file's last word: every plugin as it ended, and that
+	// the host is gone (`fabric plugins list --status` says so).
+	final := make([]PluginStatus, 0, len(ps))
+	for _, p := range ps {
+		final = append(final, p.status())
+	}
+	sort.Slice(final, func(i, j int) bool { return final[i].Name < final[j].Name })
+	h.writeStatus(func() Snapshot {
+		snap := h.Snapshot()
+		snap.Plugins, snap.Stopped = final, true
+		return snap
+	}, true, true)
 }
 
 // Plugins returns a snapshot of every loaded plugin, by name.
@@ -471,11 +484,18 @@ type Snapshot struct {
 	Files   []FileStatus   `json:"files"`
 	// Leases is this host's partition leases (absent when off).
 	Leases *partlease.Status `json:"leases,omitempty"`
+	// Stopped: the host has stopped; Plugins is each plugin as it ended.
+	Stopped bool `json:"stopped,omitempty"`
+	// PID and Hostname name the host's process, so a reader on the same
+	// machine can tell a status file whose host died without stopping.
+	PID      int    `json:"pid,omitempty"`
+	Hostname string `json:"hostname,omitempty"`
 }
 
 // Snapshot returns the host's state.
 func (h *Host) Snapshot() Snapshot {
-	s := Snapshot{At: h.cfg.Clock.Now(), ABI: abi.Version, Dir: h.cfg.PluginDir, Plugins: h.Plugins(), Files: h.Files()}
+	s := Snapshot{At: h.cfg.Clock.Now(), ABI: abi.Version, Dir: h.cfg.PluginDir, Plugins: h.Plugins(), Files: h.Files(), PID: os.Getpid()}
+	s.Hostname, _ = os.Hostname()
 	if st, ok := h.Leases(); ok {
 		s.Leases = &st
 	}
@@ -488,14 +508,28 @@ func (h *Host) statusChanged(force bool) {
 	if h.cfg.StatusFile == "" {
 		return
 	}
+	h.writeStatus(h.Snapshot, force, false)
+}
+
+// writeStatus writes snap() to the status file unless one was written
+// within the last second (and not force); after the last (final) write,
+// nothing more is written.
+func (h *Host) writeStatus(snap func() Snapshot, force, final bool) {
+	if h.cfg.StatusFile == "" {
+		return
+	}
 	h.statusMu.Lock()
 	defer h.statusMu.Unlock()
+	if h.statusFinal {
+		return
+	}
+	h.statusFinal = final
 	now := h.cfg.Clock.Now()
 	if !force && now.Sub(h.statusWrote) < time.Second {
 		return
 	}
 	h.statusWrote = now
-	b, err := json.MarshalIndent(h.Snapshot(), "", "  ")
+	b, err := json.MarshalIndent(snap(), "", "  ")
 	if err == nil {
 		tmp := h.cfg.StatusFile + ".tmp"
 		if err = os.WriteFile(tmp, b, 0o644); err == nil {

@@ -1,9 +1,17 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
 )
 
@@ -35,5 +43,66 @@ func TestWritePluginListAligns(t *testing.T) {
 	}
 	if !strings.HasSuffix(lines[1], "disabled needs Postgres") {
 		t.Errorf("state and reason: %q", lines[1])
+	}
+}
+
+// TestPluginsListStatusOfStoppedHost: `fabric plugins list --status`
+// says when the status file's host is not running, with the last state
+// it knew: a host that stopped writes its plugins as they ended (it wrote
+// an empty list, which printed only the header), and one whose process
+// is gone is named.
+func TestPluginsListStatusOfStoppedHost(t *testing.T) {
+	t.Parallel()
+	dir, status := t.TempDir(), filepath.Join(t.TempDir(), "status.json")
+	b, err := os.ReadFile(fixture(t, "healthy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "healthy.wasm"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, err := host.New(host.Config{PluginDir: dir, CacheDir: defaultCacheDir(), StatusFile: status, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-h.Started()
+	code, out, errOut := runCmd(t, "plugins", "list", "--status", status)
+	if code != 0 || !strings.Contains(out, "healthy") || strings.Contains(out, "not running") {
+		t.Fatalf("running host: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	h.Stop()
+	h.Close(context.Background())
+	code, out, errOut = runCmd(t, "plugins", "list", "--status", status)
+	if code != 0 || !strings.HasPrefix(out, "host not running: it stopped;") || !strings.Contains(out, "healthy") || !strings.Contains(out, string(host.StateStopped)) {
+		t.Fatalf("stopped host: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// A host killed before it could say so: its process is gone.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	name, _ := os.Hostname()
+	snap := host.Snapshot{At: time.Now(), PID: cmd.ProcessState.Pid(), Hostname: name,
+		Plugins: []host.PluginStatus{{Name: "lease_expiry", Version: "1.0.0", State: host.StateRunning}}}
+	raw, _ := json.Marshal(snap)
+	if err := os.WriteFile(status, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runCmd(t, "plugins", "list", "--status", status)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("host not running: its process %d is gone", snap.PID)) || !strings.Contains(out, "lease_expiry") {
+		t.Fatalf("killed host: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// A live process (this test's) is not said to be gone.
+	snap.PID = os.Getpid()
+	raw, _ = json.Marshal(snap)
+	if err := os.WriteFile(status, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ = runCmd(t, "plugins", "list", "--status", status); code != 0 || strings.Contains(out, "not running") {
+		t.Fatalf("live host: exit %d, stdout %q", code, out)
 	}
 }

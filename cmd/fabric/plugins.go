@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -59,6 +60,11 @@ func init() {
 					enc := json.NewEncoder(env.stdout)
 					enc.SetIndent("", "  ")
 					return enc.Encode(snap)
+				}
+				if *status != "" {
+					if gone := hostGone(snap); gone != "" {
+						fmt.Fprintf(env.stdout, "host not running: %s; its last known state (written %s):\n", gone, snap.At.Format(time.RFC3339))
+					}
 				}
 				printSnapshot(env.stdout, snap)
 				return nil
@@ -253,4 +259,23 @@ func signatureLine(in *host.Inspection, keysGiven bool) string {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// hostGone says why the host of a status file is not running ("" when it
+// may be): it stopped and said so, or, on this machine, its process is
+// gone (killed before it could).
+func hostGone(snap host.Snapshot) string {
+	if snap.Stopped {
+		return "it stopped"
+	}
+	if name, err := os.Hostname(); err == nil && snap.PID > 0 && snap.Hostname == name && !processAlive(snap.PID) {
+		return fmt.Sprintf("its process %d is gone (it did not stop cleanly)", snap.PID)
+	}
+	return ""
+}
+
+// processAlive reports whether a process pid exists on this machine.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
