@@ -2,6 +2,7 @@ package hostfn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -22,9 +23,22 @@ func logFunction(cfg Config) callback {
 		if len(msg) > cfg.MaxLogBytes {
 			msg = msg[:cfg.MaxLogBytes] + "…"
 		}
-		level := slog.Level(int32(uint32(stack[0])))
+		level := guestLevel(ctx, slog.Level(int32(uint32(stack[0]))))
 		c.Logger.Log(ctx, level, msg, "plugin", c.Plugin, "plugin_version", c.Version, "partition", c.Tag, "source", "guest")
 	}
+}
+
+// guestLevel is the level a guest's log line is written at: a warning or
+// error from a call the host itself cut (its stop, or the plugin's
+// unload, cancelled the call's context: the guest then sees its host
+// calls fail with "context canceled") is no failure of the plugin's and
+// is written at debug. A call that ran out of time (its deadline) still
+// warns, as does anything a live call logs.
+func guestLevel(ctx context.Context, level slog.Level) slog.Level {
+	if level >= slog.LevelWarn && errors.Is(ctx.Err(), context.Canceled) {
+		return slog.LevelDebug
+	}
+	return level
 }
 
 func metricFunction() callback {
