@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+
+	"github.com/fabric-host/fabric/abi"
 )
 
 // TestPruneCompilationCache: the cache is cut down to its bound keeping
@@ -85,23 +87,41 @@ func TestPruneCompilationCache(t *testing.T) {
 	}
 }
 
-// tinyWasm is a module of one function (() -> i32 1), exported as "f".
-var tinyWasm = []byte{
-	0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-	0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7f, // type: () -> i32
-	0x03, 0x02, 0x01, 0x00, // func 0 of type 0
-	0x07, 0x05, 0x01, 0x01, 'f', 0x00, 0x00, // export "f"
-	0x0a, 0x06, 0x01, 0x04, 0x00, 0x41, 0x01, 0x0b, // i32.const 1
-}
+// tinyWasm is a module of one function (() -> i32 1), exported under the
+// names the host's static check requires.
+var tinyWasm = func() []byte {
+	b := []byte{
+		0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+		0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7f, // type: () -> i32
+		0x03, 0x02, 0x01, 0x00, // func 0 of type 0
+	}
+	exports := []byte{byte(len(abi.RequiredExports))}
+	for _, name := range abi.RequiredExports {
+		exports = append(exports, byte(len(name)))
+		exports = append(exports, name...)
+		exports = append(exports, 0x00, 0x00) // func 0
+	}
+	b = append(b, 0x07, byte(len(exports)))
+	b = append(b, exports...)
+	return append(b, 0x0a, 0x06, 0x01, 0x04, 0x00, 0x41, 0x01, 0x0b) // i32.const 1
+}()
 
 // TestCacheUseMarked: a compile from the cache marks the wazero entry it
 // read as used now, so pruning keeps it although relatime would leave its
-// access time days old. markWazeroEntry recomputes wazero v1.9.0's entry
-// name; a wazero upgrade that changes it fails here.
+// access time days old; CacheHolds finds the entry of a plugin file.
+// Both recompute wazero v1.9.0's entry name; a wazero upgrade that
+// changes it fails here.
 func TestCacheUseMarked(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
+	file := filepath.Join(t.TempDir(), "tiny.wasm")
+	if err := os.WriteFile(file, tinyWasm, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := CacheHolds(dir, file, true); ok || err != nil {
+		t.Fatalf("empty cache: CacheHolds = %v, %v", ok, err)
+	}
 	compile := func() {
 		t.Helper()
 		cache, err := newDirCache(dir)
@@ -111,7 +131,7 @@ func TestCacheUseMarked(t *testing.T) {
 		defer cache.Close(ctx)
 		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCloseOnContextDone(true).WithCompilationCache(cache))
 		defer rt.Close(ctx)
-		if _, err := rt.CompileModule(ctx, tinyWasm); err != nil {
+		if _, err := rt.CompileModule(ctx, compactData(tinyWasm)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,13 +140,16 @@ func TestCacheUseMarked(t *testing.T) {
 	if len(entries) != 1 {
 		t.Fatalf("cache entries %v, want one", entries)
 	}
+	if ok, err := CacheHolds(dir, file, true); !ok || err != nil {
+		t.Fatalf("after the compile: CacheHolds = %v, %v (wazero's entry name changed?)", ok, err)
+	}
 	old := time.Now().Add(-72 * time.Hour)
 	if err := os.Chtimes(entries[0], old, old); err != nil {
 		t.Fatal(err)
 	}
 	compile() // a fresh engine: read from the file
 	now := time.Now()
-	marked := markWazeroEntry(dir, tinyWasm, now)
+	marked := markWazeroEntry(dir, compactData(tinyWasm), now)
 	if !slices.Equal(marked, entries) {
 		t.Fatalf("marked %v, want the module's entry %v (wazero's entry name changed?)", marked, entries)
 	}

@@ -4,8 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -32,6 +37,88 @@ var wazeroCPURaw atomic.Int64
 
 func init() { wazeroCPURaw.Store(-1) }
 
+// wazeroVersionDir is the directory wazero keeps its entries in under a
+// cache directory, for this binary (internal/version.GetWazeroVersion:
+// the wazero version in the build info, "dev" without one, as in test
+// binaries), or for test binaries when tests.
+func wazeroVersionDir(cacheDir string, tests bool) string {
+	ver := ""
+	if info, ok := debug.ReadBuildInfo(); ok && !tests {
+		for _, dep := range info.Deps {
+			if strings.Contains(dep.Path, "github.com/tetratelabs/wazero") {
+				ver = dep.Version
+			}
+		}
+		if ver == "" || ver == "(devel)" {
+			ver = info.Main.Version
+		}
+	}
+	if ver == "" || ver == "(devel)" {
+		ver = "dev"
+	}
+	return filepath.Join(cacheDir, "wazero-"+ver+"-"+runtime.GOARCH+"-"+runtime.GOOS)
+}
+
+// CacheHolds reports whether the compilation cache under cacheDir holds
+// the compiled plugin file path, as this binary's host would load it
+// (tests: as test binaries would; their entries are kept apart). A file
+// that is no wasm module holds nothing to compile: true.
+func CacheHolds(cacheDir, path string, tests bool) (bool, error) {
+	b, _, _, err := readModuleFile(path, HostMaxFileBytesDefault)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return false, err
+		}
+		return true, nil // refused before compiling: nothing to cache
+	}
+	dir := wazeroVersionDir(cacheDir, tests)
+	id := wazeroModuleID(compactData(b))
+	for _, raw := range cpuRaws() {
+		if _, err := os.Stat(filepath.Join(dir, wazeroEntryName(id, raw))); err == nil {
+			wazeroCPURaw.Store(int64(raw))
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// wazeroModuleID is wasm.Module.AssignModuleID's ID of wasm compiled as
+// compileModule does: sha256 of the binary, then the ensure-termination
+// flag (set), no function listeners.
+func wazeroModuleID(wasm []byte) []byte {
+	h := sha256.New()
+	h.Write(wasm)
+	h.Write([]byte{1})
+	return h.Sum(nil)
+}
+
+// wazeroEntryName is wazevo.fileCacheKey: sha256(ID ‖ "WAZEVO" ‖ the CPU
+// feature word, little-endian), in hex.
+func wazeroEntryName(id []byte, raw uint64) string {
+	k := sha256.New()
+	k.Write(id)
+	k.Write([]byte("WAZEVO"))
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], raw)
+	k.Write(b[:])
+	return hex.EncodeToString(k.Sum(nil))
+}
+
+// cpuRaws are the CPU feature words to try, the one found before first.
+func cpuRaws() []uint64 {
+	known := wazeroCPURaw.Load()
+	var out []uint64
+	if known >= 0 {
+		out = append(out, uint64(known))
+	}
+	for raw := range uint64(16) {
+		if int64(raw) != known {
+			out = append(out, raw)
+		}
+	}
+	return out
+}
+
 // markWazeroEntry marks wazero's compilation cache entry of the module
 // wasm (compiled with termination checks and no listeners, as
 // compileModule does) as used now, in every wazero-* version directory
@@ -44,38 +131,15 @@ func markWazeroEntry(cacheDir string, wasm []byte, now time.Time) []string {
 	if len(dirs) == 0 {
 		return nil
 	}
-	// wasm.Module.AssignModuleID: sha256 of the binary, then the
-	// ensure-termination flag.
-	h := sha256.New()
-	h.Write(wasm)
-	h.Write([]byte{1})
-	id := h.Sum(nil)
-	name := func(raw uint64) string {
-		// wazevo.fileCacheKey: sha256(ID ‖ "WAZEVO" ‖ CPU features, LE).
-		k := sha256.New()
-		k.Write(id)
-		k.Write([]byte("WAZEVO"))
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], raw)
-		k.Write(b[:])
-		return hex.EncodeToString(k.Sum(nil))
-	}
-	mark := func(raw uint64) (marked []string) {
-		n := name(raw)
+	id := wazeroModuleID(wasm)
+	for _, raw := range cpuRaws() {
+		var marked []string
 		for _, d := range dirs {
-			if p := filepath.Join(d, n); markUsed(p, now) {
+			if p := filepath.Join(d, wazeroEntryName(id, raw)); markUsed(p, now) {
 				marked = append(marked, p)
 			}
 		}
-		return marked
-	}
-	if raw := wazeroCPURaw.Load(); raw >= 0 {
-		if marked := mark(uint64(raw)); marked != nil {
-			return marked
-		}
-	}
-	for raw := range uint64(16) {
-		if marked := mark(raw); marked != nil {
+		if marked != nil {
 			wazeroCPURaw.Store(int64(raw))
 			return marked
 		}

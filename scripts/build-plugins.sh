@@ -82,22 +82,37 @@ if [ ${#unsigned[@]} -gt 0 ]; then
   $GO run ./cmd/fabric plugins sign --key "$key" "${unsigned[@]}" >/dev/null
   echo "plugins: ${#unsigned[@]} signed with $key"
 fi
-# Prewarm the compilation cache the CLI and the tests share
-# (~/.cache/fabric/wazero) with a non-race test binary, so `go test -race`
-# loads compiled modules instead of compiling under the race detector.
-# FABRIC_PREWARM=0 skips it.
-# The prewarm inspects every file in bin/plugins: one the host would
-# refuse fails it, and its output (which file, why) is shown.
-if [ "$built" -gt 0 ] && [ "${FABRIC_PREWARM:-1}" = 1 ]; then
-  echo "plugins: compiling the modules for the host's cache (once after a change; the host then loads them in moments)"
-  if ! log=$($GO test -count=1 -run '^TestFixturesValidate$' ./host/ 2>&1); then
-    {
-      echo "plugins: prewarm (go test -run TestFixturesValidate ./host/) failed: a plugin file the host would refuse?"
-      grep -E '\.wasm: |fixture|panic|cannot|error' <<<"$log" | sed -e 's/^[[:space:]]*/  /' -e 's|\.\./bin/|bin/|' || echo "$log"
-      echo "plugins: remove or rebuild the file(s) named above (fabric plugins validate FILE says why); FABRIC_PREWARM=0 skips this step"
-    } >&2
-    trap - ERR
-    exit 1
+# Prewarm the compilation cache (~/.cache/fabric/wazero) whenever it lacks
+# a module, not only after a build (an interrupted first `make run`, a
+# cleared cache): FABRIC_PREWARM=0 skips it.
+#  - for the host `fabric run` starts: every file of bin/plugins, compiled
+#    in parallel by `fabric plugins prewarm` (moments when all are cached);
+#  - for the tests (test binaries key their entries apart): every fixture
+#    and plugin, with a non-race test binary, so `go test -race` loads
+#    compiled modules instead of compiling under the race detector.
+#    FABRIC_PREWARM_TESTS=0 skips this part (`make run` does).
+# Either inspects every file it compiles: one the host would refuse fails
+# it, and its output (which file, why) is shown.
+if [ "${FABRIC_PREWARM:-1}" = 1 ]; then
+  stock=("$out"/*.wasm)
+  if [ -f "${stock[0]}" ]; then
+    if ! $GO run ./cmd/fabric plugins prewarm "${stock[@]}" | sed -e '/compiled already$/d' -e 's/^prewarm:/plugins: prewarm:/'; then
+      echo "plugins: prewarm (fabric plugins prewarm bin/plugins/*.wasm) failed: a plugin file the host would refuse? (fabric plugins validate FILE says why; FABRIC_PREWARM=0 skips this step)" >&2
+      trap - ERR
+      exit 1
+    fi
   fi
-  echo "plugins: compilation cache prewarmed"
+  if [ "${FABRIC_PREWARM_TESTS:-1}" = 1 ] && { [ "$built" -gt 0 ] || ! $GO run ./cmd/fabric plugins prewarm --check --tests "${stock[@]}" testdata/plugins/*.wasm >/dev/null 2>&1; }; then
+    echo "plugins: compiling the modules for the tests' cache (once after a change; test hosts then load them in moments)"
+    if ! log=$($GO test -count=1 -run '^TestFixturesValidate$' ./host/ 2>&1); then
+      {
+        echo "plugins: prewarm (go test -run TestFixturesValidate ./host/) failed: a plugin file the host would refuse?"
+        grep -E '\.wasm: |fixture|panic|cannot|error' <<<"$log" | sed -e 's/^[[:space:]]*/  /' -e 's|\.\./bin/|bin/|' || echo "$log"
+        echo "plugins: remove or rebuild the file(s) named above (fabric plugins validate FILE says why); FABRIC_PREWARM=0 skips this step"
+      } >&2
+      trap - ERR
+      exit 1
+    fi
+    echo "plugins: compilation cache prewarmed for the tests"
+  fi
 fi

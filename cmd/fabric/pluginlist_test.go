@@ -106,3 +106,32 @@ func TestPluginsListStatusOfStoppedHost(t *testing.T) {
 		t.Fatalf("live host: exit %d, stdout %q", code, out)
 	}
 }
+
+// TestPluginsPrewarm: `fabric plugins prewarm` compiles into the cache
+// what it lacks and says so; --check lists what the cache lacks and fails.
+func TestPluginsPrewarm(t *testing.T) {
+	t.Parallel()
+	empty := t.TempDir()
+	healthy := fixture(t, "healthy")
+	code, out, errOut := runCmd(t, "plugins", "prewarm", "--check", "--tests", "--cache-dir", empty, healthy)
+	if code != 1 || !strings.Contains(out, "not compiled: "+healthy) || !strings.Contains(errOut, "lacks 1 of 1") {
+		t.Fatalf("--check on an empty cache: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// The shared cache (a test binary's entries: this one's): compiled
+	// once per machine, by the prewarm of `make plugins` or here.
+	cache := defaultCacheDir()
+	code, out, errOut = runCmd(t, "plugins", "prewarm", "--cache-dir", cache, healthy)
+	if code != 0 || !strings.HasPrefix(out, "prewarm: ") {
+		t.Fatalf("prewarm: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = runCmd(t, "plugins", "prewarm", "--check", "--tests", "--cache-dir", cache, healthy)
+	if code != 0 || out != "" {
+		t.Fatalf("--check after the prewarm: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, out, _ = runCmd(t, "plugins", "prewarm", "--cache-dir", cache, healthy); code != 0 || out != "prewarm: all 1 files compiled already\n" {
+		t.Fatalf("second prewarm: exit %d, stdout %q", code, out)
+	}
+	if code, _, errOut = runCmd(t, "plugins", "prewarm", "--tests", healthy); code != 2 {
+		t.Fatalf("--tests without --check: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -150,6 +152,91 @@ func init() {
 			}
 		},
 	})
+}
+
+func init() {
+	register(&command{
+		name:  "plugins prewarm",
+		usage: "FILE...",
+		summary: "Compile plugin files into the compilation cache, in parallel, skipping those it holds already, so that a host then loads them in moments; " +
+			"--check only says which it lacks (exit 1 if any).",
+		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
+			cache := fs.String("cache-dir", defaultCacheDir(), "wazero compilation cache directory")
+			check := fs.Bool("check", false, "compile nothing: list the files the cache lacks, exit 1 if any")
+			tests := fs.Bool("tests", false, "with --check: look for the entries Go test binaries use (kept apart from this binary's)")
+			jobs := fs.Int("jobs", runtime.NumCPU(), "files compiled at once")
+			return func(ctx context.Context, env *cliEnv, args []string) error {
+				if len(args) == 0 {
+					return fmt.Errorf("%w: want one or more FILEs", errUsage)
+				}
+				if *cache == "" {
+					return fmt.Errorf("%w: --cache-dir is empty: nothing to prewarm", errUsage)
+				}
+				if *tests && !*check {
+					return fmt.Errorf("%w: --tests goes with --check (test binaries fill their own entries)", errUsage)
+				}
+				return prewarm(ctx, env, args, *cache, *check, *tests, max(1, *jobs))
+			}
+		},
+	})
+}
+
+// prewarm compiles into cache the files it lacks, jobs at a time (check:
+// only lists them).
+func prewarm(ctx context.Context, env *cliEnv, files []string, cache string, check, tests bool, jobs int) error {
+	start := time.Now()
+	var lack []string
+	for _, f := range files {
+		ok, err := host.CacheHolds(cache, f, tests)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			lack = append(lack, f)
+		}
+	}
+	if check {
+		for _, f := range lack {
+			fmt.Fprintf(env.stdout, "not compiled: %s\n", f)
+		}
+		if len(lack) > 0 {
+			return fmt.Errorf("the cache lacks %d of %d files", len(lack), len(files))
+		}
+		return nil
+	}
+	if len(lack) == 0 {
+		fmt.Fprintf(env.stdout, "prewarm: all %d files compiled already\n", len(files))
+		return nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return fmt.Errorf("--cache-dir: %w", err)
+	}
+	jobs = min(jobs, len(lack))
+	fmt.Fprintf(env.stdout, "prewarm: compiling %d of %d files, %d at a time\n", len(lack), len(files), jobs)
+	errs := make([]error, len(lack))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if _, err := host.Inspect(ctx, lack[i], host.InspectConfig{CacheDir: cache}); err != nil {
+					errs[i] = fmt.Errorf("%s: %w", lack[i], err)
+				}
+			}
+		}()
+	}
+	for i := range lack {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err == nil {
+		fmt.Fprintf(env.stdout, "prewarm: compiled %d files in %s\n", len(lack), time.Since(start).Round(100*time.Millisecond))
+	}
+	return err
 }
 
 // inspectDir inspects every *.wasm of dir offline.
