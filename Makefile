@@ -73,9 +73,11 @@ soak: deps plugins
 
 # run: the embedded default with a live status view (progress lines when
 # stdout is not a terminal). RUN_ARGS adds flags: make run RUN_ARGS="--rate 500".
-# The plugins step prewarms the compilation cache for the host only: the
-# tests' entries (test binaries key theirs apart) wait for `make test`.
+# The plugins step prewarms the compilation cache for a Valkey host only:
+# the tests' entries (test binaries key theirs apart) wait for `make test`,
+# and the Postgres plugins are not compiled by a Valkey host.
 run: export FABRIC_PREWARM_TESTS := 0
+run: export FABRIC_PREWARM_BACKEND := valkey
 run: build plugins
 	$(BIN)/fabric run $(RUN_ARGS)
 

@@ -151,6 +151,8 @@ type setupOpts struct {
 	quarantine time.Duration
 	// probation is Config.ProbationTimeout (0: the default).
 	probation time.Duration
+	// cacheDir is Config.CacheDir ("": the test binary's shared cache).
+	cacheDir string
 }
 
 var (
@@ -209,6 +211,9 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 	}
 	if o.quarantine > 0 {
 		cfg.QuarantineBase = o.quarantine
+	}
+	if o.cacheDir != "" {
+		cfg.CacheDir = o.cacheDir
 	}
 	var client *valkey.Client
 	if o.store {

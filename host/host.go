@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -196,15 +197,40 @@ func (h *Host) pruneCache() {
 	}
 }
 
-// scanDir loads every *.wasm present, in name order.
+// scanDir loads every *.wasm present: compiled as many at a time as the
+// process has CPUs (a cold compile of a Go plugin takes seconds), then
+// installed in name order, as one file after the other would be.
 func (h *Host) scanDir(ctx context.Context) {
 	paths, _ := filepath.Glob(filepath.Join(h.cfg.PluginDir, "*.wasm"))
 	sort.Strings(paths)
-	for _, p := range paths {
+	type loaded struct {
+		m   *Module
+		err error
+	}
+	results := make([]chan loaded, len(paths))
+	slots := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	for i, p := range paths {
+		results[i] = make(chan loaded, 1)
+		go func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			if ctx.Err() != nil {
+				results[i] <- loaded{err: ctx.Err()}
+				return
+			}
+			m, err := h.loadModule(ctx, p)
+			results[i] <- loaded{m, err}
+		}()
+	}
+	for i, p := range paths {
+		r := <-results[i]
 		if ctx.Err() != nil {
-			return
+			if r.m != nil {
+				r.m.Close(context.WithoutCancel(ctx))
+			}
+			continue
 		}
-		h.loadPath(ctx, p)
+		h.install(ctx, p, r.m, r.err)
 	}
 }
 
@@ -266,8 +292,111 @@ func (h *Host) watch(ctx context.Context, w *fsnotify.Watcher) {
 // swapped in at the next partition boundary. A file that fails never
 // replaces a working plugin.
 func (h *Host) loadPath(ctx context.Context, path string) {
+	m, err := h.loadModule(ctx, path)
+	h.install(ctx, path, m, err)
+}
+
+// offBackend is why a plugin with manifest man cannot run on this host's
+// backend ("" when it can).
+func (h *Host) offBackend(man abi.Manifest) string {
+	switch {
+	case len(man.Capabilities.SQL) > 0 && h.cfg.Postgres == nil:
+		return "needs Postgres (capabilities.sql) and this host has none"
+	case len(man.Capabilities.FCall)+len(man.Capabilities.Read)+len(man.Capabilities.Write) > 0 && h.cfg.Store == nil && h.cfg.Postgres != nil:
+		return "needs Valkey (capabilities fcall/read/write) and this host runs on Postgres only"
+	}
+	return ""
+}
+
+// offBackendImports reports whether a module's imports say it is for the
+// backend this host lacks: it imports host functions of the other
+// backend's capabilities and none of this one's.
+func (h *Host) offBackendImports(shape moduleShape) bool {
+	switch importsBackend(shape) {
+	case BackendPostgres:
+		return h.cfg.Postgres == nil
+	case BackendValkey:
+		return h.cfg.Store == nil && h.cfg.Postgres != nil
+	}
+	return false
+}
+
+// The backends a plugin file's imports may name (PluginBackend).
+const (
+	BackendValkey   = "valkey"
+	BackendPostgres = "postgres"
+)
+
+// importsBackend is the one backend whose host functions a module
+// imports ("" for neither or both).
+func importsBackend(shape moduleShape) string {
+	sql, valkey := false, false
+	for _, imp := range shape.Imports {
+		mod, name, _ := cutLast(imp, '.')
+		if mod != abi.Namespace {
+			continue
+		}
+		f, _ := abi.LookupHostFunc(name)
+		switch f.Capability {
+		case abi.CapSQL:
+			sql = true
+		case abi.CapFCall, abi.CapRead, abi.CapWrite:
+			valkey = true
+		}
+	}
+	switch {
+	case sql && !valkey:
+		return BackendPostgres
+	case valkey && !sql:
+		return BackendValkey
+	}
+	return ""
+}
+
+// PluginBackend is the backend a plugin file is for by its imports
+// (BackendValkey, BackendPostgres, "" for neither or both): a host on
+// the other backend only reads its manifest, never compiles it.
+func PluginBackend(path string) (string, error) {
+	_, _, shape, err := readModuleFile(path, HostMaxFileBytesDefault)
+	if err != nil {
+		return "", err
+	}
+	return importsBackend(shape), nil
+}
+
+// loadModule loads path for this host. A plugin whose imports say it is
+// for the other backend only has its manifest read, in wazero's
+// interpreter (a fraction of a compile: the Postgres plugins of the stock
+// set are not compiled by a Valkey host); should its manifest say it runs
+// here after all, it is compiled as any other.
+func (h *Host) loadModule(ctx context.Context, path string) (*Module, error) {
+	b, digest, shape, err := readModuleFile(path, h.lc.maxFileBytes)
+	if err != nil {
+		return nil, err
+	}
+	if h.offBackendImports(shape) {
+		lc := h.lc
+		lc.interpret = true
+		m, err := buildModule(ctx, path, b, digest, shape, lc)
+		if err == nil {
+			man := m.Manifest()
+			if h.offBackend(man) != "" && !h.cfg.Plugins[man.Name].Disabled {
+				return m, nil // closed once installed: it never runs here
+			}
+			m.Close(ctx)
+		} else if ctx.Err() != nil {
+			return nil, err
+		}
+		// Its manifest or a failure decides otherwise: the compiled load
+		// is the one that counts.
+	}
+	return buildModule(ctx, path, b, digest, shape, h.lc)
+}
+
+// install makes the outcome of loading path (m, or err) the host's: a
+// rejected file is recorded, a new plugin starts, a new version swaps in.
+func (h *Host) install(ctx context.Context, path string, m *Module, err error) {
 	log := h.cfg.Logger
-	m, err := loadModule(ctx, path, h.lc)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -316,14 +445,12 @@ func (h *Host) loadPath(ctx context.Context, path string) {
 	if h.timersOn() {
 		p.wake = newWakeState(man)
 	}
+	off := h.offBackend(man)
 	switch {
 	case h.cfg.Plugins[man.Name].Disabled:
 		p.state = StateDisabled
-	case len(man.Capabilities.SQL) > 0 && h.cfg.Postgres == nil:
-		p.state, p.reason = StateDisabled, "needs Postgres (capabilities.sql) and this host has none"
-		p.offBackend = true
-	case len(man.Capabilities.FCall)+len(man.Capabilities.Read)+len(man.Capabilities.Write) > 0 && h.cfg.Store == nil && h.cfg.Postgres != nil:
-		p.state, p.reason = StateDisabled, "needs Valkey (capabilities fcall/read/write) and this host runs on Postgres only"
+	case off != "":
+		p.state, p.reason = StateDisabled, off
 		p.offBackend = true
 	case man.Kind == abi.KindDispatcher && h.cfg.Completions.Enabled && h.cfg.Backend != nil && !man.Sweeps():
 		p.state = StateRunning // driven by completions (dispatch.go), no sweep loop

@@ -111,3 +111,23 @@ func TestOffBackendPluginReleased(t *testing.T) {
 		t.Fatalf("sqltrap on Valkey: state %s, reason %q, released %v", st.State, st.Reason, st.Released)
 	}
 }
+
+// TestOffBackendPluginNotCompiled: a Valkey host reads the manifest of a
+// plugin whose imports are Postgres's without compiling it (a cold
+// compile of a Go plugin takes seconds; the stock set has 12 such): the
+// plugin is listed as before, and its empty compilation cache stays empty.
+func TestOffBackendPluginNotCompiled(t *testing.T) {
+	t.Parallel()
+	cache := t.TempDir()
+	b := setup(t, setupOpts{fixtures: []string{"sqltrap"}, cacheDir: cache})
+	st := waitLoaded(t, b, "sqltrap")
+	if st.State != host.StateDisabled || !strings.Contains(st.Reason, "needs Postgres") || !st.Released || st.Version == "" {
+		t.Fatalf("sqltrap on Valkey: state %s, reason %q, released %v, version %q", st.State, st.Reason, st.Released, st.Version)
+	}
+	if backend, err := host.PluginBackend(fixture(t, "sqltrap")); err != nil || backend != host.BackendPostgres {
+		t.Fatalf("PluginBackend(sqltrap) = %q, %v", backend, err)
+	}
+	if held, err := host.CacheHolds(cache, fixture(t, "sqltrap"), true); err != nil || held {
+		t.Fatalf("sqltrap was compiled into the cache (%v, %v)", held, err)
+	}
+}

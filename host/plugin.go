@@ -174,6 +174,10 @@ type loaderConfig struct {
 	// cacheDir is the compilation cache's directory ("" in memory): each
 	// compile marks the entry it used (markWazeroEntry).
 	cacheDir string
+	// interpret loads the module into wazero's interpreter instead of
+	// compiling it: enough to read the manifest of a plugin this host
+	// will not run (offBackendImports), in a fraction of a compile.
+	interpret bool
 	// log reports what is worth a debug line (nil: nothing).
 	log *slog.Logger
 }
@@ -312,11 +316,15 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 	// CloseOnContextDone makes a call stoppable at its deadline (wazero
 	// compiles termination checks into loops and function entries); the
 	// memory cap bounds the plugin's linear memory.
-	rc := wazero.NewRuntimeConfig().WithCloseOnContextDone(true)
+	rc := wazero.NewRuntimeConfig()
+	if lc.interpret {
+		rc = wazero.NewRuntimeConfigInterpreter()
+	}
+	rc = rc.WithCloseOnContextDone(true)
 	if pages > 0 {
 		rc = rc.WithMemoryLimitPages(pages)
 	}
-	if lc.cache != nil {
+	if lc.cache != nil && !lc.interpret {
 		rc = rc.WithCompilationCache(lc.cache)
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
@@ -340,7 +348,12 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 			if err != nil {
 				return nil, err
 			}
-			markWazeroEntry(lc.cacheDir, b, time.Now())
+			if !lc.interpret {
+				markWazeroEntry(lc.cacheDir, b, time.Now())
+			}
+			if lc.interpret {
+				return cm, nil // no machine code: the runtime's own engine holds it all
+			}
 			dropCodeBodies(cm)
 			key, moved, err := holdCode(cm, lc.codeDir)
 			if errors.Is(err, errCodeGone) {

@@ -87,6 +87,8 @@ fi
 # cleared cache): FABRIC_PREWARM=0 skips it.
 #  - for the host `fabric run` starts: every file of bin/plugins, compiled
 #    in parallel by `fabric plugins prewarm` (moments when all are cached);
+#    FABRIC_PREWARM_BACKEND=valkey (`make run`) leaves out the Postgres
+#    plugins, whose manifests a Valkey host reads without compiling them;
 #  - for the tests (test binaries key their entries apart): every fixture
 #    and plugin, with a non-race test binary, so `go test -race` loads
 #    compiled modules instead of compiling under the race detector.
@@ -96,7 +98,7 @@ fi
 if [ "${FABRIC_PREWARM:-1}" = 1 ]; then
   stock=("$out"/*.wasm)
   if [ -f "${stock[0]}" ]; then
-    if ! $GO run ./cmd/fabric plugins prewarm "${stock[@]}" | sed -e '/compiled already$/d' -e 's/^prewarm:/plugins: prewarm:/'; then
+    if ! $GO run ./cmd/fabric plugins prewarm --backend "${FABRIC_PREWARM_BACKEND:-all}" "${stock[@]}" | sed -e '/compiled already$/d' -e 's/^prewarm:/plugins: prewarm:/'; then
       echo "plugins: prewarm (fabric plugins prewarm bin/plugins/*.wasm) failed: a plugin file the host would refuse? (fabric plugins validate FILE says why; FABRIC_PREWARM=0 skips this step)" >&2
       trap - ERR
       exit 1

@@ -165,6 +165,7 @@ func init() {
 			check := fs.Bool("check", false, "compile nothing: list the files the cache lacks, exit 1 if any")
 			tests := fs.Bool("tests", false, "with --check: look for the entries Go test binaries use (kept apart from this binary's)")
 			jobs := fs.Int("jobs", runtime.NumCPU(), "files compiled at once")
+			backend := fs.String("backend", "all", "only the files a host on this backend compiles: valkey, postgres or all (a host reads the manifest of a plugin for the other backend without compiling it)")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if len(args) == 0 {
 					return fmt.Errorf("%w: want one or more FILEs", errUsage)
@@ -175,7 +176,20 @@ func init() {
 				if *tests && !*check {
 					return fmt.Errorf("%w: --tests goes with --check (test binaries fill their own entries)", errUsage)
 				}
-				return prewarm(ctx, env, args, *cache, *check, *tests, max(1, *jobs))
+				files := args
+				switch *backend {
+				case "all":
+				case host.BackendValkey, host.BackendPostgres:
+					files = nil
+					for _, f := range args {
+						if b, err := host.PluginBackend(f); err != nil || b == "" || b == *backend {
+							files = append(files, f)
+						}
+					}
+				default:
+					return fmt.Errorf("%w: --backend %q: want valkey, postgres or all", errUsage, *backend)
+				}
+				return prewarm(ctx, env, files, *cache, *check, *tests, max(1, *jobs))
 			}
 		},
 	})
