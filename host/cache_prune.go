@@ -18,11 +18,12 @@ const HostCacheMaxBytesDefault int64 = 2 << 30
 
 // cacheRecentUse protects entries used this recently from pruning
 // whatever the size: the plugins being loaded now by this host and by
-// the others sharing the directory (parallel test binaries), which would
-// otherwise evict one another and compile again. Uses are recorded when
-// they happen (cache_use.go), so this is minutes, not the day relatime
-// would need.
-const cacheRecentUse = 10 * time.Minute
+// the others sharing the directory (the parallel test binaries of one
+// `make test`, which load the same fixtures over a quarter of an hour),
+// which would otherwise evict one another and compile again. Uses are
+// recorded when they happen (cache_use.go), so this is minutes, not the
+// day relatime would need.
+const cacheRecentUse = 30 * time.Minute
 
 // cacheTempAge: a temporary file (an entry being written: wazero's
 // "<key>.*.tmp", the host's ".code-*") younger than this is left alone;
@@ -47,7 +48,7 @@ type CachePruneResult struct {
 // builds, would otherwise fill its disk. Use is the later of a file's
 // access and modification times; every load sets both on the files it
 // used (markUsed), so the order is right under relatime too. Files used
-// within the last 10 minutes are kept even beyond maxBytes (they are
+// within the last 30 minutes are kept even beyond maxBytes (they are
 // being loaded now, here or by another host sharing dir); everything
 // else beyond it is deleted, oldest first. Abandoned temporary files go
 // first. A deleted entry only costs a recompile; a missing dir is no
