@@ -71,15 +71,26 @@ func CacheHolds(cacheDir, path string, tests bool) (bool, error) {
 		}
 		return true, nil // refused before compiling: nothing to cache
 	}
-	dir := wazeroVersionDir(cacheDir, tests)
+	return holdsIn(wazeroVersionDir(cacheDir, tests), b), nil
+}
+
+// cacheHoldsModule reports whether the cache under cacheDir holds this
+// binary's entry of the plugin file b ("" holds nothing).
+func cacheHoldsModule(cacheDir string, b []byte) bool {
+	return cacheDir != "" && holdsIn(wazeroVersionDir(cacheDir, false), b)
+}
+
+// holdsIn reports whether wazero's version directory dir holds the entry
+// of the plugin file b.
+func holdsIn(dir string, b []byte) bool {
 	id := wazeroModuleID(compactData(b))
 	for _, raw := range cpuRaws() {
 		if _, err := os.Stat(filepath.Join(dir, wazeroEntryName(id, raw))); err == nil {
 			wazeroCPURaw.Store(int64(raw))
-			return true, nil
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // wazeroModuleID is wasm.Module.AssignModuleID's ID of wasm compiled as

@@ -367,14 +367,15 @@ func PluginBackend(path string) (string, error) {
 // loadModule loads path for this host. A plugin whose imports say it is
 // for the other backend only has its manifest read, in wazero's
 // interpreter (a fraction of a compile: the Postgres plugins of the stock
-// set are not compiled by a Valkey host); should its manifest say it runs
-// here after all, it is compiled as any other.
+// set are not compiled by a Valkey host), unless the compilation cache
+// holds it already (loading it from there is quicker still); should its
+// manifest say it runs here after all, it is compiled as any other.
 func (h *Host) loadModule(ctx context.Context, path string) (*Module, error) {
 	b, digest, shape, err := readModuleFile(path, h.lc.maxFileBytes)
 	if err != nil {
 		return nil, err
 	}
-	if h.offBackendImports(shape) {
+	if h.offBackendImports(shape) && !cacheHoldsModule(h.cfg.CacheDir, b) {
 		lc := h.lc
 		lc.interpret = true
 		m, err := buildModule(ctx, path, b, digest, shape, lc)
