@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
@@ -41,6 +42,9 @@ type childResult struct {
 	// of the directory loaded or rejected): a cold compile when the cache
 	// was empty.
 	StartMs float64 `json:"start_ms"`
+	// StartCPUMs is the process's CPU time (user and system) at Started:
+	// the load's work, whatever the machine's load.
+	StartCPUMs float64 `json:"start_cpu_ms"`
 }
 
 // runChild runs a host on -plugins over -url/-db for -hold, then prints
@@ -79,8 +83,11 @@ func runChild(args []string) int {
 	}
 	<-h.Started()
 	started := time.Since(t0)
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	time.Sleep(*hold) // the measured window: the host runs its plugins
-	r := childResult{StartMs: float64(started.Microseconds()) / 1000}
+	r := childResult{StartMs: float64(started.Microseconds()) / 1000, StartCPUMs: float64(cpu.Microseconds()) / 1000}
 	for _, p := range h.Plugins() {
 		r.Plugins++
 		if p.State == host.StateRunning {
