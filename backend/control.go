@@ -60,6 +60,8 @@ type ControlDriver interface {
 	AppendFrame(ctx context.Context, p *AppendFrameParams) (*AppendFrameResult, error)
 	// ReadStream reads an attempt's output stream in entry-id order.
 	ReadStream(ctx context.Context, p *ReadStreamParams) (*StreamRead, error)
+	// WaitpointDriver: pending waitpoints (waitpoint.go).
+	WaitpointDriver
 }
 
 // CancelLeasedExecutionParams are the inputs of
@@ -115,6 +117,24 @@ type SuspendExecutionParams struct {
 	// empty); 0 means never.
 	TimeoutAt       int64
 	TimeoutBehavior string
+	// PendingWaitpointID suspends on a pending waitpoint of this attempt
+	// (WaitpointDriver.CreatePendingWaitpoint) instead of a new one
+	// (WaitpointID and WaitpointKey are then ignored): the signals it
+	// buffered count now, and if they satisfy the condition the result
+	// is AlreadySatisfied. Not with Extra.
+	PendingWaitpointID string
+	// Extra adds waitpoints, each with its own token and the same
+	// condition: without AllWaitpoints or WaitpointQuorum a signal
+	// satisfying the condition on any one of them resumes. Keys are
+	// distinct; at most MaxExtraWaitpoints.
+	Extra []WaitpointBinding
+	// AllWaitpoints resumes only once every waitpoint (the primary one
+	// and each of Extra) received a signal matching SignalNames (at most
+	// one name, none: any); WaitpointQuorum once that many distinct ones
+	// did. Both need Extra, exclude MatchAll and each other
+	// (CompositeCondition).
+	AllWaitpoints   bool
+	WaitpointQuorum int
 }
 
 // SignalSetCondition is the single-waitpoint resume condition document
@@ -146,6 +166,13 @@ type SuspendExecutionResult struct {
 	WaitpointKey string
 	// Token authenticates signals to the waitpoint.
 	Token string
+	// Extra are the extra waitpoints, in SuspendExecutionParams.Extra
+	// order, with their tokens.
+	Extra []Waitpoint
+	// AlreadySatisfied: the pending waitpoint's buffered signals already
+	// satisfy the condition; nothing was suspended, the lease still
+	// holds and the waitpoint is closed.
+	AlreadySatisfied bool
 }
 
 // DeliverSignalParams are the inputs of ControlDriver.DeliverSignal.

@@ -9,41 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 	vk "github.com/valkey-io/valkey-go"
 )
-
-// compositeJSON renders the composite condition of
-// SuspendSpec.AllWaitpoints (an AllOf node whose members are one Single
-// node per waitpoint key) or SuspendSpec.WaitpointQuorum (a Count node of
-// distinct waitpoints over the keys), each with the same matcher (by
-// name, or any name).
-func (s *SuspendSpec) compositeJSON(primary string, extra []valkey.WaitpointBinding) string {
-	var matcher any = map[string]string{"kind": "Wildcard"}
-	if len(s.Signals) == 1 {
-		matcher = map[string]string{"kind": "ByName", "name": s.Signals[0]}
-	}
-	keys := []string{primary}
-	for _, x := range extra {
-		keys = append(keys, x.WaitpointKey)
-	}
-	var tree map[string]any
-	if s.WaitpointQuorum > 0 {
-		tree = map[string]any{"kind": "Count", "path": "", "n": s.WaitpointQuorum,
-			"count_kind": "DistinctWaitpoints", "matcher": matcher, "waitpoints": keys}
-	} else {
-		members := make([]any, len(keys))
-		for i, k := range keys {
-			members[i] = map[string]any{"kind": "Single", "path": "members[" + strconv.Itoa(i) + "]",
-				"waitpoint_key": k, "matcher": matcher}
-		}
-		tree = map[string]any{"kind": "AllOf", "path": "", "members": members}
-	}
-	b, _ := json.Marshal(map[string]any{"v": 1, "composite": true, "tree": tree,
-		"timeout_behavior": s.behavior(), "allow_operator_override": true})
-	return string(b)
-}
 
 // ResumeSignal is a signal that satisfied a suspension's resume
 // condition, as a resumed attempt reads it back.

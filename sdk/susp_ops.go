@@ -3,7 +3,6 @@ package sdk
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -114,13 +113,7 @@ func (s *SuspendSpec) validate() error {
 }
 
 // MaxExtraWaitpoints bounds SuspendSpec.ExtraWaitpoints.
-const MaxExtraWaitpoints = 64
-
-// conditionJSON renders the single-waitpoint resume condition
-// FlowFabric's backend sends (signal_set, any/all).
-func (s *SuspendSpec) conditionJSON() string {
-	return backend.SignalSetCondition(s.Signals, s.MatchAll, s.behavior())
-}
+const MaxExtraWaitpoints = backend.MaxExtraWaitpoints
 
 func (s *SuspendSpec) behavior() string {
 	if s.TimeoutBehavior == "" {
@@ -150,24 +143,22 @@ type Suspension struct {
 }
 
 // Suspend releases the lease and parks the execution until its resume
-// condition is satisfied (ff_suspend_execution). When it is resumed a
-// worker claims it again (AttemptType "resumed", same attempt). Unless
-// the result says AlreadySatisfied, the lease is finished.
+// condition is satisfied (backend.ControlDriver's SuspendExecution:
+// ff_suspend_execution on Valkey). When it is resumed a worker claims it
+// again (AttemptType "resumed", same attempt). Unless the result says
+// AlreadySatisfied, the lease is finished.
 func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	if l.w.pg != nil {
-		return l.pgSuspend(ctx, spec)
-	}
 	if err := l.begin(); err != nil {
 		return nil, err
 	}
-	p := &valkey.SuspendParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex, Fence: l.fence,
-		SuspensionID: newID(), WaitpointID: newID(), WaitpointKey: spec.WaitpointKey,
-		ReasonCode: spec.Reason, RequestedBy: "worker", ResumeConditionJSON: spec.conditionJSON(),
-		ResumePolicyJSON: "{}", TimeoutBehavior: spec.behavior(), Lane: l.Lane,
-		WorkerInstanceID: l.w.cfg.InstanceID}
+	p := &backend.SuspendExecutionParams{ExecutionID: l.ID, Fence: l.fence,
+		Holder:       backend.Holder{LaneID: l.Lane, WorkerInstanceID: l.w.cfg.InstanceID},
+		SuspensionID: newID(), WaitpointID: newID(), WaitpointKey: spec.WaitpointKey, ReasonCode: spec.Reason,
+		SignalNames: spec.Signals, MatchAll: spec.MatchAll, TimeoutBehavior: spec.behavior(),
+		AllWaitpoints: spec.AllWaitpoints, WaitpointQuorum: spec.WaitpointQuorum}
 	if p.WaitpointKey == "" {
 		p.WaitpointKey = "wpk:" + newID()
 	}
@@ -175,24 +166,18 @@ func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, err
 		if key == "" {
 			key = "wpk:" + newID()
 		}
-		p.Extra = append(p.Extra, valkey.WaitpointBinding{WaitpointID: newID(), WaitpointKey: key})
+		p.Extra = append(p.Extra, backend.WaitpointBinding{WaitpointID: newID(), WaitpointKey: key})
 	}
 	if spec.Pending != nil {
-		p.WaitpointID, p.WaitpointKey, p.UsePendingWaitpoint = spec.Pending.ID, "", true
-	}
-	if spec.AllWaitpoints || spec.WaitpointQuorum != 0 {
-		p.ResumeConditionJSON = spec.compositeJSON(p.WaitpointKey, p.Extra)
-	}
-	if p.ReasonCode == "" {
-		p.ReasonCode = "waiting_for_signal"
+		p.PendingWaitpointID, p.WaitpointID, p.WaitpointKey = spec.Pending.ID, "", ""
 	}
 	if spec.Timeout > 0 {
 		p.TimeoutAt = l.w.cfg.Clock().Add(spec.Timeout).UnixMilli()
 	}
-	res, err := l.w.vc.SuspendExecution(ctx, p)
+	res, err := l.w.drv.SuspendExecution(ctx, p)
 	switch {
 	case err != nil:
-		// Not suspended: the lease stays open unless the reply says it
+		// Not suspended: the lease stays open unless the error says it
 		// is gone, so the handler's error fails the attempt under its
 		// retry policy instead of stranding the execution.
 		l.settle(err)
@@ -203,15 +188,13 @@ func (l *Lease) Suspend(ctx context.Context, spec SuspendSpec) (*Suspension, err
 		l.mu.Unlock()
 	default:
 		l.end()
-	}
-	if !res.AlreadySatisfied {
 		l.w.stats.suspended.Add(1)
 	}
-	out := &Suspension{ExecutionID: l.ID, SuspensionID: res.SuspensionID, WaitpointID: res.Waitpoint.WaitpointID,
-		WaitpointKey: res.Waitpoint.WaitpointKey, Token: res.Waitpoint.Token, AlreadySatisfied: res.AlreadySatisfied}
+	out := &Suspension{ExecutionID: l.ID, SuspensionID: res.SuspensionID, WaitpointID: res.WaitpointID,
+		WaitpointKey: res.WaitpointKey, Token: res.Token, AlreadySatisfied: res.AlreadySatisfied}
 	out.Waitpoints = append(out.Waitpoints, Waitpoint{ID: out.WaitpointID, Key: out.WaitpointKey, Token: out.Token})
 	for _, x := range res.Extra {
-		out.Waitpoints = append(out.Waitpoints, Waitpoint{ID: x.WaitpointID, Key: x.WaitpointKey, Token: x.Token})
+		out.Waitpoints = append(out.Waitpoints, Waitpoint(x))
 	}
 	return out, nil
 }
@@ -326,27 +309,13 @@ func (c *Client) DeliverSignal(ctx context.Context, id model.ExecutionID, s Sign
 	if src == "" {
 		src = c.who
 	}
-	if c.vc == nil {
-		return c.pgDeliverSignal(ctx, id, s, src)
-	}
-	payload := string(s.Payload)
-	if payload == "" {
-		payload = "{}"
-	}
-	sp := &valkey.SignalParams{SignalID: newID(), ExecutionID: id,
-		WaitpointID: s.WaitpointID, SignalName: s.Name, SignalCategory: "external", SourceType: "sdk",
-		SourceIdentity: src, Payload: payload, IdempotencyKey: s.IdempotencyKey, WaitpointToken: s.Token}
-	r, err := c.vc.DeliverSignal(ctx, sp)
-	if errors.Is(err, valkey.CodeWaitpointPendingUseBuffer) {
-		// A pending waitpoint (the execution has not suspended yet):
-		// buffer the signal; the suspend that activates it counts it.
-		r, err = c.vc.BufferSignalForPendingWaitpoint(ctx, sp)
-	}
+	r, err := c.drv.DeliverSignal(ctx, &backend.DeliverSignalParams{ExecutionID: id, WaitpointID: s.WaitpointID,
+		Token: s.Token, SignalID: newID(), Name: s.Name, Payload: s.Payload, Source: src, IdempotencyKey: s.IdempotencyKey})
 	if err != nil {
-		return nil, fmt.Errorf("sdk: %w", valkey.ControlError(err))
+		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	return &SignalResult{SignalID: r.SignalID, Effect: r.Effect, Duplicate: r.Duplicate,
-		Resumed: r.Effect == "resume_condition_satisfied"}, nil
+		Resumed: r.Effect == backend.EffectResumed}, nil
 }
 
 // StreamFrame is a frame read back from an attempt stream.

@@ -47,28 +47,41 @@ func validBehavior(b string) bool {
 }
 
 // SuspendExecution releases the fenced lease and parks the execution on
-// one new waitpoint, in one transaction:
+// a new waitpoint (and p.Extra), or on a pending waitpoint of the attempt
+// (p.PendingWaitpointID), in one transaction:
 //
 //	ff_waitpoint_hmac: a random secret under kid "fabric-1" when the keystore is empty
-//	ff_waitpoint_pending: the waitpoint, state active, token, required_signal_names,
-//	  expires_at_ms = TimeoutAt, condition
+//	ff_waitpoint_pending: each waitpoint, state active, its token, required_signal_names,
+//	  expires_at_ms = TimeoutAt, condition (a pending one is activated in place)
 //	ff_suspension_current: upserted (suspension id, timeout_at_ms, timeout_behavior,
-//	  reason_code, condition; satisfied_set [] and member_map {} reset)
+//	  reason_code, condition; satisfied_set [] and member_map reset: {} or the pending
+//	  waitpoint's buffered signals under its key)
 //	ff_exec_core: suspended / released / not_applicable / suspended / attempt_interrupted,
 //	  blocking_reason waiting_for_signal, raw_fields current_suspension_id,
 //	  current_waitpoint_id, suspension_attempt_index
 //	ff_attempt: worker ids and lease NULL, lease_epoch + 1, outcome attempt_interrupted
 //	ff_lease_event: revoked
 //
-// The fence is checked first, so a stale one writes nothing
-// (CodeStaleLease, CodeLeaseExpired, CodeExecutionNotActive).
+// The condition is p.ResumeCondition: signal_set, or composite under
+// AllWaitpoints / WaitpointQuorum. When a pending waitpoint's buffered
+// signals already satisfy it, the waitpoint is deleted and nothing else
+// is written: the result is AlreadySatisfied and the lease still holds
+// (as upstream's ALREADY_SATISFIED). The fence is checked first, so a
+// stale one writes nothing (CodeStaleLease, CodeLeaseExpired,
+// CodeExecutionNotActive); so does a pending waitpoint that is missing,
+// not pending, expired (CodeWaitpointNotFound) or of another attempt
+// (CodeInvalidToken).
 func (c *Client) SuspendExecution(ctx context.Context, p *SuspendParams) (*SuspendResult, error) {
 	k, err := splitExecID(p.ExecutionID)
 	if err != nil {
 		return nil, fmt.Errorf("suspend %s: %w", p.ExecutionID, err)
 	}
+	wpText := p.WaitpointID
+	if p.PendingWaitpointID != "" {
+		wpText = p.PendingWaitpointID
+	}
 	susp, err1 := model.ParseUUID(p.SuspensionID)
-	wp, err2 := model.ParseUUID(p.WaitpointID)
+	wp, err2 := model.ParseUUID(wpText)
 	behavior := p.TimeoutBehavior
 	if behavior == "" {
 		behavior = backend.TimeoutFail
@@ -76,18 +89,20 @@ func (c *Client) SuspendExecution(ctx context.Context, p *SuspendParams) (*Suspe
 	switch {
 	case err1 != nil || err2 != nil:
 		return nil, fmt.Errorf("suspend %s: %w: suspension and waitpoint ids must be UUIDs", p.ExecutionID, CodeInvalidInput)
-	case p.WaitpointKey == "":
-		return nil, fmt.Errorf("suspend %s: %w: empty waitpoint key", p.ExecutionID, CodeInvalidInput)
 	case !validBehavior(behavior):
 		return nil, fmt.Errorf("suspend %s: %w: timeout behavior %q", p.ExecutionID, CodeInvalidInput, behavior)
-	case p.TimeoutAt < 0 || slices.Contains(p.SignalNames, ""):
-		return nil, fmt.Errorf("suspend %s: %w: negative timeout or empty signal name", p.ExecutionID, CodeInvalidInput)
+	case p.TimeoutAt < 0:
+		return nil, fmt.Errorf("suspend %s: %w: negative timeout", p.ExecutionID, CodeInvalidInput)
+	}
+	if err := p.ValidateWaitpoints(); err != nil {
+		return nil, fmt.Errorf("%w: %w", CodeInvalidInput, err)
 	}
 	names := p.SignalNames
 	if names == nil {
 		names = []string{}
 	}
-	cond := backend.SignalSetCondition(names, p.MatchAll, behavior)
+	q := *p
+	q.TimeoutBehavior = behavior
 	reason := p.ReasonCode
 	if reason == "" {
 		reason = "waiting_for_signal"
@@ -96,8 +111,9 @@ func (c *Client) SuspendExecution(ctx context.Context, p *SuspendParams) (*Suspe
 	if p.TimeoutAt > 0 {
 		timeout = &p.TimeoutAt
 	}
-	res := &SuspendResult{SuspensionID: susp.String(), WaitpointID: wp.String(), WaitpointKey: p.WaitpointKey}
+	res := &SuspendResult{}
 	err = c.inTx(ctx, func(tx pgx.Tx) error {
+		*res = SuspendResult{SuspensionID: susp.String(), WaitpointID: wp.String(), WaitpointKey: p.WaitpointKey}
 		now := c.nowMs()
 		if _, err := c.checkFence(ctx, tx, k, p.Fence, now); err != nil {
 			return err
@@ -106,21 +122,58 @@ func (c *Client) SuspendExecution(ctx context.Context, p *SuspendParams) (*Suspe
 		if err != nil {
 			return err
 		}
-		res.Token = signToken(kid, secret, k.execID(), res.WaitpointID)
-		if _, err := tx.Exec(ctx, `INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token,
-    created_at_ms, expires_at_ms, condition, waitpoint_key, state, required_signal_names, activated_at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, 'active', $10, $6)`,
-			k.part, [16]byte(wp), [16]byte(k.uuid), kid, res.Token, now, timeout, cond, p.WaitpointKey, names); err != nil {
-			return err
+		members := "{}"
+		var cond string
+		if p.PendingWaitpointID != "" {
+			pw, err := activatePending(ctx, tx, k, wp, p.Fence.AttemptIndex, now)
+			if err != nil {
+				return err
+			}
+			res.WaitpointKey, res.Token = pw.key, pw.token
+			cond = q.ResumeCondition(pw.key)
+			var sc suspendCondition
+			_ = json.Unmarshal([]byte(cond), &sc)
+			for i := range pw.buffered {
+				pw.buffered[i].Matched = len(sc.Names) == 0 || slices.Contains(sc.Names, pw.buffered[i].Name)
+			}
+			if ok, _ := evaluateSignals(sc, pw.buffered); ok {
+				res.AlreadySatisfied = true
+				_, err := tx.Exec(ctx, `DELETE FROM ff_waitpoint_pending WHERE partition_key = $1 AND waitpoint_id = $2`,
+					k.part, [16]byte(wp))
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE ff_waitpoint_pending SET state = 'active', activated_at_ms = $3,
+    expires_at_ms = $4, condition = $5::jsonb, required_signal_names = $6
+ WHERE partition_key = $1 AND waitpoint_id = $2`, k.part, [16]byte(wp), now, timeout, cond, names); err != nil {
+				return err
+			}
+			if len(pw.buffered) > 0 {
+				b, _ := json.Marshal(map[string][]signalRecord{pw.key: pw.buffered})
+				members = string(b)
+			}
+		} else {
+			cond = q.ResumeCondition(p.WaitpointKey)
+			res.Token = signToken(kid, secret, k.execID(), res.WaitpointID)
+			if err := insertActiveWaitpoint(ctx, tx, k, wp, kid, res.Token, now, timeout, cond, p.WaitpointKey, names); err != nil {
+				return err
+			}
+		}
+		for _, x := range p.Extra {
+			xid, _ := model.ParseUUID(x.WaitpointID) // checked by ValidateWaitpoints
+			tok := signToken(kid, secret, k.execID(), xid.String())
+			if err := insertActiveWaitpoint(ctx, tx, k, xid, kid, tok, now, timeout, cond, x.WaitpointKey, names); err != nil {
+				return err
+			}
+			res.Extra = append(res.Extra, backend.Waitpoint{ID: xid.String(), Key: x.WaitpointKey, Token: tok})
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
     timeout_at_ms, reason_code, condition, satisfied_set, member_map, timeout_behavior)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, '[]'::jsonb, '{}'::jsonb, $8)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, '[]'::jsonb, $9::jsonb, $8)
 ON CONFLICT (partition_key, execution_id) DO UPDATE SET suspension_id = EXCLUDED.suspension_id,
     suspended_at_ms = EXCLUDED.suspended_at_ms, timeout_at_ms = EXCLUDED.timeout_at_ms,
     reason_code = EXCLUDED.reason_code, condition = EXCLUDED.condition, satisfied_set = '[]'::jsonb,
-    member_map = '{}'::jsonb, timeout_behavior = EXCLUDED.timeout_behavior`,
-			k.part, [16]byte(k.uuid), [16]byte(susp), now, timeout, reason, cond, behavior); err != nil {
+    member_map = EXCLUDED.member_map, timeout_behavior = EXCLUDED.timeout_behavior`,
+			k.part, [16]byte(k.uuid), [16]byte(susp), now, timeout, reason, cond, behavior, members); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE ff_exec_core
@@ -144,6 +197,19 @@ ON CONFLICT (partition_key, execution_id) DO UPDATE SET suspension_id = EXCLUDED
 		return nil, fmt.Errorf("suspend %s: %w", p.ExecutionID, err)
 	}
 	return res, nil
+}
+
+// insertActiveWaitpoint inserts one waitpoint of a suspension, active.
+func insertActiveWaitpoint(ctx context.Context, tx pgx.Tx, k execKey, wp model.UUID, kid, token string, now int64,
+	timeout *int64, cond, key string, names []string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token,
+    created_at_ms, expires_at_ms, condition, waitpoint_key, state, required_signal_names, activated_at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, 'active', $10, $6)`,
+		k.part, [16]byte(wp), [16]byte(k.uuid), kid, token, now, timeout, cond, key, names)
+	if isUniqueViolation(err) {
+		return fmt.Errorf("%w: waitpoint %s exists", CodeInvalidInput, wp)
+	}
+	return err
 }
 
 // defaultKid is the kid of the secret fabric seeds into an empty
@@ -251,10 +317,10 @@ func (c *Client) DeliverSignal(ctx context.Context, p *DeliverSignalParams) (*De
 		}
 		var owner [16]byte
 		var kid, token, key, state string
-		var required []string
-		err := tx.QueryRow(ctx, `SELECT execution_id, token_kid, token, waitpoint_key, state, required_signal_names
+		var wpCond []byte
+		err := tx.QueryRow(ctx, `SELECT execution_id, token_kid, token, waitpoint_key, state, condition
   FROM ff_waitpoint_pending WHERE partition_key = $1 AND waitpoint_id = $2 FOR UPDATE`, k.part, [16]byte(wp)).Scan(
-			&owner, &kid, &token, &key, &state, &required)
+			&owner, &kid, &token, &key, &state, &wpCond)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return CodeWaitpointNotFound
 		}
@@ -273,6 +339,17 @@ func (c *Client) DeliverSignal(ctx context.Context, p *DeliverSignalParams) (*De
 		if owner != [16]byte(k.uuid) || !hmac.Equal([]byte(p.Token), []byte(want)) || p.Token != token {
 			return CodeInvalidToken
 		}
+		if state == "pending" {
+			// Not suspended on yet (upstream: use the buffer script); a
+			// suspended or ended execution does not buffer.
+			switch phase {
+			case model.PhaseSuspended:
+				return fmt.Errorf("%w: waitpoint %s is pending", CodeWaitpointNotFound, wp)
+			case model.PhaseTerminal, "cancelled":
+				return fmt.Errorf("%w: phase %s", CodeExecutionNotSuspended, phase)
+			}
+			return bufferSignal(ctx, tx, k, wp, wpCond, p, now, res)
+		}
 		var condRaw, mapRaw []byte
 		err = tx.QueryRow(ctx, `SELECT condition, member_map FROM ff_suspension_current
  WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, k.part, [16]byte(k.uuid)).Scan(&condRaw, &mapRaw)
@@ -283,17 +360,19 @@ func (c *Client) DeliverSignal(ctx context.Context, p *DeliverSignalParams) (*De
 			return err
 		}
 		var cond suspendCondition
+		var comp compositeDoc
 		if err := json.Unmarshal(condRaw, &cond); err != nil {
+			return fmt.Errorf("suspension condition: %w", err)
+		}
+		if err := json.Unmarshal(condRaw, &comp); err != nil {
 			return fmt.Errorf("suspension condition: %w", err)
 		}
 		members := map[string]json.RawMessage{}
 		if err := json.Unmarshal(mapRaw, &members); err != nil {
 			return fmt.Errorf("suspension member_map: %w", err)
 		}
-		var sigs []signalRecord
-		if raw, ok := members[key]; ok {
-			_ = json.Unmarshal(raw, &sigs) // a non-array entry (a pending_wp_expiry mark) starts over
-		}
+		bykey := memberSignals(members) // a non-array entry (a pending_wp_expiry mark) starts over
+		sigs := bykey[key]
 		if p.IdempotencyKey != "" {
 			for _, x := range sigs {
 				if x.IdempotencyKey == p.IdempotencyKey {
@@ -302,32 +381,30 @@ func (c *Client) DeliverSignal(ctx context.Context, p *DeliverSignalParams) (*De
 				}
 			}
 		}
-		rec := signalRecord{SignalID: p.SignalID, IdempotencyKey: p.IdempotencyKey, Name: p.Name, Category: "external", SourceType: "sdk",
-			SourceIdentity: p.Source, AcceptedAt: now, WaitpointID: wp.String(),
-			Matched: len(cond.Names) == 0 || slices.Contains(cond.Names, p.Name)}
-		if p.Payload != nil {
-			h := hex.EncodeToString(p.Payload)
-			rec.PayloadHex = &h
-		}
-		sigs = append(sigs, rec)
-		satisfied, satisfiers := evaluateSignals(cond, sigs)
-		res.Effect = "signal_ignored_not_in_condition"
-		switch {
-		case satisfied:
-			res.Effect = backend.EffectResumed
-		case rec.Matched:
-			res.Effect = backend.EffectAppended
+		rec := newSignalRecord(p, wp, now)
+		var satisfied bool
+		var satisfiers []string
+		if comp.Composite {
+			res.Effect, satisfied, satisfiers = deliverComposite(&comp.Tree, bykey, key, &rec)
+			sigs = append(sigs, rec)
+		} else {
+			rec.Matched = len(cond.Names) == 0 || slices.Contains(cond.Names, p.Name)
+			sigs = append(sigs, rec)
+			satisfied, satisfiers = evaluateSignals(cond, sigs)
+			res.Effect = "signal_ignored_not_in_condition"
+			switch {
+			case satisfied:
+				res.Effect = backend.EffectResumed
+			case rec.Matched:
+				res.Effect = backend.EffectAppended
+			}
 		}
 		b, _ := json.Marshal(sigs)
 		if _, err := tx.Exec(ctx, `UPDATE ff_suspension_current SET member_map = jsonb_set(member_map, ARRAY[$3::text], $4::jsonb)
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), key, string(b)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ff_signal_event (execution_id, signal_id, waitpoint_id, source_identity,
-    delivered_at_ms, partition_key, namespace, instance_tag)
-SELECT $1::text, $2, $3, $4, $5, $6::int, c.raw_fields->>'namespace', c.raw_fields->'tags'->>'cairn.instance_id'
-  FROM ff_exec_core c WHERE c.partition_key = $6::smallint AND c.execution_id = $1::uuid`,
-			k.id(), p.SignalID, wp.String(), p.Source, now, k.part); err != nil {
+		if err := insertSignalEvent(ctx, tx, k, p, wp, now); err != nil {
 			return err
 		}
 		if !satisfied {
@@ -353,6 +430,29 @@ SELECT $1::text, $2, $3, $4, $5, $6::int, c.raw_fields->>'namespace', c.raw_fiel
 		return nil, fmt.Errorf("deliver signal to %s: %w", p.ExecutionID, err)
 	}
 	return res, nil
+}
+
+// newSignalRecord is the member_map record of signal p delivered to
+// waitpoint wp at now (Matched is for the caller to decide).
+func newSignalRecord(p *DeliverSignalParams, wp model.UUID, now int64) signalRecord {
+	rec := signalRecord{SignalID: p.SignalID, IdempotencyKey: p.IdempotencyKey, Name: p.Name, Category: "external", SourceType: "sdk",
+		SourceIdentity: p.Source, AcceptedAt: now, WaitpointID: wp.String()}
+	if p.Payload != nil {
+		h := hex.EncodeToString(p.Payload)
+		rec.PayloadHex = &h
+	}
+	return rec
+}
+
+// insertSignalEvent records the delivery of p to wp in ff_signal_event
+// (NOTIFY ff_signal_event).
+func insertSignalEvent(ctx context.Context, tx pgx.Tx, k execKey, p *DeliverSignalParams, wp model.UUID, now int64) error {
+	_, err := tx.Exec(ctx, `INSERT INTO ff_signal_event (execution_id, signal_id, waitpoint_id, source_identity,
+    delivered_at_ms, partition_key, namespace, instance_tag)
+SELECT $1::text, $2, $3, $4, $5, $6::int, c.raw_fields->>'namespace', c.raw_fields->'tags'->>'cairn.instance_id'
+  FROM ff_exec_core c WHERE c.partition_key = $6::smallint AND c.execution_id = $1::uuid`,
+		k.id(), p.SignalID, wp.String(), p.Source, now, k.part)
+	return err
 }
 
 // evaluateSignals decides a signal_set condition over a waitpoint's

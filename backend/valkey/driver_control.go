@@ -31,8 +31,10 @@ func mapControlErr(err error, fenced bool) error {
 		s = backend.ErrFlowTerminal
 	case CodeInvalidToken, CodeMissingToken, CodeTokenExpired, CodeInvalidWaitpointForExecution:
 		s = backend.ErrInvalidToken
-	case CodeWaitpointNotFound:
+	case CodeWaitpointNotFound, CodeWaitpointNotPending, CodePendingWaitpointExpired:
 		s = backend.ErrWaitpointNotFound
+	case CodeWaitpointAlreadyExists, CodeAdditionalWaitpointMalformed, CodeUsePendingWithExtrasUnsupported:
+		s = backend.ErrInvalidInput
 	case CodeStaleOwnerCannotAppend, CodeStreamClosed:
 		s = backend.ErrLeaseGone
 	case CodeExecutionNotSuspended, CodeTargetNotSignalable, CodeWaitpointClosed, CodeWaitpointNotOpen:
@@ -89,33 +91,67 @@ func (d *Driver) CancelFlow(ctx context.Context, p *backend.CancelFlowParams) (*
 }
 
 // SuspendExecution implements backend.ControlDriver
-// (ff_suspend_execution on one fresh waitpoint).
+// (ff_suspend_execution on a fresh waitpoint and its extra ones, or on a
+// pending waitpoint).
 func (d *Driver) SuspendExecution(ctx context.Context, p *backend.SuspendExecutionParams) (*backend.SuspendExecutionResult, error) {
 	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
 		return nil, fmt.Errorf("%w: suspend: %v", backend.ErrInvalidInput, err)
 	}
-	if p.WaitpointKey == "" || p.SuspensionID == "" || p.WaitpointID == "" {
+	if err := p.ValidateWaitpoints(); err != nil {
+		return nil, err
+	}
+	if p.SuspensionID == "" || p.WaitpointID == "" && p.PendingWaitpointID == "" {
 		return nil, fmt.Errorf("%w: suspend %s: suspension id, waitpoint id and key are required", backend.ErrInvalidInput, p.ExecutionID)
 	}
 	reason := p.ReasonCode
 	if reason == "" {
 		reason = "waiting_for_signal"
 	}
-	r, err := d.c.SuspendExecution(ctx, &SuspendParams{ExecutionID: p.ExecutionID, AttemptIndex: p.Fence.AttemptIndex,
+	sp := &SuspendParams{ExecutionID: p.ExecutionID, AttemptIndex: p.Fence.AttemptIndex,
 		Fence: p.Fence, SuspensionID: p.SuspensionID, WaitpointID: p.WaitpointID, WaitpointKey: p.WaitpointKey,
 		ReasonCode: reason, RequestedBy: "worker", TimeoutAt: p.TimeoutAt,
-		ResumeConditionJSON: backend.SignalSetCondition(p.SignalNames, p.MatchAll, p.TimeoutBehavior),
+		ResumeConditionJSON: p.ResumeCondition(p.WaitpointKey),
 		ResumePolicyJSON:    "{}", TimeoutBehavior: p.TimeoutBehavior,
-		Lane: p.Holder.LaneID, WorkerInstanceID: p.Holder.WorkerInstanceID})
+		Lane: p.Holder.LaneID, WorkerInstanceID: p.Holder.WorkerInstanceID}
+	if p.PendingWaitpointID != "" {
+		sp.WaitpointID, sp.WaitpointKey, sp.UsePendingWaitpoint = p.PendingWaitpointID, "", true
+	}
+	for _, x := range p.Extra {
+		sp.Extra = append(sp.Extra, WaitpointBinding{WaitpointID: x.WaitpointID, WaitpointKey: x.WaitpointKey})
+	}
+	r, err := d.c.SuspendExecution(ctx, sp)
 	if err != nil {
 		return nil, mapControlErr(err, true)
 	}
-	return &backend.SuspendExecutionResult{SuspensionID: r.SuspensionID, WaitpointID: r.Waitpoint.WaitpointID,
-		WaitpointKey: r.Waitpoint.WaitpointKey, Token: r.Waitpoint.Token}, nil
+	out := &backend.SuspendExecutionResult{SuspensionID: r.SuspensionID, WaitpointID: r.Waitpoint.WaitpointID,
+		WaitpointKey: r.Waitpoint.WaitpointKey, Token: r.Waitpoint.Token, AlreadySatisfied: r.AlreadySatisfied}
+	for _, x := range r.Extra {
+		out.Extra = append(out.Extra, backend.Waitpoint{ID: x.WaitpointID, Key: x.WaitpointKey, Token: x.Token})
+	}
+	return out, nil
+}
+
+// CreatePendingWaitpoint implements backend.WaitpointDriver
+// (ff_create_pending_waitpoint).
+func (d *Driver) CreatePendingWaitpoint(ctx context.Context, p *backend.CreatePendingWaitpointParams) (*backend.Waitpoint, error) {
+	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
+		return nil, fmt.Errorf("%w: create pending waitpoint: %v", backend.ErrInvalidInput, err)
+	}
+	if _, err := model.ParseUUID(p.WaitpointID); err != nil || p.WaitpointKey == "" || p.ExpiresAt <= 0 {
+		return nil, fmt.Errorf("%w: create pending waitpoint of %s: a UUID id, a key and an expiry are required",
+			backend.ErrInvalidInput, p.ExecutionID)
+	}
+	g, err := d.c.CreatePendingWaitpoint(ctx, &CreatePendingWaitpointParams{ExecutionID: p.ExecutionID,
+		AttemptIndex: p.Fence.AttemptIndex, WaitpointID: p.WaitpointID, WaitpointKey: p.WaitpointKey, ExpiresAt: p.ExpiresAt})
+	if err != nil {
+		return nil, mapControlErr(err, true)
+	}
+	return &backend.Waitpoint{ID: g.WaitpointID, Key: g.WaitpointKey, Token: g.Token}, nil
 }
 
 // DeliverSignal implements backend.ControlDriver (ff_deliver_signal,
-// category external, source type sdk).
+// category external, source type sdk); a signal to a pending waitpoint
+// is buffered (ff_buffer_signal_for_pending_waitpoint).
 func (d *Driver) DeliverSignal(ctx context.Context, p *backend.DeliverSignalParams) (*backend.DeliverSignalResult, error) {
 	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
 		return nil, fmt.Errorf("%w: deliver signal: %v", backend.ErrInvalidInput, err)
@@ -128,9 +164,15 @@ func (d *Driver) DeliverSignal(ctx context.Context, p *backend.DeliverSignalPara
 	if payload == "" {
 		payload = "{}"
 	}
-	r, err := d.c.DeliverSignal(ctx, &SignalParams{SignalID: p.SignalID, ExecutionID: p.ExecutionID,
+	sp := &SignalParams{SignalID: p.SignalID, ExecutionID: p.ExecutionID,
 		WaitpointID: p.WaitpointID, SignalName: p.Name, SignalCategory: "external", SourceType: "sdk",
-		SourceIdentity: p.Source, Payload: payload, WaitpointToken: p.Token, IdempotencyKey: p.IdempotencyKey})
+		SourceIdentity: p.Source, Payload: payload, WaitpointToken: p.Token, IdempotencyKey: p.IdempotencyKey}
+	r, err := d.c.DeliverSignal(ctx, sp)
+	if errors.Is(err, CodeWaitpointPendingUseBuffer) {
+		// A pending waitpoint (the attempt has not suspended on it yet):
+		// buffer the signal; the suspend that activates it counts it.
+		r, err = d.c.BufferSignalForPendingWaitpoint(ctx, sp)
+	}
 	if err != nil {
 		return nil, mapControlErr(err, false)
 	}
