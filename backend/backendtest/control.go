@@ -29,6 +29,7 @@ func runControl(sub func(name string, fn func(e *env))) {
 	sub("DeliverSignal/Refused", testSignalRefused)
 	sub("DeliverSignal/IdempotencyKey", testSignalIdempotency)
 	sub("AppendFrame+ReadStream", testStream)
+	runWaitpoints(sub)
 }
 
 // stale returns f with a newer epoch and another lease id.
@@ -380,7 +381,8 @@ func entryLess(a, b string) bool {
 // operations.
 func controlUnmigrated(ctx context.Context, d backend.Driver, id model.ExecutionID, f backend.Fence) map[string]func() error {
 	wp := model.NewUUID().String()
-	return map[string]func() error{
+	ops := waitpointUnmigrated(ctx, d, id, f)
+	for name, op := range map[string]func() error{
 		"CancelLeasedExecution": func() error {
 			return d.CancelLeasedExecution(ctx, &backend.CancelLeasedExecutionParams{ExecutionID: id, Fence: f})
 		},
@@ -406,5 +408,8 @@ func controlUnmigrated(ctx context.Context, d backend.Driver, id model.Execution
 			_, err := d.ReadStream(ctx, &backend.ReadStreamParams{ExecutionID: id, Count: 1})
 			return err
 		},
+	} {
+		ops[name] = op
 	}
+	return ops
 }
