@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
@@ -14,9 +15,8 @@ import (
 
 // TestSDKEnqueueManyOnPostgres: EnqueueMany creates a batch over the
 // Postgres backend (a reused idempotency key yields the first id), a
-// worker runs every execution, the Valkey-only calls of the later
-// issue-25 work (TrySuspend with extra waitpoints) answer
-// ErrNotOnPostgres instead of misbehaving, and budgets, quotas and Admit
+// worker runs every execution, a TrySuspend on a missing pending
+// waitpoint is refused with the lease kept, and budgets, quotas and Admit
 // work (an unknown quota is ErrNotFound).
 func TestSDKEnqueueManyOnPostgres(t *testing.T) {
 	t.Parallel()
@@ -73,8 +73,8 @@ func TestSDKEnqueueManyOnPostgres(t *testing.T) {
 		}
 		if first {
 			first = false
-			if _, err := l.TrySuspend(ctx, sdk.SuspendSpec{ExtraWaitpoints: []string{"x"}}); !errors.Is(err, sdk.ErrNotOnPostgres) {
-				t.Fatalf("TrySuspend with extra waitpoints: %v", err)
+			if _, err := l.TrySuspend(ctx, sdk.SuspendSpec{Pending: &sdk.Waitpoint{ID: model.NewUUID().String()}}); !errors.Is(err, backend.ErrWaitpointNotFound) {
+				t.Fatalf("TrySuspend on a missing pending waitpoint: %v", err)
 			}
 			if sigs, err := l.ResumeSignals(ctx); err != nil || sigs != nil {
 				t.Fatalf("ResumeSignals of a first attempt: %v %v", sigs, err)

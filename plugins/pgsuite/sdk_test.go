@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/model"
@@ -139,8 +140,8 @@ func TestSDKOnPostgres(t *testing.T) {
 // TestSDKOnPostgresRetryAndUnsupported: a failing handler is retried per
 // the policy (the delayed retry is made eligible by PromoteDelayedDue, as
 // pg_delayed_promoter would), the client reads its state and result, and
-// Valkey-only calls (suspend with extra waitpoints) answer
-// ErrNotOnPostgres and leave the lease usable.
+// a refused suspend (on a pending waitpoint that does not exist) leaves
+// the lease usable.
 func TestSDKOnPostgresRetryAndUnsupported(t *testing.T) {
 	t.Parallel()
 	pc := pgtest.Client(t, postgres.ClientConfig{Partitions: parts})
@@ -164,8 +165,8 @@ func TestSDKOnPostgresRetryAndUnsupported(t *testing.T) {
 	if err != nil || l == nil || l.ID != id || l.AttemptIndex != 0 {
 		t.Fatalf("claim: %+v %v", l, err)
 	}
-	if _, err := l.Suspend(ctx, sdk.SuspendSpec{ExtraWaitpoints: []string{"x"}}); !errors.Is(err, sdk.ErrNotOnPostgres) {
-		t.Fatalf("suspend with extra waitpoints: %v", err)
+	if _, err := l.Suspend(ctx, sdk.SuspendSpec{Pending: &sdk.Waitpoint{ID: model.NewUUID().String()}}); !errors.Is(err, backend.ErrWaitpointNotFound) {
+		t.Fatalf("suspend on a missing pending waitpoint: %v", err)
 	}
 	res, err := l.Fail(ctx, "boom", sdk.CategoryTransient, true)
 	if err != nil || !res.RetryScheduled {
