@@ -62,6 +62,8 @@ type ControlDriver interface {
 	ReadStream(ctx context.Context, p *ReadStreamParams) (*StreamRead, error)
 	// WaitpointDriver: pending waitpoints (waitpoint.go).
 	WaitpointDriver
+	// ChildrenDriver: waiting for child executions (children.go).
+	ChildrenDriver
 }
 
 // CancelLeasedExecutionParams are the inputs of

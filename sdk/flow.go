@@ -209,45 +209,17 @@ func (f *Flow) AddJoin(ctx context.Context, spec ExecutionSpec, join Join, after
 // (retrying on stale_graph_revision) and returns the edge, carrying the
 // revision it was staged at, ready to apply.
 func (f *Flow) stage(ctx context.Context, parent, child model.ExecutionID) (*valkey.EdgeParams, error) {
-	raw := f.c.vc.Raw()
-	fk := model.FlowKeysFor(f.c.parts.FlowPartition(f.ID), f.ID)
 	ep := &valkey.EdgeParams{Flow: f.ID, EdgeID: model.NewUUID(), Upstream: parent, Downstream: child}
-	for try := 0; ; try++ {
-		rev, err := raw.Do(ctx, raw.B().Hget().Key(fk.Core()).Field("graph_revision").Build()).AsInt64()
-		if err != nil {
-			return nil, fmt.Errorf("sdk: read graph revision of flow %s: %w", f.ID, err)
-		}
-		ep.GraphRevision, ep.NowMs = rev, f.c.clock().UnixMilli()
-		newRev, err := f.c.vc.StageDependencyEdge(ctx, ep)
-		if valkey.CodeOf(err) == "stale_graph_revision" && try < 10 {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sdk: %w", err)
-		}
-		ep.GraphRevision = newRev
-		return ep, nil
+	if err := f.c.vc.StageEdge(ctx, ep, func() int64 { return f.c.clock().UnixMilli() }); err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
 	}
+	return ep, nil
 }
 
 // resolveFinished resolves an applied edge whose parent is already
-// terminal. Such a parent's completion was handled before the edge
-// existed on the child and resolved nothing; the engine's dependency
-// reconciler would repair it only on its next sweep. Resolution is
-// idempotent, so racing the dispatcher is harmless.
+// terminal (valkey.Client.ResolveIfFinished).
 func (f *Flow) resolveFinished(ctx context.Context, ep *valkey.EdgeParams) error {
-	raw := f.c.vc.Raw()
-	vals, err := raw.Do(ctx, raw.B().Hmget().Key(model.KeysFor(ep.Upstream).Core()).
-		Field("lifecycle_phase", "terminal_outcome").Build()).ToArray()
-	if err != nil || len(vals) != 2 {
-		return fmt.Errorf("sdk: read parent %s: %w", ep.Upstream, err)
-	}
-	if phase, _ := vals[0].ToString(); phase != model.PhaseTerminal {
-		return nil
-	}
-	outcome, _ := vals[1].ToString()
-	if _, err := f.c.vc.ResolveDependency(ctx, &valkey.ResolveDependencyParams{Flow: f.ID, EdgeID: ep.EdgeID.String(),
-		Upstream: ep.Upstream, Downstream: ep.Downstream, UpstreamOutcome: outcome, NowMs: f.c.clock().UnixMilli()}); err != nil {
+	if err := f.c.vc.ResolveIfFinished(ctx, ep, f.c.clock().UnixMilli()); err != nil {
 		return fmt.Errorf("sdk: %w", err)
 	}
 	return nil

@@ -30,6 +30,7 @@ func runControl(sub func(name string, fn func(e *env))) {
 	sub("DeliverSignal/IdempotencyKey", testSignalIdempotency)
 	sub("AppendFrame+ReadStream", testStream)
 	runWaitpoints(sub)
+	runChildren(sub)
 }
 
 // stale returns f with a newer epoch and another lease id.
@@ -382,6 +383,9 @@ func entryLess(a, b string) bool {
 func controlUnmigrated(ctx context.Context, d backend.Driver, id model.ExecutionID, f backend.Fence) map[string]func() error {
 	wp := model.NewUUID().String()
 	ops := waitpointUnmigrated(ctx, d, id, f)
+	for name, op := range childrenUnmigrated(ctx, d, id, f) {
+		ops[name] = op
+	}
 	for name, op := range map[string]func() error{
 		"CancelLeasedExecution": func() error {
 			return d.CancelLeasedExecution(ctx, &backend.CancelLeasedExecutionParams{ExecutionID: id, Fence: f})

@@ -139,50 +139,8 @@ func (c *Client) AddFlowMember(ctx context.Context, p *AddFlowMemberParams) (Flo
 		}
 		var cnt edgegroup.Counters
 		if len(parents) > 0 {
-			// Lock the parents (a parent finishing waits for this commit),
-			// then their undispatched events (a dispatcher claiming one
-			// waits, and then sees the new edge), then read both as they
-			// are under those locks.
-			if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = ANY($2) FOR SHARE`,
-				fp, parents); err != nil {
+			if cnt, err = countParents(ctx, tx, fp, parents); err != nil {
 				return err
-			}
-			if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_completion_event WHERE partition_key = $1 AND execution_id = ANY($2)
-   AND dispatched_at_ms IS NULL FOR UPDATE`, fp, parents); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, `SELECT c.lifecycle_phase IN ('terminal', 'cancelled'), c.public_state,
-       EXISTS (SELECT 1 FROM ff_completion_event e WHERE e.partition_key = c.partition_key
-                  AND e.execution_id = c.execution_id AND e.dispatched_at_ms IS NULL)
-  FROM ff_exec_core c WHERE c.partition_key = $1 AND c.execution_id = ANY($2)`, fp, parents)
-			if err != nil {
-				return err
-			}
-			type parent struct {
-				ended, undispatched bool
-				public              string
-			}
-			got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parent, error) {
-				var x parent
-				return x, r.Scan(&x.ended, &x.public, &x.undispatched)
-			})
-			if err != nil {
-				return err
-			}
-			if len(got) != len(parents) {
-				return fmt.Errorf("%w: a parent is missing", CodeExecutionNotFound)
-			}
-			for _, x := range got {
-				switch {
-				case !x.ended || x.undispatched:
-					cnt.Running++
-				case x.public == model.PublicCompleted:
-					cnt.Success++
-				case x.public == model.PublicSkipped:
-					cnt.Skip++
-				default:
-					cnt.Fail++
-				}
 			}
 			for _, up := range parents {
 				if _, err := tx.Exec(ctx, `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
@@ -212,6 +170,58 @@ VALUES ($1, $2, gen_random_uuid(), $3, $4, $5::jsonb)`, fp, flowID, up, childID,
 		return "", fmt.Errorf("add flow member %s: %w", p.Child, err)
 	}
 	return state, nil
+}
+
+// countParents locks the parents (a parent finishing waits for this
+// transaction's commit), then their undispatched completion events (a
+// dispatcher claiming one waits, and then sees the new edges), and counts
+// them as they are under those locks: a parent is counted here only when
+// it ended and its event was dispatched (or it has none); otherwise it is
+// running, and the dependency dispatcher counts it later.
+func countParents(ctx context.Context, tx pgx.Tx, fp int16, parents [][16]byte) (edgegroup.Counters, error) {
+	var cnt edgegroup.Counters
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = ANY($2) FOR SHARE`,
+		fp, parents); err != nil {
+		return cnt, err
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_completion_event WHERE partition_key = $1 AND execution_id = ANY($2)
+   AND dispatched_at_ms IS NULL FOR UPDATE`, fp, parents); err != nil {
+		return cnt, err
+	}
+	rows, err := tx.Query(ctx, `SELECT c.lifecycle_phase IN ('terminal', 'cancelled'), c.public_state,
+       EXISTS (SELECT 1 FROM ff_completion_event e WHERE e.partition_key = c.partition_key
+                  AND e.execution_id = c.execution_id AND e.dispatched_at_ms IS NULL)
+  FROM ff_exec_core c WHERE c.partition_key = $1 AND c.execution_id = ANY($2)`, fp, parents)
+	if err != nil {
+		return cnt, err
+	}
+	type parent struct {
+		ended, undispatched bool
+		public              string
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (parent, error) {
+		var x parent
+		return x, r.Scan(&x.ended, &x.public, &x.undispatched)
+	})
+	if err != nil {
+		return cnt, err
+	}
+	if len(got) != len(parents) {
+		return cnt, fmt.Errorf("%w: a parent is missing", CodeExecutionNotFound)
+	}
+	for _, x := range got {
+		switch {
+		case !x.ended || x.undispatched:
+			cnt.Running++
+		case x.public == model.PublicCompleted:
+			cnt.Success++
+		case x.public == model.PublicSkipped:
+			cnt.Skip++
+		default:
+			cnt.Fail++
+		}
+	}
+	return cnt, nil
 }
 
 // settleChild puts a child with parents in the state its group's first

@@ -1,0 +1,122 @@
+package sdk_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+// TestWaitForChildrenBackends: on both backends a flow member fans out
+// two children at run time and waits for them; it runs again (the same
+// attempt, "resumed") only after both completed, then completes. A
+// member whose child fails ends skipped, and a job outside a flow cannot
+// wait for children.
+func TestWaitForChildrenBackends(t *testing.T) {
+	t.Parallel()
+	for _, be := range sdkBackends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			c, worker := be.open(t, valkeytest.Context(t, 5*time.Minute))
+			ctx := valkeytest.Context(t, 2*time.Minute)
+			state := func(id model.ExecutionID) *sdk.ExecutionState {
+				t.Helper()
+				st, err := c.State(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}
+			f, err := c.CreateFlow(ctx, "fanout")
+			if err != nil {
+				t.Fatal(err)
+			}
+			parent, err := f.Add(ctx, sdk.ExecutionSpec{Lane: "fan", Kind: "parent"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			doomed, err := f.Add(ctx, sdk.ExecutionSpec{Lane: "fan", Kind: "doomed"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			solo, err := c.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "fan", Kind: "solo"})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			var mu sync.Mutex
+			var events []string
+			var children []model.ExecutionID
+			note := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
+			soloErr := make(chan error, 1)
+			mux := sdk.NewMux()
+			mux.Handle("parent", func(ctx context.Context, job *sdk.Job) error {
+				if job.AttemptType != "initial" {
+					for _, ch := range children {
+						if st := state(ch); st.PublicState != model.PublicCompleted {
+							t.Errorf("parent resumed while child %s is %s", ch, st.PublicState)
+						}
+					}
+					note(fmt.Sprintf("parent again (%s, attempt %d)", job.AttemptType, job.Attempt))
+					return nil
+				}
+				fl := c.Flow(job.FlowID())
+				for range 2 {
+					ch, err := fl.Add(ctx, sdk.ExecutionSpec{Lane: "fan", Kind: "child"})
+					if err != nil {
+						return err
+					}
+					children = append(children, ch)
+				}
+				note("parent fans out")
+				return job.WaitForChildren(ctx, children...)
+			})
+			mux.Handle("child", func(ctx context.Context, job *sdk.Job) error {
+				note("child")
+				return nil
+			})
+			mux.Handle("doomed", func(ctx context.Context, job *sdk.Job) error {
+				ch, err := c.Flow(job.FlowID()).Add(ctx, sdk.ExecutionSpec{Lane: "fan", Kind: "failing"})
+				if err != nil {
+					return err
+				}
+				return job.WaitForChildren(ctx, ch)
+			})
+			mux.Handle("failing", func(ctx context.Context, job *sdk.Job) error { return errors.New("no luck") })
+			mux.Handle("solo", func(ctx context.Context, job *sdk.Job) error {
+				soloErr <- job.WaitForChildren(ctx, solo)
+				return nil
+			})
+			w := worker(sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"fan"}, Concurrency: 3, ResolveDependencies: true})
+			stop := runWorker(t, ctx, w, mux.ServeJob)
+			valkeytest.Eventually(t, time.Minute, "parent completed and the doomed one skipped", func() bool {
+				if be.dispatch != nil {
+					be.dispatch(t, ctx, c)
+				}
+				return state(parent).PublicState == model.PublicCompleted && state(doomed).PublicState == model.PublicSkipped
+			})
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-soloErr; !errors.Is(err, sdk.ErrInvalidInput) {
+				t.Fatalf("solo job waiting for children: %v", err)
+			}
+			if st := state(solo); st.PublicState != model.PublicCompleted {
+				t.Fatalf("solo job after a refused wait: %s", st.PublicState)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := []string{"parent fans out", "child", "child", "parent again (resumed, attempt 0)"}
+			if !slices.Equal(events, want) {
+				t.Fatalf("events = %q, want %q", events, want)
+			}
+		})
+	}
+}
