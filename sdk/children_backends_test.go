@@ -120,3 +120,69 @@ func TestWaitForChildrenBackends(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitForChildrenAlreadyDoneBackends: on both backends a child that
+// completed (and, on Postgres, whose completion was dispatched) before
+// the parent waits does not strand it: the parent is claimed again at
+// once.
+func TestWaitForChildrenAlreadyDoneBackends(t *testing.T) {
+	t.Parallel()
+	for _, be := range sdkBackends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			c, worker := be.open(t, valkeytest.Context(t, 5*time.Minute))
+			ctx := valkeytest.Context(t, 2*time.Minute)
+			f, err := c.CreateFlow(ctx, "late-wait")
+			if err != nil {
+				t.Fatal(err)
+			}
+			parent, err := f.Add(ctx, sdk.ExecutionSpec{Lane: "late", Kind: "parent"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			again := make(chan string, 1)
+			mux := sdk.NewMux()
+			mux.Handle("parent", func(ctx context.Context, job *sdk.Job) error {
+				if job.AttemptType != "initial" {
+					again <- job.AttemptType
+					return nil
+				}
+				ch, err := c.Flow(job.FlowID()).Add(ctx, sdk.ExecutionSpec{Lane: "late", Kind: "child"})
+				if err != nil {
+					return err
+				}
+				valkeytest.Eventually(t, 30*time.Second, "child done before the wait", func() bool {
+					st, err := c.State(ctx, ch)
+					return err == nil && st.PublicState == model.PublicCompleted
+				})
+				if be.dispatch != nil {
+					be.dispatch(t, ctx, c)
+				}
+				if err := job.WaitForChildren(ctx, ch); err != nil {
+					t.Errorf("wait for children: %v", err)
+					return err
+				}
+				return nil
+			})
+			mux.Handle("child", func(context.Context, *sdk.Job) error { return nil })
+			w := worker(sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"late"}, Concurrency: 2, ResolveDependencies: true})
+			stop := runWorker(t, ctx, w, mux.ServeJob)
+			select {
+			case typ := <-again:
+				if typ != "resumed" {
+					t.Fatalf("parent ran again as %q, want resumed", typ)
+				}
+			case <-ctx.Done():
+				st, _ := c.State(context.Background(), parent)
+				t.Fatalf("parent never ran again: %+v", st)
+			}
+			valkeytest.Eventually(t, 30*time.Second, "parent completed", func() bool {
+				st, err := c.State(ctx, parent)
+				return err == nil && st.PublicState == model.PublicCompleted
+			})
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
