@@ -49,14 +49,15 @@
 // [Client.CreateFlow], [Flow.Add] and [Flow.AddJoin] build flows (edges,
 // edge group and the child's state in one transaction; the host's
 // pg_dependency_reconciler releases children as parents complete);
-// [Client.CancelFlow], [Lease.Cancel], suspension on one waitpoint,
+// [Client.CancelFlow], [Lease.Cancel], suspension (pending, extra and
+// composite-condition waitpoints included), [Job.WaitForChildren],
 // [Client.DeliverSignal], [Lease.ResumeSignals] and attempt streams go
 // through the driver's ControlDriver operations; budgets, quotas
 // ([Lease.Admit], [Admitting]) and progress and usage reports through its
 // BudgetDriver operations (the host's pg_budget_reset applies
-// [Budget.ResetEvery]). Pending and extra waitpoints, Job.WaitForChildren
-// and periodic schedules answer [ErrNotOnPostgres]; worker-side
-// dependency resolution does nothing (the host's reconciler resolves).
+// [Budget.ResetEvery]). Periodic schedules answer [ErrNotOnPostgres];
+// worker-side dependency resolution does nothing (the host's reconciler
+// resolves).
 //
 // # Notes
 //
