@@ -103,6 +103,12 @@ func testPendingSuspend(e *env) {
 	if r := e.signalTo(c.ExecutionID, *wp, "a", ""); r.Effect != backend.EffectBuffered {
 		e.t.Fatalf("buffered a: %+v", r)
 	}
+	// A second pending waitpoint, for a later suspend: it outlives the
+	// first suspension.
+	later, err := e.pending(c, c.Fence)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	p := e.suspendParams(c, true, "a", "b")
 	p.PendingWaitpointID = wp.ID
 	s, err := e.d.SuspendExecution(e.ctx, p)
@@ -119,6 +125,14 @@ func testPendingSuspend(e *env) {
 	n := e.mustClaim()
 	if n.ExecutionID != c.ExecutionID || n.AttemptType != "resumed" || n.Fence.AttemptIndex != c.Fence.AttemptIndex {
 		e.t.Fatalf("claim after resume: %+v", n)
+	}
+	if r := e.signalTo(c.ExecutionID, *later, "c", ""); r.Effect != backend.EffectBuffered {
+		e.t.Fatalf("a signal to the later pending waitpoint: %+v", r)
+	}
+	p = e.suspendParams(n, false, "c")
+	p.PendingWaitpointID = later.ID
+	if s, err := e.d.SuspendExecution(e.ctx, p); err != nil || !s.AlreadySatisfied {
+		e.t.Fatalf("suspend on the later pending waitpoint: %+v %v", s, err)
 	}
 	e.complete(n, nil)
 }

@@ -282,7 +282,8 @@ type signalRecord struct {
 //	  an idempotency key among the waitpoint's signals is a duplicate: nothing written)
 //	ff_signal_event: the delivery (NOTIFY ff_signal_event)
 //	satisfied: ff_exec_core runnable / eligible_now / resumable (the same attempt,
-//	  claimed again as "resumed"); the execution's waitpoints deleted; the
+//	  claimed again as "resumed"); the execution's waitpoints deleted (but the
+//	  pending ones, still to be suspended on); the
 //	  suspension's timeout cleared and satisfied_set = the satisfying signal ids
 //
 // A token that does not verify is CodeInvalidToken, an unknown waitpoint
@@ -415,7 +416,9 @@ func (c *Client) DeliverSignal(ctx context.Context, p *DeliverSignalParams) (*De
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), string(ids)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM ff_waitpoint_pending WHERE partition_key = $1 AND execution_id = $2`,
+		// The suspension's waitpoints close; pending ones the attempt
+		// created for a later suspend stay (as on Valkey).
+		if _, err := tx.Exec(ctx, `DELETE FROM ff_waitpoint_pending WHERE partition_key = $1 AND execution_id = $2 AND state <> 'pending'`,
 			k.part, [16]byte(k.uuid)); err != nil {
 			return err
 		}
