@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/model"
@@ -23,7 +24,11 @@ func controlTables(t *testing.T, c *postgres.Client) string {
 		`SELECT string_agg(row(execution_id, attempt_index, worker_id, lease_epoch, lease_expires_at_ms, outcome, terminal_at_ms)::text, '|'
             ORDER BY execution_id, attempt_index) FROM ff_attempt`,
 		`SELECT string_agg(row(flow_id, public_flow_state, terminal_at_ms, raw_fields)::text, '|' ORDER BY flow_id) FROM ff_flow_core`,
-		`SELECT string_agg(row(waitpoint_id, execution_id, state, token)::text, '|' ORDER BY waitpoint_id) FROM ff_waitpoint_pending`,
+		`SELECT string_agg(row(waitpoint_id, execution_id, state, token, expires_at_ms, condition)::text, '|' ORDER BY waitpoint_id)
+            FROM ff_waitpoint_pending`,
+		`SELECT string_agg(row(upstream_eid, downstream_eid)::text, '|' ORDER BY upstream_eid, downstream_eid) FROM ff_edge`,
+		`SELECT string_agg(row(downstream_eid, policy, success_count, fail_count, skip_count, running_count)::text, '|'
+            ORDER BY downstream_eid) FROM ff_edge_group`,
 		`SELECT string_agg(row(execution_id, suspension_id, timeout_at_ms, satisfied_set, member_map)::text, '|' ORDER BY execution_id) FROM ff_suspension_current`,
 		`SELECT string_agg(row(execution_id, attempt_index, ts_ms, seq, fields)::text, '|' ORDER BY execution_id, ts_ms, seq) FROM ff_stream_frame`,
 		`SELECT string_agg(row(execution_id, document_json, version)::text, '|' ORDER BY execution_id) FROM ff_stream_summary`,
@@ -46,8 +51,11 @@ func controlTables(t *testing.T, c *postgres.Client) string {
 // TestControlBadInputWritesNothing: every control operation refused for
 // its input (malformed ids, a stale fence, a forged token, a signal to a
 // missing waitpoint or a resumed execution, an untyped frame, a
-// non-JSON summary patch, a missing or cancelled flow) leaves every table
-// it writes exactly as it was.
+// non-JSON summary patch, a missing or cancelled flow; a pending waitpoint
+// without expiry or with a taken id, a suspend on a missing, foreign or
+// extra-laden pending waitpoint or with malformed extras, children that
+// are not members of the waiter's flow) leaves every table it writes
+// exactly as it was.
 func TestControlBadInputWritesNothing(t *testing.T) {
 	t.Parallel()
 	c := pgtest.Client(t, postgres.ClientConfig{})
@@ -62,6 +70,18 @@ func TestControlBadInputWritesNothing(t *testing.T) {
 	}
 	member := newExec(t, c, &execOpts{lane: "bad-flow", flow: flow})
 	if _, err := c.AddFlowMember(ctx, &postgres.AddFlowMemberParams{FlowID: flow, Child: member, NowMs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	rm := claim(t, c, "bad-flow")
+	staleMember := rm.Fence()
+	staleMember.LeaseEpoch++
+	kid := newExec(t, c, &execOpts{lane: "bad-kid", flow: flow})
+	if _, err := c.AddFlowMember(ctx, &postgres.AddFlowMemberParams{FlowID: flow, Child: kid, NowMs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	pw, err := c.CreatePendingWaitpoint(ctx, &postgres.CreatePendingWaitpointParams{ExecutionID: id, Fence: r.Fence(),
+		WaitpointID: model.NewUUID().String(), WaitpointKey: "pk", ExpiresAt: time.Now().Add(time.Hour).UnixMilli()})
+	if err != nil {
 		t.Fatal(err)
 	}
 	suspended := newExec(t, c, &execOpts{lane: "bad-susp"})
@@ -79,7 +99,64 @@ func TestControlBadInputWritesNothing(t *testing.T) {
 	before := controlTables(t, c)
 
 	forged := s.Token[:strings.LastIndexByte(s.Token, ':')+1] + strings.Repeat("ab", 32)
+	pending := func(f postgres.LeaseFence, wp string, expires int64) func() error {
+		return func() error {
+			_, err := c.CreatePendingWaitpoint(ctx, &postgres.CreatePendingWaitpointParams{ExecutionID: id, Fence: f,
+				WaitpointID: wp, WaitpointKey: "pk2", ExpiresAt: expires})
+			return err
+		}
+	}
+	later := time.Now().Add(time.Hour).UnixMilli()
+	suspendOn := func(edit func(p *postgres.SuspendParams)) func() error {
+		return func() error {
+			p := &postgres.SuspendParams{ExecutionID: id, Fence: r.Fence(), SuspensionID: model.NewUUID().String(),
+				WaitpointID: model.NewUUID().String(), WaitpointKey: "k"}
+			edit(p)
+			_, err := c.SuspendExecution(ctx, p)
+			return err
+		}
+	}
+	wait := func(exec model.ExecutionID, f postgres.LeaseFence, children ...model.ExecutionID) func() error {
+		return func() error {
+			_, err := c.WaitForChildren(ctx, &postgres.WaitForChildrenParams{ExecutionID: exec, Fence: f, FlowID: flow,
+				Children: children, NowMs: 1})
+			return err
+		}
+	}
 	for name, call := range map[string]func() error{
+		"pending waitpoint with a stale fence":   pending(stale, model.NewUUID().String(), later),
+		"pending waitpoint without an expiry":    pending(r.Fence(), model.NewUUID().String(), 0),
+		"pending waitpoint with a taken id":      pending(r.Fence(), pw.ID, later),
+		"pending waitpoint with a malformed id":  pending(r.Fence(), "wp", later),
+		"suspend on a missing pending waitpoint": suspendOn(func(p *postgres.SuspendParams) { p.PendingWaitpointID = model.NewUUID().String() }),
+		"suspend on a pending waitpoint with extras": suspendOn(func(p *postgres.SuspendParams) {
+			p.PendingWaitpointID = pw.ID
+			p.Extra = []backend.WaitpointBinding{{WaitpointID: model.NewUUID().String(), WaitpointKey: "x"}}
+		}),
+		"suspend on another execution's pending waitpoint": func() error {
+			_, err := c.SuspendExecution(ctx, &postgres.SuspendParams{ExecutionID: member, Fence: rm.Fence(),
+				SuspensionID: model.NewUUID().String(), PendingWaitpointID: pw.ID})
+			return err
+		},
+		"suspend with an extra key twice": suspendOn(func(p *postgres.SuspendParams) {
+			p.Extra = []backend.WaitpointBinding{{WaitpointID: model.NewUUID().String(), WaitpointKey: "k"}}
+		}),
+		"suspend with an extra waitpoint's id taken": suspendOn(func(p *postgres.SuspendParams) {
+			p.Extra = []backend.WaitpointBinding{{WaitpointID: pw.ID, WaitpointKey: "x"}}
+		}),
+		"suspend on a quorum beyond the waitpoints": suspendOn(func(p *postgres.SuspendParams) {
+			p.Extra = []backend.WaitpointBinding{{WaitpointID: model.NewUUID().String(), WaitpointKey: "x"}}
+			p.WaitpointQuorum = 3
+		}),
+		"signal to a pending waitpoint with a forged token": func() error {
+			_, err := c.DeliverSignal(ctx, &postgres.DeliverSignalParams{ExecutionID: id, WaitpointID: pw.ID,
+				Token: forged, SignalID: model.NewUUID().String(), Name: "go"})
+			return err
+		},
+		"wait for children with a stale fence":      wait(member, staleMember, kid),
+		"wait for a child outside the flow":         wait(member, rm.Fence(), parts.NewFlowExecutionID(flow)),
+		"wait for children of a job outside a flow": wait(id, r.Fence(), kid),
+		"wait for no children":                      wait(member, rm.Fence()),
 		"cancel with a stale fence": func() error {
 			return c.CancelLeasedExecution(ctx, &postgres.CancelLeasedExecutionParams{ExecutionID: id, Fence: stale})
 		},
