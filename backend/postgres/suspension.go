@@ -252,8 +252,11 @@ type DeliverSignalParams = backend.DeliverSignalParams
 
 // DeliverSignalResult is the outcome of DeliverSignal: Effect is
 // resume_condition_satisfied, appended_to_waitpoint (a match that does
-// not satisfy the condition yet) or signal_ignored_not_in_condition (a
-// name the condition does not list; recorded, not counted); on a
+// not satisfy the condition yet), signal_ignored_not_in_condition (a
+// name the condition does not list; recorded, not counted),
+// buffered_for_pending_waitpoint (a pending waitpoint's), and under a
+// composite condition signal_ignored_matcher_failed or
+// appended_to_waitpoint_duplicate (a waitpoint already counted); on a
 // duplicate (a repeated idempotency key) Effect is empty and SignalID is
 // the first signal's.
 type DeliverSignalResult = backend.DeliverSignalResult
@@ -276,7 +279,11 @@ type signalRecord struct {
 
 // DeliverSignal delivers a signal to a suspended execution's waitpoint,
 // authenticated by its token, in one transaction that locks the
-// waitpoint, the execution and its suspension:
+// waitpoint, the execution and its suspension. A signal to a pending
+// waitpoint of an execution that neither is suspended nor ended is
+// buffered in the waitpoint's row instead (bufferSignal). Otherwise the
+// condition decides — signal_set on the receiving waitpoint's signals, or
+// a composite tree over every waitpoint's (deliverComposite):
 //
 //	ff_suspension_current.member_map[waitpoint key]: the signal appended (a repeat of
 //	  an idempotency key among the waitpoint's signals is a duplicate: nothing written)
