@@ -32,7 +32,8 @@ type SuspendSpec struct {
 	// empty).
 	Reason string
 	// ExtraWaitpoints adds waitpoints to the suspension, one per key
-	// ("" for a random key), each with its own token and the same
+	// ("" for a random key; keys are distinct, the primary one's
+	// included), each with its own token and the same
 	// condition: a signal satisfying any one of them resumes the
 	// execution (e.g. one waitpoint per approver). Not with Pending.
 	ExtraWaitpoints []string
@@ -98,13 +99,13 @@ func (s *SuspendSpec) validate() error {
 		case s.MatchAll:
 			return invalid("suspend.all_waitpoints", "cannot be combined with MatchAll")
 		}
-		seen := map[string]bool{s.WaitpointKey: s.WaitpointKey != ""}
-		for _, k := range s.ExtraWaitpoints {
-			if k != "" && seen[k] {
-				return invalid("suspend.extra_waitpoints", "key %q is used twice", k)
-			}
-			seen[k] = true
+	}
+	seen := map[string]bool{s.WaitpointKey: s.WaitpointKey != ""}
+	for _, k := range s.ExtraWaitpoints {
+		if k != "" && seen[k] {
+			return invalid("suspend.extra_waitpoints", "key %q is used twice", k)
 		}
+		seen[k] = true
 	}
 	if len(s.ExtraWaitpoints) > MaxExtraWaitpoints {
 		return invalid("suspend.extra_waitpoints", "%d exceed %d", len(s.ExtraWaitpoints), MaxExtraWaitpoints)

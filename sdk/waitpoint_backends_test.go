@@ -193,6 +193,7 @@ func TestSuspendWaitpointsBackends(t *testing.T) {
 					"PendingAndExtra": {Pending: &sdk.Waitpoint{ID: "x"}, ExtraWaitpoints: []string{""}},
 					"PendingNoID":     {Pending: &sdk.Waitpoint{}},
 					"TooManyExtra":    {ExtraWaitpoints: make([]string, sdk.MaxExtraWaitpoints+1)},
+					"KeyTwice":        {WaitpointKey: "a", ExtraWaitpoints: []string{"b", "a"}},
 				} {
 					if _, err := b.l.Suspend(b.ctx, spec); !errors.Is(err, sdk.ErrInvalidInput) {
 						t.Errorf("%s: %v", name, err)
