@@ -59,7 +59,10 @@ func TestWaitForChildrenBackends(t *testing.T) {
 			mux := sdk.NewMux()
 			mux.Handle("parent", func(ctx context.Context, job *sdk.Job) error {
 				if job.AttemptType != "initial" {
-					for _, ch := range children {
+					mu.Lock()
+					kids := slices.Clone(children)
+					mu.Unlock()
+					for _, ch := range kids {
 						if st := state(ch); st.PublicState != model.PublicCompleted {
 							t.Errorf("parent resumed while child %s is %s", ch, st.PublicState)
 						}
@@ -67,16 +70,21 @@ func TestWaitForChildrenBackends(t *testing.T) {
 					note(fmt.Sprintf("parent again (%s, attempt %d)", job.AttemptType, job.Attempt))
 					return nil
 				}
+				// Noted first: a child may run as soon as it is added.
+				note("parent fans out")
 				fl := c.Flow(job.FlowID())
+				var kids []model.ExecutionID
 				for range 2 {
 					ch, err := fl.Add(ctx, sdk.ExecutionSpec{Lane: "fan", Kind: "child"})
 					if err != nil {
 						return err
 					}
-					children = append(children, ch)
+					kids = append(kids, ch)
 				}
-				note("parent fans out")
-				return job.WaitForChildren(ctx, children...)
+				mu.Lock()
+				children = kids
+				mu.Unlock()
+				return job.WaitForChildren(ctx, kids...)
 			})
 			mux.Handle("child", func(ctx context.Context, job *sdk.Job) error {
 				note("child")
