@@ -89,7 +89,7 @@ type CreateExecutionResult struct {
 }
 
 // CreateExecution inserts the ff_exec_core row (idempotent on the id) and
-// registers the lane, in one transaction.
+// registers the lane, in one statement (one round trip).
 //
 // Unlike upstream, whose create writes lifecycle_phase "submitted" that no
 // code ever promotes (spec §9 item 1), the row is created "runnable" as on
@@ -145,26 +145,25 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 		caps = []string{}
 	}
 	res := &CreateExecutionResult{PublicState: public}
-	err = c.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, required_capabilities, attempt_index,
-                          lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state,
-                          priority, created_at_ms, deadline_at_ms, payload, policy, raw_fields)
-VALUES ($1, $2, $3, $4, $5, 0, 'runnable', 'unowned', $6, $7, 'pending', $8, $9, $10, $11, $12::jsonb, $13)
-ON CONFLICT (partition_key, execution_id) DO NOTHING`,
-			k.part, [16]byte(k.uuid), flow, p.LaneID, caps, eligibility, public,
-			p.Priority, now, deadline, p.Payload, policy, raw)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			res.Duplicate = true
-			return nil
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO ff_lane_registry (lane_id, registered_at_ms, registered_by)
-VALUES ($1, $2, 'create_execution') ON CONFLICT (lane_id) DO NOTHING`, p.LaneID, now)
-		return err
-	})
+	// One statement (one round trip, its own transaction): the row and,
+	// when it is new, the lane's registration.
+	var inserted int64
+	err = notMigrated(c.pool.QueryRow(ctx, `
+WITH ins AS (
+  INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, required_capabilities, attempt_index,
+                            lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state,
+                            priority, created_at_ms, deadline_at_ms, payload, policy, raw_fields)
+  VALUES ($1, $2, $3, $4, $5, 0, 'runnable', 'unowned', $6, $7, 'pending', $8, $9, $10, $11, $12::jsonb, $13)
+  ON CONFLICT (partition_key, execution_id) DO NOTHING
+  RETURNING lane_id),
+lane AS (
+  INSERT INTO ff_lane_registry (lane_id, registered_at_ms, registered_by)
+  SELECT lane_id, $9, 'create_execution' FROM ins
+  ON CONFLICT (lane_id) DO NOTHING)
+SELECT count(*) FROM ins`,
+		k.part, [16]byte(k.uuid), flow, p.LaneID, caps, eligibility, public,
+		p.Priority, now, deadline, p.Payload, policy, raw).Scan(&inserted))
+	res.Duplicate = err == nil && inserted == 0
 	if err != nil {
 		return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, err)
 	}
@@ -245,7 +244,7 @@ func (c *Client) ClaimExecution(ctx context.Context, p *ClaimExecutionParams) (*
 		if !subset(caps, p.Capabilities) {
 			return CodeCapabilityMismatch
 		}
-		res, err = c.grantLease(ctx, tx, k, idx, attemptState, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs)
+		res, err = c.grantLease(ctx, tx, sqlGrantByID, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, k.part, [16]byte(k.uuid))
 		return err
 	})
 	if err != nil {
@@ -317,27 +316,28 @@ func (c *Client) ClaimForWorker(ctx context.Context, p *ClaimForWorkerParams) (*
 }
 
 func (c *Client) claimPass(ctx context.Context, p *ClaimForWorkerParams, parts []int16, caps []string) (*ClaimResult, error) {
+	if len(parts) == 1 {
+		// One partition: one statement, its own transaction.
+		res, err := c.grantLease(ctx, c.pool, sqlGrantNext, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, parts[0], p.LaneID, caps)
+		return res, notMigrated(err)
+	}
+	// Several partitions: the row is picked and locked first, then claimed
+	// by id, so that the claim's writes name their partition (a statement
+	// that joins the pick to the partitioned tables would plan all 256
+	// children of each).
 	var res *ClaimResult
 	err := c.inTx(ctx, func(tx pgx.Tx) error {
-		var k execKey
-		var uuid [16]byte
-		var idx int
-		var attemptState string
 		// One text per partition shape, so the planner prunes partitions
 		// (a "$1 IS NULL OR partition_key = ANY($1)" predicate would make it
 		// probe all 256 children on every claim).
-		var where string
-		var pk any
-		switch len(parts) {
-		case 0:
-			where, pk = "$1::smallint IS NULL", nil
-		case 1:
-			where, pk = "partition_key = $1::smallint", parts[0]
-		default:
+		where, pk := "$1::smallint IS NULL", any(nil)
+		if len(parts) > 0 {
 			where, pk = "partition_key = ANY($1::smallint[])", parts
 		}
+		var part int16
+		var uuid [16]byte
 		err := tx.QueryRow(ctx, `
-SELECT partition_key, execution_id, attempt_index, attempt_state
+SELECT partition_key, execution_id
   FROM ff_exec_core
  WHERE `+where+`
    AND lane_id = $2
@@ -346,56 +346,116 @@ SELECT partition_key, execution_id, attempt_index, attempt_state
    AND required_capabilities <@ $3::text[]
  ORDER BY priority DESC, created_at_ms ASC
  LIMIT 1
- FOR UPDATE SKIP LOCKED`, pk, p.LaneID, caps).Scan(&k.part, &uuid, &idx, &attemptState)
+ FOR UPDATE SKIP LOCKED`, pk, p.LaneID, caps).Scan(&part, &uuid)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return CodeNoEligibleExecution
 		}
 		if err != nil {
 			return err
 		}
-		k.uuid = uuid
-		res, err = c.grantLease(ctx, tx, k, idx, attemptState, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs)
+		res, err = c.grantLease(ctx, tx, sqlGrantByID, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, part, uuid)
 		return err
 	})
 	return res, err
 }
 
-// grantLease writes the attempt and lease of a claim on a locked,
-// eligible exec_core row.
-func (c *Client) grantLease(ctx context.Context, tx pgx.Tx, k execKey, idx int, attemptState, worker, instance string, ttl int64) (*ClaimResult, error) {
+// Claim statements: grantSQL around the row that is claimed, on
+// partition $5.
+var (
+	// sqlGrantByID claims execution $6, which the caller's transaction
+	// locked.
+	sqlGrantByID = grantSQL(`
+  SELECT partition_key, execution_id, attempt_index, attempt_state
+    FROM ff_exec_core WHERE partition_key = $5::smallint AND execution_id = $6`)
+	// sqlGrantNext claims the best eligible execution of lane $6 whose
+	// required capabilities $7 covers (highest priority, then oldest),
+	// skipping rows other claimers hold.
+	sqlGrantNext = grantSQL(`
+  SELECT partition_key, execution_id, attempt_index, attempt_state
+    FROM ff_exec_core
+   WHERE partition_key = $5::smallint
+     AND lane_id = $6
+     AND lifecycle_phase = 'runnable'
+     AND eligibility_state = 'eligible_now'
+     AND required_capabilities <@ $7::text[]
+   ORDER BY priority DESC, created_at_ms ASC
+   LIMIT 1
+   FOR UPDATE SKIP LOCKED`)
+)
+
+// grantSQL is one statement that claims the row cand selects on
+// partition $5 (and locks, or that is already locked), with worker $1,
+// instance $2, lease expiry $3 and now $4. The writes repeat the
+// partition as a constant so that planning prunes to its children:
+//
+//	ff_attempt: upsert (partition, execution, attempt_index): new row lease_epoch 1,
+//	  existing row lease_epoch+1 and outcome NULL; worker ids, lease_expires_at_ms,
+//	  started_at_ms = now
+//	ff_exec_core: active / leased / not_applicable / running / running_attempt,
+//	  started_at_ms = COALESCE(started_at_ms, now), raw_fields.total_attempt_count+1
+//	ff_lease_event: acquired (namespace, instance_tag from raw_fields)
+//
+// It returns the claimed row's execution, attempt, epoch and job fields;
+// no row when cand found none.
+func grantSQL(cand string) string {
+	return `
+WITH cand AS (` + cand + `),
+att AS (
+  INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+                          lease_epoch, lease_expires_at_ms, started_at_ms)
+  SELECT partition_key, execution_id, attempt_index, $1, $2, 1, $3, $4 FROM cand
+  ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
+     SET worker_id = EXCLUDED.worker_id, worker_instance_id = EXCLUDED.worker_instance_id,
+         lease_epoch = ff_attempt.lease_epoch + 1, lease_expires_at_ms = EXCLUDED.lease_expires_at_ms,
+         started_at_ms = EXCLUDED.started_at_ms, outcome = NULL
+  RETURNING partition_key, execution_id, lease_epoch),
+core AS (
+  UPDATE ff_exec_core e
+     SET lifecycle_phase = 'active', ownership_state = 'leased', eligibility_state = 'not_applicable',
+         public_state = 'running', attempt_state = 'running_attempt', blocking_reason = NULL,
+         started_at_ms = COALESCE(e.started_at_ms, $4),
+         raw_fields = e.raw_fields || jsonb_build_object(
+             'last_mutation_at', $4::bigint::text,
+             'current_worker_instance_id', $2::text,
+             'total_attempt_count', (COALESCE((e.raw_fields->>'total_attempt_count')::bigint, 0) + 1)::text)
+    FROM cand
+   WHERE e.partition_key = $5::smallint AND e.partition_key = cand.partition_key AND e.execution_id = cand.execution_id
+  RETURNING e.partition_key, e.execution_id, e.lane_id, e.raw_fields, e.payload, e.flow_id),
+ev AS (
+  INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
+  SELECT execution_id::text, NULL, 'acquired', $4, partition_key::int, raw_fields->>'namespace',
+         raw_fields->'tags'->>'cairn.instance_id'
+    FROM core)
+SELECT core.partition_key, core.execution_id, cand.attempt_index, cand.attempt_state, att.lease_epoch, core.lane_id,
+       COALESCE(core.raw_fields->>'execution_kind', ''), COALESCE(core.raw_fields->>'namespace', ''), core.payload,
+       COALESCE(core.flow_id::text, '')
+  FROM core
+  JOIN cand ON cand.partition_key = core.partition_key AND cand.execution_id = core.execution_id
+  JOIN att ON att.partition_key = core.partition_key AND att.execution_id = core.execution_id`
+}
+
+// grantLease runs a grantSQL statement on q (the pool: the statement is
+// its own transaction; or the transaction that locked the row) and
+// returns the lease it granted; CodeNoEligibleExecution when it claimed
+// nothing.
+func (c *Client) grantLease(ctx context.Context, q Querier, stmt, worker, instance string, ttl int64, cand ...any) (*ClaimResult, error) {
 	now := c.nowMs()
 	expires := now + ttl
+	var k execKey
+	var uuid [16]byte
+	var idx int
+	var attemptState, lane, kind, ns, flow string
 	var epoch int64
-	if err := tx.QueryRow(ctx, `
-INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
-                        lease_epoch, lease_expires_at_ms, started_at_ms)
-VALUES ($1, $2, $3, $4, $5, 1, $6, $7)
-ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
-   SET worker_id = EXCLUDED.worker_id, worker_instance_id = EXCLUDED.worker_instance_id,
-       lease_epoch = ff_attempt.lease_epoch + 1, lease_expires_at_ms = EXCLUDED.lease_expires_at_ms,
-       started_at_ms = EXCLUDED.started_at_ms, outcome = NULL
-RETURNING lease_epoch`, k.part, [16]byte(k.uuid), idx, worker, instance, expires, now).Scan(&epoch); err != nil {
-		return nil, err
-	}
-	var lane, kind, ns, flow string
 	var payload []byte
-	if err := tx.QueryRow(ctx, `
-UPDATE ff_exec_core
-   SET lifecycle_phase = 'active', ownership_state = 'leased', eligibility_state = 'not_applicable',
-       public_state = 'running', attempt_state = 'running_attempt', blocking_reason = NULL,
-       started_at_ms = COALESCE(started_at_ms, $3),
-       raw_fields = raw_fields || jsonb_build_object(
-           'last_mutation_at', $3::bigint::text,
-           'current_worker_instance_id', $4::text,
-           'total_attempt_count', (COALESCE((raw_fields->>'total_attempt_count')::bigint, 0) + 1)::text)
- WHERE partition_key = $1 AND execution_id = $2
-RETURNING lane_id, COALESCE(raw_fields->>'execution_kind', ''), COALESCE(raw_fields->>'namespace', ''), payload,
-          COALESCE(flow_id::text, '')`, k.part, [16]byte(k.uuid), now, instance).Scan(&lane, &kind, &ns, &payload, &flow); err != nil {
+	args := append([]any{worker, instance, expires, now}, cand...)
+	err := q.QueryRow(ctx, stmt, args...).Scan(&k.part, &uuid, &idx, &attemptState, &epoch, &lane, &kind, &ns, &payload, &flow)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, CodeNoEligibleExecution
+	}
+	if err != nil {
 		return nil, err
 	}
-	if err := emitLeaseEvent(ctx, tx, k, LeaseEventAcquired, now); err != nil {
-		return nil, err
-	}
+	k.uuid = uuid
 	typ := "initial"
 	switch {
 	case attemptState == model.AttemptPendingRetry:
@@ -416,6 +476,16 @@ type fencedRow struct {
 	raw    map[string]any
 }
 
+// Fence lock statements: the execution row, then the fenced attempt (the
+// lock order of every fenced operation). checkFence runs them one by one;
+// CompleteExecution sends them in one pipelined batch.
+const (
+	sqlLockCoreFenced = `SELECT lifecycle_phase, attempt_index, policy, raw_fields FROM ff_exec_core
+ WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`
+	sqlLockAttemptFenced = `SELECT lease_epoch, lease_expires_at_ms FROM ff_attempt
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 FOR UPDATE`
+)
+
 // checkFence locks the execution and the fenced attempt and validates the
 // fence: the execution is active on fence.AttemptIndex, the attempt's
 // lease_epoch equals fence.LeaseEpoch and its lease has not expired.
@@ -425,8 +495,7 @@ func (c *Client) checkFence(ctx context.Context, tx pgx.Tx, k execKey, f LeaseFe
 	var phase string
 	var idx int
 	row := &fencedRow{}
-	err := tx.QueryRow(ctx, `SELECT lifecycle_phase, attempt_index, policy, raw_fields FROM ff_exec_core
- WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, k.part, [16]byte(k.uuid)).Scan(&phase, &idx, &row.policy, &row.raw)
+	err := tx.QueryRow(ctx, sqlLockCoreFenced, k.part, [16]byte(k.uuid)).Scan(&phase, &idx, &row.policy, &row.raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, CodeExecutionNotFound
 	}
@@ -435,25 +504,33 @@ func (c *Client) checkFence(ctx context.Context, tx pgx.Tx, k execKey, f LeaseFe
 	}
 	var epoch int64
 	var expires *int64
-	err = tx.QueryRow(ctx, `SELECT lease_epoch, lease_expires_at_ms FROM ff_attempt
- WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 FOR UPDATE`,
-		k.part, [16]byte(k.uuid), f.AttemptIndex).Scan(&epoch, &expires)
+	err = tx.QueryRow(ctx, sqlLockAttemptFenced, k.part, [16]byte(k.uuid), f.AttemptIndex).Scan(&epoch, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: no attempt %d", CodeStaleLease, f.AttemptIndex)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if uint64(epoch) != f.LeaseEpoch || idx != f.AttemptIndex {
-		return nil, fmt.Errorf("%w: attempt %d epoch %d, fence attempt %d epoch %d", CodeStaleLease, idx, epoch, f.AttemptIndex, f.LeaseEpoch)
-	}
-	if phase != model.PhaseActive || expires == nil {
-		return nil, fmt.Errorf("%w: phase %s", CodeExecutionNotActive, phase)
-	}
-	if *expires <= now {
-		return nil, CodeLeaseExpired
+	if err := fenceError(f, phase, idx, epoch, expires, now); err != nil {
+		return nil, err
 	}
 	return row, nil
+}
+
+// fenceError validates fence f against the locked execution (phase,
+// attempt index) and attempt (epoch, lease expiry) rows: nil when the
+// fence holds, else the logical error.
+func fenceError(f LeaseFence, phase string, idx int, epoch int64, expires *int64, now int64) error {
+	if uint64(epoch) != f.LeaseEpoch || idx != f.AttemptIndex {
+		return fmt.Errorf("%w: attempt %d epoch %d, fence attempt %d epoch %d", CodeStaleLease, idx, epoch, f.AttemptIndex, f.LeaseEpoch)
+	}
+	if phase != model.PhaseActive || expires == nil {
+		return fmt.Errorf("%w: phase %s", CodeExecutionNotActive, phase)
+	}
+	if *expires <= now {
+		return CodeLeaseExpired
+	}
+	return nil
 }
 
 // CompleteExecutionParams are the inputs of CompleteExecution (defined
@@ -473,30 +550,92 @@ func (c *Client) CompleteExecution(ctx context.Context, p *CompleteExecutionPara
 	if err != nil {
 		return fmt.Errorf("complete execution %s: %w", p.ExecutionID, err)
 	}
-	err = c.inTx(ctx, func(tx pgx.Tx) error {
-		now := c.nowMs()
-		if _, err := c.checkFence(ctx, tx, k, p.Fence, now); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'success', lease_expires_at_ms = NULL
- WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), p.Fence.AttemptIndex, now); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `
-UPDATE ff_exec_core
-   SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
-       public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $3, result = $4,
-       raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $3::bigint::text, 'terminal_outcome', 'success')
- WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), now, p.Result); err != nil {
-			return err
-		}
-		if _, err := emitCompletion(ctx, tx, k, model.OutcomeSuccess, now, true); err != nil {
-			return err
-		}
-		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
-	})
+	now := c.nowMs()
+	err = c.runFenced(ctx, k, p.Fence, now, sqlCompleteFenced,
+		k.part, [16]byte(k.uuid), p.Fence.AttemptIndex, int64(p.Fence.LeaseEpoch), now, p.Result)
 	if err != nil {
 		return fmt.Errorf("complete execution %s: %w", p.ExecutionID, err)
+	}
+	return nil
+}
+
+// sqlCompleteFenced is CompleteExecution's writes in one statement, applied
+// only while the fence ($3 attempt, $4 epoch, lease unexpired at $5) holds
+// on the rows runFenced locked: the attempt and exec_core updates, the
+// completion event (namespace / instance_tag from raw_fields, as upstream's
+// typed complete) and the revoked lease event. It returns the number of
+// executions completed (0 or 1).
+const sqlCompleteFenced = `
+WITH ok AS (
+  SELECT 1 FROM ff_exec_core c
+    JOIN ff_attempt a ON a.partition_key = c.partition_key AND a.execution_id = c.execution_id
+                     AND a.attempt_index = c.attempt_index
+   WHERE c.partition_key = $1 AND c.execution_id = $2 AND c.attempt_index = $3 AND c.lifecycle_phase = 'active'
+     AND a.lease_epoch = $4 AND a.lease_expires_at_ms > $5),
+att AS (
+  UPDATE ff_attempt SET terminal_at_ms = $5, outcome = 'success', lease_expires_at_ms = NULL
+   WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 AND EXISTS (SELECT 1 FROM ok)),
+core AS (
+  UPDATE ff_exec_core
+     SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
+         public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $5, result = $6,
+         raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $5::bigint::text, 'terminal_outcome', 'success')
+   WHERE partition_key = $1 AND execution_id = $2 AND EXISTS (SELECT 1 FROM ok)
+  RETURNING partition_key, execution_id, flow_id, raw_fields),
+done AS (
+  INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+  SELECT partition_key, execution_id, flow_id, 'success', raw_fields->>'namespace', raw_fields->>'instance_tag', $5
+    FROM core),
+ev AS (
+  INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
+  SELECT execution_id::text, NULL, 'revoked', $5, partition_key::int, raw_fields->>'namespace',
+         raw_fields->'tags'->>'cairn.instance_id'
+    FROM core)
+SELECT count(*) FROM core`
+
+// runFenced runs a fenced operation in one round trip: the two fence
+// locks (sqlLockCoreFenced, sqlLockAttemptFenced) and stmt, pipelined in
+// one batch, which Postgres runs as one implicit transaction. stmt must
+// recheck the fence itself (it runs whatever the locks returned) and
+// return one count of what it changed; the fence is validated from the
+// locked rows afterwards (fenceError), so a refused fence reports the
+// same error as checkFence and stmt has changed nothing.
+func (c *Client) runFenced(ctx context.Context, k execKey, f LeaseFence, now int64, stmt string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(sqlLockCoreFenced, k.part, [16]byte(k.uuid))
+	b.Queue(sqlLockAttemptFenced, k.part, [16]byte(k.uuid), f.AttemptIndex)
+	b.Queue(stmt, args...)
+	br := c.pool.SendBatch(ctx, b)
+	var phase string
+	var idx int
+	var policy []byte
+	var raw map[string]any
+	coreErr := br.QueryRow().Scan(&phase, &idx, &policy, &raw)
+	var epoch int64
+	var expires *int64
+	attErr := br.QueryRow().Scan(&epoch, &expires)
+	var changed int64
+	stmtErr := br.QueryRow().Scan(&changed)
+	if err := br.Close(); err != nil {
+		return notMigrated(err)
+	}
+	switch {
+	case errors.Is(coreErr, pgx.ErrNoRows):
+		return CodeExecutionNotFound
+	case coreErr != nil:
+		return notMigrated(coreErr)
+	case errors.Is(attErr, pgx.ErrNoRows):
+		return fmt.Errorf("%w: no attempt %d", CodeStaleLease, f.AttemptIndex)
+	case attErr != nil:
+		return notMigrated(attErr)
+	case stmtErr != nil:
+		return notMigrated(stmtErr)
+	}
+	if err := fenceError(f, phase, idx, epoch, expires, now); err != nil {
+		return err
+	}
+	if changed == 0 {
+		return fmt.Errorf("%w: fence held but nothing changed", CodeExecutionNotActive)
 	}
 	return nil
 }

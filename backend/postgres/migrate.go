@@ -195,6 +195,32 @@ func notMigrated(err error) error {
 	return fmt.Errorf("%w: %w; run `fabric migrate --postgres-url URL` (or postgres.Migrate)", ErrNotMigrated, err)
 }
 
+// ExtraIndex is an index of fabric's own beside FlowFabric's schema.
+type ExtraIndex struct {
+	// Name is the index name (on the partitioned parent).
+	Name string
+	// SQL creates it: CREATE INDEX IF NOT EXISTS.
+	SQL string
+}
+
+// ExtraIndexes are fabric's access paths beyond FlowFabric's schema:
+// indexes only, no table or column, so the data model stays upstream's.
+// Migrate creates them (IF NOT EXISTS) once the migrations are applied and
+// records them in no ledger, so FlowFabric sharing the database still
+// finds only its own versions there. A database that FlowFabric migrated
+// lacks them; every query works without them, only slower.
+var ExtraIndexes = []ExtraIndex{{
+	// The claim's order (ClaimForWorker: a lane's eligible executions by
+	// priority, then age) as an index: without it a claim reads and sorts
+	// every runnable row of the lane (2 ms at a backlog of 2,000, measured);
+	// with it the first eligible entry. Partial, so only the transitions
+	// into runnable/eligible_now write it.
+	Name: "fabric_exec_core_claim_idx",
+	SQL: `CREATE INDEX IF NOT EXISTS fabric_exec_core_claim_idx
+    ON ff_exec_core (partition_key, lane_id, priority DESC, created_at_ms)
+ WHERE lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'`,
+}}
+
 // MigrateConfig configures Migrate.
 type MigrateConfig struct {
 	// Progress receives one line per step; nil discards.
@@ -352,6 +378,14 @@ func MigrateConn(ctx context.Context, conn *pgx.Conn, cfg MigrateConfig) (*Migra
 	}
 	if err := conn.QueryRow(ctx, "SELECT COALESCE(MAX(version), 0) FROM "+LedgerTable+" WHERE success").Scan(&res.Version); err != nil {
 		return res, fmt.Errorf("postgres: migrate: read version: %w", err)
+	}
+	if cfg.Target == 0 || cfg.Target >= LatestVersion() {
+		for _, x := range ExtraIndexes {
+			if _, err := conn.Exec(ctx, x.SQL); err != nil {
+				return res, fmt.Errorf("postgres: migrate: index %s: %w", x.Name, describePgError(err))
+			}
+			fmt.Fprintf(out, "%s: present\n", x.Name)
+		}
 	}
 	fmt.Fprintf(out, "schema at version %d (%d applied, %d already present)\n", res.Version, len(res.Applied), res.Skipped)
 	return res, nil
