@@ -21,6 +21,13 @@ const LibraryName = "flowfabric"
 // Version is what ff_version returns; it is FlowFabric's library version 34.
 const Version = "34"
 
+// BuildMarker is the line fabric writes after the shebang of the library
+// it loads. A server whose flowfabric library answers this Version but
+// whose code differs is reloaded only when its code carries this line (an
+// older fabric body); FlowFabric's own library of the same version is left
+// as it is.
+const BuildMarker = "-- built by fabric from lua/*.lua"
+
 // Files lists the family files in load order. helpers.lua defines the
 // library-local helpers every later file uses.
 var Files = []string{
@@ -36,13 +43,13 @@ var (
 	source     string
 )
 
-// Source returns the assembled library: the shebang line, then each family
+// Source returns the assembled library: the shebang line, BuildMarker, then each family
 // file present in Files order, each behind a `-- source: lua/<file>` line.
 // The result is deterministic and is exactly what the loader sends.
 func Source() string {
 	sourceOnce.Do(func() {
 		var b strings.Builder
-		b.WriteString("#!lua name=" + LibraryName + "\n")
+		b.WriteString("#!lua name=" + LibraryName + "\n" + BuildMarker + "\n")
 		for _, name := range Files {
 			body, err := files.ReadFile(name)
 			if err != nil {

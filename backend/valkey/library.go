@@ -23,7 +23,8 @@ const (
 
 // EnsureLibrary makes sure the server runs the embedded flowfabric library:
 // it probes ff_version, and loads (or replaces) the library when the probe
-// fails or returns another version. The probe after loading must return the
+// fails or returns another version, or when the server runs an older build
+// of fabric's own body of the same version (staleFabricBody). The probe after loading must return the
 // embedded version; otherwise another process loaded a different version
 // concurrently and an error says so. On a cluster it does this on every
 // primary (a library lives on each shard; replicas get it from theirs) and
@@ -64,7 +65,14 @@ func (c *Client) ensureLibraryOn(ctx context.Context, n Node) (LibraryAction, er
 	action := LibraryLoaded
 	switch {
 	case err == nil && got == libraryVersion:
-		return LibraryUpToDate, nil
+		stale, err := staleFabricBody(ctx, n.Client)
+		if err != nil {
+			return "", err
+		}
+		if !stale {
+			return LibraryUpToDate, nil
+		}
+		action = LibraryReplaced
 	case err == nil:
 		action = LibraryReplaced
 	}
@@ -81,6 +89,36 @@ func (c *Client) ensureLibraryOn(ctx context.Context, n Node) (LibraryAction, er
 	}
 	c.log.Info("flowfabric library loaded", "version", got, "action", string(action), "node", n.Addr)
 	return action, nil
+}
+
+// staleFabricBody reports whether node's flowfabric library is an older
+// build of fabric's own (its code carries lua.BuildMarker and differs from
+// lua.Source()). ff_version is FlowFabric's and stays the same across
+// fabric's changes to function bodies, so the version alone would leave a
+// server on the body it first loaded. A library without the marker
+// (FlowFabric's own) is never replaced for its code.
+func staleFabricBody(ctx context.Context, node vk.Client) (bool, error) {
+	cmd := node.B().FunctionList().Libraryname(lua.LibraryName).Withcode().Build()
+	libs, err := node.Do(ctx, cmd).ToArray()
+	if err != nil {
+		return false, fmt.Errorf("valkey: FUNCTION LIST %s: %w", lua.LibraryName, err)
+	}
+	for _, l := range libs {
+		m, err := l.AsMap()
+		if err != nil {
+			return false, fmt.Errorf("valkey: FUNCTION LIST %s: %w", lua.LibraryName, err)
+		}
+		name, code := m["library_name"], m["library_code"]
+		if n, _ := name.ToString(); n != lua.LibraryName {
+			continue
+		}
+		src, err := code.ToString()
+		if err != nil {
+			return false, fmt.Errorf("valkey: FUNCTION LIST %s: library_code: %w", lua.LibraryName, err)
+		}
+		return src != lua.Source() && strings.Contains(src, "\n"+lua.BuildMarker+"\n"), nil
+	}
+	return false, nil
 }
 
 func probeVersion(ctx context.Context, node vk.Client) (string, error) {

@@ -67,6 +67,60 @@ func TestLibrary(t *testing.T) {
 		})
 	})
 
+	// ff_version stays FlowFabric's 34 whatever fabric changes in its
+	// bodies: a server still running an older fabric body is reloaded, a
+	// library of the same version without fabric's marker (FlowFabric's
+	// own) is left alone.
+	t.Run("ReplacesAnOlderFabricBodyOnly", func(t *testing.T) {
+		t.Parallel()
+		srv := valkeytest.NewServer(t)
+		c := valkeytest.Dial(t, srv.URL(), 0)
+		ctx := valkeytest.Context(t, 30*time.Second)
+		raw := c.Raw()
+		load := func(code string) {
+			t.Helper()
+			if err := raw.Do(ctx, raw.B().FunctionLoad().Replace().FunctionCode(code).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		code := func() string {
+			t.Helper()
+			libs, err := raw.Do(ctx, raw.B().FunctionList().Libraryname(lua.LibraryName).Withcode().Build()).ToArray()
+			if err != nil || len(libs) != 1 {
+				t.Fatalf("FUNCTION LIST: %d libraries, %v", len(libs), err)
+			}
+			m, err := libs[0].AsMap()
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := m["library_code"]
+			s, err := src.ToString()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		if _, err := c.EnsureLibrary(ctx); err != nil {
+			t.Fatal(err)
+		}
+		older := strings.Replace(lua.Source(), "-- source: lua/helpers.lua\n", "-- source: lua/helpers.lua\n-- an older body\n", 1)
+		load(older)
+		if act, err := c.EnsureLibrary(ctx); err != nil || act != valkey.LibraryReplaced {
+			t.Fatalf("EnsureLibrary over an older fabric body = %s, %v; want replaced", act, err)
+		}
+		if code() != lua.Source() {
+			t.Fatal("the older fabric body is still loaded")
+		}
+		foreign := strings.Replace(older, lua.BuildMarker+"\n", "", 1)
+		load(foreign)
+		if act, err := c.EnsureLibrary(ctx); err != nil || act != valkey.LibraryUpToDate {
+			t.Fatalf("EnsureLibrary over a library without fabric's marker = %s, %v; want up to date", act, err)
+		}
+		if code() != foreign {
+			t.Fatal("a library without fabric's marker was replaced")
+		}
+	})
+
 	t.Run("PartitionConfigMismatchIsRefused", func(t *testing.T) {
 		t.Parallel()
 		c := valkeytest.Client(t)
