@@ -365,7 +365,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 				return nil, err
 			}
 			if !lc.interpret {
-				markWazeroEntry(lc.cacheDir, b, time.Now())
+				markWazeroEntry(lc.cacheDir, b, ierr != nil, time.Now())
 			}
 			if lc.interpret {
 				return cm, nil // no machine code: the runtime's own engine holds it all
