@@ -149,14 +149,14 @@ func TestCacheUseMarked(t *testing.T) {
 	}
 	compile() // a fresh engine: read from the file
 	now := time.Now()
-	marked := markWazeroEntry(dir, compactData(tinyWasm), now)
+	marked := markWazeroEntry(dir, compactData(tinyWasm), true, now)
 	if !slices.Equal(marked, entries) {
 		t.Fatalf("marked %v, want the module's entry %v (wazero's entry name changed?)", marked, entries)
 	}
 	if st, err := os.Stat(entries[0]); err != nil || st.ModTime().Before(now.Add(-time.Second)) {
 		t.Fatalf("entry not marked used: %v %v", st.ModTime(), err)
 	}
-	if got := markWazeroEntry(dir, append(slices.Clone(tinyWasm), 0x00, 0x04, 'n', 'a', 'm', 'e'), now); got != nil {
+	if got := markWazeroEntry(dir, append(slices.Clone(tinyWasm), 0x00, 0x04, 'n', 'a', 'm', 'e'), true, now); got != nil {
 		t.Fatalf("another module marked %v", got)
 	}
 	// With a stale entry beside it and no room, pruning keeps the marked one.

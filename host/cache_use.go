@@ -83,7 +83,8 @@ func cacheHoldsModule(cacheDir string, b []byte) bool {
 // holdsIn reports whether wazero's version directory dir holds the entry
 // of the plugin file b.
 func holdsIn(dir string, b []byte) bool {
-	id := wazeroModuleID(compactData(b))
+	w, ensure := compiledForm(b)
+	id := wazeroModuleID(w, ensure)
 	for _, raw := range cpuRaws() {
 		if _, err := os.Stat(filepath.Join(dir, wazeroEntryName(id, raw))); err == nil {
 			wazeroCPURaw.Store(int64(raw))
@@ -93,13 +94,28 @@ func holdsIn(dir string, b []byte) bool {
 	return false
 }
 
+// compiledForm is what compileModule compiles of the plugin file b (its
+// data merged, its loops instrumented) and whether wazero's own
+// termination checks are on (a module instrumentLoops cannot rewrite).
+func compiledForm(b []byte) ([]byte, bool) {
+	w := compactData(b)
+	if iw, err := instrumentLoops(w); err == nil {
+		return iw, false
+	}
+	return w, true
+}
+
 // wazeroModuleID is wasm.Module.AssignModuleID's ID of wasm compiled as
 // compileModule does: sha256 of the binary, then the ensure-termination
-// flag (set), no function listeners.
-func wazeroModuleID(wasm []byte) []byte {
+// flag, no function listeners.
+func wazeroModuleID(wasm []byte, ensureTermination bool) []byte {
 	h := sha256.New()
 	h.Write(wasm)
-	h.Write([]byte{1})
+	if ensureTermination {
+		h.Write([]byte{1})
+	} else {
+		h.Write([]byte{0})
+	}
 	return h.Sum(nil)
 }
 
@@ -131,10 +147,11 @@ func cpuRaws() []uint64 {
 }
 
 // markWazeroEntry marks wazero's compilation cache entry of the module
-// wasm (compiled with termination checks and no listeners, as
-// compileModule does) as used now, in every wazero-* version directory
-// of cacheDir that holds it. It returns the entries marked.
-func markWazeroEntry(cacheDir string, wasm []byte, now time.Time) []string {
+// wasm (compiled with wazero's termination checks when ensureTermination,
+// no listeners, as compileModule does) as used now, in every wazero-*
+// version directory of cacheDir that holds it. It returns the entries
+// marked.
+func markWazeroEntry(cacheDir string, wasm []byte, ensureTermination bool, now time.Time) []string {
 	if cacheDir == "" {
 		return nil
 	}
@@ -142,7 +159,7 @@ func markWazeroEntry(cacheDir string, wasm []byte, now time.Time) []string {
 	if len(dirs) == 0 {
 		return nil
 	}
-	id := wazeroModuleID(wasm)
+	id := wazeroModuleID(wasm, ensureTermination)
 	for _, raw := range cpuRaws() {
 		var marked []string
 		for _, d := range dirs {

@@ -148,6 +148,11 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 	if f == nil {
 		return nil, fmt.Errorf("%w: %s is not exported", ErrTrap, export)
 	}
+	if err := ctx.Err(); err != nil {
+		// Done before it started: the loops' checks would see it only
+		// after thousands of iterations.
+		return nil, m.callFailed(ctx, inst, export, err)
+	}
 	res, err := f.Call(cctx)
 	if exit, ok := err.(*sys.ExitError); ok && exit.ExitCode() == 0 {
 		err = nil

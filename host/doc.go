@@ -69,10 +69,11 @@
 //
 // # Notes
 //
-//   - A timed-out instance is closed by wazero (CloseOnContextDone); the
-//     pool discards any instance whose call failed or whose output was
-//     bad and makes a fresh one. Each linear memory is its own mapping of
-//     the cap (memory.go), unmapped when the instance is discarded.
+//   - A timed-out call is trapped by the checks the host adds to the
+//     plugin's loops (instrumentLoops, interrupt.go); the pool discards
+//     any instance whose call failed or whose output was bad and makes a
+//     fresh one. Each linear memory is its own mapping of the cap
+//     (memory.go), unmapped when the instance is discarded.
 //   - Host functions honour the call's context: they cannot be interrupted
 //     by the wasm timeout, so the backend call itself carries the deadline.
 //   - Every time the host schedules by or records (cadence, deadlines,

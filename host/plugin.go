@@ -313,14 +313,25 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 }
 
 func compileModule(ctx context.Context, b []byte, digest string, pages uint32, lc loaderConfig) (*Module, error) {
-	// CloseOnContextDone makes a call stoppable at its deadline (wazero
-	// compiles termination checks into loops and function entries); the
-	// memory cap bounds the plugin's linear memory.
+	// A call is stoppable at its deadline by the checks instrumentLoops
+	// adds to the plugin's loops; a module it cannot rewrite, or one run
+	// by the interpreter, runs with wazero's own (CloseOnContextDone: in
+	// compiled code an exit to Go at every loop back-edge). The memory cap
+	// bounds the plugin's linear memory.
+	ierr := errCannotInstrument
+	if !lc.interpret {
+		var instrumented []byte
+		if instrumented, ierr = instrumentLoops(b); ierr == nil {
+			b = instrumented
+		} else if lc.log != nil {
+			lc.log.Debug("plugin loops not instrumented: calls use wazero's termination checks", "error", ierr)
+		}
+	}
 	rc := wazero.NewRuntimeConfig()
 	if lc.interpret {
 		rc = wazero.NewRuntimeConfigInterpreter()
 	}
-	rc = rc.WithCloseOnContextDone(true)
+	rc = rc.WithCloseOnContextDone(ierr != nil)
 	if pages > 0 {
 		rc = rc.WithMemoryLimitPages(pages)
 	}
@@ -336,6 +347,11 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 		if err := env.Instantiate(ctx, rt); err != nil {
 			return nil, err
 		}
+		if ierr == nil {
+			if err := instantiateInterrupt(ctx, rt); err != nil {
+				return nil, fmt.Errorf("%s: %w", interruptModule, err)
+			}
+		}
 		hb := rt.NewHostModuleBuilder(abi.Namespace)
 		for _, f := range lc.fns {
 			hb.NewFunctionBuilder().WithGoModuleFunction(f.Fn, f.Params, f.Results).Export(f.Name)
@@ -349,7 +365,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 				return nil, err
 			}
 			if !lc.interpret {
-				markWazeroEntry(lc.cacheDir, b, time.Now())
+				markWazeroEntry(lc.cacheDir, b, ierr != nil, time.Now())
 			}
 			if lc.interpret {
 				return cm, nil // no machine code: the runtime's own engine holds it all
