@@ -2,11 +2,10 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/host/hostfn"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -29,32 +28,11 @@ func (s oneDueStore) ZRangeByScore(context.Context, abi.ZRangeRequest) (abi.Memb
 // BenchmarkScanEmpty.
 func BenchmarkDelayedPromoterActing(b *testing.B) {
 	id := string(model.NewExecutionID(model.Partition{Family: model.FamilyFlow}, model.NewUUID()))
-	lc := benchLoader(b, benchCache(b))
-	lc.fns = hostfn.Functions(hostfn.Config{Store: oneDueStore{id: id}, Now: func(context.Context) (int64, error) { return 1_000_000, nil }})
-	m, err := loadModule(context.Background(), benchFixture(b, "delayed_promoter"), lc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close(context.Background()) })
-	man := m.Manifest()
-	caller := &hostfn.Caller{Plugin: man.Name, Version: man.Version, Caps: &man.Capabilities, Tag: "{fp:0}", Stats: &hostfn.Stats{}, Logger: benchLogger()}
-	in := scanInput(50)
-	ctx := context.Background()
-	cpu := processCPU()
-	for b.Loop() {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		out, err := m.call(cctx, abi.ExportScan, in, caller, nil)
-		cancel()
-		var res abi.ScanResult
-		if err == nil {
-			err = res.UnmarshalBinary(out)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
+	m, caller := benchModuleOn(b, "delayed_promoter", oneDueStore{id: id}, "{fp:0}")
+	benchCallChecked(b, m, caller, abi.ExportScan, scanInput(50), func(res abi.ScanResult) error {
 		if res.Acted != 1 {
-			b.Fatalf("scan acted on %d, want 1", res.Acted)
+			return fmt.Errorf("scan acted on %d, want 1", res.Acted)
 		}
-	}
-	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+		return nil
+	})
 }

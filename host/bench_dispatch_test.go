@@ -2,11 +2,10 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/host/hostfn"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -47,34 +46,14 @@ func BenchmarkDependencyDispatch(b *testing.B) {
 	member := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: 3}, model.NewUUID())
 	child := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: 7}, model.NewUUID())
 	store := oneEdgeStore{edge: model.NewUUID().String(), child: string(child)}
-	lc := benchLoader(b, benchCache(b))
-	lc.fns = hostfn.Functions(hostfn.Config{Store: store, Now: func(context.Context) (int64, error) { return 1_000_000, nil }})
-	m, err := loadModule(context.Background(), benchFixture(b, "dependency"), lc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close(context.Background()) })
-	man := m.Manifest()
-	caller := &hostfn.Caller{Plugin: man.Name, Version: man.Version, Caps: &man.Capabilities, Stats: &hostfn.Stats{}, Logger: benchLogger()}
+	m, caller := benchModuleOn(b, "dependency", store, "")
 	req := abi.DispatchRequest{Batch: 1, DeadlineMs: 5000, Partitions: parts,
 		Completions: []abi.Completion{{ExecutionID: string(member), FlowID: flow.String(), Outcome: "success"}}}
 	in, _ := req.MarshalBinary()
-	ctx := context.Background()
-	cpu := processCPU()
-	for b.Loop() {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		out, err := m.call(cctx, abi.ExportDispatch, in, caller, nil)
-		cancel()
-		var res abi.ScanResult
-		if err == nil {
-			err = res.UnmarshalBinary(out)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
+	benchCallChecked(b, m, caller, abi.ExportDispatch, in, func(res abi.ScanResult) error {
 		if res.Acted != 1 || res.Errors != 0 {
-			b.Fatalf("dispatch acted on %d with %d errors, want 1 and 0", res.Acted, res.Errors)
+			return fmt.Errorf("dispatch acted on %d with %d errors, want 1 and 0", res.Acted, res.Errors)
 		}
-	}
-	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+		return nil
+	})
 }

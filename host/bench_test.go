@@ -85,13 +85,25 @@ func benchCache(b testing.TB) wazero.CompilationCache {
 
 func benchModule(b *testing.B, name string) (*Module, *hostfn.Caller) {
 	b.Helper()
-	m, err := loadModule(context.Background(), benchFixture(b, name), benchLoader(b, benchCache(b)))
+	return benchModuleOn(b, name, nil, "{fp:0}")
+}
+
+// benchModuleOn loads fixture name with its host functions over store
+// (nil: benchLoader's emptyStore) at the server time 1,000,000 ms, and a
+// caller on partition tag ("" for none).
+func benchModuleOn(b *testing.B, name string, store hostfn.Store, tag string) (*Module, *hostfn.Caller) {
+	b.Helper()
+	lc := benchLoader(b, benchCache(b))
+	if store != nil {
+		lc.fns = hostfn.Functions(hostfn.Config{Store: store, Now: func(context.Context) (int64, error) { return 1_000_000, nil }})
+	}
+	m, err := loadModule(context.Background(), benchFixture(b, name), lc)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { m.Close(context.Background()) })
 	man := m.Manifest()
-	caller := &hostfn.Caller{Plugin: man.Name, Version: man.Version, Caps: &man.Capabilities, Tag: "{fp:0}", Stats: &hostfn.Stats{}, Logger: benchLogger()}
+	caller := &hostfn.Caller{Plugin: man.Name, Version: man.Version, Caps: &man.Capabilities, Tag: tag, Stats: &hostfn.Stats{}, Logger: benchLogger()}
 	return m, caller
 }
 
@@ -103,14 +115,28 @@ func scanInput(batch uint32) []byte {
 
 func benchCall(b *testing.B, m *Module, caller *hostfn.Caller, export string, in []byte) {
 	b.Helper()
+	benchCallChecked(b, m, caller, export, in, nil)
+}
+
+// benchCallChecked is benchCall that decodes every call's ScanResult and
+// fails on check's error (check nil: the output is not decoded).
+func benchCallChecked(b *testing.B, m *Module, caller *hostfn.Caller, export string, in []byte, check func(abi.ScanResult) error) {
+	b.Helper()
 	ctx := context.Background()
 	cpu := processCPU()
 	for b.Loop() {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if _, err := m.call(cctx, export, in, caller, nil); err != nil {
+		out, err := m.call(cctx, export, in, caller, nil)
+		cancel()
+		if err == nil && check != nil {
+			var res abi.ScanResult
+			if err = res.UnmarshalBinary(out); err == nil {
+				err = check(res)
+			}
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
-		cancel()
 	}
 	// CPU time is steadier than ns/op on a shared machine; it includes
 	// the GC's background work the calls caused.
