@@ -472,6 +472,9 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	mem := &instanceMemory{}
 	cfg := wazero.NewModuleConfig().WithStderr(tail).WithStdout(tail).WithStartFunctions().
 		WithName(fmt.Sprintf("main_%d", m.seq.Add(1)))
+	if m.rt == nil {
+		return nil, fmt.Errorf("%w: instantiate: %s is not loaded (status only)", ErrTrap, m.manifest.Name)
+	}
 	mod, err := m.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.main, cfg)
 	if err != nil {
 		mem.free()
@@ -480,6 +483,21 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	k := env.NewKernel(uint64(m.memoryBytes()))
 	k.Config = m.manifest.Config
 	return &instance{mod: mod, kernel: k, exports: map[string]api.Function{}, mem: mem, stderr: tail}, nil
+}
+
+// statusOnly returns a closed copy of m holding what status shows (file,
+// digest, manifests, grant, limits, signature, compile time) and none of
+// its wazero state. A plugin that never runs (one for the other backend)
+// keeps this copy, so that its decoded module (data segments, names, the
+// interpreter's function bodies: ~2 MiB a Go plugin) is released with its
+// runtime. m itself is still to be closed.
+func (m *Module) statusOnly() *Module {
+	s := &Module{path: m.path, sha256: m.sha256, size: m.size, shape: m.shape, declared: m.declared,
+		manifest: m.manifest, grant: m.grant, limits: m.limits, sig: m.sig, compile: m.compile,
+		fns: m.fns, poolSize: m.poolSize, recycle: m.recycle, maxOut: m.maxOut, recycleBytes: m.recycleBytes,
+		pages: m.pages, poolBytes: m.poolBytes, closed: true, drained: make(chan struct{})}
+	close(s.drained)
+	return s
 }
 
 // acquire marks a call in flight; false once the module is retired.

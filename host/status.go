@@ -136,27 +136,39 @@ type CycleRecord struct {
 	Probation bool          `json:"probation,omitempty"`
 }
 
-// recordRing keeps the last n records.
+// recordRing keeps the last max records. Its buffer grows with the
+// records added, up to max: a plugin that never runs (disabled, on the
+// other backend) or runs rarely holds only what it recorded, not max
+// records (~190 bytes each, 0.75 MiB a plugin at the default 4096).
 type recordRing struct {
 	buf  []CycleRecord
+	max  int
 	next int
 	full bool
 }
 
 func (r *recordRing) add(rec CycleRecord) {
-	if len(r.buf) == 0 {
+	if r.max <= 0 {
+		return
+	}
+	if !r.full && len(r.buf) < r.max {
+		if len(r.buf) == cap(r.buf) {
+			// doubling, never past max
+			r.buf = append(make([]CycleRecord, 0, min(r.max, max(16, 2*cap(r.buf)))), r.buf...)
+		}
+		r.buf = append(r.buf, rec)
+		if len(r.buf) == r.max {
+			r.full = true
+		}
 		return
 	}
 	r.buf[r.next] = rec
 	r.next = (r.next + 1) % len(r.buf)
-	if r.next == 0 {
-		r.full = true
-	}
 }
 
 func (r *recordRing) snapshot() []CycleRecord {
 	if !r.full {
-		return append([]CycleRecord(nil), r.buf[:r.next]...)
+		return append([]CycleRecord(nil), r.buf...)
 	}
 	out := make([]CycleRecord, 0, len(r.buf))
 	out = append(out, r.buf[r.next:]...)
