@@ -424,11 +424,15 @@ func (h *Host) install(ctx context.Context, path string, m *Module, err error) {
 		return
 	}
 	if p != nil {
+		loaded := m
+		if p.offBackend {
+			m = m.statusOnly()
+		}
 		old := h.installLocked(p, m)
 		h.mu.Unlock()
 		old.retire(context.WithoutCancel(ctx))
 		if p.offBackend {
-			m.Close(ctx)
+			loaded.Close(ctx)
 		}
 		oldMan := old.Manifest()
 		log.Info("plugin swapped", "plugin", man.Name, "old_version", oldMan.Version, "new_version", man.Version, "sha256", m.sha256, "path", path)
@@ -438,15 +442,23 @@ func (h *Host) install(ctx context.Context, path string, m *Module, err error) {
 	}
 	p = &plugin{h: h, name: man.Name, done: make(chan struct{}), state: StateRunning, kick: make(chan struct{}, 1)}
 	p.budget.SetLimits(budgetOf(m.Limits()))
-	p.records.buf = make([]CycleRecord, h.cfg.Records)
+	p.records.max = h.cfg.Records
 	p.tracker = NewFailureTracker(func(item string, failures int) {
 		log.Error("persistent FCALL failure; skipping for 10 scan cycles", "plugin", man.Name, "item", item, "failures", failures, "backoff_cycles", trackerBackoffCycles)
 	})
+	off := h.offBackend(man)
+	if off != "" {
+		// Its compiled code, warm instance and decoded module would only
+		// hold memory (a few MiB a plugin): keep what status shows, release
+		// the rest. A new version of the file is loaded afresh.
+		loaded := m
+		m = m.statusOnly()
+		defer loaded.Close(ctx)
+	}
 	p.mod.Store(m)
 	if h.timersOn() {
 		p.wake = newWakeState(man)
 	}
-	off := h.offBackend(man)
 	switch {
 	case h.cfg.Plugins[man.Name].Disabled:
 		p.state = StateDisabled
@@ -459,12 +471,6 @@ func (h *Host) install(ctx context.Context, path string, m *Module, err error) {
 		p.state = StateIdle
 	}
 	h.plugins[man.Name] = p
-	if p.offBackend {
-		// Its compiled code and warm instance would only hold memory
-		// (tens of MiB a plugin): keep what status shows, release the
-		// rest. A new version of the file is loaded afresh.
-		m.Close(ctx)
-	}
 	if p.state == StateRunning && (man.Kind == abi.KindScanner || man.Sweeps()) {
 		var pctx context.Context
 		pctx, p.cancel = context.WithCancel(ctx)

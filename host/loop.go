@@ -395,7 +395,7 @@ func (p *plugin) status() PluginStatus {
 	return PluginStatus{
 		Requested: &req, Granted: &grant, Limits: &lim, Signer: m.Signer(),
 		Name: p.name, Version: man.Version, Kind: man.Kind, ABI: man.ABI, SHA256: m.sha256, Path: m.path,
-		State: p.state, Reason: p.reason, Released: p.offBackend && m.isClosed(), IntervalMs: man.IntervalMs,
+		State: p.state, Reason: p.reason, Released: p.offBackend && m.isClosed() && m.rt == nil, IntervalMs: man.IntervalMs,
 		Partitions: int(p.h.cfg.Partitions.Count(man.PartitionFamily())),
 		LastRun:    p.lastRun, LastResult: p.lastResult, Totals: p.totals,
 		Calls: p.calls, Faults: p.faults, HostCalls: p.stats.HostCalls.Load(), Denied: p.stats.Denied.Load(),

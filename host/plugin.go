@@ -66,7 +66,10 @@ type Module struct {
 	main wazero.CompiledModule
 	// codeKey names main's machine code in liveCode (codefile.go): the
 	// compiled module is closed with the last Module using it.
-	codeKey  uintptr
+	codeKey uintptr
+	// data: main's data segments, mapped from a file (datafile_linux.go);
+	// nil when they are on the Go heap.
+	data     *dataFile
 	seq      atomic.Uint64 // names instances apart in rt
 	fns      hostfnCaller
 	poolSize int
@@ -340,6 +343,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 	}
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
 	var codeKey uintptr
+	var data *dataFile
 	cm, err := func() (wazero.CompiledModule, error) {
 		if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 			return nil, fmt.Errorf("wasi: %w", err)
@@ -379,6 +383,13 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 				lc.log.Debug("plugin machine code stays in anonymous memory", "error", moved)
 			}
 			codeKey = key
+			if lc.codeDir != "" {
+				d, err := fileBackData(cm, lc.codeDir)
+				if err != nil && lc.log != nil {
+					lc.log.Debug("plugin data segments stay on the Go heap", "error", err)
+				}
+				data = d
+			}
 			return cm, nil
 		}
 	}()
@@ -386,7 +397,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 		rt.Close(ctx)
 		return nil, fmt.Errorf("host: compile: %w", err)
 	}
-	return &Module{rt: rt, main: cm, codeKey: codeKey, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
+	return &Module{rt: rt, main: cm, codeKey: codeKey, data: data, fns: lc.caller, poolSize: lc.poolSize, recycle: lc.recycle, maxOut: lc.maxOut,
 		pages: pages, poolBytes: lc.poolBytes, recycleBytes: lc.recycleBytes, drained: make(chan struct{})}, nil
 }
 
@@ -472,14 +483,33 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	mem := &instanceMemory{}
 	cfg := wazero.NewModuleConfig().WithStderr(tail).WithStdout(tail).WithStartFunctions().
 		WithName(fmt.Sprintf("main_%d", m.seq.Add(1)))
+	if m.rt == nil {
+		return nil, fmt.Errorf("%w: instantiate: %s is not loaded (status only)", ErrTrap, m.manifest.Name)
+	}
 	mod, err := m.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.main, cfg)
 	if err != nil {
 		mem.free()
 		return nil, fmt.Errorf("%w: instantiate: %w", ErrTrap, err)
 	}
+	m.data.trim() // the segments were copied into the instance's memory
 	k := env.NewKernel(uint64(m.memoryBytes()))
 	k.Config = m.manifest.Config
 	return &instance{mod: mod, kernel: k, exports: map[string]api.Function{}, mem: mem, stderr: tail}, nil
+}
+
+// statusOnly returns a closed copy of m holding what status shows (file,
+// digest, manifests, grant, limits, signature, compile time) and none of
+// its wazero state. A plugin that never runs (one for the other backend)
+// keeps this copy, so that its decoded module (data segments, names, the
+// interpreter's function bodies: ~2 MiB a Go plugin) is released with its
+// runtime. m itself is still to be closed.
+func (m *Module) statusOnly() *Module {
+	s := &Module{path: m.path, sha256: m.sha256, size: m.size, shape: m.shape, declared: m.declared,
+		manifest: m.manifest, grant: m.grant, limits: m.limits, sig: m.sig, compile: m.compile,
+		fns: m.fns, poolSize: m.poolSize, recycle: m.recycle, maxOut: m.maxOut, recycleBytes: m.recycleBytes,
+		pages: m.pages, poolBytes: m.poolBytes, closed: true, drained: make(chan struct{})}
+	close(s.drained)
+	return s
 }
 
 // acquire marks a call in flight; false once the module is retired.

@@ -56,6 +56,15 @@ type Client struct {
 	reloadMu sync.Mutex
 }
 
+// connBufferBytes sizes each connection's read and write buffers.
+// valkey-go's default is 0.5 MiB each, on the Go heap for the connection's
+// life: 1 MiB a connection, and every blocking call (the workers' pops,
+// key-event subscriptions) holds a connection of its own. fabric's
+// commands and replies are small (FCALLs of a batch, index pages), and a
+// longer reply or pipeline only takes more reads or writes; valkey-go
+// parses any reply with any buffer of 32 bytes or more.
+const connBufferBytes = 64 << 10
+
 // Dial connects to the server named by cfg.URL. It does not load the
 // library; call EnsureLibrary (or Bootstrap) once at start.
 func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
@@ -96,6 +105,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	// Client-side caching needs RESP3 tracking, which fabric does not use.
 	opt.DisableCache = true
+	opt.ReadBufferEachConn, opt.WriteBufferEachConn = connBufferBytes, connBufferBytes
 	opt.ClusterOption.ShardsRefreshInterval = clusterRefreshInterval
 	c, err := vk.NewClient(opt)
 	if err != nil {
