@@ -1,9 +1,10 @@
 package pdk
 
 import (
-	"fmt"
+	"reflect"
 
 	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/internal/errtext"
 	"github.com/fabric-host/fabric/model/pgsql"
 )
 
@@ -57,7 +58,8 @@ func Q(s pgsql.Statement, args ...any) abi.SQLStatement {
 		case float64:
 			ps[i] = abi.SQLValue{Kind: abi.SQLFloat, F: v}
 		default:
-			panic(fmt.Sprintf("pdk.Q(%s): argument %d has unsupported type %T", s.Name, i+1, a))
+			// reflect's type name is fmt's %T (a is not nil here).
+			panic("pdk.Q(" + s.Name + "): argument " + errtext.D(i+1) + " has unsupported type " + reflect.TypeOf(a).String())
 		}
 	}
 	return abi.SQLStatement{Name: s.Name, Params: ps}
@@ -71,7 +73,7 @@ func Exec(s SQLHost, stmts ...abi.SQLStatement) ([]abi.SQLResult, error) {
 		return nil, err
 	}
 	if len(resp.Results) != len(stmts) {
-		return nil, abi.Errorf(abi.CodeBackend, fmt.Sprintf("sql: %d results for %d statements", len(resp.Results), len(stmts)))
+		return nil, abi.Errorf(abi.CodeBackend, "sql: "+errtext.D(len(resp.Results))+" results for "+errtext.D(len(stmts))+" statements")
 	}
 	return resp.Results, nil
 }
