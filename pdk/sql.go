@@ -5,7 +5,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/internal/errtext"
-	"github.com/fabric-host/fabric/model/pgsql"
+	"github.com/fabric-host/fabric/model/sqlstmt"
 )
 
 // SQLHost is the Postgres side of a host: the sql_query host function.
@@ -24,14 +24,15 @@ func SQLOf(h Host) (SQLHost, error) {
 	return nil, abi.Errorf(abi.CodeUnavailable, "host has no sql_query")
 }
 
-// Q binds args to statement s of the catalog. Args may be nil (NULL),
-// int, int16, int32, int64, uint16, uint32, string, bool, float64 or an
-// abi.SQLValue.
+// Q binds args to statement s of the catalog (a pgsql.Statement; the type
+// lives in model/sqlstmt so the pdk does not link the catalog). Args may
+// be nil (NULL), int, int16, int32, int64, uint16, uint32, string, bool,
+// float64 or an abi.SQLValue.
 //
 // # Notes
 //
 //   - Panics on another argument type: a plugin wiring mistake.
-func Q(s pgsql.Statement, args ...any) abi.SQLStatement {
+func Q(s sqlstmt.Statement, args ...any) abi.SQLStatement {
 	ps := make([]abi.SQLValue, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
