@@ -1,8 +1,9 @@
 package abi
 
 import (
-	"fmt"
+	"errors"
 
+	"github.com/fabric-host/fabric/internal/errtext"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -58,7 +59,7 @@ func (r *ScanBatchRequest) Request(i int) ScanRequest {
 // MarshalBinary encodes the request.
 func (r *ScanBatchRequest) MarshalBinary() ([]byte, error) {
 	if len(r.Indexes) > MaxBatchPartitions {
-		return nil, fmt.Errorf("scan batch request: %d partitions, above %d", len(r.Indexes), MaxBatchPartitions)
+		return nil, errors.New("scan batch request: " + errtext.D(len(r.Indexes)) + " partitions, above " + errtext.D(MaxBatchPartitions))
 	}
 	e := NewEncoder(make([]byte, 0, 16+3*len(r.Indexes)))
 	e.Byte(tagScanBatchRequest)
@@ -86,13 +87,13 @@ func (r *ScanBatchRequest) UnmarshalBinary(b []byte) error {
 	parts := d.Uvarint()
 	n := d.Uvarint()
 	if d.Err() == nil && (n > MaxBatchPartitions || n > uint64(d.Remaining())) {
-		return fmt.Errorf("scan batch request: %w: %d partitions", ErrDecode, n)
+		return errtext.Wrap(ErrDecode, "scan batch request: "+ErrDecode.Error()+": "+errtext.U(n)+" partitions")
 	}
 	out.Indexes = make([]uint16, 0, n)
 	for range n {
 		idx := d.Uvarint()
 		if idx >= parts || idx > 0xffff {
-			return fmt.Errorf("scan batch request: %w: partition %d of %d", ErrDecode, idx, parts)
+			return errtext.Wrap(ErrDecode, "scan batch request: "+ErrDecode.Error()+": partition "+errtext.U(idx)+" of "+errtext.U(parts))
 		}
 		out.Indexes = append(out.Indexes, uint16(idx))
 	}
@@ -102,7 +103,7 @@ func (r *ScanBatchRequest) UnmarshalBinary(b []byte) error {
 		return err
 	}
 	if parts > 0xffff {
-		return fmt.Errorf("scan batch request: %w: %d partitions in the family", ErrDecode, parts)
+		return errtext.Wrap(ErrDecode, "scan batch request: "+ErrDecode.Error()+": "+errtext.U(parts)+" partitions in the family")
 	}
 	out.Partitions = uint16(parts)
 	*r = out
@@ -134,7 +135,7 @@ func (r *ScanBatchResult) UnmarshalBinary(b []byte) error {
 	}
 	n := d.Uvarint()
 	if d.Err() == nil && (n > MaxBatchPartitions || n > uint64(d.Remaining())) {
-		return fmt.Errorf("scan batch result: %w: %d results", ErrDecode, n)
+		return errtext.Wrap(ErrDecode, "scan batch result: "+ErrDecode.Error()+": "+errtext.U(n)+" results")
 	}
 	out := ScanBatchResult{Results: make([]ScanResult, 0, n)}
 	for range n {

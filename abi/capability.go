@@ -1,11 +1,11 @@
 package abi
 
 import (
-	"fmt"
 	"path"
 	"slices"
 	"strings"
 
+	"github.com/fabric-host/fabric/internal/errtext"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -42,7 +42,7 @@ func (c Capability) String() string {
 	case CapWrite:
 		return "write"
 	}
-	return fmt.Sprintf("capability_%d", uint8(c))
+	return "capability_" + errtext.U(uint8(c))
 }
 
 // Capabilities is what a plugin requests in its manifest. The host loads
@@ -73,25 +73,25 @@ type Capabilities struct {
 	Write []string `json:"write,omitempty"`
 }
 
-func (c *Capabilities) validate(bad func(string, ...any) error) error {
+func (c *Capabilities) validate(bad func(string) error) error {
 	for _, f := range c.FCall {
 		if !validFunction(f) {
-			return bad("capabilities.fcall %q: want an ff_* or fabric_* function name", f)
+			return bad("capabilities.fcall " + errtext.Q(f) + ": want an ff_* or fabric_* function name")
 		}
 	}
 	for _, p := range c.Read {
 		if err := validReadPattern(p); err != nil {
-			return bad("capabilities.read %q: %v", p, err)
+			return bad("capabilities.read " + errtext.Q(p) + ": " + err.Error())
 		}
 	}
 	for _, p := range c.Write {
 		if err := validReadPattern(p); err != nil {
-			return bad("capabilities.write %q: %v", p, err)
+			return bad("capabilities.write " + errtext.Q(p) + ": " + err.Error())
 		}
 	}
 	for _, s := range c.SQL {
 		if !validSQLName(s) {
-			return bad("capabilities.sql %q: want a statement name", s)
+			return bad("capabilities.sql " + errtext.Q(s) + ": want a statement name")
 		}
 	}
 	return nil
@@ -103,7 +103,7 @@ func (c *Capabilities) AllowFCall(fn string) error {
 	if slices.Contains(c.FCall, fn) {
 		return nil
 	}
-	return Errorf(CodeDenied, fmt.Sprintf("fcall %s is not granted (capabilities.fcall: [%s])", fn, strings.Join(c.FCall, " ")))
+	return Errorf(CodeDenied, "fcall "+fn+" is not granted (capabilities.fcall: ["+strings.Join(c.FCall, " ")+"])")
 }
 
 // AllowRead returns nil when key matches a read glob, else a CodeDenied
@@ -114,7 +114,7 @@ func (c *Capabilities) AllowRead(key string) error {
 			return nil
 		}
 	}
-	return Errorf(CodeDenied, fmt.Sprintf("read of %s is not granted (capabilities.read: [%s])", key, strings.Join(c.Read, " ")))
+	return Errorf(CodeDenied, "read of "+key+" is not granted (capabilities.read: ["+strings.Join(c.Read, " ")+"])")
 }
 
 // AllowWrite returns nil when key matches a write glob, else a CodeDenied
@@ -125,7 +125,7 @@ func (c *Capabilities) AllowWrite(key string) error {
 			return nil
 		}
 	}
-	return Errorf(CodeDenied, fmt.Sprintf("write of %s is not granted (capabilities.write: [%s])", key, strings.Join(c.Write, " ")))
+	return Errorf(CodeDenied, "write of "+key+" is not granted (capabilities.write: ["+strings.Join(c.Write, " ")+"])")
 }
 
 // AllowSQL returns nil when statement name is granted, else a CodeDenied
@@ -134,7 +134,7 @@ func (c *Capabilities) AllowSQL(name string) error {
 	if slices.Contains(c.SQL, name) {
 		return nil
 	}
-	return Errorf(CodeDenied, fmt.Sprintf("sql %s is not granted (capabilities.sql: [%s])", name, strings.Join(c.SQL, " ")))
+	return Errorf(CodeDenied, "sql "+name+" is not granted (capabilities.sql: ["+strings.Join(c.SQL, " ")+"])")
 }
 
 // GlobalReadKeys are the deployment-wide keys (no hash tag) any partition
@@ -152,7 +152,7 @@ func (c *Capabilities) AllowKeyOnPartition(key, tag string) error {
 	if c.CrossPartition || HashTag(key) == tag {
 		return nil
 	}
-	return Errorf(CodeCrossPartition, fmt.Sprintf("key %s is not on partition %s", key, tag))
+	return Errorf(CodeCrossPartition, "key "+key+" is not on partition "+tag)
 }
 
 // HashTag returns the first "{...}" of key, braces included, or "" when

@@ -3,8 +3,9 @@ package abi
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math"
+
+	"github.com/fabric-host/fabric/internal/errtext"
 )
 
 // ErrDecode is matched by every decoding failure.
@@ -92,17 +93,17 @@ func (d *Decoder) Remaining() int { return len(d.buf) - d.off }
 // Finish fails unless every byte was consumed and no read failed.
 func (d *Decoder) Finish(what string) error {
 	if d.err != nil {
-		return fmt.Errorf("%s: %w", what, d.err)
+		return errtext.Wrap(d.err, what+": "+d.err.Error())
 	}
 	if d.off != len(d.buf) {
-		return fmt.Errorf("%s: %w: %d trailing bytes", what, ErrDecode, len(d.buf)-d.off)
+		return errtext.Wrap(ErrDecode, what+": "+ErrDecode.Error()+": "+errtext.D(len(d.buf)-d.off)+" trailing bytes")
 	}
 	return nil
 }
 
-func (d *Decoder) fail(format string, args ...any) {
+func (d *Decoder) fail(text string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrDecode}, args...)...)
+		d.err = errtext.Wrap(ErrDecode, ErrDecode.Error()+": "+text)
 	}
 }
 
@@ -112,7 +113,7 @@ func (d *Decoder) Byte() byte {
 		return 0
 	}
 	if d.off >= len(d.buf) {
-		d.fail("unexpected end at byte %d", d.off)
+		d.fail("unexpected end at byte " + errtext.D(d.off))
 		return 0
 	}
 	b := d.buf[d.off]
@@ -127,7 +128,7 @@ func (d *Decoder) Uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(d.buf[d.off:])
 	if n <= 0 {
-		d.fail("bad uvarint at byte %d", d.off)
+		d.fail("bad uvarint at byte " + errtext.D(d.off))
 		return 0
 	}
 	d.off += n
@@ -141,7 +142,7 @@ func (d *Decoder) Varint() int64 {
 	}
 	v, n := binary.Varint(d.buf[d.off:])
 	if n <= 0 {
-		d.fail("bad varint at byte %d", d.off)
+		d.fail("bad varint at byte " + errtext.D(d.off))
 		return 0
 	}
 	d.off += n
@@ -152,7 +153,7 @@ func (d *Decoder) Varint() int64 {
 func (d *Decoder) Uint32() uint32 {
 	v := d.Uvarint()
 	if v > math.MaxUint32 {
-		d.fail("value %d overflows uint32", v)
+		d.fail("value " + errtext.U(v) + " overflows uint32")
 		return 0
 	}
 	return uint32(v)
@@ -166,7 +167,7 @@ func (d *Decoder) Bool() bool {
 	case 1:
 		return true
 	default:
-		d.fail("bad bool %d", b)
+		d.fail("bad bool " + errtext.U(b))
 		return false
 	}
 }
@@ -177,7 +178,7 @@ func (d *Decoder) Float64() float64 {
 		return 0
 	}
 	if len(d.buf)-d.off < 8 {
-		d.fail("unexpected end at byte %d", d.off)
+		d.fail("unexpected end at byte " + errtext.D(d.off))
 		return 0
 	}
 	v := binary.LittleEndian.Uint64(d.buf[d.off:])
@@ -190,7 +191,7 @@ func (d *Decoder) Float64() float64 {
 func (d *Decoder) Count() int {
 	n := d.Uvarint()
 	if d.err == nil && n > uint64(d.Remaining()) {
-		d.fail("count %d exceeds %d remaining bytes", n, d.Remaining())
+		d.fail("count " + errtext.U(n) + " exceeds " + errtext.D(d.Remaining()) + " remaining bytes")
 		return 0
 	}
 	return int(n)
@@ -203,7 +204,7 @@ func (d *Decoder) String() string {
 		return ""
 	}
 	if n > uint64(d.Remaining()) {
-		d.fail("string of %d bytes exceeds %d remaining", n, d.Remaining())
+		d.fail("string of " + errtext.U(n) + " bytes exceeds " + errtext.D(d.Remaining()) + " remaining")
 		return ""
 	}
 	s := string(d.buf[d.off : d.off+int(n)])

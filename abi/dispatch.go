@@ -1,9 +1,10 @@
 package abi
 
 import (
-	"fmt"
+	"errors"
 	"strings"
 
+	"github.com/fabric-host/fabric/internal/errtext"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -140,16 +141,16 @@ func checkOp(table map[string][2]int, what, op, key string, args []string) error
 		for k := range table {
 			names = append(names, k)
 		}
-		return fmt.Errorf("%s: unknown op %q (want one of %s)", what, op, strings.Join(names, " "))
+		return errors.New(what + ": unknown op " + errtext.Q(op) + " (want one of " + strings.Join(names, " ") + ")")
 	}
 	if key == "" {
-		return fmt.Errorf("%s %s: empty key", what, op)
+		return errors.New(what + " " + op + ": empty key")
 	}
 	if len(args) < lim[0] || (lim[1] >= 0 && len(args) > lim[1]) {
-		return fmt.Errorf("%s %s: %d arguments", what, op, len(args))
+		return errors.New(what + " " + op + ": " + errtext.D(len(args)) + " arguments")
 	}
 	if op == WriteHSet && len(args)%2 != 0 {
-		return fmt.Errorf("%s HSET: odd field/value list", what)
+		return errors.New(what + " HSET: odd field/value list")
 	}
 	return nil
 }
@@ -203,7 +204,7 @@ func (r *CommandRequest) UnmarshalBinary(b []byte) error {
 	d := NewDecoder(b)
 	tag := d.Byte()
 	if d.Err() == nil && tag != tagReadReq && tag != tagWriteReq {
-		return fmt.Errorf("command request: %w: tag 0x%02x", ErrDecode, tag)
+		return errtext.Wrap(ErrDecode, "command request: "+ErrDecode.Error()+": tag 0x"+errtext.Hex2(tag))
 	}
 	out := CommandRequest{tag: tag, Op: d.String(), Key: d.String(), Args: d.Strings()}
 	if err := d.Finish("command request"); err != nil {

@@ -2,10 +2,10 @@ package abi
 
 import (
 	"errors"
-	"fmt"
 	"path"
-	"sort"
+	"slices"
 
+	"github.com/fabric-host/fabric/internal/errtext"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -131,37 +131,41 @@ func validSQLName(s string) bool { return identifier(s, 128, '.') }
 // compatibility with this package's Version. Every error matches
 // ErrInvalidManifest, and an ABI mismatch also matches ErrVersionMismatch.
 func (m *Manifest) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidManifest}, args...)...)
+	bad := func(text string) error {
+		return errtext.Wrap(ErrInvalidManifest, ErrInvalidManifest.Error()+": "+text)
+	}
+	// badErr also wraps err, as fmt.Errorf("%w: ...%w") did.
+	badErr := func(text string, err error) error {
+		return errtext.Wrap2(ErrInvalidManifest, err, ErrInvalidManifest.Error()+": "+text+err.Error())
 	}
 	if err := CheckCompatible(Version, m.ABI); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidManifest, err)
+		return badErr("", err)
 	}
 	if !validName(m.Name) {
-		return bad("name %q: want lowercase letters, digits and '_', starting with a letter, at most 64 bytes", m.Name)
+		return bad("name " + errtext.Q(m.Name) + ": want lowercase letters, digits and '_', starting with a letter, at most 64 bytes")
 	}
 	if _, err := ParseSemver(m.Version); err != nil {
-		return bad("version: %w", err)
+		return badErr("version: ", err)
 	}
 	switch m.Kind {
 	case KindScanner, KindDispatcher:
 	default:
-		return bad("kind %q: want scanner or dispatcher", m.Kind)
+		return bad("kind " + errtext.Q(string(m.Kind)) + ": want scanner or dispatcher")
 	}
 	if m.IntervalMs < MinIntervalMs {
-		return bad("interval_ms %d is below the minimum %d", m.IntervalMs, MinIntervalMs)
+		return bad("interval_ms " + errtext.U(m.IntervalMs) + " is below the minimum " + errtext.D(MinIntervalMs))
 	}
 	if _, err := model.ParseFamily(m.Family); err != nil {
-		return bad("partition_family: %w", err)
+		return badErr("partition_family: ", err)
 	}
 	if m.BatchSize == 0 || m.BatchSize > MaxBatchSize {
-		return bad("batch_size %d: want 1..%d", m.BatchSize, MaxBatchSize)
+		return bad("batch_size " + errtext.U(m.BatchSize) + ": want 1.." + errtext.D(MaxBatchSize))
 	}
 	if m.TimeoutMs == 0 || m.TimeoutMs > MaxTimeoutMs {
-		return bad("timeout_ms %d: want 1..%d", m.TimeoutMs, MaxTimeoutMs)
+		return bad("timeout_ms " + errtext.U(m.TimeoutMs) + ": want 1.." + errtext.D(MaxTimeoutMs))
 	}
 	if m.MaxPages == 0 || m.MaxPages > MaxMaxPages {
-		return bad("max_pages %d: want 1..%d", m.MaxPages, MaxMaxPages)
+		return bad("max_pages " + errtext.U(m.MaxPages) + ": want 1.." + errtext.D(MaxMaxPages))
 	}
 	return m.Capabilities.validate(bad)
 }
@@ -197,7 +201,7 @@ func (m *Manifest) MarshalBinary() ([]byte, error) {
 	for k := range m.Config {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	e.Uvarint(uint64(len(keys)))
 	for _, k := range keys {
 		e.String(k)
@@ -217,7 +221,7 @@ func (m *Manifest) MarshalBinary() ([]byte, error) {
 func (m *Manifest) UnmarshalBinary(b []byte) error {
 	d := NewDecoder(b)
 	if tag := d.Byte(); d.Err() == nil && tag != manifestTag {
-		return fmt.Errorf("manifest: %w: tag 0x%02x, want 0x%02x", ErrDecode, tag, manifestTag)
+		return errtext.Wrap(ErrDecode, "manifest: "+ErrDecode.Error()+": tag 0x"+errtext.Hex2(tag)+", want 0x"+errtext.Hex2(manifestTag))
 	}
 	var out Manifest
 	out.ABI = d.String()

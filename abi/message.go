@@ -2,8 +2,8 @@ package abi
 
 import (
 	"errors"
-	"fmt"
 
+	"github.com/fabric-host/fabric/internal/errtext"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -26,7 +26,7 @@ const (
 
 func expectTag(d *Decoder, want byte, what string) error {
 	if got := d.Byte(); d.Err() == nil && got != want {
-		return fmt.Errorf("%s: %w: tag 0x%02x, want 0x%02x", what, ErrDecode, got, want)
+		return errtext.Wrap(ErrDecode, what+": "+ErrDecode.Error()+": tag 0x"+errtext.Hex2(got)+", want 0x"+errtext.Hex2(want))
 	}
 	return nil
 }
@@ -77,7 +77,7 @@ func (r *ScanRequest) UnmarshalBinary(b []byte) error {
 		return err
 	}
 	if idx > 0xffff || parts > 0xffff {
-		return fmt.Errorf("scan request: %w: partition %d of %d", ErrDecode, idx, parts)
+		return errtext.Wrap(ErrDecode, "scan request: "+ErrDecode.Error()+": partition "+errtext.U(idx)+" of "+errtext.U(parts))
 	}
 	out.Partition.Index, out.Partitions = uint16(idx), uint16(parts)
 	*r = out
@@ -586,7 +586,7 @@ func ErrorEnvelope(err error) []byte {
 // carries.
 func OpenEnvelope(b []byte) ([]byte, error) {
 	if len(b) == 0 {
-		return nil, fmt.Errorf("envelope: %w: empty", ErrDecode)
+		return nil, errtext.Wrap(ErrDecode, "envelope: "+ErrDecode.Error()+": empty")
 	}
 	if Code(b[0]) == CodeOK {
 		return b[1:], nil

@@ -1,6 +1,10 @@
 package abi
 
-import "fmt"
+import (
+	"errors"
+
+	"github.com/fabric-host/fabric/internal/errtext"
+)
 
 // Message tags of the read_batch host function.
 const (
@@ -102,7 +106,7 @@ func (r *BatchReadResponse) MarshalBinary() ([]byte, error) {
 	e.Uvarint(uint64(len(r.Results)))
 	for _, res := range r.Results {
 		if len(res.Present) != len(res.Values) {
-			return nil, fmt.Errorf("read response: %d values, %d presence flags", len(res.Values), len(res.Present))
+			return nil, errors.New("read response: " + errtext.D(len(res.Values)) + " values, " + errtext.D(len(res.Present)) + " presence flags")
 		}
 		e.String(res.Err)
 		e.Uvarint(uint64(len(res.Values)))

@@ -1,8 +1,9 @@
 package abi
 
 import (
-	"fmt"
 	"strconv"
+
+	"github.com/fabric-host/fabric/internal/errtext"
 )
 
 // Message tags of the sql_query host function.
@@ -127,7 +128,7 @@ func decodeSQLValue(d *Decoder) SQLValue {
 	case SQLFloat:
 		v.F = d.Float64()
 	default:
-		d.fail("sql value kind %d", v.Kind)
+		d.fail("sql value kind " + errtext.U(v.Kind))
 	}
 	return v
 }
@@ -186,7 +187,7 @@ func (r *SQLRequest) UnmarshalBinary(b []byte) error {
 		return err
 	}
 	if out.Op > SQLRollback {
-		return fmt.Errorf("sql request: %w: op %d", ErrDecode, out.Op)
+		return errtext.Wrap(ErrDecode, "sql request: "+ErrDecode.Error()+": op "+errtext.U(out.Op))
 	}
 	*r = out
 	return nil

@@ -2,9 +2,10 @@ package abi
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/fabric-host/fabric/internal/errtext"
 )
 
 // Version is the ABI version this build of the host and pdk speak.
@@ -43,12 +44,12 @@ func ParseSemver(s string) (Semver, error) {
 	}
 	parts := strings.Split(core, ".")
 	if len(parts) != 3 {
-		return Semver{}, fmt.Errorf("%w: %q", ErrInvalidVersion, s)
+		return Semver{}, errtext.Wrap(ErrInvalidVersion, ErrInvalidVersion.Error()+": "+errtext.Q(s))
 	}
 	for i, p := range parts {
 		n, err := strconv.ParseUint(p, 10, 32)
 		if err != nil || (len(p) > 1 && p[0] == '0') {
-			return Semver{}, fmt.Errorf("%w: %q", ErrInvalidVersion, s)
+			return Semver{}, errtext.Wrap(ErrInvalidVersion, ErrInvalidVersion.Error()+": "+errtext.Q(s))
 		}
 		switch i {
 		case 0:
@@ -64,7 +65,7 @@ func ParseSemver(s string) (Semver, error) {
 
 // String renders the version.
 func (v Semver) String() string {
-	return fmt.Sprintf("%d.%d.%d%s", v.Major, v.Minor, v.Patch, v.Suffix)
+	return errtext.U(v.Major) + "." + errtext.U(v.Minor) + "." + errtext.U(v.Patch) + v.Suffix
 }
 
 // VersionMismatchError says why a plugin's ABI is refused. It matches
@@ -78,7 +79,7 @@ type VersionMismatchError struct {
 
 // Error renders the mismatch.
 func (e *VersionMismatchError) Error() string {
-	return fmt.Sprintf("abi: version mismatch: plugin speaks ABI %s, host speaks %s: %s", e.Plugin, e.Host, e.Reason)
+	return "abi: version mismatch: plugin speaks ABI " + e.Plugin + ", host speaks " + e.Host + ": " + e.Reason
 }
 
 // Unwrap returns ErrVersionMismatch.
@@ -91,17 +92,17 @@ func (e *VersionMismatchError) Unwrap() error { return ErrVersionMismatch }
 func CheckCompatible(host, plugin string) error {
 	h, err := ParseSemver(host)
 	if err != nil {
-		return fmt.Errorf("host ABI: %w", err)
+		return errtext.Wrap(err, "host ABI: "+err.Error())
 	}
 	p, err := ParseSemver(plugin)
 	if err != nil {
-		return fmt.Errorf("plugin ABI: %w", err)
+		return errtext.Wrap(err, "plugin ABI: "+err.Error())
 	}
 	switch {
 	case h.Major != p.Major:
-		return &VersionMismatchError{Host: host, Plugin: plugin, Reason: fmt.Sprintf("major %d is not %d", p.Major, h.Major)}
+		return &VersionMismatchError{Host: host, Plugin: plugin, Reason: "major " + errtext.U(p.Major) + " is not " + errtext.U(h.Major)}
 	case p.Minor > h.Minor:
-		return &VersionMismatchError{Host: host, Plugin: plugin, Reason: fmt.Sprintf("plugin needs minor %d, host has %d", p.Minor, h.Minor)}
+		return &VersionMismatchError{Host: host, Plugin: plugin, Reason: "plugin needs minor " + errtext.U(p.Minor) + ", host has " + errtext.U(h.Minor)}
 	}
 	return nil
 }

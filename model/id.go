@@ -1,12 +1,11 @@
 package model
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/fabric-host/fabric/internal/errtext"
 )
 
 // UUID is the 16 raw bytes of an RFC 4122 UUID in network order, the bytes
@@ -16,8 +15,8 @@ type UUID [16]byte
 // NewUUID returns a random version-4 UUID.
 func NewUUID() UUID {
 	var u UUID
-	if _, err := rand.Read(u[:]); err != nil {
-		panic(fmt.Sprintf("model: crypto/rand failed: %v", err))
+	if err := randomBytes(u[:]); err != nil {
+		panic("model: crypto/rand failed: " + err.Error())
 	}
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
@@ -32,19 +31,20 @@ var ErrInvalidUUID = errors.New("model: invalid uuid")
 func ParseUUID(s string) (UUID, error) {
 	var u UUID
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return u, fmt.Errorf("%w: %q", ErrInvalidUUID, s)
+		return u, errtext.Wrap(ErrInvalidUUID, ErrInvalidUUID.Error()+": "+errtext.Q(s))
 	}
-	var buf [32]byte
 	n := 0
-	for i := 0; i < len(s); i++ {
+	for i := 0; i < len(s); i += 2 {
 		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i--
 			continue
 		}
-		buf[n] = s[i]
+		hi, lo := unhex(s[i]), unhex(s[i+1])
+		if hi > 15 || lo > 15 {
+			return UUID{}, errtext.Wrap(ErrInvalidUUID, ErrInvalidUUID.Error()+": "+errtext.Q(s))
+		}
+		u[n] = hi<<4 | lo
 		n++
-	}
-	if _, err := hex.Decode(u[:], buf[:]); err != nil {
-		return UUID{}, fmt.Errorf("%w: %q", ErrInvalidUUID, s)
 	}
 	return u, nil
 }
@@ -60,17 +60,31 @@ func MustParseUUID(s string) UUID {
 
 // String renders the lowercase hyphenated form.
 func (u UUID) String() string {
+	const digits = "0123456789abcdef"
 	var b [36]byte
-	hex.Encode(b[0:8], u[0:4])
-	b[8] = '-'
-	hex.Encode(b[9:13], u[4:6])
-	b[13] = '-'
-	hex.Encode(b[14:18], u[6:8])
-	b[18] = '-'
-	hex.Encode(b[19:23], u[8:10])
-	b[23] = '-'
-	hex.Encode(b[24:], u[10:])
+	n := 0
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b[n] = '-'
+			n++
+		}
+		b[n], b[n+1] = digits[c>>4], digits[c&15]
+		n += 2
+	}
 	return string(b[:])
+}
+
+// unhex returns the value of hex digit c (either case), or 255.
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10
+	}
+	return 255
 }
 
 // IsZero reports the nil UUID.
@@ -91,17 +105,17 @@ var (
 // It does not check N against the configured partition count.
 func ParseExecutionID(s string) (ExecutionID, error) {
 	if !strings.HasPrefix(s, "{fp:") {
-		return "", fmt.Errorf("%w: %q", ErrExecIDMissingTag, s)
+		return "", errtext.Wrap(ErrExecIDMissingTag, ErrExecIDMissingTag.Error()+": "+errtext.Q(s))
 	}
 	end := strings.Index(s, "}:")
 	if end < 0 {
-		return "", fmt.Errorf("%w: %q", ErrExecIDMissingTag, s)
+		return "", errtext.Wrap(ErrExecIDMissingTag, ErrExecIDMissingTag.Error()+": "+errtext.Q(s))
 	}
 	if _, err := strconv.ParseUint(s[4:end], 10, 16); err != nil {
-		return "", fmt.Errorf("%w: %q", ErrExecIDInvalidIndex, s)
+		return "", errtext.Wrap(ErrExecIDInvalidIndex, ErrExecIDInvalidIndex.Error()+": "+errtext.Q(s))
 	}
 	if _, err := ParseUUID(s[end+2:]); err != nil {
-		return "", fmt.Errorf("%w: %q", ErrExecIDInvalidUUID, s)
+		return "", errtext.Wrap(ErrExecIDInvalidUUID, ErrExecIDInvalidUUID.Error()+": "+errtext.Q(s))
 	}
 	return ExecutionID(s), nil
 }

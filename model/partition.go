@@ -2,9 +2,10 @@ package model
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/fabric-host/fabric/internal/errtext"
 )
 
 // Family is a partition family. Each family has its own hash-tag prefix and
@@ -58,7 +59,7 @@ func ParseFamily(s string) (Family, error) {
 	case "quota", "q":
 		return FamilyQuota, nil
 	}
-	return 0, fmt.Errorf("model: unknown partition family %q (want flow, budget or quota)", s)
+	return 0, errors.New("model: unknown partition family " + errtext.Q(s) + " (want flow, budget or quota)")
 }
 
 // Partition is one partition of one family.
@@ -86,11 +87,11 @@ var (
 // ParsePartitionTag parses a hash tag such as "{fp:7}" back into a Partition.
 func ParsePartitionTag(s string) (Partition, error) {
 	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
-		return Partition{}, fmt.Errorf("%w: %q", ErrTagMissingBraces, s)
+		return Partition{}, errtext.Wrap(ErrTagMissingBraces, ErrTagMissingBraces.Error()+": "+errtext.Q(s))
 	}
 	prefix, idx, ok := strings.Cut(s[1:len(s)-1], ":")
 	if !ok {
-		return Partition{}, fmt.Errorf("%w: %q", ErrTagMalformedBody, s)
+		return Partition{}, errtext.Wrap(ErrTagMalformedBody, ErrTagMalformedBody.Error()+": "+errtext.Q(s))
 	}
 	var fam Family
 	switch prefix {
@@ -101,11 +102,11 @@ func ParsePartitionTag(s string) (Partition, error) {
 	case "q":
 		fam = FamilyQuota
 	default:
-		return Partition{}, fmt.Errorf("%w: %q", ErrTagUnknownFamily, s)
+		return Partition{}, errtext.Wrap(ErrTagUnknownFamily, ErrTagUnknownFamily.Error()+": "+errtext.Q(s))
 	}
 	n, err := strconv.ParseUint(idx, 10, 16)
 	if err != nil {
-		return Partition{}, fmt.Errorf("%w: %q", ErrTagInvalidIndex, s)
+		return Partition{}, errtext.Wrap(ErrTagInvalidIndex, ErrTagInvalidIndex.Error()+": "+errtext.Q(s))
 	}
 	return Partition{Family: fam, Index: uint16(n)}, nil
 }
@@ -137,7 +138,7 @@ func DefaultPartitionConfig() PartitionConfig {
 // Validate reports a zero count, which FlowFabric cannot route with.
 func (c PartitionConfig) Validate() error {
 	if c.Flow == 0 || c.Budget == 0 || c.Quota == 0 {
-		return fmt.Errorf("model: partition counts must be > 0 (flow=%d budget=%d quota=%d)", c.Flow, c.Budget, c.Quota)
+		return errors.New("model: partition counts must be > 0 (flow=" + errtext.U(c.Flow) + " budget=" + errtext.U(c.Budget) + " quota=" + errtext.U(c.Quota) + ")")
 	}
 	return nil
 }

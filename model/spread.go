@@ -1,8 +1,10 @@
 package model
 
 import (
-	"fmt"
+	"errors"
 	"strconv"
+
+	"github.com/fabric-host/fabric/internal/errtext"
 )
 
 // SoloPartitioner picks the partition of an execution outside any flow.
@@ -122,14 +124,14 @@ func ParseLaneSpread(fields map[string]string) (LaneSpread, error) {
 		return LaneSpread{}, nil
 	case SoloPartitionerSpread:
 	default:
-		return LaneSpread{}, fmt.Errorf("model: lane %s %q is not %s or %s", LaneFieldSoloPartitioner, v,
-			SoloPartitionerCrc16, SoloPartitionerSpread)
+		return LaneSpread{}, errors.New("model: lane " + LaneFieldSoloPartitioner + " " + errtext.Q(v) + " is not " +
+			SoloPartitionerCrc16 + " or " + SoloPartitionerSpread)
 	}
 	s := LaneSpread{Spread: true}
 	if v := fields[LaneFieldSpreadPartitions]; v != "" {
 		k, err := strconv.ParseUint(v, 10, 16)
 		if err != nil {
-			return LaneSpread{}, fmt.Errorf("model: lane %s %q: %w", LaneFieldSpreadPartitions, v, err)
+			return LaneSpread{}, errtext.Wrap(err, "model: lane "+LaneFieldSpreadPartitions+" "+errtext.Q(v)+": "+err.Error())
 		}
 		s.K = uint16(k)
 	}

@@ -2,9 +2,9 @@ package pdk
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/internal/errtext"
 )
 
 // Host is what a plugin may ask of the fabric host. Each method maps to one
@@ -120,7 +120,7 @@ func (p *Plugin) ManifestBytes() ([]byte, error) {
 func (p *Plugin) HandleScan(h Host, input []byte) ([]byte, error) {
 	var req abi.ScanRequest
 	if err := req.UnmarshalBinary(input); err != nil {
-		return nil, fmt.Errorf("pdk: fabric_scan input: %w", err)
+		return nil, errtext.Wrap(err, "pdk: fabric_scan input: "+err.Error())
 	}
 	var res abi.ScanResult
 	if p.Scan != nil {
@@ -139,7 +139,7 @@ func (p *Plugin) HandleScan(h Host, input []byte) ([]byte, error) {
 func (p *Plugin) HandleScanBatch(h Host, input []byte, selectPartition func(index uint32) error) ([]byte, error) {
 	var req abi.ScanBatchRequest
 	if err := req.UnmarshalBinary(input); err != nil {
-		return nil, fmt.Errorf("pdk: fabric_scan_batch input: %w", err)
+		return nil, errtext.Wrap(err, "pdk: fabric_scan_batch input: "+err.Error())
 	}
 	out := abi.ScanBatchResult{Results: make([]abi.ScanResult, len(req.Indexes))}
 	if p.ScanBatch != nil && len(req.Indexes) > 1 && selectPartition(abi.PartitionWholeBatch) == nil {
@@ -148,7 +148,7 @@ func (p *Plugin) HandleScanBatch(h Host, input []byte, selectPartition func(inde
 	}
 	for i, idx := range req.Indexes {
 		if err := selectPartition(uint32(idx)); err != nil {
-			h.Log(abi.LogWarn, fmt.Sprintf("select partition %d: %v", idx, err))
+			h.Log(abi.LogWarn, "select partition "+errtext.U(idx)+": "+err.Error())
 			out.Results[i].Errors++
 			continue
 		}
@@ -164,7 +164,7 @@ func (p *Plugin) HandleScanBatch(h Host, input []byte, selectPartition func(inde
 func (p *Plugin) HandleDispatch(h Host, input []byte) ([]byte, error) {
 	var req abi.DispatchRequest
 	if err := req.UnmarshalBinary(input); err != nil {
-		return nil, fmt.Errorf("pdk: fabric_dispatch input: %w", err)
+		return nil, errtext.Wrap(err, "pdk: fabric_dispatch input: "+err.Error())
 	}
 	var res abi.ScanResult
 	if p.Dispatch != nil {

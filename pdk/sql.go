@@ -1,10 +1,11 @@
 package pdk
 
 import (
-	"fmt"
+	"reflect"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/model/pgsql"
+	"github.com/fabric-host/fabric/internal/errtext"
+	"github.com/fabric-host/fabric/model/sqlstmt"
 )
 
 // SQLHost is the Postgres side of a host: the sql_query host function.
@@ -23,14 +24,15 @@ func SQLOf(h Host) (SQLHost, error) {
 	return nil, abi.Errorf(abi.CodeUnavailable, "host has no sql_query")
 }
 
-// Q binds args to statement s of the catalog. Args may be nil (NULL),
-// int, int16, int32, int64, uint16, uint32, string, bool, float64 or an
-// abi.SQLValue.
+// Q binds args to statement s of the catalog (a pgsql.Statement; the type
+// lives in model/sqlstmt so the pdk does not link the catalog). Args may
+// be nil (NULL), int, int16, int32, int64, uint16, uint32, string, bool,
+// float64 or an abi.SQLValue.
 //
 // # Notes
 //
 //   - Panics on another argument type: a plugin wiring mistake.
-func Q(s pgsql.Statement, args ...any) abi.SQLStatement {
+func Q(s sqlstmt.Statement, args ...any) abi.SQLStatement {
 	ps := make([]abi.SQLValue, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -57,7 +59,8 @@ func Q(s pgsql.Statement, args ...any) abi.SQLStatement {
 		case float64:
 			ps[i] = abi.SQLValue{Kind: abi.SQLFloat, F: v}
 		default:
-			panic(fmt.Sprintf("pdk.Q(%s): argument %d has unsupported type %T", s.Name, i+1, a))
+			// reflect's type name is fmt's %T (a is not nil here).
+			panic("pdk.Q(" + s.Name + "): argument " + errtext.D(i+1) + " has unsupported type " + reflect.TypeOf(a).String())
 		}
 	}
 	return abi.SQLStatement{Name: s.Name, Params: ps}
@@ -71,7 +74,7 @@ func Exec(s SQLHost, stmts ...abi.SQLStatement) ([]abi.SQLResult, error) {
 		return nil, err
 	}
 	if len(resp.Results) != len(stmts) {
-		return nil, abi.Errorf(abi.CodeBackend, fmt.Sprintf("sql: %d results for %d statements", len(resp.Results), len(stmts)))
+		return nil, abi.Errorf(abi.CodeBackend, "sql: "+errtext.D(len(resp.Results))+" results for "+errtext.D(len(stmts))+" statements")
 	}
 	return resp.Results, nil
 }

@@ -2,11 +2,7 @@
 
 package pdk
 
-import (
-	"github.com/extism/go-pdk"
-
-	"github.com/fabric-host/fabric/abi"
-)
+import "github.com/fabric-host/fabric/abi"
 
 // The host functions of abi.HostFuncs, imported from abi.Namespace. Keep
 // this list in the table's order.
@@ -58,22 +54,21 @@ const keepBelow = 4 << 10
 
 // sendBlock copies b into kernel memory and returns it with its sized
 // pointer (abi.SizedPtr). The block is padded to a multiple of 8 bytes:
-// go-pdk copies whole words with one cheap call each but every byte of a
+// whole words are copied with one cheap call each but every byte of a
 // ragged tail with a call into the Extism kernel.
-func sendBlock(b []byte) (pdk.Memory, uint64) {
+func sendBlock(b []byte) (kernelBlock, uint64) {
 	n := len(b)
 	if tail := abi.PadTo8(n) - n; tail > 0 {
 		b = append(b[:n:n], make([]byte, tail)...)
 	}
-	m := pdk.Allocate(len(b))
-	m.Store(b)
-	return m, abi.SizedPtr(m.Offset(), n)
+	m := allocBytes(b)
+	return m, abi.SizedPtr(m.offset, n)
 }
 
 // freeLarge frees m when it is worth a kernel call.
-func freeLarge(m pdk.Memory) {
-	if m.Length() >= keepBelow {
-		m.Free()
+func freeLarge(m kernelBlock) {
+	if m.length >= keepBelow {
+		m.free()
 	}
 }
 
@@ -82,15 +77,15 @@ func freeLarge(m pdk.Memory) {
 func receiveBlock(v uint64) []byte {
 	off, n, sized := abi.SplitPtr(v)
 	if !sized {
-		m := pdk.FindMemory(off)
-		b := m.ReadBytes()
+		m := findBlock(off)
+		b := m.bytes()
 		freeLarge(m)
 		return b
 	}
 	// The host pads a sized result to a multiple of 8 bytes: read whole
 	// words only.
-	m := pdk.NewMemory(off, uint64(abi.PadTo8(int(n))))
-	b := m.ReadBytes()
+	m := kernelBlock{offset: off, length: uint64(abi.PadTo8(int(n)))}
+	b := m.bytes()
 	freeLarge(m)
 	return b[:n]
 }
@@ -194,7 +189,7 @@ func (wasmHost) Config(key string) (string, bool) {
 	if c, ok := configCache[key]; ok {
 		return c.v, c.ok
 	}
-	v, ok := pdk.GetConfig(key)
+	v, ok := extismConfig(key)
 	configCache[key] = configValue{v, ok}
 	return v, ok
 }
@@ -218,45 +213,45 @@ func (wasmHost) Write(op, key string, args ...string) (int64, error) {
 //go:wasmexport fabric_manifest
 func exportManifest() int32 {
 	if registered == nil {
-		pdk.SetError(ErrNotRegistered)
+		extismSetError(ErrNotRegistered)
 		return 1
 	}
 	b, err := registered.ManifestBytes()
 	if err != nil {
-		pdk.SetError(err)
+		extismSetError(err)
 		return 1
 	}
-	pdk.Output(b)
+	extismOutput(b)
 	return 0
 }
 
 //go:wasmexport fabric_scan
 func exportScan() int32 {
 	if registered == nil {
-		pdk.SetError(ErrNotRegistered)
+		extismSetError(ErrNotRegistered)
 		return 1
 	}
-	out, err := registered.HandleScan(wasmHost{}, pdk.Input())
+	out, err := registered.HandleScan(wasmHost{}, extismInput())
 	if err != nil {
-		pdk.SetError(err)
+		extismSetError(err)
 		return 1
 	}
-	pdk.Output(out)
+	extismOutput(out)
 	return 0
 }
 
 //go:wasmexport fabric_scan_batch
 func exportScanBatch() int32 {
 	if registered == nil {
-		pdk.SetError(ErrNotRegistered)
+		extismSetError(ErrNotRegistered)
 		return 1
 	}
-	out, err := registered.HandleScanBatch(wasmHost{}, pdk.Input(), selectPartition)
+	out, err := registered.HandleScanBatch(wasmHost{}, extismInput(), selectPartition)
 	if err != nil {
-		pdk.SetError(err)
+		extismSetError(err)
 		return 1
 	}
-	pdk.Output(out)
+	extismOutput(out)
 	return 0
 }
 
@@ -272,14 +267,14 @@ func selectPartition(index uint32) error {
 //go:wasmexport fabric_dispatch
 func exportDispatch() int32 {
 	if registered == nil {
-		pdk.SetError(ErrNotRegistered)
+		extismSetError(ErrNotRegistered)
 		return 1
 	}
-	out, err := registered.HandleDispatch(wasmHost{}, pdk.Input())
+	out, err := registered.HandleDispatch(wasmHost{}, extismInput())
 	if err != nil {
-		pdk.SetError(err)
+		extismSetError(err)
 		return 1
 	}
-	pdk.Output(out)
+	extismOutput(out)
 	return 0
 }

@@ -21,19 +21,15 @@
 //     can import it.
 package pgsql
 
-import "strings"
+import (
+	"strings"
 
-// Statement is one named statement of the catalog.
-type Statement struct {
-	// Name identifies the statement: "<family>.<what>".
-	Name string
-	// SQL is the statement text.
-	SQL string
-	// Params names the positional parameters, for people.
-	Params []string
-	// Tables are the tables the statement reads or writes.
-	Tables []string
-}
+	"github.com/fabric-host/fabric/model/sqlstmt"
+)
+
+// Statement is one named statement of the catalog (defined in
+// model/sqlstmt, which the pdk imports without this catalog).
+type Statement = sqlstmt.Statement
 
 // TableGrant is the capabilities.sql entry granting table t.
 func TableGrant(t string) string { return "table." + t }

@@ -21,7 +21,6 @@
 package main
 
 import (
-	"encoding/json"
 	"strconv"
 
 	"github.com/fabric-host/fabric/abi"
@@ -55,15 +54,11 @@ func retention(policy string, def int64) int64 {
 	if policy == "" {
 		return def
 	}
-	var p struct {
-		StreamPolicy struct {
-			RetentionTTLMs *json.Number `json:"retention_ttl_ms"`
-		} `json:"stream_policy"`
-	}
-	if json.Unmarshal([]byte(policy), &p) != nil || p.StreamPolicy.RetentionTTLMs == nil {
+	num, ok := policyTTL(policy)
+	if !ok {
 		return def
 	}
-	n, err := p.StreamPolicy.RetentionTTLMs.Int64()
+	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil || n < 0 {
 		return def
 	}
