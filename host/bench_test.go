@@ -256,3 +256,41 @@ func BenchmarkInstanceMemory(b *testing.B) {
 }
 
 func benchLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// BenchmarkColdCall is the cost of a call on a plugin whose instance was
+// released and whose machine code pages were dropped (Module.release
+// idle): instantiate, the guest's runtime initialisation, the call, with
+// the code re-faulted from the page cache.
+func BenchmarkColdCall(b *testing.B) {
+	for _, name := range []string{"delayed_promoter", "unblock"} {
+		b.Run(name, func(b *testing.B) {
+			lc := benchLoader(b, benchCache(b))
+			lc.codeDir = b.TempDir()
+			m, err := loadModule(context.Background(), benchFixture(b, name), lc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { m.Close(context.Background()) })
+			man := m.Manifest()
+			caller := &hostfn.Caller{Plugin: man.Name, Version: man.Version, Caps: &man.Capabilities, Tag: "{fp:0}", Stats: &hostfn.Stats{}, Logger: benchLogger()}
+			ctx := context.Background()
+			in := scanInput(50)
+			cpu := processCPU()
+			for b.Loop() {
+				m.mu.Lock()
+				pool := m.pool
+				m.pool = nil
+				m.mu.Unlock()
+				for _, inst := range pool {
+					inst.close(ctx)
+				}
+				trimCode(m.codeKey)
+				if _, err := m.call(ctx, abi.ExportScan, in, caller, nil); err != nil {
+					b.Fatal(err)
+				}
+				m.warms.Wait()
+			}
+			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
+}
