@@ -44,6 +44,13 @@ func hotPath(p *plugin, m *Module) bool {
 	return !disabled && m.Manifest().Kind == abi.KindDispatcher || (p.wake != nil && p.wake.timed())
 }
 
+// codeTrimInterval is how often the resident machine code of plugins
+// pinned warm is dropped to what their calls execute: the pages of paths
+// taken rarely (the guest's garbage collector, an error path) stay
+// resident once executed; the next call faults back its working set from
+// the page cache (about 2 ms of CPU for a stock scanner).
+const codeTrimInterval = 10 * time.Second
+
 // reapTick is how often the host looks for idle instances: a quarter of
 // the idle-release time, between 50 ms and 1 s.
 func (h *Host) reapTick() time.Duration {
@@ -61,6 +68,7 @@ func (h *Host) reapTick() time.Duration {
 func (h *Host) reapIdle(ctx context.Context) {
 	t := time.NewTicker(h.reapTick())
 	defer t.Stop()
+	trimmed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -74,20 +82,32 @@ func (h *Host) reapIdle(ctx context.Context) {
 		}
 		h.mu.Unlock()
 		now := time.Now()
+		trim := now.Sub(trimmed) >= codeTrimInterval
+		if trim {
+			trimmed = now
+		}
 		for _, p := range ps {
 			m := p.mod.Load()
-			if after := h.idleAfter(p, m); after > 0 {
-				m.releaseIdle(ctx, now, after)
+			after := h.idleAfter(p, m)
+			if after > 0 {
+				m.releaseIdle(ctx, now, after, 0)
+				continue
+			}
+			// Pinned warm: one instance stays; a dispatcher's second, and
+			// any other extra, is released like an idle plugin's.
+			m.releaseIdle(ctx, now, max(h.cfg.IdleRelease, time.Second), 1)
+			if trim {
+				trimCode(m.codeKey)
 			}
 		}
 	}
 }
 
 // releaseIdle closes the pooled instances idle since before now-after,
-// then, when the module holds no instance and runs no call, drops its
+// but the first warm of the pool, then, when the module holds no instance and runs no call, drops its
 // machine code's resident pages (once until its next call). It returns the
 // number of instances released.
-func (m *Module) releaseIdle(ctx context.Context, now time.Time, after time.Duration) int {
+func (m *Module) releaseIdle(ctx context.Context, now time.Time, after time.Duration, warm int) int {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -95,8 +115,8 @@ func (m *Module) releaseIdle(ctx context.Context, now time.Time, after time.Dura
 	}
 	var idle []*instance
 	keep := m.pool[:0]
-	for _, inst := range m.pool {
-		if now.Sub(inst.idleSince) >= after {
+	for i, inst := range m.pool {
+		if i >= warm && now.Sub(inst.idleSince) >= after {
 			idle = append(idle, inst)
 		} else {
 			keep = append(keep, inst)
