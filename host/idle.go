@@ -124,7 +124,7 @@ func (m *Module) releaseIdle(ctx context.Context, now time.Time, after time.Dura
 	}
 	clear(m.pool[len(keep):])
 	m.pool = keep
-	drop := len(m.pool) == 0 && m.inflight == 0 && m.warming == 0 && !m.codeDropped
+	drop := len(m.pool) == 0 && m.inflight == 0 && m.busy == 0 && m.warming == 0 && !m.codeDropped
 	if drop {
 		m.codeDropped = true
 	}
@@ -147,5 +147,5 @@ func (m *Module) instances() int {
 	if m.closed {
 		return 0
 	}
-	return len(m.pool) + m.inflight
+	return len(m.pool) + m.busy
 }

@@ -96,6 +96,9 @@ type Module struct {
 	// codeDropped: releaseIdle dropped the machine code's resident pages
 	// and no call has run since (idle.go).
 	codeDropped bool
+	// busy counts the instances in a call (taken from the pool or made
+	// for it).
+	busy int
 	// idleReleases counts the instances releaseIdle released.
 	idleReleases atomic.Int64
 }
@@ -596,7 +599,13 @@ func (m *Module) call(ctx context.Context, export string, input []byte, c *hostf
 		inst, m.pool = m.pool[n-1], m.pool[:n-1]
 	}
 	m.codeDropped = false
+	m.busy++
 	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.busy--
+		m.mu.Unlock()
+	}()
 	if inst == nil {
 		var err error
 		if inst, err = m.newInstance(ctx); err != nil {
