@@ -20,8 +20,12 @@ import (
 // demoRSS is what the demo-workload row reads of a `fabric run` process
 // at the end of its window.
 type demoRSS struct {
-	RSSKiB, HWMKiB int64
-	Split          rssBreakdown
+	// RSSKiB is the mean of VmRSS sampled every second over the last
+	// third of the window (the plugins' sweeps, every 5 to 60 s, line up
+	// at whole minutes: one sample would catch them all at once or none);
+	// MinKiB and MaxKiB bound the samples.
+	RSSKiB, MinKiB, MaxKiB, HWMKiB int64
+	Split                          rssBreakdown
 	// Plugins running, instances they hold, idle releases so far, calls.
 	Running, Instances int
 	Releases, Calls    int64
@@ -67,17 +71,31 @@ func (e *benchEnv) runDemoRSS(ctx context.Context, window time.Duration) (*demoR
 	if err := waitReady(ctx, "http://"+addr+"/readyz", exited, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("fabric run: %w: %s", err, lastLines([]byte(tail.String()), 5))
 	}
-	select {
-	case <-time.After(window):
-	case err := <-exited:
-		exited <- err
-		return nil, fmt.Errorf("fabric run exited during the window: %v: %s", err, lastLines([]byte(tail.String()), 5))
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 	r := &demoRSS{}
 	status := fmt.Sprintf("/proc/%d/status", pid)
-	r.RSSKiB, r.HWMKiB = procStatusOf(status, "VmRSS:"), procStatusOf(status, "VmHWM:")
+	start := time.Now()
+	var sum, n int64
+	for t := time.Second; t <= window; t += time.Second {
+		select {
+		case <-time.After(time.Until(start.Add(t))):
+		case err := <-exited:
+			exited <- err
+			return nil, fmt.Errorf("fabric run exited during the window: %v: %s", err, lastLines([]byte(tail.String()), 5))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if t < window-window/3 {
+			continue
+		}
+		kib := procStatusOf(status, "VmRSS:")
+		if n == 0 || kib < r.MinKiB {
+			r.MinKiB = kib
+		}
+		r.MaxKiB = max(r.MaxKiB, kib)
+		sum += kib
+		n++
+	}
+	r.RSSKiB, r.HWMKiB = sum/max(n, 1), procStatusOf(status, "VmHWM:")
 	goKiB, heapKiB, err := goRuntimeOf("http://" + addr + "/metrics")
 	if err != nil {
 		return nil, err

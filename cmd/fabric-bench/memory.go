@@ -207,9 +207,9 @@ func runMemory(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		demo.Fabric, demo.Note = nan(), "not measured: "+err.Error()
 	} else {
 		demo.Fabric = mib(d.RSSKiB)
-		demo.Note = fmt.Sprintf("bin/fabric run as `make run` runs it (its private server, every plugin of bin/plugins, the demo workload at its default rate in the same process) for %s after ready; peak (VmHWM) %s; %d plugins running, %d partition calls, %d instances held at the end, %d released idle in the window",
-			e.size.DemoHold, fmtNum(mib(d.HWMKiB), "MiB"), d.Running, d.Calls, d.Instances, d.Releases) +
-			fmt.Sprintf("; resident: machine code %s (in files %s, anonymous %s), Go runtime %s (heap objects %s), guest memories and other anonymous %s, the host binary and other files %s",
+		demo.Note = fmt.Sprintf("bin/fabric run as `make run` runs it (its private server, every plugin of bin/plugins, the demo workload at its default rate in the same process) for %s after ready; VmRSS sampled every second over the window's last third: mean (the figure) %s, %s to %s; peak (VmHWM, the load included) %s; %d plugins running, %d partition calls, %d instances held at the end, %d released idle in the window",
+			e.size.DemoHold, fmtNum(mib(d.RSSKiB), "MiB"), fmtNum(mib(d.MinKiB), "MiB"), fmtNum(mib(d.MaxKiB), "MiB"), fmtNum(mib(d.HWMKiB), "MiB"), d.Running, d.Calls, d.Instances, d.Releases) +
+			fmt.Sprintf("; resident at the end: machine code %s (in files %s, anonymous %s), Go runtime %s (heap objects %s), guest memories and other anonymous %s, the host binary and other files %s",
 				fmtNum(mib(d.Split.CodeFileKiB+d.Split.CodeKiB), "MiB"), fmtNum(mib(d.Split.CodeFileKiB), "MiB"), fmtNum(mib(d.Split.CodeKiB), "MiB"),
 				fmtNum(mib(d.Split.GoKiB), "MiB"), fmtNum(mib(d.Split.GoHeapKiB), "MiB"),
 				fmtNum(mib(d.Split.OtherAnonKiB), "MiB"), fmtNum(mib(d.Split.FileKiB), "MiB"))
