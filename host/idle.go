@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/fabric-host/fabric/abi"
@@ -35,13 +36,15 @@ func (h *Host) idleAfter(p *plugin, m *Module) time.Duration {
 }
 
 // hotPath reports whether p is on a path whose lateness the host bounds:
-// a dispatcher (called at completions) or a scanner driven by due-time
-// timers, unless disabled (never called).
+// a dispatcher (called at completions) or a due-time scanner (its manifest
+// names wake indexes, abi.ConfigWake; with timers off it polls at its
+// short interval), unless disabled (never called).
 func hotPath(p *plugin, m *Module) bool {
 	p.mu.Lock()
 	disabled := p.state == StateDisabled
 	p.mu.Unlock()
-	return !disabled && m.Manifest().Kind == abi.KindDispatcher || (p.wake != nil && p.wake.timed())
+	man := m.Manifest()
+	return !disabled && (man.Kind == abi.KindDispatcher || strings.TrimSpace(man.Config[abi.ConfigWake]) != "")
 }
 
 // codeTrimInterval is how often the resident machine code of plugins

@@ -144,3 +144,38 @@ func TestIdleReleaseKeepsWarm(t *testing.T) {
 		t.Fatal("code pages dropped while an instance is kept warm")
 	}
 }
+
+// TestIdleAfterPolicy: dispatchers and due-time scanners are pinned warm
+// by default, other plugins released after Config.IdleRelease; a disabled
+// plugin is never pinned; PluginConfig.IdleRelease overrides either way,
+// and a negative Config.IdleRelease pins every plugin.
+func TestIdleAfterPolicy(t *testing.T) {
+	h := &Host{cfg: Config{IdleRelease: time.Second, Plugins: map[string]PluginConfig{
+		"pinned": {IdleRelease: -1}, "tuned": {IdleRelease: 5 * time.Second},
+	}}}
+	scanner := &Module{manifest: abi.Manifest{Kind: abi.KindScanner}}
+	dueScanner := &Module{manifest: abi.Manifest{Kind: abi.KindScanner, Config: map[string]string{abi.ConfigWake: "ff:idx:*:delayed"}}}
+	dispatcher := &Module{manifest: abi.Manifest{Kind: abi.KindDispatcher}}
+	for _, tc := range []struct {
+		name  string
+		state State
+		m     *Module
+		want  time.Duration
+	}{
+		{"reconciler", StateRunning, scanner, time.Second},
+		{"promoter", StateRunning, dueScanner, 0},
+		{"dispatcher", StateRunning, dispatcher, 0},
+		{"off", StateDisabled, dispatcher, time.Second},
+		{"pinned", StateRunning, scanner, 0},
+		{"tuned", StateRunning, dispatcher, 5 * time.Second},
+	} {
+		p := &plugin{h: h, name: tc.name, state: tc.state}
+		if got := h.idleAfter(p, tc.m); got != tc.want {
+			t.Errorf("%s: idleAfter %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	h.cfg.IdleRelease = -1
+	if got := h.idleAfter(&plugin{h: h, name: "reconciler", state: StateRunning}, scanner); got != 0 {
+		t.Errorf("with IdleRelease < 0: idleAfter %v, want 0 (pinned)", got)
+	}
+}
