@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -256,3 +257,48 @@ func BenchmarkInstanceMemory(b *testing.B) {
 }
 
 func benchLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// BenchmarkColdCall is the cost of a call on a plugin whose instance was
+// released and whose machine code pages were dropped (Module.releaseIdle):
+// instantiate, the guest's runtime initialisation, the call, with the code
+// faulted back from the page cache; trimmed-warm is a warm instance's call
+// after its code pages were dropped (codeTrimInterval).
+func BenchmarkColdCall(b *testing.B) {
+	for _, v := range []struct {
+		name    string
+		release bool
+	}{{"delayed_promoter", true}, {"unblock", true}, {"delayed_promoter/trimmed-warm", false}} {
+		name := strings.TrimSuffix(v.name, "/trimmed-warm")
+		b.Run(v.name, func(b *testing.B) {
+			lc := benchLoader(b, benchCache(b))
+			lc.codeDir = b.TempDir()
+			m, err := loadModule(context.Background(), benchFixture(b, name), lc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { m.Close(context.Background()) })
+			man := m.Manifest()
+			caller := &hostfn.Caller{Plugin: man.Name, Version: man.Version, Caps: &man.Capabilities, Tag: "{fp:0}", Stats: &hostfn.Stats{}, Logger: benchLogger()}
+			ctx := context.Background()
+			in := scanInput(50)
+			cpu := processCPU()
+			for b.Loop() {
+				if v.release {
+					m.mu.Lock()
+					pool := m.pool
+					m.pool = nil
+					m.mu.Unlock()
+					for _, inst := range pool {
+						inst.close(ctx)
+					}
+				}
+				trimCode(m.codeKey)
+				if _, err := m.call(ctx, abi.ExportScan, in, caller, nil); err != nil {
+					b.Fatal(err)
+				}
+				m.warms.Wait()
+			}
+			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
+}

@@ -52,6 +52,11 @@ type PluginConfig struct {
 	// SHA256, when set, pins the file digest (hex): another file declaring
 	// this plugin name is refused.
 	SHA256 string
+	// IdleRelease overrides Config.IdleRelease for this plugin: positive,
+	// its instances are released after this long idle (also a dispatcher's
+	// or a timer-driven scanner's, pinned warm by default); negative, it is
+	// pinned warm. 0 keeps the host's policy.
+	IdleRelease time.Duration
 }
 
 // Config configures a Host. Zero fields take the defaults of defaults.go.
@@ -123,6 +128,13 @@ type Config struct {
 	// memory larger than this (default 16 MiB; a Go guest starts at about
 	// 3.5 MiB and never gives memory back); negative: never.
 	RecycleBytes int64
+	// IdleRelease: a plugin's instance idle this long in its pool is
+	// released (its linear memory unmapped), and once the plugin holds no
+	// instance its machine code's resident pages are dropped; its next call
+	// instantiates afresh (a few ms). Default HostIdleReleaseDefault;
+	// negative: never. Dispatchers and timer-driven scanners are pinned
+	// warm unless PluginConfig.IdleRelease says otherwise (idle.go).
+	IdleRelease time.Duration
 	// Records is the number of cycle records kept per plugin (default 4096).
 	Records int
 	// MaxOutputBytes caps a scan result (default 64 KiB).
@@ -208,6 +220,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.RecycleCalls = cmp.Or(c.RecycleCalls, HostRecycleCallsDefault)
 	c.RecycleBytes = cmp.Or(c.RecycleBytes, HostRecycleBytesDefault)
 	c.Records = cmp.Or(c.Records, HostRecordsDefault)
+	c.IdleRelease = cmp.Or(c.IdleRelease, HostIdleReleaseDefault)
 	c.CacheMaxBytes = cmp.Or(c.CacheMaxBytes, HostCacheMaxBytesDefault)
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, HostMaxOutputBytesDefault)
 	c.QuarantineBase = cmp.Or(c.QuarantineBase, HostQuarantineBaseDefault)

@@ -41,6 +41,13 @@ const (
 	// HostPoolBytesDefault bounds the memory caps of one plugin version's
 	// idle instances together.
 	HostPoolBytesDefault = 128 << 20
+	// HostIdleReleaseDefault: an instance idle this long is released
+	// (Config.IdleRelease). The stock plugins that are not pinned warm
+	// sweep every 5 s or less often: each sweep then pays one
+	// instantiation (~5 ms of CPU with its code faulted back in), and
+	// between sweeps the plugin holds neither linear memory nor resident
+	// code.
+	HostIdleReleaseDefault = time.Second
 	// quarantineSteps is the number of doublings before the backoff resets.
 	quarantineSteps = 7
 )

@@ -153,6 +153,8 @@ type setupOpts struct {
 	probation time.Duration
 	// cacheDir is Config.CacheDir ("": the test binary's shared cache).
 	cacheDir string
+	// idleRelease is Config.IdleRelease (0: the default).
+	idleRelease time.Duration
 }
 
 var (
@@ -205,6 +207,7 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 		PartitionsPerCall: o.perCall,
 		Policy:            o.policy,
 		ProbationTimeout:  o.probation,
+		IdleRelease:       o.idleRelease,
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = fixturePolicy(t)

@@ -162,6 +162,9 @@ func (h *Host) Start(ctx context.Context) error {
 			_ = h.wakes.Start(ctx) // returns at once; never fails
 			defer h.wakes.Stop()
 		}
+		reaped := make(chan struct{})
+		go func() { defer close(reaped); h.reapIdle(ctx) }()
+		defer func() { <-reaped }() // before shutdown closes the modules
 		h.scanDir(ctx)
 		h.startShadows(ctx)
 		if h.completions != nil { // after the initial load: dispatchers are in place

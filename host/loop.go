@@ -390,6 +390,7 @@ func (p *plugin) status() PluginStatus {
 	m := p.mod.Load()
 	man := m.Manifest()
 	req, grant, lim := m.declared.Capabilities, m.grant, m.limits
+	instances, idle := m.instances(), p.h.idleAfter(p, m)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return PluginStatus{
@@ -403,6 +404,7 @@ func (p *plugin) status() PluginStatus {
 		Metrics: p.stats.Metrics(), MetricGauges: p.stats.Gauges(), Fault: p.fault, FaultKinds: maps.Clone(p.faultKinds),
 		Commands: p.budget.Commands.Load(), OverBudget: p.budget.Refused.Load(),
 		Shadow: p.change.shadowStatus(), Previous: p.change.previous(),
+		Instances: instances, IdleReleaseMs: idle.Milliseconds(), IdleReleases: m.idleReleases.Load(),
 	}
 }
 

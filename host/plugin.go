@@ -93,6 +93,14 @@ type Module struct {
 	// path (refill); Close waits for them.
 	warming int
 	warms   sync.WaitGroup
+	// codeDropped: releaseIdle dropped the machine code's resident pages
+	// and no call has run since (idle.go).
+	codeDropped bool
+	// busy counts the instances in a call (taken from the pool or made
+	// for it).
+	busy int
+	// idleReleases counts the instances releaseIdle released.
+	idleReleases atomic.Int64
 }
 
 // hostfnCaller builds the Caller for calls that are not partition scans.
@@ -108,6 +116,9 @@ type instance struct {
 	inited  bool // the guest's language runtime is initialised
 	calls   int
 	stderr  *tailBuffer
+	// idleSince is when the instance last went back to the pool
+	// (releaseIdle releases it once idle long enough).
+	idleSince time.Time
 }
 
 // Path returns the file the module was loaded from.
@@ -310,6 +321,7 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 			m.Close(ctx)
 			return nil, err
 		}
+		inst.idleSince = time.Now()
 		m.pool = append(m.pool, inst)
 	}
 	return m, nil
@@ -428,6 +440,7 @@ func (m *Module) readManifest(ctx context.Context, lc loaderConfig) error {
 	m.declared = man
 	m.manifest = applyOverride(man, lc.override(man.Name))
 	inst.kernel.Config = m.manifest.Config
+	inst.idleSince = time.Now()
 	m.pool = append(m.pool, inst)
 	return nil
 }
@@ -585,7 +598,14 @@ func (m *Module) call(ctx context.Context, export string, input []byte, c *hostf
 	if n := len(m.pool); n > 0 {
 		inst, m.pool = m.pool[n-1], m.pool[:n-1]
 	}
+	m.codeDropped = false
+	m.busy++
 	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.busy--
+		m.mu.Unlock()
+	}()
 	if inst == nil {
 		var err error
 		if inst, err = m.newInstance(ctx); err != nil {
@@ -604,6 +624,7 @@ func (m *Module) call(ctx context.Context, export string, input []byte, c *hostf
 	}
 	m.mu.Lock()
 	if len(m.pool) < m.poolCap() && !m.closed {
+		inst.idleSince = time.Now()
 		m.pool = append(m.pool, inst)
 		inst = nil
 	}
@@ -653,7 +674,9 @@ func (m *Module) refill(ctx context.Context) {
 		m.warming--
 		keep := err == nil && !m.closed && !m.retired && len(m.pool) < m.poolCap()
 		if keep {
+			inst.idleSince = time.Now()
 			m.pool = append(m.pool, inst)
+			m.codeDropped = false
 		}
 		m.mu.Unlock()
 		if err == nil && !keep {

@@ -97,6 +97,14 @@ type PluginStatus struct {
 	// for a rollback ("": none). See shadow.go.
 	Shadow   *ShadowStatus `json:"shadow,omitempty"`
 	Previous string        `json:"previous,omitempty"`
+	// Instances counts the instances the serving version holds: warm in
+	// its pool plus calls in flight; 0 once released idle (its next call
+	// instantiates afresh). IdleReleaseMs is how long an idle instance is
+	// kept (Config.IdleRelease; 0: pinned warm), IdleReleases how many
+	// were released.
+	Instances     int   `json:"instances"`
+	IdleReleaseMs int64 `json:"idle_release_ms"`
+	IdleReleases  int64 `json:"idle_releases"`
 }
 
 // FileStatus is the outcome of the latest load of one file.

@@ -201,6 +201,19 @@ func runMemory(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	} else {
 		row.Versus, row.Peer = "asynq "+pr.Version+" idle server process", mib(pr.RSSKiB)
 	}
+	demo := Row{Measure: "host RSS, the full default Valkey set under the demo workload", Unit: "MiB", Goal: "≤ 150 MiB",
+		Versus: row.Versus, Peer: row.Peer}
+	if d, err := e.runDemoRSS(ctx, e.size.DemoHold); err != nil {
+		demo.Fabric, demo.Note = nan(), "not measured: "+err.Error()
+	} else {
+		demo.Fabric = mib(d.RSSKiB)
+		demo.Note = fmt.Sprintf("bin/fabric run as `make run` runs it (its private server, every plugin of bin/plugins, the demo workload at its default rate in the same process) for %s after ready; VmRSS sampled every second over the window's last third: mean (the figure) %s, %s to %s; peak (VmHWM, the load included) %s; %d plugins running, %d partition calls, %d instances held at the end, %d released idle in the window",
+			e.size.DemoHold, fmtNum(mib(d.RSSKiB), "MiB"), fmtNum(mib(d.MinKiB), "MiB"), fmtNum(mib(d.MaxKiB), "MiB"), fmtNum(mib(d.HWMKiB), "MiB"), d.Running, d.Calls, d.Instances, d.Releases) +
+			fmt.Sprintf("; resident at the end: machine code %s (in files %s, anonymous %s), Go runtime %s (heap objects %s), guest memories and other anonymous %s, the host binary and other files %s",
+				fmtNum(mib(d.Split.CodeFileKiB+d.Split.CodeKiB), "MiB"), fmtNum(mib(d.Split.CodeFileKiB), "MiB"), fmtNum(mib(d.Split.CodeKiB), "MiB"),
+				fmtNum(mib(d.Split.GoKiB), "MiB"), fmtNum(mib(d.Split.GoHeapKiB), "MiB"),
+				fmtNum(mib(d.Split.OtherAnonKiB), "MiB"), fmtNum(mib(d.Split.FileKiB), "MiB"))
+	}
 	n := max(1, full.Plugins)
 	var code, mem int64
 	var per []string
@@ -209,7 +222,7 @@ func runMemory(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		mem += r.MemoryBytes
 		per = append(per, fmt.Sprintf("%s %s + %s", r.Plugin, fmtNum(float64(r.CodeBytes)/(1<<20), "MiB"), fmtNum(float64(r.MemoryBytes)/(1<<20), "MiB")))
 	}
-	sc.Rows = append(sc.Rows, row,
+	sc.Rows = append(sc.Rows, row, demo,
 		Row{Measure: "host RSS, no plugins", Fabric: mib(bare.RSSKiB), Unit: "MiB", Versus: "", Peer: nan(),
 			Note: "the same host process with an empty plugin directory: the plugins' share is the difference"},
 		Row{Measure: "resident cost of one plugin (the set's share ÷ plugins)", Fabric: mib(full.RSSKiB-bare.RSSKiB) / float64(n), Unit: "MiB", Versus: "", Peer: nan(),

@@ -33,8 +33,18 @@ type rssBreakdown struct {
 // not told apart there; its resident share is estimated from
 // runtime/metrics (mapped minus released) and taken from the anonymous rest.
 func readRSSBreakdown() rssBreakdown {
+	samples := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
+	metrics.Read(samples)
+	return readRSSBreakdownOf("/proc/self/smaps", int64(samples[0].Value.Uint64()-samples[1].Value.Uint64())>>10,
+		int64(samples[2].Value.Uint64()+samples[3].Value.Uint64())>>10)
+}
+
+// readRSSBreakdownOf reads the smaps file of a process whose Go runtime
+// holds goKiB resident, heapKiB of it heap objects.
+func readRSSBreakdownOf(smaps string, goKiB, heapKiB int64) rssBreakdown {
 	var r rssBreakdown
-	f, err := os.Open("/proc/self/smaps")
+	f, err := os.Open(smaps)
 	if err != nil {
 		return r
 	}
@@ -80,11 +90,7 @@ func readRSSBreakdown() rssBreakdown {
 			flush(exec)
 		}
 	}
-	samples := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
-		{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
-	metrics.Read(samples)
-	r.GoKiB = int64(samples[0].Value.Uint64()-samples[1].Value.Uint64()) >> 10
-	r.GoHeapKiB = int64(samples[2].Value.Uint64()+samples[3].Value.Uint64()) >> 10
+	r.GoKiB, r.GoHeapKiB = goKiB, heapKiB
 	r.OtherAnonKiB = max(0, anonRest-r.GoKiB)
 	return r
 }

@@ -53,6 +53,7 @@ func init() {
 				leases:     fs.Bool("partition-leases", true, "share the partitions with the deployment's other hosts by lease (false: scan every partition, as FlowFabric's engines do)"),
 				hostID:     fs.String("host-id", "", "this host's id in partition leases (default <hostname>-<pid>-<random>)"),
 				leaseTTL:   fs.Duration("lease-ttl", partlease.TTLDefault, "partition lease TTL: a dead host's partitions are taken over this long after its last renewal"),
+				idle:       fs.Duration("idle-release", host.HostIdleReleaseDefault, "a plugin's instance idle this long is released with its resident machine code, and made afresh at its next call (dispatchers and timer-driven scanners stay warm; [plugins.NAME] idle_release overrides); negative: never"),
 				trust:      addTrustFlags(fs), // policy.go
 			}
 			o.adminTLSCert = fs.String("admin-tls-cert", "", "PEM certificate: the admin server serves HTTPS (with --admin-tls-key)")
@@ -96,7 +97,7 @@ type runFlags struct {
 	config, pluginDir, cacheDir, statusFile, adminAddr, view *string
 	tokenFile                                                *string
 	demo                                                     *bool
-	refresh, census                                          *time.Duration
+	refresh, census, idle                                    *time.Duration
 	gcPercent                                                *int
 	// leases, hostID and leaseTTL configure partition leases.
 	leases     *bool
@@ -183,7 +184,7 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	fmt.Fprintf(out, "flowfabric library %s loaded (%s); partitions %+v\n", lib, libraryNote(act), conn.Client.Partitions())
 
 	metrics := admin.NewMetrics()
-	h, err := startHost(ctx, out, host.Config{Backend: conn.Client, Logger: conn.Logger,
+	h, err := startHost(ctx, out, host.Config{Backend: conn.Client, Logger: conn.Logger, IdleRelease: *o.idle,
 		// The dispatchers (dependency, edge_cancel) run on completions.
 		Completions: host.CompletionConfig{Enabled: true}},
 		hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,

@@ -123,6 +123,9 @@ lanes = ["x", "y"]
 interval = "250ms"
 batch_size = 10
 config = { lanes = "x" }
+idle_release = "never"
+[plugins.unblock]
+idle_release = "30s"
 `), 0o644)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	addBackendFlags(fs)
@@ -145,9 +148,20 @@ config = { lanes = "x" }
 		t.Errorf("rate %v (the flag given must win), lanes %q", *wf.rate, *wf.lanes)
 	}
 	pc := pcs["delayed_promoter"]
-	if pc.Interval != 250*time.Millisecond || pc.BatchSize != 10 || pc.Config["lanes"] != "x" {
+	if pc.Interval != 250*time.Millisecond || pc.BatchSize != 10 || pc.Config["lanes"] != "x" || pc.IdleRelease >= 0 {
 		t.Errorf("plugin config %+v", pc)
 	}
+	if d := pcs["unblock"].IdleRelease; d != 30*time.Second {
+		t.Errorf("unblock idle_release %v, want 30s", d)
+	}
+
+	t.Run("BadIdleReleaseIsAUsageError", func(t *testing.T) {
+		bad := filepath.Join(t.TempDir(), "bad.toml")
+		os.WriteFile(bad, []byte("[plugins.unblock]\nidle_release = \"sometimes\"\n"), 0o644)
+		if _, err := loadRunFile(flag.NewFlagSet("run", flag.ContinueOnError), bad); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "plugins.unblock.idle_release") {
+			t.Fatalf("err = %v", err)
+		}
+	})
 
 	t.Run("UnknownKeyIsAUsageError", func(t *testing.T) {
 		bad := filepath.Join(t.TempDir(), "bad.toml")

@@ -45,6 +45,7 @@ import (
 //	partition_leases = true                 # false: scan every partition
 //	host_id = "fabric-a"                    # default <hostname>-<pid>-<random>
 //	lease_ttl = "10s"
+//	idle_release = "1s"                     # negative: keep every plugin warm
 //
 //	[partitions]                            # fixed for a deployment
 //	flow = 256
@@ -68,6 +69,7 @@ import (
 //	disabled = false
 //	sha256 = ""
 //	config = { lanes = "demo-a,demo-b" }
+//	idle_release = "never"                  # pinned warm; or a duration
 //
 // and the operator's grants and trusted keys: trusted_keys,
 // require_signed, [grant] and [plugins.NAME.grant] (see policyFile).
@@ -98,6 +100,7 @@ type runFile struct {
 	Leases         *bool   `toml:"partition_leases"`
 	HostID         *string `toml:"host_id"`
 	LeaseTTL       *string `toml:"lease_ttl"`
+	IdleRelease    *string `toml:"idle_release"`
 	Partitions     *struct {
 		Flow   uint16 `toml:"flow"`
 		Budget uint16 `toml:"budget"`
@@ -127,7 +130,10 @@ type runFilePlugin struct {
 	Disabled  bool              `toml:"disabled"`
 	SHA256    string            `toml:"sha256"`
 	Config    map[string]string `toml:"config"`
-	Grant     *host.Grant       `toml:"grant"` // policy.go
+	// IdleRelease: "never" pins the plugin warm, a duration releases its
+	// idle instance after it (host.PluginConfig.IdleRelease).
+	IdleRelease string      `toml:"idle_release"`
+	Grant       *host.Grant `toml:"grant"` // policy.go
 }
 
 // loadRunFile reads path and applies it to fs: each key sets its flag
@@ -204,7 +210,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"demo.workers", "workers", str(f.Demo.Workers)}, {"demo.concurrency", "concurrency", str(f.Demo.Concurrency)},
 		{"demo.duration", "duration", f.Demo.Duration}, {"demo.drain_timeout", "drain-timeout", f.Demo.DrainTimeout},
 		{"demo.mix", "mix", f.Demo.Mix}, {"partition_leases", "partition-leases", str(f.Leases)}, {"host_id", "host-id", f.HostID},
-		{"lease_ttl", "lease-ttl", f.LeaseTTL}, {"gc_percent", "gc-percent", str(f.GCPercent)},
+		{"lease_ttl", "lease-ttl", f.LeaseTTL}, {"idle_release", "idle-release", f.IdleRelease}, {"gc_percent", "gc-percent", str(f.GCPercent)},
 		{"valkey_user", "valkey-user", f.ValkeyUser}, {"valkey_password_file", "valkey-password-file", f.ValkeyPwFile},
 		{"valkey_tls_ca", "valkey-tls-ca", f.ValkeyTLSCA}, {"valkey_tls_cert", "valkey-tls-cert", f.ValkeyTLSCert}, {"valkey_tls_key", "valkey-tls-key", f.ValkeyTLSKey}, {"valkey_tls_server_name", "valkey-tls-server-name", f.ValkeyTLSName},
 		{"backend_wait", "backend-wait", f.BackendWait},
@@ -232,6 +238,17 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 				return nil, fmt.Errorf("%w: --config %s: plugins.%s.%s: %q is not a duration", errUsage, path, name, d.key, d.s)
 			}
 			*d.dst = v
+		}
+		switch p.IdleRelease {
+		case "":
+		case "never":
+			pc.IdleRelease = -1
+		default:
+			v, err := time.ParseDuration(p.IdleRelease)
+			if err != nil || v <= 0 {
+				return nil, fmt.Errorf("%w: --config %s: plugins.%s.idle_release: %q is neither \"never\" nor a positive duration", errUsage, path, name, p.IdleRelease)
+			}
+			pc.IdleRelease = v
 		}
 		plugins[name] = pc
 	}

@@ -45,6 +45,8 @@ type PluginSource interface {
 //	fabric_plugin_commands_total{plugin}               backend commands of its host calls
 //	fabric_plugin_over_budget_total{plugin}            host calls refused for its budget
 //	fabric_plugin_memory_cap_bytes{plugin}             memory cap it runs under
+//	fabric_plugin_instances{plugin}                    instances it holds, warm or in a call (0: released idle)
+//	fabric_plugin_idle_releases_total{plugin}          instances released after idling (host.Config.IdleRelease)
 //	fabric_plugin_rejected{file,reason}                1 per file the host refused to load
 //	fabric_plugin_shadow_actions_total{plugin,outcome} a shadow's actions: agree, only_live, only_candidate
 //	fabric_plugin_shadow_calls_total{plugin,outcome}   a shadow's calls: agreeing, differing, skipped, fault
@@ -84,6 +86,8 @@ var (
 	descCommands   = prometheus.NewDesc("fabric_plugin_commands_total", "Backend commands carried by the plugin's host calls.", []string{"plugin"}, nil)
 	descOverBudget = prometheus.NewDesc("fabric_plugin_over_budget_total", "Host calls refused because the plugin spent its budget.", []string{"plugin"}, nil)
 	descMemCap     = prometheus.NewDesc("fabric_plugin_memory_cap_bytes", "The memory cap the plugin runs under, after the operator's ceiling.", []string{"plugin"}, nil)
+	descInstances  = prometheus.NewDesc("fabric_plugin_instances", "Instances the plugin's serving version holds, warm in its pool or in a call; 0 once released idle (its next call instantiates afresh).", []string{"plugin"}, nil)
+	descIdleRel    = prometheus.NewDesc("fabric_plugin_idle_releases_total", "Instances of the plugin released after idling (host.Config.IdleRelease), their memory and resident machine code given back.", []string{"plugin"}, nil)
 	descRejected   = prometheus.NewDesc("fabric_plugin_rejected", "1 per plugin file the host refused to load, with the reason.", []string{"file", "reason"}, nil)
 	descLag        = prometheus.NewDesc("fabric_plugin_lag_seconds", "How long ago the oldest item of the plugin's due indexes that the plugin will act on became due (0: none due).", []string{"plugin"}, nil)
 	descWaiting    = prometheus.NewDesc("fabric_plugin_waiting", "Due items of the plugin's indexes it has already handled, waiting on something outside it (cause), at most 16 per partition.", []string{"plugin", "cause"}, nil)
@@ -148,7 +152,7 @@ type snapshotCollector Metrics
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCycles, descCalls, descItems, descErrors, descQuarantine, descQuarNow,
 		descHostCalls, descRefused, descSwaps, descInfo, descLag, descWaiting, descWaitOldest, descExecs, descThroughput, descUp,
-		descFaults, descCommands, descOverBudget, descMemCap, descRejected, descGuestCount, descGuestGauge,
+		descFaults, descCommands, descOverBudget, descMemCap, descInstances, descIdleRel, descRejected, descGuestCount, descGuestGauge,
 		descShadowActs, descShadowCall, descShadowOK} {
 		ch <- d
 	}
@@ -205,6 +209,8 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			if p.Limits != nil {
 				ch <- prometheus.MustNewConstMetric(descMemCap, prometheus.GaugeValue, float64(int64(p.Limits.MaxPages)<<16), p.Name)
 			}
+			ch <- prometheus.MustNewConstMetric(descInstances, prometheus.GaugeValue, float64(p.Instances), p.Name)
+			counter(descIdleRel, float64(p.IdleReleases), p.Name)
 			ch <- prometheus.MustNewConstMetric(descQuarNow, prometheus.GaugeValue, boolFloat(p.State == host.StateQuarantined), p.Name)
 			ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, p.Name, p.Version, string(p.State))
 			if cen != nil {
