@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	vk "github.com/valkey-io/valkey-go"
@@ -18,7 +21,7 @@ import (
 // startEngine starts fabric's flow engine on vc: a host with the
 // completion listener on and the dependency dispatcher plugin loaded. It
 // returns once the listener is subscribed to ff:dag:completions.
-func startEngine(ctx context.Context, e *benchEnv, vc *valkey.Client) (stop func(), err error) {
+func startEngine(ctx context.Context, e *benchEnv, vc *valkey.Client, obs host.Observer) (stop func(), err error) {
 	f, err := e.pluginFile("dependency")
 	if err != nil {
 		return nil, err
@@ -30,7 +33,7 @@ func startEngine(ctx context.Context, e *benchEnv, vc *valkey.Client) (stop func
 	if err != nil {
 		return nil, err
 	}
-	h, err := e.startHost(ctx, dir, vc, hostOpts{completions: host.CompletionConfig{Enabled: true}})
+	h, err := e.startHost(ctx, dir, vc, hostOpts{completions: host.CompletionConfig{Enabled: true}, observer: obs})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -64,17 +67,18 @@ func runDAG(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		floor = 1000 / e.lockstep
 	}
 	{
-		lat, err := dagLatency(ctx, e, false)
+		lat, stages, err := dagLatency(ctx, e, false)
 		if err != nil {
 			return fmt.Errorf("engine: %w", err)
 		}
+		sc.Notes = append(sc.Notes, "engine: "+stages.summary()+".")
 		p50, p99, mx := percentiles(lat)
 		sc.Rows = append(sc.Rows,
 			Row{Measure: "engine: complete → child eligible, p50", Fabric: p50, Versus: "one lockstep FCALL round trip", Peer: floor, Unit: "ms", Goal: "≤ 2 ms/level"},
 			Row{Measure: "engine: complete → child eligible, p99", Fabric: p99, Versus: "one lockstep FCALL round trip", Peer: floor, Unit: "ms", Goal: "≤ 2 ms/level",
 				Note: fmt.Sprintf("max %s over %d levels", fmtNum(mx, "ms"), len(lat))})
 	}
-	lat, err := dagLatency(ctx, e, true)
+	lat, _, err := dagLatency(ctx, e, true)
 	if err != nil {
 		return fmt.Errorf("inline: %w", err)
 	}
@@ -88,8 +92,16 @@ func runDAG(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	return nil
 }
 
-// dagLatency runs the flows and returns one latency (ms) per edge.
-func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, error) {
+// dagLatency runs the flows and returns one latency (ms) per edge, and
+// with the engine where each went.
+func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, *dagStages, error) {
+	stages := &dagStages{}
+	lat, err := dagLevels(ctx, e, inline, stages)
+	return lat, stages, err
+}
+
+// dagLevels is dagLatency's run; stages receives every level's times.
+func dagLevels(ctx context.Context, e *benchEnv, inline bool, stages *dagStages) ([]float64, error) {
 	db := e.freshDB()
 	vc, err := e.dialDB(ctx, db)
 	if err != nil {
@@ -106,7 +118,7 @@ func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, error
 	}
 	defer stopWatch()
 	if !inline {
-		stop, err := startEngine(ctx, e, vc)
+		stop, err := startEngine(ctx, e, vc, stages)
 		if err != nil {
 			return nil, err
 		}
@@ -156,6 +168,7 @@ func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, error
 				return nil, fmt.Errorf("flow %d level %d: %w", f, i+1, err)
 			}
 			lat = append(lat, float64(at.Sub(start).Microseconds())/1000)
+			stages.level(start, at)
 		}
 	}
 	return lat, nil
@@ -253,4 +266,69 @@ func eligibleAt(ctx context.Context, raw vk.Client, events <-chan keyEvent, chil
 			return time.Time{}, ctx.Err()
 		}
 	}
+}
+
+// dagStages is the engine's host Observer in scenario 3: it keeps every
+// dependency dispatcher call (host.DispatchRecord) and every level's
+// complete-call start and eligible notification, and matches them to
+// break the latency down.
+type dagStages struct {
+	mu     sync.Mutex
+	recs   []host.DispatchRecord
+	levels [][2]time.Time // complete call started, child's ZADD notified
+}
+
+// SweepDone implements host.Observer.
+func (d *dagStages) SweepDone(host.SweepEvent) {}
+
+// DispatchDone implements host.DispatchObserver.
+func (d *dagStages) DispatchDone(rec host.DispatchRecord) {
+	d.mu.Lock()
+	d.recs = append(d.recs, rec)
+	d.mu.Unlock()
+}
+
+// level records one level: its complete call started at start, its
+// child's ZADD was notified at at.
+func (d *dagStages) level(start, at time.Time) {
+	d.mu.Lock()
+	d.levels = append(d.levels, [2]time.Time{start, at})
+	d.mu.Unlock()
+}
+
+// summary is the per-stage p50 / p99 over the levels whose dispatcher
+// call received its completion between the level's complete call and its
+// notification.
+func (d *dagStages) summary() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	names := []string{"publish", host.StageHandOff, host.StageCall, host.StageFCall, "notify"}
+	ms := map[string][]float64{}
+	add := func(name string, x time.Duration) { ms[name] = append(ms[name], float64(x.Microseconds())/1000) }
+	matched := 0
+	for _, lv := range d.levels {
+		i := slices.IndexFunc(d.recs, func(r host.DispatchRecord) bool {
+			return !r.Received.Before(lv[0]) && !r.Received.After(lv[1])
+		})
+		if i < 0 {
+			continue
+		}
+		r := d.recs[i]
+		matched++
+		add("publish", r.Received.Sub(lv[0]))
+		for _, st := range r.Stages() {
+			add(st.Stage, st.Duration)
+		}
+		add("notify", lv[1].Sub(r.FCallDone))
+	}
+	if matched == 0 {
+		return "no dispatcher call was matched to a level"
+	}
+	var parts []string
+	for _, n := range names {
+		p50, p99, _ := percentiles(ms[n])
+		parts = append(parts, fmt.Sprintf("%s %s / %s", n, fmtNum(p50, "ms"), fmtNum(p99, "ms")))
+	}
+	return fmt.Sprintf("per-stage p50 / p99 over %d of %d levels (publish = complete call started → the host received the completion message, then host.DispatchRecord's handoff = → dispatcher call started, call = → its ff_resolve_dependency batch sent (instance, guest, its three read round trips), fcall = → replies in, notify = replies in → the child's ZADD notified to the bench, negative when the notification overtook the reply): %s",
+		matched, len(d.levels), strings.Join(parts, "; "))
 }
