@@ -329,6 +329,6 @@ func (d *dagStages) summary() string {
 		p50, p99, _ := percentiles(ms[n])
 		parts = append(parts, fmt.Sprintf("%s %s / %s", n, fmtNum(p50, "ms"), fmtNum(p99, "ms")))
 	}
-	return fmt.Sprintf("per-stage p50 / p99 over %d of %d levels (publish = complete call started → the host received the completion message, then host.DispatchRecord's handoff = → dispatcher call started, call = → its ff_resolve_dependency batch sent (instance, guest, its three read round trips), fcall = → replies in, notify = replies in → the child's ZADD notified to the bench, negative when the notification overtook the reply): %s",
+	return fmt.Sprintf("per-stage p50 / p99 over %d of %d levels (publish = complete call started → the host received the completion message, then host.DispatchRecord's handoff = → dispatcher call started, call = → its ff_resolve_dependency batch sent (instance, guest, its two read round trips), fcall = → replies in, notify = replies in → the child's ZADD notified to the bench, negative when the notification overtook the reply): %s",
 		matched, len(d.levels), strings.Join(parts, "; "))
 }
