@@ -10,6 +10,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
@@ -264,35 +265,24 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 // downstreamField is the edge hash's field naming its downstream.
 const downstreamField = "downstream_execution_id"
 
+// sortRefused is set once a SORT_RO of outEdgesSorted was refused: later
+// cascades (of this plugin instance, or this process for a native caller)
+// read in two round trips at once instead of paying the refused one each
+// time.
+var sortRefused atomic.Bool
+
 // outEdges reads eid's terminal_outcome, its outgoing edges and each
-// edge's downstream ("" when unreadable) in one round trip: HMGET of the
-// outcome, and SORT_RO of the out set that GETs each edge hash's
-// downstream (both sets and hashes carry the flow's hash tag). A host or
-// server that refuses the SORT_RO (an older host, an ACL without read
-// access to every key, which SORT's GET patterns need) gets the reads
-// in two round trips instead: the out set, then the edge hashes.
+// edge's downstream ("" when unreadable): in one round trip through
+// outEdgesSorted, else in two — the outcome with the out set, then the
+// edge hashes.
 func outEdges(h pdk.Host, fk model.FlowKeys, eid model.ExecutionID) (outcome string, edges, downs []string, err error) {
 	outcomeOp := abi.ReadOp{Cmd: "HMGET", Key: model.KeysFor(eid).Core(), Args: []string{"terminal_outcome"}}
-	first, err := h.ReadBatch([]abi.ReadOp{outcomeOp, {Cmd: "SORT_RO", Key: fk.Outgoing(eid),
-		Args: []string{"BY", "nosort", "GET", "#", "GET", fk.Edge("*") + "->" + downstreamField}}})
-	if err == nil && len(first) == 2 && first[0].Err == "" && first[1].Err == "" && len(first[1].Values)%2 == 0 {
-		outcome, _ = first[0].Value()
-		vs, present := first[1].Values, first[1].Present
-		for i := 0; i+1 < len(vs); i += 2 {
-			if _, perr := model.ParseUUID(vs[i]); perr != nil {
-				h.Log(abi.LogWarn, "cascade: bad edge id "+strconv.Quote(vs[i]))
-				continue
-			}
-			down := ""
-			if i+1 < len(present) && present[i+1] {
-				down = vs[i+1]
-			}
-			edges, downs = append(edges, vs[i]), append(downs, down)
+	if !sortRefused.Load() {
+		if outcome, edges, downs, ok := outEdgesSorted(h, fk, eid, outcomeOp); ok {
+			return outcome, edges, downs, nil
 		}
-		return outcome, edges, downs, nil
 	}
-	h.Log(abi.LogDebug, "cascade: out edges of "+string(eid)+" in one read refused ("+errText(firstErr(first, err))+"); reading them in two")
-	first, err = h.ReadBatch([]abi.ReadOp{outcomeOp, {Cmd: "SMEMBERS", Key: fk.Outgoing(eid)}})
+	first, err := h.ReadBatch([]abi.ReadOp{outcomeOp, {Cmd: "SMEMBERS", Key: fk.Outgoing(eid)}})
 	if err == nil && len(first) != 2 {
 		err = errors.New("read batch answered " + strconv.Itoa(len(first)) + " results for 2")
 	}
@@ -330,6 +320,44 @@ func outEdges(h pdk.Host, fk model.FlowKeys, eid model.ExecutionID) (outcome str
 		}
 	}
 	return outcome, edges, downs, nil
+}
+
+// outEdgesSorted is outEdges in one round trip: outcomeOp, and a SORT_RO
+// of the out set that GETs each edge hash's downstream (set and hashes
+// carry the flow's hash tag). ok is false when that did not answer; a
+// refused SORT_RO — an older host; a Valkey Cluster before Valkey 8.0,
+// which denies SORT's GET patterns even on the key's own slot; an ACL
+// without read access to every key, which they need — sets sortRefused.
+func outEdgesSorted(h pdk.Host, fk model.FlowKeys, eid model.ExecutionID, outcomeOp abi.ReadOp) (outcome string, edges, downs []string, ok bool) {
+	first, err := h.ReadBatch([]abi.ReadOp{outcomeOp, {Cmd: "SORT_RO", Key: fk.Outgoing(eid),
+		Args: []string{"BY", "nosort", "GET", "#", "GET", fk.Edge("*") + "->" + downstreamField}}})
+	if err != nil || len(first) != 2 || first[0].Err != "" || first[1].Err != "" {
+		// Refused: the host did not know the command, or the server
+		// answered the HMGET beside it and not it. Anything else (the
+		// connection) is no reason to stop trying.
+		if errors.Is(err, abi.CodeBadRequest) || err == nil && len(first) == 2 && first[0].Err == "" {
+			sortRefused.Store(true)
+			h.Log(abi.LogInfo, "cascade: SORT_RO with a GET pattern refused ("+errText(firstErr(first, err))+"); out edges are read in two round trips from now on")
+		}
+		return "", nil, nil, false
+	}
+	if len(first[1].Values)%2 != 0 {
+		return "", nil, nil, false
+	}
+	outcome, _ = first[0].Value()
+	vs, present := first[1].Values, first[1].Present
+	for i := 0; i+1 < len(vs); i += 2 {
+		if _, perr := model.ParseUUID(vs[i]); perr != nil {
+			h.Log(abi.LogWarn, "cascade: bad edge id "+strconv.Quote(vs[i]))
+			continue
+		}
+		down := ""
+		if i+1 < len(present) && present[i+1] {
+			down = vs[i+1]
+		}
+		edges, downs = append(edges, vs[i]), append(downs, down)
+	}
+	return outcome, edges, downs, true
 }
 
 // firstErr is what failed in a read batch: its error, else the first
