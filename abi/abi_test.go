@@ -3,6 +3,7 @@ package abi_test
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -295,4 +296,17 @@ func mustBatch(t *testing.T, r abi.ScanBatchRequest) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// ReadOp.Patterns names the keys a SORT_RO's BY and GET patterns read, cut
+// at "->", and nothing for GET #, BY without "*" or other commands.
+func TestReadOpPatterns(t *testing.T) {
+	op := abi.ReadOp{Cmd: "SORT_RO", Key: "s", Args: []string{"BY", "nosort", "LIMIT", "0", "10", "GET", "#", "ALPHA",
+		"GET", "h:*->f", "BY", "w:*", "GET", "k:*", "DESC"}}
+	if got, want := op.Patterns(), []string{"h:*", "w:*", "k:*"}; !slices.Equal(got, want) {
+		t.Fatalf("patterns %q, want %q", got, want)
+	}
+	if got := (abi.ReadOp{Cmd: "SMEMBERS", Key: "s", Args: []string{"GET", "x:*"}}).Patterns(); got != nil {
+		t.Fatalf("SMEMBERS patterns %q", got)
+	}
 }

@@ -105,7 +105,7 @@ var HostFuncs = []HostFunc{
 	// ABI 1.1: the execution scanners' pre-reads.
 	{Name: FnReadBatch, Params: []ValueType{PTR}, Results: []ValueType{PTR}, Capability: CapRead,
 		Request: "BatchReadRequest", Response: "BatchReadResponse",
-		Summary: "run a batch of read-only single-key commands (abi.BatchReadCommands) in one pipelined round trip; every key must be granted"},
+		Summary: "run a batch of read-only commands (abi.BatchReadCommands: one key each, and a SORT_RO's GET/BY patterns on its hash tag) in one pipelined round trip; every key and pattern must be granted"},
 	// ABI 1.2: several partitions per call.
 	{Name: FnPartition, Params: []ValueType{I32}, Results: []ValueType{I32}, Capability: CapNone,
 		Summary: "select the partition (its index) that the following host calls of a fabric_scan_batch call act for, or PartitionWholeBatch for all of them at once; 0, or the negated Code when it is not one of the batch's"},

@@ -2,6 +2,7 @@ package abi
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/fabric-host/fabric/internal/errtext"
 )
@@ -20,9 +21,44 @@ type ReadOp struct {
 	Args []string
 }
 
-// BatchReadCommands are the commands a read batch may run: read-only, single
-// key, each checked against the plugin's read grant and partition.
-var BatchReadCommands = []string{"GET", "HGET", "HMGET", "HGETALL", "EXISTS", "ZSCORE", "ZCARD", "ZCOUNT", "SCARD", "SISMEMBER", "SMEMBERS", "ZRANGE"}
+// BatchReadCommands are the commands a read batch may run: read-only, each
+// key checked against the plugin's read grant and partition. All but
+// SORT_RO read their one key; SORT_RO also reads the keys its BY and GET
+// patterns form (ReadOp.Patterns), which must carry its key's hash tag
+// (one slot, as Valkey Cluster requires of SORT patterns): a set of ids and
+// a field of the hash each id names, in one command
+// (SORT_RO set BY nosort GET # GET prefix:*->field).
+var BatchReadCommands = []string{"GET", "HGET", "HMGET", "HGETALL", "EXISTS", "ZSCORE", "ZCARD", "ZCOUNT", "SCARD", "SISMEMBER", "SMEMBERS", "ZRANGE", "SORT_RO"}
+
+// Patterns returns the key patterns o reads beside its key: the BY and
+// GET patterns of a SORT_RO, each cut at "->" (the hash field it reads),
+// without GET # (the element itself) and BY patterns without "*" (no
+// sort, no read). Nil for every other command.
+func (o ReadOp) Patterns() []string {
+	if o.Cmd != "SORT_RO" {
+		return nil
+	}
+	var out []string
+	for i := 0; i+1 < len(o.Args); i++ {
+		opt, p := o.Args[i], o.Args[i+1]
+		switch {
+		case strings.EqualFold(opt, "LIMIT"):
+			i += 2
+			continue
+		case strings.EqualFold(opt, "BY") && !strings.Contains(p, "*"),
+			strings.EqualFold(opt, "GET") && p == "#":
+		case strings.EqualFold(opt, "BY"), strings.EqualFold(opt, "GET"):
+			if k, _, ok := strings.Cut(p, "->"); ok {
+				p = k
+			}
+			out = append(out, p)
+		default:
+			continue // ASC, DESC, ALPHA
+		}
+		i++
+	}
+	return out
+}
 
 // ValidBatchReadCommand reports whether cmd may appear in a read batch.
 func ValidBatchReadCommand(cmd string) bool {

@@ -11,8 +11,9 @@ import (
 
 // oneEdgeStore answers the dependency dispatcher's reads for a member
 // with one outgoing edge to child: the member's terminal_outcome, its out
-// set, the edge's downstream, the child's lane and attempt (and every
-// FCALL with OK, as emptyStore does).
+// set (with the edge's downstream through SORT_RO, or alone), the edge's
+// downstream, the child's lane and attempt (and every FCALL with OK, as
+// emptyStore does).
 type oneEdgeStore struct {
 	emptyStore
 	edge, child string
@@ -22,6 +23,8 @@ func (s oneEdgeStore) ReadBatch(_ context.Context, ops []abi.ReadOp) []abi.ReadR
 	out := make([]abi.ReadResult, len(ops))
 	for i, o := range ops {
 		switch {
+		case o.Cmd == "SORT_RO": // the out set's edges with their downstreams
+			out[i] = abi.ReadResult{Values: []string{s.edge, s.child}, Present: []bool{true, true}}
 		case o.Cmd == "SMEMBERS":
 			out[i] = abi.ReadResult{Values: []string{s.edge}, Present: []bool{true}}
 		case len(o.Args) == 1 && o.Args[0] == "downstream_execution_id":
@@ -36,7 +39,7 @@ func (s oneEdgeStore) ReadBatch(_ context.Context, ops []abi.ReadOp) []abi.ReadR
 }
 
 // BenchmarkDependencyDispatch is the dependency dispatcher handling one
-// completion of a linear flow (clock, three dependent read batches, one
+// completion of a linear flow (clock, two dependent read batches, one
 // ff_resolve_dependency) over an in-memory store: the plugin-side cost of
 // each level of scenario 3 of `make bench` (DAG latency), without Valkey.
 // Compare cpu-us/op with BenchmarkScanEmpty.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/internal/startstop"
@@ -24,9 +25,11 @@ type completionService struct {
 	// path).
 	backend Backend
 	logger  *slog.Logger
+	// clock dates each message's receipt (Config.Clock).
+	clock Clock
 	// drive hands queued completions to the dispatchers until ctx ends
 	// (Host.drive).
-	drive func(ctx context.Context, queue <-chan abi.Completion)
+	drive func(ctx context.Context, queue <-chan queuedCompletion)
 	// resync sweeps the Resync scanners, after every resubscription
 	// (Host.resync).
 	resync func(ctx context.Context)
@@ -42,8 +45,16 @@ func (h *Host) newCompletionService() *completionService {
 	if !cfg.Enabled || h.cfg.Backend == nil && cfg.Wakeups == nil {
 		return nil
 	}
-	return &completionService{cfg: cfg, backend: h.cfg.Backend, logger: h.cfg.Logger,
+	return &completionService{cfg: cfg, backend: h.cfg.Backend, logger: h.cfg.Logger, clock: h.cfg.Clock,
 		drive: h.drive, resync: h.resync, push: h.pushSweeps}
+}
+
+// queuedCompletion is one valid completion message on its way from the
+// listener to the driver, with when it was received (the start of its
+// dispatch's StageHandOff).
+type queuedCompletion struct {
+	abi.Completion
+	Received time.Time
 }
 
 // Start starts the listener and the driver (or the wake-up sweeps) and
@@ -57,7 +68,7 @@ func (s *completionService) Start(ctx context.Context) error {
 	if s.backend == nil {
 		wg.Go(func() { s.push(ctx, s.cfg.Wakeups) })
 	} else {
-		queue := make(chan abi.Completion, s.cfg.QueueSize)
+		queue := make(chan queuedCompletion, s.cfg.QueueSize)
 		resyncs := make(chan struct{}, 1)
 		wg.Go(func() { s.listen(ctx, queue, resyncs) })
 		wg.Go(func() { s.resyncOnRequest(ctx, resyncs) })
@@ -87,7 +98,7 @@ func (s *completionService) Start(ctx context.Context) error {
 //   - The same gap exists when a dispatcher call fails or the plugin is
 //     quarantined: those completions are logged and left to the
 //     reconcilers.
-func (s *completionService) listen(ctx context.Context, queue chan<- abi.Completion, resyncs chan<- struct{}) {
+func (s *completionService) listen(ctx context.Context, queue chan<- queuedCompletion, resyncs chan<- struct{}) {
 	log := s.logger
 	subs := 0
 	for ctx.Err() == nil {
@@ -137,14 +148,15 @@ func (s *completionService) resyncOnRequest(ctx context.Context, requests <-chan
 
 // subscribeOnce holds one dedicated connection until it breaks or ctx
 // ends; it reports whether the SUBSCRIBE was confirmed.
-func (s *completionService) subscribeOnce(ctx context.Context, queue chan<- abi.Completion, onSubscribed func()) (bool, error) {
+func (s *completionService) subscribeOnce(ctx context.Context, queue chan<- queuedCompletion, onSubscribed func()) (bool, error) {
 	return s.backend.SubscribeChannel(ctx, abi.CompletionsChannel, ListenerClientName, func(msg string) {
+		received := s.clock.Now()
 		c, ok := s.parseCompletion(msg)
 		if !ok {
 			return
 		}
 		select { // a full queue blocks this connection: backpressure
-		case queue <- c:
+		case queue <- queuedCompletion{Completion: c, Received: received}:
 		case <-ctx.Done():
 		}
 	}, onSubscribed)

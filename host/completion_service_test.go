@@ -29,15 +29,18 @@ func TestCompletionServiceStartStop(t *testing.T) {
 	driverDone := make(chan struct{})
 	resynced := make(chan struct{}, 4)
 	var resyncEnded atomic.Bool
-	s := &completionService{cfg: cfg, backend: c, logger: valkeytest.Logger(),
-		drive: func(ctx context.Context, queue <-chan abi.Completion) {
+	s := &completionService{cfg: cfg, backend: c, logger: valkeytest.Logger(), clock: systemClock{},
+		drive: func(ctx context.Context, queue <-chan queuedCompletion) {
 			defer close(driverDone)
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case cm := <-queue:
-					got <- cm
+				case q := <-queue:
+					if q.Received.IsZero() {
+						t.Errorf("%+v queued without the time it was received", q.Completion)
+					}
+					got <- q.Completion
 				}
 			}
 		},

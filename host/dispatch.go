@@ -22,6 +22,13 @@ type DispatchRecord struct {
 	// Host is the id of the host that dispatched ("" with partition
 	// leases off).
 	Host string `json:"host,omitempty"`
+	// Received is when the listener received the earliest completion
+	// message of the batch (zero when the record's completions did not
+	// come through the listener); FCallSent and FCallDone bound the
+	// call's first FCALL batch (zero when it sent none). See Stages.
+	Received  time.Time `json:"received,omitzero"`
+	FCallSent time.Time `json:"fcall_sent,omitzero"`
+	FCallDone time.Time `json:"fcall_done,omitzero"`
 }
 
 // drive hands completions to the dispatchers: it blocks for the first
@@ -32,25 +39,28 @@ type DispatchRecord struct {
 // that batch, in plugin-name order (so "dependency" resolves edges before
 // "edge_cancel" looks for the sibling groups they queued). Nothing polls:
 // an idle driver waits on the queue.
-func (h *Host) drive(ctx context.Context, queue <-chan abi.Completion) {
+func (h *Host) drive(ctx context.Context, queue <-chan queuedCompletion) {
 	max := h.cfg.Completions.MaxBatch
 	var batchNo uint64
 	for {
-		var first abi.Completion
+		var first queuedCompletion
 		select {
 		case <-ctx.Done():
 			return
 		case first = <-queue:
 		}
-		batch := []abi.Completion{first}
-		seen := map[abi.Completion]bool{first: true}
+		// Every message is queued as it arrives, so the first of a batch
+		// is its earliest.
+		received := first.Received
+		batch := []abi.Completion{first.Completion}
+		seen := map[abi.Completion]bool{first.Completion: true}
 	fill:
 		for len(batch) < max {
 			select {
-			case c := <-queue:
-				if !seen[c] { // every instance gets every publish; dedupe in-batch
-					seen[c] = true
-					batch = append(batch, c)
+			case q := <-queue:
+				if !seen[q.Completion] { // every instance gets every publish; dedupe in-batch
+					seen[q.Completion] = true
+					batch = append(batch, q.Completion)
 				}
 			default:
 				break fill
@@ -61,7 +71,7 @@ func (h *Host) drive(ctx context.Context, queue <-chan abi.Completion) {
 		if len(kept) > 0 {
 			batchNo++
 			for _, p := range ds {
-				h.dispatchTo(ctx, p, batchNo, kept, deadline)
+				h.dispatchTo(ctx, p, batchNo, kept, deadline, received)
 			}
 		}
 		release()
@@ -101,8 +111,10 @@ func (h *Host) dispatchers() []*plugin {
 }
 
 // dispatchTo calls p's fabric_dispatch once per chunk of its batch_size;
-// every call ends by leaseDeadline (zero: no bound).
-func (h *Host) dispatchTo(ctx context.Context, p *plugin, batchNo uint64, batch []abi.Completion, leaseDeadline time.Time) {
+// every call ends by leaseDeadline (zero: no bound). received is when the
+// listener received the batch's earliest message (zero: not through the
+// listener).
+func (h *Host) dispatchTo(ctx context.Context, p *plugin, batchNo uint64, batch []abi.Completion, leaseDeadline, received time.Time) {
 	m := p.mod.Load()
 	for !m.acquire() {
 		m = p.mod.Load()
@@ -112,7 +124,7 @@ func (h *Host) dispatchTo(ctx context.Context, p *plugin, batchNo uint64, batch 
 	size := int(man.BatchSize)
 	for off := 0; off < len(batch); off += size {
 		chunk := batch[off:min(off+size, len(batch))]
-		if fault := h.dispatchChunk(ctx, p, m, batchNo, chunk, leaseDeadline); fault {
+		if fault := h.dispatchChunk(ctx, p, m, batchNo, chunk, leaseDeadline, received); fault {
 			h.cfg.Logger.Warn("dispatcher faulted; the batch's remaining completions are left to the reconcilers",
 				"plugin", p.name, "batch", batchNo, "dropped", len(batch)-off)
 			return
@@ -120,18 +132,27 @@ func (h *Host) dispatchTo(ctx context.Context, p *plugin, batchNo uint64, batch 
 	}
 }
 
-func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo uint64, chunk []abi.Completion, leaseDeadline time.Time) bool {
+func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo uint64, chunk []abi.Completion, leaseDeadline, received time.Time) bool {
 	man := m.Manifest()
 	timeout := time.Duration(man.TimeoutMs) * time.Millisecond
 	req := abi.DispatchRequest{Batch: batchNo, Completions: chunk, DeadlineMs: man.TimeoutMs, Partitions: h.cfg.Partitions}
 	in, _ := req.MarshalBinary()
-	rec := DispatchRecord{Plugin: p.name, Batch: batchNo, Completions: len(chunk), Host: h.HostID(), Start: h.cfg.Clock.Now()}
+	rec := DispatchRecord{Plugin: p.name, Batch: batchNo, Completions: len(chunk), Host: h.HostID(), Received: received}
 	t, ok := p.slot(ctx)
 	if !ok {
 		return true // the host is stopping
 	}
+	caller := p.caller(m, "")
+	caller.OnFCall = func(string) func() { // the guest's goroutine: no lock
+		if !rec.FCallSent.IsZero() {
+			return nil // the first batch only
+		}
+		rec.FCallSent = h.cfg.Clock.Now()
+		return func() { rec.FCallDone = h.cfg.Clock.Now() }
+	}
+	rec.Start = h.cfg.Clock.Now()
 	var res abi.ScanResult
-	_, err := p.invoke(ctx, m, abi.ExportDispatch, in, p.caller(m, ""), timeout, leaseDeadline, t, func(out []byte) error {
+	_, err := p.invoke(ctx, m, abi.ExportDispatch, in, caller, timeout, leaseDeadline, t, func(out []byte) error {
 		if derr := res.UnmarshalBinary(out); derr != nil {
 			return fmt.Errorf("%w: %w", ErrBadOutput, derr)
 		}
@@ -166,6 +187,9 @@ func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo 
 	case res.Acted > 0 || res.Errors > 0:
 		h.cfg.Logger.Debug("dispatch batch done", "plugin", p.name, "batch", batchNo, "completions", len(chunk),
 			"acted", res.Acted, "errors", res.Errors, "elapsed_us", rec.End.Sub(rec.Start).Microseconds())
+	}
+	if err == nil && !rec.FCallSent.IsZero() {
+		h.observeDispatch(rec)
 	}
 	if s := h.cfg.Completions.Signals; s != nil {
 		s.Dispatched.Signal(rec)

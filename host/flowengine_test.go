@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ type flowOpts struct {
 	listener bool
 	now      func(context.Context) (int64, error)
 	url      string // a private server; "" = the shared one
+	observer host.Observer
 }
 
 var flowParts = model.PartitionConfig{Flow: 4, Budget: 2, Quota: 2}
@@ -84,7 +86,7 @@ func setupFlowEnv(t *testing.T, o flowOpts) *flowEnv {
 	h, err := host.New(host.Config{
 		PluginDir: dir, CacheDir: cacheDir, Backend: c, Now: o.now,
 		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Partitions: flowParts, Plugins: o.config,
+		Partitions: flowParts, Plugins: o.config, Observer: o.observer,
 		Completions: host.CompletionConfig{Enabled: o.listener, Signals: sig, RetryDelay: 50 * time.Millisecond},
 	})
 	if err != nil {
@@ -447,6 +449,63 @@ func TestDependencyDispatcherUsesPluginClock(t *testing.T) {
 	dep, _ := e.c.Raw().Do(e.ctx, e.c.Raw().B().Hgetall().Key(model.KeysFor(m[1]).DepEdge(edges[0])).Build()).AsStrMap()
 	if dep["last_resolved_at"] != strconv.Itoa(pinned) {
 		t.Fatalf("dep edge = %v, want last_resolved_at %d", dep, pinned)
+	}
+}
+
+// dispatchLog is a host.DispatchObserver keeping every record.
+type dispatchLog struct {
+	mu   sync.Mutex
+	recs []host.DispatchRecord
+}
+
+func (l *dispatchLog) SweepDone(host.SweepEvent) {}
+
+func (l *dispatchLog) DispatchDone(r host.DispatchRecord) {
+	l.mu.Lock()
+	l.recs = append(l.recs, r)
+	l.mu.Unlock()
+}
+
+// A dispatcher call that resolved an edge is timed by stage: the listener
+// received the message, the call started, its FCALL batch went out and
+// came back, the call returned — in that order, and the DispatchObserver
+// sees the same record.
+func TestDispatchRecordStages(t *testing.T) {
+	t.Parallel()
+	obs := &dispatchLog{}
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"dependency"}, listener: true, observer: obs})
+	flow := e.flow()
+	m := e.members(flow, 2)
+	e.edges(flow, [2]model.ExecutionID{m[0], m[1]})
+	e.complete(m[0])
+	var rec host.DispatchRecord
+	for rec.Result.Acted == 0 {
+		select {
+		case rec = <-e.sig.Dispatched.C():
+		case <-time.After(60 * time.Second):
+			t.Fatal("no dispatcher call resolved the edge")
+		}
+	}
+	times := []time.Time{rec.Received, rec.Start, rec.FCallSent, rec.FCallDone, rec.End}
+	for i, at := range times {
+		if at.IsZero() || i > 0 && at.Before(times[i-1]) {
+			t.Fatalf("record times out of order or missing (received, start, fcall sent, fcall done, end): %v", times)
+		}
+	}
+	var names []string
+	for _, st := range rec.Stages() {
+		names = append(names, st.Stage)
+		if st.Duration < 0 {
+			t.Fatalf("stage %s of %s", st.Stage, st.Duration)
+		}
+	}
+	if want := []string{host.StageHandOff, host.StageCall, host.StageFCall, host.StageReturn}; !slices.Equal(names, want) {
+		t.Fatalf("stages %v, want %v", names, want)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if !slices.ContainsFunc(obs.recs, func(r host.DispatchRecord) bool { return r.Batch == rec.Batch && r.FCallSent.Equal(rec.FCallSent) }) {
+		t.Fatalf("the observer did not see batch %d: %+v", rec.Batch, obs.recs)
 	}
 }
 

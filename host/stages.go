@@ -169,3 +169,53 @@ func (p *plugin) stagesFCall(tag string) func() {
 	}
 	return nil
 }
+
+// StageHandOff is the first stage of a dispatcher call (DispatchRecord):
+// the listener received the batch's earliest completion message → the
+// dispatcher call started (the listener's queue, the driver, the
+// dispatchers called before it, a call slot). StageCall, StageFCall and
+// StageReturn follow it.
+const StageHandOff = "handoff"
+
+// StageReturn: the FCALL batch's replies in → the plugin call returned
+// (the guest's own bookkeeping, its further batches).
+const StageReturn = "return"
+
+// Stages returns the stages of a dispatcher call that sent an FCALL
+// batch, in order: StageHandOff (when the batch came through the
+// listener), StageCall (call started → first FCALL batch sent: instance,
+// guest, its reads), StageFCall (→ replies in) and StageReturn (→ call
+// returned). Nil when the call sent no FCALL.
+func (r DispatchRecord) Stages() []StageDuration {
+	if r.FCallSent.IsZero() || r.FCallDone.IsZero() {
+		return nil
+	}
+	var out []StageDuration
+	if !r.Received.IsZero() {
+		out = append(out, StageDuration{StageHandOff, max(r.Start.Sub(r.Received), 0)})
+	}
+	return append(out,
+		StageDuration{StageCall, r.FCallSent.Sub(r.Start)},
+		StageDuration{StageFCall, r.FCallDone.Sub(r.FCallSent)},
+		StageDuration{StageReturn, max(r.End.Sub(r.FCallDone), 0)})
+}
+
+// DispatchObserver is an Observer that also receives every dispatcher call
+// that sent an FCALL batch (internal/admin exports its Stages as
+// histograms).
+//
+// # Notes
+//
+//   - Called on the completion driver's goroutine: implementations must
+//     be fast and safe for concurrent use.
+type DispatchObserver interface {
+	DispatchDone(DispatchRecord)
+}
+
+// observeDispatch hands rec to the configured Observer when it takes
+// dispatcher calls.
+func (h *Host) observeDispatch(rec DispatchRecord) {
+	if o, ok := h.cfg.Observer.(DispatchObserver); ok {
+		o.DispatchDone(rec)
+	}
+}

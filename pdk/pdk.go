@@ -42,8 +42,9 @@ type Host interface {
 	// Write runs one allow-listed write (abi.WriteHSet, ...) on key and
 	// returns its integer reply.
 	Write(op, key string, args ...string) (int64, error)
-	// ReadBatch runs read-only single-key commands
-	// (abi.BatchReadCommands) in one pipelined round trip and returns one
+	// ReadBatch runs read-only commands (abi.BatchReadCommands: one key
+	// each, plus a SORT_RO's patterns on its hash tag) in one pipelined
+	// round trip and returns one
 	// result per op; a failed command sets that result's Err, a refused
 	// batch returns an error.
 	ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error)

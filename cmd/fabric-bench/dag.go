@@ -5,7 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 	"time"
+
+	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
@@ -16,7 +21,7 @@ import (
 // startEngine starts fabric's flow engine on vc: a host with the
 // completion listener on and the dependency dispatcher plugin loaded. It
 // returns once the listener is subscribed to ff:dag:completions.
-func startEngine(ctx context.Context, e *benchEnv, vc *valkey.Client) (stop func(), err error) {
+func startEngine(ctx context.Context, e *benchEnv, vc *valkey.Client, obs host.Observer) (stop func(), err error) {
 	f, err := e.pluginFile("dependency")
 	if err != nil {
 		return nil, err
@@ -28,7 +33,7 @@ func startEngine(ctx context.Context, e *benchEnv, vc *valkey.Client) (stop func
 	if err != nil {
 		return nil, err
 	}
-	h, err := e.startHost(ctx, dir, vc, hostOpts{completions: host.CompletionConfig{Enabled: true}})
+	h, err := e.startHost(ctx, dir, vc, hostOpts{completions: host.CompletionConfig{Enabled: true}, observer: obs})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -62,17 +67,18 @@ func runDAG(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		floor = 1000 / e.lockstep
 	}
 	{
-		lat, err := dagLatency(ctx, e, false)
+		lat, stages, err := dagLatency(ctx, e, false)
 		if err != nil {
 			return fmt.Errorf("engine: %w", err)
 		}
+		sc.Notes = append(sc.Notes, "engine: "+stages.summary()+".")
 		p50, p99, mx := percentiles(lat)
 		sc.Rows = append(sc.Rows,
 			Row{Measure: "engine: complete → child eligible, p50", Fabric: p50, Versus: "one lockstep FCALL round trip", Peer: floor, Unit: "ms", Goal: "≤ 2 ms/level"},
 			Row{Measure: "engine: complete → child eligible, p99", Fabric: p99, Versus: "one lockstep FCALL round trip", Peer: floor, Unit: "ms", Goal: "≤ 2 ms/level",
 				Note: fmt.Sprintf("max %s over %d levels", fmtNum(mx, "ms"), len(lat))})
 	}
-	lat, err := dagLatency(ctx, e, true)
+	lat, _, err := dagLatency(ctx, e, true)
 	if err != nil {
 		return fmt.Errorf("inline: %w", err)
 	}
@@ -82,13 +88,22 @@ func runDAG(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		Row{Measure: "worker-side resolution: complete → child eligible, p99", Fabric: p99, Versus: "one lockstep FCALL round trip", Peer: floor, Unit: "ms",
 			Note: fmt.Sprintf("max %s over %d levels", fmtNum(mx, "ms"), len(lat))})
 	sc.Notes = append(sc.Notes, "asynq and River (OSS) have no DAG of jobs, so the comparison is the physical floor: one no-op FCALL round trip in lockstep.",
-		"Latency runs from the start of the worker's complete call (ff_complete_execution) to the child's ZADD into its eligible index, polled every 100 µs.")
+		"Latency runs from the start of the worker's complete call (ff_complete_execution) to the arrival of the keyspace notification of the child's ZADD into its eligible index (notify-keyspace-events on for the scenario; until 2026-11-27 the index was polled every 100 µs, which added half a poll period and a round trip on average, and more under load).")
 	return nil
 }
 
-// dagLatency runs the flows and returns one latency (ms) per edge.
-func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, error) {
-	vc, err := e.dial(ctx)
+// dagLatency runs the flows and returns one latency (ms) per edge, and
+// with the engine where each went.
+func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, *dagStages, error) {
+	stages := &dagStages{}
+	lat, err := dagLevels(ctx, e, inline, stages)
+	return lat, stages, err
+}
+
+// dagLevels is dagLatency's run; stages receives every level's times.
+func dagLevels(ctx context.Context, e *benchEnv, inline bool, stages *dagStages) ([]float64, error) {
+	db := e.freshDB()
+	vc, err := e.dialDB(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -96,8 +111,14 @@ func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, error
 	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: []string{benchLane}}); err != nil {
 		return nil, err
 	}
+	raw := vc.Raw()
+	eligible, stopWatch, err := watchEligible(ctx, e, db, raw)
+	if err != nil {
+		return nil, err
+	}
+	defer stopWatch()
 	if !inline {
-		stop, err := startEngine(ctx, e, vc)
+		stop, err := startEngine(ctx, e, vc, stages)
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +133,6 @@ func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, error
 		return nil, err
 	}
 	defer w.Close(context.Background())
-	raw := vc.Raw()
 	var lat []float64
 	for f := 0; f < e.size.DAGFlows; f++ {
 		flow, err := cl.CreateFlow(ctx, "bench")
@@ -134,6 +154,7 @@ func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, error
 			if err != nil {
 				return nil, fmt.Errorf("flow %d level %d: %w", f, i, err)
 			}
+			drain(eligible)
 			start := time.Now()
 			if err := l.Complete(ctx, nil); err != nil {
 				return nil, err
@@ -142,14 +163,12 @@ func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, error
 				break
 			}
 			child := ids[i+1]
-			key := model.KeysOn(child.Partition()).LaneEligible(benchLane)
-			ok := waitFor(ctx, 10*time.Second, 100*time.Microsecond, func() bool {
-				return raw.Do(ctx, raw.B().Zscore().Key(key).Member(string(child)).Build()).Error() == nil
-			})
-			if !ok {
-				return nil, fmt.Errorf("flow %d level %d: child never became eligible", f, i+1)
+			at, err := eligibleAt(ctx, raw, eligible, child)
+			if err != nil {
+				return nil, fmt.Errorf("flow %d level %d: %w", f, i+1, err)
 			}
-			lat = append(lat, float64(time.Since(start).Microseconds())/1000)
+			lat = append(lat, float64(at.Sub(start).Microseconds())/1000)
+			stages.level(start, at)
 		}
 	}
 	return lat, nil
@@ -173,4 +192,143 @@ func claimExact(ctx context.Context, w *sdk.Worker, id model.ExecutionID) (*sdk.
 		return l, nil
 	}
 	return nil, errors.New("nothing claimable within 10s")
+}
+
+// eligibleProbe is a key of the eligible indexes' shape that
+// watchEligible adds to, to know its subscription is live.
+const eligibleProbe = "fabric-bench:probe:eligible"
+
+// watchEligible turns on keyspace notifications of sorted-set commands
+// on the bench server and returns the ZADDs into db's eligible indexes
+// as they arrive (stop ends the watch and turns the notifications off).
+// It returns once a probe ZADD came through, so no ZADD after it is
+// missed.
+func watchEligible(ctx context.Context, e *benchEnv, db int, raw vk.Client) (<-chan keyEvent, func(), error) {
+	events, stop, err := e.watchKeyspace(ctx, db, "Kz", "*:eligible", "zadd", 1024)
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := false
+	// A ZADD that changes nothing is not notified: each probe's score is
+	// new.
+	for n, deadline := 0, time.Now().Add(10*time.Second); !seen && time.Now().Before(deadline); n++ {
+		if err := raw.Do(ctx, raw.B().Zadd().Key(eligibleProbe).ScoreMember().ScoreMember(float64(n), "probe").Build()).Error(); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		select {
+		case ev := <-events:
+			seen = ev.key == eligibleProbe
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			stop()
+			return nil, nil, ctx.Err()
+		}
+	}
+	raw.Do(ctx, raw.B().Del().Key(eligibleProbe).Build())
+	if !seen {
+		stop()
+		return nil, nil, errors.New("keyspace notifications of the eligible indexes never arrived")
+	}
+	return events, stop, nil
+}
+
+// drain empties events of what arrived so far.
+func drain(events <-chan keyEvent) {
+	for {
+		select {
+		case <-events:
+		default:
+			return
+		}
+	}
+}
+
+// eligibleAt waits for child's ZADD into its lane's eligible index and
+// returns when its keyspace notification arrived: the first ZADD into
+// that index after which the child is in it (checked with ZSCORE, whose
+// round trip does not count).
+func eligibleAt(ctx context.Context, raw vk.Client, events <-chan keyEvent, child model.ExecutionID) (time.Time, error) {
+	key := model.KeysOn(child.Partition()).LaneEligible(benchLane)
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.key != key {
+				continue
+			}
+			if raw.Do(ctx, raw.B().Zscore().Key(key).Member(string(child)).Build()).Error() == nil {
+				return ev.at, nil
+			}
+		case <-timeout:
+			return time.Time{}, errors.New("child never became eligible")
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// dagStages is the engine's host Observer in scenario 3: it keeps every
+// dependency dispatcher call (host.DispatchRecord) and every level's
+// complete-call start and eligible notification, and matches them to
+// break the latency down.
+type dagStages struct {
+	mu     sync.Mutex
+	recs   []host.DispatchRecord
+	levels [][2]time.Time // complete call started, child's ZADD notified
+}
+
+// SweepDone implements host.Observer.
+func (d *dagStages) SweepDone(host.SweepEvent) {}
+
+// DispatchDone implements host.DispatchObserver.
+func (d *dagStages) DispatchDone(rec host.DispatchRecord) {
+	d.mu.Lock()
+	d.recs = append(d.recs, rec)
+	d.mu.Unlock()
+}
+
+// level records one level: its complete call started at start, its
+// child's ZADD was notified at at.
+func (d *dagStages) level(start, at time.Time) {
+	d.mu.Lock()
+	d.levels = append(d.levels, [2]time.Time{start, at})
+	d.mu.Unlock()
+}
+
+// summary is the per-stage p50 / p99 over the levels whose dispatcher
+// call received its completion between the level's complete call and its
+// notification.
+func (d *dagStages) summary() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	names := []string{"publish", host.StageHandOff, host.StageCall, host.StageFCall, "notify"}
+	ms := map[string][]float64{}
+	add := func(name string, x time.Duration) { ms[name] = append(ms[name], float64(x.Microseconds())/1000) }
+	matched := 0
+	for _, lv := range d.levels {
+		i := slices.IndexFunc(d.recs, func(r host.DispatchRecord) bool {
+			return !r.Received.Before(lv[0]) && !r.Received.After(lv[1])
+		})
+		if i < 0 {
+			continue
+		}
+		r := d.recs[i]
+		matched++
+		add("publish", r.Received.Sub(lv[0]))
+		for _, st := range r.Stages() {
+			add(st.Stage, st.Duration)
+		}
+		add("notify", lv[1].Sub(r.FCallDone))
+	}
+	if matched == 0 {
+		return "no dispatcher call was matched to a level"
+	}
+	var parts []string
+	for _, n := range names {
+		p50, p99, _ := percentiles(ms[n])
+		parts = append(parts, fmt.Sprintf("%s %s / %s", n, fmtNum(p50, "ms"), fmtNum(p99, "ms")))
+	}
+	return fmt.Sprintf("per-stage p50 / p99 over %d of %d levels (publish = complete call started → the host received the completion message, then host.DispatchRecord's handoff = → dispatcher call started, call = → its ff_resolve_dependency batch sent (instance, guest, its two read round trips), fcall = → replies in, notify = replies in → the child's ZADD notified to the bench, negative when the notification overtook the reply): %s",
+		matched, len(d.levels), strings.Join(parts, "; "))
 }

@@ -38,6 +38,13 @@ func readHandler(cfg Config) handler {
 				}
 				s.reads = append(s.reads, o.Key)
 				s.keys = append(s.keys, o.Key)
+				for _, p := range o.Patterns() {
+					if t := abi.HashTag(p); t == "" || t != abi.HashTag(o.Key) {
+						return nil, subjects{}, fmt.Errorf("read: %s pattern %q is not on the hash tag of %q", o.Cmd, p, o.Key)
+					}
+					s.reads = append(s.reads, p)
+					s.keys = append(s.keys, p)
+				}
 			}
 			return &req, s, nil
 		},

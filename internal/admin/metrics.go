@@ -28,6 +28,7 @@ type PluginSource interface {
 //
 //	fabric_plugin_cycle_duration_seconds{plugin}       histogram of sweep durations, one per sweep (on timers: an interval's passes together)
 //	fabric_timer_stage_seconds{plugin,stage}           histogram of each stage of an acting scan on due-time timers (host.StageEvent): wake or timer, queue, call, fcall
+//	fabric_dispatch_stage_seconds{plugin,stage}        histogram of each stage of a dispatcher call on completions that sent an FCALL batch (host.DispatchRecord): handoff, call, fcall, return
 //	fabric_plugin_cycles_total{plugin}                 sweeps started
 //	fabric_plugin_calls_total{plugin}                  partition calls
 //	fabric_plugin_items_total{plugin,outcome}          scanned, acted, skipped
@@ -62,9 +63,10 @@ type PluginSource interface {
 //   - Safe for concurrent use. Attach may be called after the host was
 //     built with the Metrics as its Observer.
 type Metrics struct {
-	reg    *prometheus.Registry
-	cycle  *prometheus.HistogramVec
-	stages *prometheus.HistogramVec
+	reg      *prometheus.Registry
+	cycle    *prometheus.HistogramVec
+	stages   *prometheus.HistogramVec
+	dispatch *prometheus.HistogramVec
 
 	mu      sync.Mutex
 	src     PluginSource
@@ -117,8 +119,13 @@ func NewMetrics() *Metrics {
 			Help:    "Where a due item's lateness goes, per acting partition scan on due-time timers, by stage: wake (notification received → the loop took the partition) or timer (its timer due → taken), queue (taken → plugin call started), call (call started → FCALL sent), fcall (FCALL sent → replies in).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 17), // 0.1 ms .. ~6.6 s
 		}, []string{"plugin", "stage"}),
+		dispatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fabric_dispatch_stage_seconds",
+			Help:    "Where a completion's time to its children goes, per dispatcher call that sent an FCALL batch, by stage: handoff (completion message received → dispatcher call started), call (call started → first FCALL batch sent: instance, guest, its reads), fcall (FCALL sent → replies in), return (replies in → call returned).",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18), // 50 µs .. ~6.6 s
+		}, []string{"plugin", "stage"}),
 	}
-	m.reg.MustRegister(m.cycle, m.stages, (*snapshotCollector)(m),
+	m.reg.MustRegister(m.cycle, m.stages, m.dispatch, (*snapshotCollector)(m),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -140,6 +147,13 @@ func (m *Metrics) SweepDone(ev host.SweepEvent) {
 func (m *Metrics) StageDone(ev host.StageEvent) {
 	for _, st := range ev.Stages() {
 		m.stages.WithLabelValues(ev.Plugin, st.Stage).Observe(st.Duration.Seconds())
+	}
+}
+
+// DispatchDone implements host.DispatchObserver.
+func (m *Metrics) DispatchDone(rec host.DispatchRecord) {
+	for _, st := range rec.Stages() {
+		m.dispatch.WithLabelValues(rec.Plugin, st.Stage).Observe(st.Duration.Seconds())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
@@ -180,60 +181,27 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 	}
 	ftag := parts.FlowPartition(fid).Tag()
 	fk := model.FlowKeysFor(parts.FlowPartition(fid), fid)
-	// Three pipelined reads a level: the outcome with the out edges, the
-	// edges' downstreams, the children's lanes and attempts; then one
+	// Two read round trips a level: the outcome with the out edges and
+	// their downstreams, then the children's lanes and attempts; then one
 	// batch of resolves.
-	first, err := h.ReadBatch([]abi.ReadOp{
-		{Cmd: "HMGET", Key: model.KeysFor(eid).Core(), Args: []string{"terminal_outcome"}},
-		{Cmd: "SMEMBERS", Key: fk.Outgoing(eid)},
-	})
-	if err == nil && len(first) != 2 {
-		err = errors.New("read batch answered " + strconv.Itoa(len(first)) + " results for 2")
-	}
-	if err == nil && first[0].Err != "" {
-		err = errors.New(first[0].Err)
-	}
+	outcome, edges, downs, err := outEdges(h, fk, eid)
 	if err != nil {
 		st.Errors++
-		h.Log(abi.LogWarn, "cascade: read terminal_outcome of "+string(eid)+": "+err.Error())
+		h.Log(abi.LogWarn, "cascade: read "+string(eid)+": "+err.Error())
 		return
 	}
-	outcome, _ := first[0].Value()
 	if outcome == "" && hint != "" {
 		h.Log(abi.LogInfo, "cascade: "+string(eid)+" has no stored terminal_outcome; using the message's "+strconv.Quote(hint))
 		outcome = hint
 	}
-	if first[1].Err != "" {
-		st.Errors++
-		h.Log(abi.LogWarn, "cascade: read out edges of "+string(eid)+": "+first[1].Err)
-		return
-	}
-	var edges []string
-	var edgeReads []abi.ReadOp
-	for _, edge := range first[1].Values {
-		eu, err := model.ParseUUID(edge)
-		if err != nil {
-			h.Log(abi.LogWarn, "cascade: bad edge id "+strconv.Quote(edge))
-			continue
-		}
-		edges = append(edges, edge)
-		edgeReads = append(edgeReads, abi.ReadOp{Cmd: "HMGET", Key: fk.Edge(eu.String()), Args: []string{"downstream_execution_id"}})
-	}
 	if len(edges) == 0 {
-		return
-	}
-	downs, err := h.ReadBatch(edgeReads)
-	if err != nil || len(downs) != len(edgeReads) {
-		st.Errors++
-		h.Log(abi.LogWarn, "cascade: read the edges of "+string(eid)+": "+errText(err))
 		return
 	}
 	var childEdges []string
 	var children []model.ExecutionID
 	var childReads []abi.ReadOp
-	for i, d := range downs {
-		v, ok := d.Value()
-		if d.Err != "" || !ok || v == "" {
+	for i, v := range downs {
+		if v == "" {
 			continue
 		}
 		child, err := model.ParseExecutionID(v)
@@ -292,6 +260,118 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 	for _, child := range skipped {
 		cascade(h, parts, child, flowID, "", nowMs, depth+1, st)
 	}
+}
+
+// downstreamField is the edge hash's field naming its downstream.
+const downstreamField = "downstream_execution_id"
+
+// sortRefused is set once a SORT_RO of outEdgesSorted was refused: later
+// cascades (of this plugin instance, or this process for a native caller)
+// read in two round trips at once instead of paying the refused one each
+// time.
+var sortRefused atomic.Bool
+
+// outEdges reads eid's terminal_outcome, its outgoing edges and each
+// edge's downstream ("" when unreadable): in one round trip through
+// outEdgesSorted, else in two — the outcome with the out set, then the
+// edge hashes.
+func outEdges(h pdk.Host, fk model.FlowKeys, eid model.ExecutionID) (outcome string, edges, downs []string, err error) {
+	outcomeOp := abi.ReadOp{Cmd: "HMGET", Key: model.KeysFor(eid).Core(), Args: []string{"terminal_outcome"}}
+	if !sortRefused.Load() {
+		if outcome, edges, downs, ok := outEdgesSorted(h, fk, eid, outcomeOp); ok {
+			return outcome, edges, downs, nil
+		}
+	}
+	first, err := h.ReadBatch([]abi.ReadOp{outcomeOp, {Cmd: "SMEMBERS", Key: fk.Outgoing(eid)}})
+	if err == nil && len(first) != 2 {
+		err = errors.New("read batch answered " + strconv.Itoa(len(first)) + " results for 2")
+	}
+	if err == nil && first[0].Err != "" {
+		err = errors.New(first[0].Err)
+	}
+	if err != nil {
+		return "", nil, nil, errors.New("terminal_outcome: " + err.Error())
+	}
+	outcome, _ = first[0].Value()
+	if first[1].Err != "" {
+		return "", nil, nil, errors.New("out edges: " + first[1].Err)
+	}
+	var edgeReads []abi.ReadOp
+	for _, edge := range first[1].Values {
+		eu, perr := model.ParseUUID(edge)
+		if perr != nil {
+			h.Log(abi.LogWarn, "cascade: bad edge id "+strconv.Quote(edge))
+			continue
+		}
+		edges = append(edges, edge)
+		edgeReads = append(edgeReads, abi.ReadOp{Cmd: "HMGET", Key: fk.Edge(eu.String()), Args: []string{downstreamField}})
+	}
+	if len(edges) == 0 {
+		return outcome, nil, nil, nil
+	}
+	rs, err := h.ReadBatch(edgeReads)
+	if err != nil || len(rs) != len(edgeReads) {
+		return "", nil, nil, errors.New("edges: " + errText(err))
+	}
+	downs = make([]string, len(rs))
+	for i, d := range rs {
+		if v, ok := d.Value(); d.Err == "" && ok {
+			downs[i] = v
+		}
+	}
+	return outcome, edges, downs, nil
+}
+
+// outEdgesSorted is outEdges in one round trip: outcomeOp, and a SORT_RO
+// of the out set that GETs each edge hash's downstream (set and hashes
+// carry the flow's hash tag). ok is false when that did not answer; a
+// refused SORT_RO — an older host; a Valkey Cluster before Valkey 8.0,
+// which denies SORT's GET patterns even on the key's own slot; an ACL
+// without read access to every key, which they need — sets sortRefused.
+func outEdgesSorted(h pdk.Host, fk model.FlowKeys, eid model.ExecutionID, outcomeOp abi.ReadOp) (outcome string, edges, downs []string, ok bool) {
+	first, err := h.ReadBatch([]abi.ReadOp{outcomeOp, {Cmd: "SORT_RO", Key: fk.Outgoing(eid),
+		Args: []string{"BY", "nosort", "GET", "#", "GET", fk.Edge("*") + "->" + downstreamField}}})
+	if err != nil || len(first) != 2 || first[0].Err != "" || first[1].Err != "" {
+		// Refused: the host did not know the command, or the server
+		// answered the HMGET beside it and not it. Anything else (the
+		// connection) is no reason to stop trying.
+		if errors.Is(err, abi.CodeBadRequest) || err == nil && len(first) == 2 && first[0].Err == "" {
+			sortRefused.Store(true)
+			h.Log(abi.LogInfo, "cascade: SORT_RO with a GET pattern refused ("+errText(firstErr(first, err))+"); out edges are read in two round trips from now on")
+		}
+		return "", nil, nil, false
+	}
+	if len(first[1].Values)%2 != 0 {
+		return "", nil, nil, false
+	}
+	outcome, _ = first[0].Value()
+	vs, present := first[1].Values, first[1].Present
+	for i := 0; i+1 < len(vs); i += 2 {
+		if _, perr := model.ParseUUID(vs[i]); perr != nil {
+			h.Log(abi.LogWarn, "cascade: bad edge id "+strconv.Quote(vs[i]))
+			continue
+		}
+		down := ""
+		if i+1 < len(present) && present[i+1] {
+			down = vs[i+1]
+		}
+		edges, downs = append(edges, vs[i]), append(downs, down)
+	}
+	return outcome, edges, downs, true
+}
+
+// firstErr is what failed in a read batch: its error, else the first
+// result's.
+func firstErr(rs []abi.ReadResult, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if r.Err != "" {
+			return errors.New(r.Err)
+		}
+	}
+	return nil
 }
 
 // placeholderWaitpoint stands for "no waitpoint" in ff_cancel_execution's

@@ -149,49 +149,77 @@ func (c *countingHost) SMembers(key string) ([]string, error) {
 	return c.Host.SMembers(key)
 }
 
-// A level of the cascade is three pipelined reads (the outcome with the
-// out edges, the edges, the children) and one batch of resolves, however
-// many children it has; each child's lane and attempt reach its call.
-func TestCascadeLevelReadsInThreeBatches(t *testing.T) {
-	parts := model.PartitionConfig{Flow: 4, Budget: 2, Quota: 2}
-	h := &countingHost{Host: pdktest.New(t, manifest)}
-	flow := model.NewUUID()
-	fk := model.FlowKeysFor(parts.FlowPartition(flow), flow)
-	up := parts.NewFlowExecutionID(flow)
-	h.HSet(model.KeysFor(up).Core(), "terminal_outcome", "success")
-	children := map[string]string{} // child → lane
-	for _, lane := range []string{"fast", "slow", ""} {
-		child := parts.NewFlowExecutionID(flow)
-		edge := model.NewUUID().String()
-		h.SAdd(fk.Outgoing(up), edge)
-		h.HSet(fk.Edge(edge), "downstream_execution_id", string(child))
-		if lane != "" {
-			h.HSet(model.KeysFor(child).Core(), "lane_id", lane, "current_attempt_index", "2")
-		}
-		if lane == "" {
-			lane = "default"
-		}
-		children[string(child)] = lane
-	}
-	h.Handle("ff_resolve_dependency", func(keys, args []string) abi.CallResult {
-		return abi.CallResult{Status: "OK", Fields: []string{"satisfied"}}
-	})
-	h.single = 0 // the seeding above is not the cascade's
-	st := flowlib.Cascade(h, parts, up, flow.String(), 42)
-	if st.Resolved != 3 || st.Errors != 0 || len(h.Calls) != 3 {
-		t.Fatalf("stats %+v, %d calls", st, len(h.Calls))
-	}
-	if h.batches != 3 || h.single != 0 {
-		t.Fatalf("%d read batches and %d single reads; want 3 and 0", h.batches, h.single)
-	}
-	for _, c := range h.Calls {
-		lane, ok := children[c.Args[4]]
-		if !ok {
-			t.Fatalf("call for %s, not a child", c.Args[4])
-		}
-		if !strings.Contains(strings.Join(c.Keys, " "), ":lane:"+lane+":") {
-			t.Errorf("child %s of lane %s: keys %v", c.Args[4], lane, c.Keys)
-		}
+// A level of the cascade is two pipelined reads (the outcome with the out
+// edges and their downstreams through one SORT_RO, then the children) and
+// one batch of resolves, however many children it has; each child's lane
+// and attempt reach its call. Where the SORT_RO is refused (an older host,
+// an ACL without read access to every key) the out edges and their
+// downstreams take a read each, after the refused one, and the resolves
+// are the same; a later cascade does not try the SORT_RO again.
+func TestCascadeLevelReadsInTwoBatches(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		refuse        bool
+		batches, next int
+	}{{"sort_ro", false, 2, 2}, {"sort_ro refused", true, 4, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			flowlib.ResetSortRefusal()
+			t.Cleanup(flowlib.ResetSortRefusal)
+			parts := model.PartitionConfig{Flow: 4, Budget: 2, Quota: 2}
+			h := &countingHost{Host: pdktest.New(t, manifest)}
+			if tc.refuse {
+				h.ReadErr = func(op abi.ReadOp) string {
+					if op.Cmd == "SORT_RO" {
+						return "NOPERM this user has no permissions to access one of the keys used as arguments"
+					}
+					return ""
+				}
+			}
+			flow := model.NewUUID()
+			fk := model.FlowKeysFor(parts.FlowPartition(flow), flow)
+			up := parts.NewFlowExecutionID(flow)
+			h.HSet(model.KeysFor(up).Core(), "terminal_outcome", "success")
+			children := map[string]string{} // child → lane
+			for _, lane := range []string{"fast", "slow", ""} {
+				child := parts.NewFlowExecutionID(flow)
+				edge := model.NewUUID().String()
+				h.SAdd(fk.Outgoing(up), edge)
+				h.HSet(fk.Edge(edge), "downstream_execution_id", string(child))
+				if lane != "" {
+					h.HSet(model.KeysFor(child).Core(), "lane_id", lane, "current_attempt_index", "2")
+				}
+				if lane == "" {
+					lane = "default"
+				}
+				children[string(child)] = lane
+			}
+			// An edge whose hash is gone resolves nothing.
+			h.SAdd(fk.Outgoing(up), model.NewUUID().String())
+			h.Handle("ff_resolve_dependency", func(keys, args []string) abi.CallResult {
+				return abi.CallResult{Status: "OK", Fields: []string{"satisfied"}}
+			})
+			h.single = 0 // the seeding above is not the cascade's
+			st := flowlib.Cascade(h, parts, up, flow.String(), 42)
+			if st.Resolved != 3 || st.Errors != 0 || len(h.Calls) != 3 {
+				t.Fatalf("stats %+v, %d calls", st, len(h.Calls))
+			}
+			if h.batches != tc.batches || h.single != 0 {
+				t.Fatalf("%d read batches and %d single reads; want %d and 0", h.batches, h.single, tc.batches)
+			}
+			h.batches = 0
+			if st := flowlib.Cascade(h, parts, up, flow.String(), 43); st.Resolved != 3 || h.batches != tc.next {
+				t.Fatalf("again: stats %+v, %d read batches; want %d", st, h.batches, tc.next)
+			}
+			for _, c := range h.Calls[:3] {
+				lane, ok := children[c.Args[4]]
+				if !ok {
+					t.Fatalf("call for %s, not a child", c.Args[4])
+				}
+				if !strings.Contains(strings.Join(c.Keys, " "), ":lane:"+lane+":") {
+					t.Errorf("child %s of lane %s: keys %v", c.Args[4], lane, c.Keys)
+				}
+			}
+		})
 	}
 }
 

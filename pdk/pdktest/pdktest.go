@@ -21,6 +21,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fabric-host/fabric/abi"
@@ -403,6 +404,14 @@ func (h *Host) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
 		if err := h.checkRead(o.Key); err != nil {
 			return nil, err
 		}
+		for _, p := range o.Patterns() {
+			if t := abi.HashTag(p); t == "" || t != abi.HashTag(o.Key) {
+				return nil, abi.Errorf(abi.CodeBadRequest, "read: "+o.Cmd+" pattern "+p+" is not on the hash tag of "+o.Key)
+			}
+			if err := h.checkRead(p); err != nil {
+				return nil, err
+			}
+		}
 	}
 	h.Reads = append(h.Reads, ops...)
 	out := make([]abi.ReadResult, len(ops))
@@ -472,6 +481,29 @@ func (h *Host) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
 			ms, _ := h.SMembers(o.Key)
 			for _, m := range ms {
 				add(m, true)
+			}
+		case "SORT_RO": // BY nosort and GETs only: members in SMembers order
+			ms, _ := h.SMembers(o.Key)
+			for _, m := range ms {
+				for i := 0; i+1 < len(o.Args); i += 2 {
+					if !strings.EqualFold(o.Args[i], "GET") {
+						continue
+					}
+					pat := o.Args[i+1]
+					if pat == "#" {
+						add(m, true)
+						continue
+					}
+					key, field, isHash := strings.Cut(pat, "->")
+					key = strings.Replace(key, "*", m, 1)
+					if isHash {
+						v, ok := h.hashes[key][field]
+						add(v, ok)
+					} else {
+						v, ok := h.strs[key]
+						add(v, ok)
+					}
+				}
 			}
 		case "ZRANGE":
 			req := abi.ZRangeRequest{Key: o.Key, Min: "-inf", Max: "+inf", Count: 1 << 30}
