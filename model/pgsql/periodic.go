@@ -86,7 +86,7 @@ var (
   RETURNING partition_key, name, lane_id, kind, namespace, payload, priority, policy, required_capabilities, tags, creator),
 `, `SELECT adv.partition_key, $5::uuid, NULL::uuid, adv.lane_id, adv.required_capabilities, 'eligible_now'::text,
        'waiting'::text, adv.priority, $6::bigint, NULL::bigint, adv.payload, adv.policy,
-       jsonb_build_object('namespace', adv.namespace, 'execution_kind', adv.kind, 'creator_identity', '` + PeriodicCreator + `',
+       jsonb_build_object('namespace', adv.namespace, 'execution_kind', adv.kind, 'creator_identity', '`+PeriodicCreator+`',
          'last_mutation_at', $6::text, 'total_attempt_count', '0',
          'tags', adv.tags || jsonb_build_object('`+PeriodicTagSchedule+`', adv.name, '`+PeriodicTagTick+`', $3::text))
   FROM adv`) + `SELECT count(*) FROM adv`,
