@@ -33,7 +33,7 @@
 // with [Client.DeliverSignal] resumes it, and the resumed attempt reads
 // those signals with [Job.ResumeSignals]; [Client.AddPeriodic] schedules
 // jobs on an interval or a cron expression (fired by the hosts' periodic
-// plugin); [Job.ReportProgress] reports progress, [Job.ReportUsage] spends
+// plugin, pg_periodic on Postgres); [Job.ReportProgress] reports progress, [Job.ReportUsage] spends
 // a budget ([Client.CreateBudget], [Client.BudgetUsage]) and [Job.Admit]
 // (or the [Admitting] middleware) takes a slot of a rate or concurrency
 // quota ([Client.CreateQuota], [Client.QuotaUsage]); frames have modes ([Frame].Mode) and
@@ -55,8 +55,10 @@
 // through the driver's ControlDriver operations; budgets, quotas
 // ([Lease.Admit], [Admitting]) and progress and usage reports through its
 // BudgetDriver operations (the host's pg_budget_reset applies
-// [Budget.ResetEvery]). Periodic schedules answer [ErrNotOnPostgres];
-// worker-side dependency resolution does nothing (the host's reconciler
+// [Budget.ResetEvery]); periodic schedules ([Client.AddPeriodic],
+// [Client.RemovePeriodic], [Client.ListPeriodic]) through its
+// PeriodicDriver operations (fabric's fabric_periodic table, fired by the
+// host's pg_periodic plugin); worker-side dependency resolution does nothing (the host's reconciler
 // resolves).
 //
 // # Notes

@@ -12,6 +12,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/internal/periodic"
 	"github.com/fabric-host/fabric/model"
 )
@@ -65,9 +66,6 @@ var ErrPeriodicNotFound = errors.New("sdk: periodic schedule not found")
 // behind by less than a minute; after a longer outage the overdue tick
 // fires once and the schedule continues from now.
 func (c *Client) AddPeriodic(ctx context.Context, p Periodic, opts ...EnqueueOption) (*PeriodicInfo, error) {
-	if c.vc == nil {
-		return nil, errNotOnPostgres("Client.AddPeriodic")
-	}
 	if err := periodic.ValidateName(p.Name); err != nil {
 		return nil, invalid("periodic.name", "%v", err)
 	}
@@ -87,6 +85,20 @@ func (c *Client) AddPeriodic(ctx context.Context, p Periodic, opts ...EnqueueOpt
 	if next == 0 {
 		return nil, invalid("periodic.timing", "cron %q never fires", p.Cron)
 	}
+	ns := cmp.Or(spec.Namespace, c.ns)
+	info := &PeriodicInfo{Name: p.Name, Kind: spec.Kind, Lane: spec.Lane, Namespace: ns, Every: timing.Every,
+		Cron: timing.Cron, NextDue: time.UnixMilli(next)}
+	if pd, ok := c.drv.(backend.PeriodicDriver); ok {
+		// Postgres: the backend contract stores it (fabric_periodic).
+		if err := pd.AddPeriodic(ctx, &backend.PeriodicSchedule{Name: p.Name, LaneID: spec.Lane,
+			ExecutionKind: spec.Kind, Namespace: ns, Payload: spec.Payload, Priority: spec.Priority,
+			PolicyJSON: policyJSON(spec.Priority, 0, spec.Policy), Tags: spec.Tags,
+			EveryMs: timing.Every.Milliseconds(), Cron: timing.Cron, AnchorMs: now, NextDueMs: next,
+			CreatedAtMs: now, Creator: c.who}); err != nil {
+			return nil, fmt.Errorf("sdk: %w", err)
+		}
+		return info, nil
+	}
 	if err := c.removePeriodic(ctx, p.Name, spec.Lane); err != nil {
 		return nil, err
 	}
@@ -104,7 +116,6 @@ func (c *Client) AddPeriodic(ctx context.Context, p Periodic, opts ...EnqueueOpt
 	if timing.Every > 0 {
 		every = strconv.FormatInt(timing.Every.Milliseconds(), 10)
 	}
-	ns := cmp.Or(spec.Namespace, c.ns)
 	raw := c.vc.Raw()
 	def := pk.PeriodicSchedule(p.Name)
 	res := raw.DoMulti(ctx,
@@ -130,19 +141,25 @@ func (c *Client) AddPeriodic(ctx context.Context, p Periodic, opts ...EnqueueOpt
 			return nil, fmt.Errorf("sdk: add periodic %s: %w", p.Name, err)
 		}
 	}
-	return &PeriodicInfo{Name: p.Name, Kind: spec.Kind, Lane: spec.Lane, Namespace: ns, Every: timing.Every,
-		Cron: timing.Cron, NextDue: time.UnixMilli(next)}, nil
+	return info, nil
 }
 
 // RemovePeriodic deletes a schedule; executions it already created are
 // not touched. Removing a missing name returns an error wrapping
 // ErrPeriodicNotFound.
 func (c *Client) RemovePeriodic(ctx context.Context, name string) error {
-	if c.vc == nil {
-		return errNotOnPostgres("Client.RemovePeriodic")
-	}
 	if err := periodic.ValidateName(name); err != nil {
 		return invalid("periodic.name", "%v", err)
+	}
+	if pd, ok := c.drv.(backend.PeriodicDriver); ok {
+		err := pd.RemovePeriodic(ctx, name)
+		if errors.Is(err, backend.ErrPeriodicNotFound) {
+			return fmt.Errorf("%w: %s", ErrPeriodicNotFound, name)
+		}
+		if err != nil {
+			return fmt.Errorf("sdk: %w", err)
+		}
+		return nil
 	}
 	raw := c.vc.Raw()
 	lane, err := raw.Do(ctx, raw.B().Hget().Key(model.KeyPeriodicRegistry).Field(name).Build()).ToString()
@@ -183,8 +200,18 @@ func (c *Client) removePeriodic(ctx context.Context, name, keepLane string) erro
 
 // ListPeriodic returns every schedule, sorted by name.
 func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
-	if c.vc == nil {
-		return nil, errNotOnPostgres("Client.ListPeriodic")
+	if pd, ok := c.drv.(backend.PeriodicDriver); ok {
+		ss, err := pd.ListPeriodic(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("sdk: %w", err)
+		}
+		var out []PeriodicInfo
+		for _, s := range ss {
+			out = append(out, PeriodicInfo{Name: s.Name, Kind: s.ExecutionKind, Lane: s.LaneID, Namespace: s.Namespace,
+				Every: time.Duration(s.EveryMs) * time.Millisecond, Cron: s.Cron, NextDue: msTimeOf(s.NextDueMs),
+				LastTick: msTimeOf(s.LastTickMs), LastExecutionID: s.LastExecutionID})
+		}
+		return out, nil
 	}
 	raw := c.vc.Raw()
 	reg, err := raw.Do(ctx, raw.B().Hgetall().Key(model.KeyPeriodicRegistry).Build()).AsStrMap()
@@ -218,8 +245,13 @@ func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
 }
 
 func msTime(s string) time.Time {
-	ms, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || ms <= 0 {
+	ms, _ := strconv.ParseInt(s, 10, 64)
+	return msTimeOf(ms)
+}
+
+// msTimeOf is ms as a time, zero for ms <= 0.
+func msTimeOf(ms int64) time.Time {
+	if ms <= 0 {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)

@@ -159,6 +159,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	sub("SubscribeCompletions", testCompletions)
 	runControl(sub)
 	runBudget(sub)
+	runPeriodic(sub)
 }
 
 func testCreateWaiting(e *env) {
@@ -731,6 +732,9 @@ func RunUnmigrated(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 		ops[name] = op
 	}
 	for name, op := range budgetUnmigrated(ctx, d, id, f) {
+		ops[name] = op
+	}
+	for name, op := range periodicUnmigrated(ctx, d) {
 		ops[name] = op
 	}
 	for _, name := range Operations {

@@ -145,22 +145,11 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 		caps = []string{}
 	}
 	res := &CreateExecutionResult{PublicState: public}
-	// One statement (one round trip, its own transaction): the row and,
+	// One statement (one round trip, its own transaction; model/pgsql holds
+	// the one INSERT of an execution, which pg_periodic fires too): the row and,
 	// when it is new, the lane's registration.
 	var inserted int64
-	err = notMigrated(c.pool.QueryRow(ctx, `
-WITH ins AS (
-  INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, required_capabilities, attempt_index,
-                            lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state,
-                            priority, created_at_ms, deadline_at_ms, payload, policy, raw_fields)
-  VALUES ($1, $2, $3, $4, $5, 0, 'runnable', 'unowned', $6, $7, 'pending', $8, $9, $10, $11, $12::jsonb, $13)
-  ON CONFLICT (partition_key, execution_id) DO NOTHING
-  RETURNING lane_id),
-lane AS (
-  INSERT INTO ff_lane_registry (lane_id, registered_at_ms, registered_by)
-  SELECT lane_id, $9, 'create_execution' FROM ins
-  ON CONFLICT (lane_id) DO NOTHING)
-SELECT count(*) FROM ins`,
+	err = notMigrated(c.pool.QueryRow(ctx, pgsql.ExecCreate.SQL,
 		k.part, [16]byte(k.uuid), flow, p.LaneID, caps, eligibility, public,
 		p.Priority, now, deadline, p.Payload, policy, raw).Scan(&inserted))
 	res.Duplicate = err == nil && inserted == 0

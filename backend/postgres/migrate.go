@@ -24,6 +24,40 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
+// fabricFS holds fabric's own tables (FabricObjects).
+//
+//go:embed migrations/fabric/*.sql
+var fabricFS embed.FS
+
+// FabricObject is one of fabric's own schema files beside FlowFabric's
+// migrations (migrations/fabric/NAME.sql).
+type FabricObject struct {
+	// Name is the file name without ".sql".
+	Name string
+	// SQL creates the objects, idempotently (IF NOT EXISTS).
+	SQL string
+}
+
+// FabricObjects are fabric's own tables, in file-name order. Like
+// ExtraIndexes, Migrate creates them once FlowFabric's migrations are
+// applied and records them in no ledger, so FlowFabric sharing the
+// database finds only its own versions there; FlowFabric ignores them.
+func FabricObjects() []FabricObject {
+	ents, err := fs.ReadDir(fabricFS, "migrations/fabric")
+	if err != nil {
+		panic(fmt.Sprintf("postgres: embedded fabric objects: %v", err))
+	}
+	out := make([]FabricObject, 0, len(ents))
+	for _, e := range ents {
+		b, err := fabricFS.ReadFile("migrations/fabric/" + e.Name())
+		if err != nil {
+			panic(fmt.Sprintf("postgres: embedded fabric object %s: %v", e.Name(), err))
+		}
+		out = append(out, FabricObject{Name: strings.TrimSuffix(e.Name(), ".sql"), SQL: string(b)})
+	}
+	return out
+}
+
 // LedgerTable is the migration ledger. It is sqlx's table, with sqlx's
 // columns and row conventions (version, description from the file name,
 // SHA-384 checksum of upstream's file: UpstreamMigrations), so FlowFabric
@@ -189,7 +223,7 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 // Other errors pass unchanged.
 func notMigrated(err error) error {
 	var pe *pgconn.PgError
-	if err == nil || !errors.As(err, &pe) || pe.Code != "42P01" || !strings.Contains(pe.Message, `"ff_`) {
+	if err == nil || !errors.As(err, &pe) || pe.Code != "42P01" || !(strings.Contains(pe.Message, `"ff_`) || strings.Contains(pe.Message, `"fabric_`)) {
 		return err
 	}
 	return fmt.Errorf("%w: %w; run `fabric migrate --postgres-url URL` (or postgres.Migrate)", ErrNotMigrated, err)
@@ -380,6 +414,12 @@ func MigrateConn(ctx context.Context, conn *pgx.Conn, cfg MigrateConfig) (*Migra
 		return res, fmt.Errorf("postgres: migrate: read version: %w", err)
 	}
 	if cfg.Target == 0 || cfg.Target >= LatestVersion() {
+		for _, o := range FabricObjects() {
+			if _, err := conn.Exec(ctx, o.SQL); err != nil {
+				return res, fmt.Errorf("postgres: migrate: fabric %s: %w", o.Name, describePgError(err))
+			}
+			fmt.Fprintf(out, "fabric %s: present\n", o.Name)
+		}
 		for _, x := range ExtraIndexes {
 			if _, err := conn.Exec(ctx, x.SQL); err != nil {
 				return res, fmt.Errorf("postgres: migrate: index %s: %w", x.Name, describePgError(err))

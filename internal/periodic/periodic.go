@@ -186,3 +186,27 @@ func TickID(p model.Partition, name string, tickMs int64) model.ExecutionID {
 	u[8] = u[8]&0x3f | 0x80
 	return model.NewExecutionID(p, u)
 }
+
+// MaxTicksPerScan bounds the overdue ticks of one schedule fired by one
+// scan (a host catching up after a stall); the rest fire on the next.
+const MaxTicksPerScan = 16
+
+// Step is one tick to fire and the tick the schedule moves to after it
+// (0: none left).
+type Step struct{ Tick, Next int64 }
+
+// Steps returns the ticks of a schedule at tick to fire at nowMs, in
+// order, each with its successor (Timing.After): tick itself, then each
+// successor already due, at most MaxTicksPerScan.
+func (t Timing) Steps(tick, nowMs int64) []Step {
+	var out []Step
+	for len(out) < MaxTicksPerScan {
+		next := t.After(tick, nowMs)
+		out = append(out, Step{Tick: tick, Next: next})
+		if next == 0 || next > nowMs {
+			break
+		}
+		tick = next
+	}
+	return out
+}

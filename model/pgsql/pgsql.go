@@ -430,4 +430,4 @@ var All = append(append([]Statement{
 	SuspensionTimeoutScan, SuspensionLock, SuspensionAutoResume, SuspensionClearTimeout,
 	ExecCoreTerminateSuspended, SuspensionDelete,
 	RetentionScan, RetentionDeleteExecCore,
-}, RetentionDeleteChildren...), append(flowStatements, maintStatements...)...)
+}, RetentionDeleteChildren...), append(append(flowStatements, maintStatements...), periodicStatements...)...)
