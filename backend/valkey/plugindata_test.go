@@ -54,3 +54,49 @@ func TestPluginStoreFCallBatch(t *testing.T) {
 		t.Errorf("empty batch: %d results", len(none))
 	}
 }
+
+// benchCalls is a batch of 10 ff_read_summary calls (an OK reply each).
+func benchCalls(b *testing.B) (*valkey.Client, []abi.Call) {
+	c := valkeytest.Client(b)
+	calls := make([]abi.Call, 10)
+	for i := range calls {
+		k := model.KeysFor(model.NewExecutionID(model.Partition{Family: model.FamilyFlow}, model.NewUUID()))
+		calls[i] = abi.Call{Function: "ff_read_summary", Keys: []string{k.StreamSummary(0)}}
+	}
+	return c, calls
+}
+
+// BenchmarkPluginStoreFCallBatch is the fcall host function's backend
+// path: abi.Calls in, abi.CallResults out (PluginStore).
+func BenchmarkPluginStoreFCallBatch(b *testing.B) {
+	c, calls := benchCalls(b)
+	s, ctx := valkey.PluginStore{C: c}, context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := s.FCallBatch(ctx, calls); r[0].Result != abi.StatusOK {
+			b.Fatal(r[0])
+		}
+	}
+}
+
+// BenchmarkFCallBatchViaCallResult is the same batch the way the host
+// ran it before PluginStore: copied into valkey.Calls, FCallBatch, and
+// each Result converted by CallResult into a response slice.
+func BenchmarkFCallBatchViaCallResult(b *testing.B) {
+	c, calls := benchCalls(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		vc := make([]valkey.Call, len(calls))
+		for i, call := range calls {
+			vc[i] = valkey.Call{Function: call.Function, Keys: call.Keys, Args: call.Args}
+		}
+		out := make([]abi.CallResult, len(calls))
+		for i, r := range c.FCallBatch(ctx, vc) {
+			out[i] = valkey.CallResult(r)
+		}
+		if out[0].Result != abi.StatusOK {
+			b.Fatal(out[0])
+		}
+	}
+}
