@@ -15,7 +15,6 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host/hostfn"
 	"github.com/fabric-host/fabric/model"
 )
@@ -24,10 +23,10 @@ import (
 // host and the ABI, not Valkey.
 type emptyStore struct{}
 
-func (emptyStore) FCallBatch(_ context.Context, calls []valkey.Call) []valkey.Result {
-	out := make([]valkey.Result, len(calls))
+func (emptyStore) FCallBatch(_ context.Context, calls []abi.Call) []abi.CallResult {
+	out := make([]abi.CallResult, len(calls))
 	for i := range out {
-		out[i] = valkey.Result{Reply: &valkey.Reply{Status: "OK"}}
+		out[i] = abi.CallResult{Status: "OK"}
 	}
 	return out
 }

@@ -76,10 +76,13 @@ type Config struct {
 	// or for a host that loads and lists plugins without running them; a
 	// nil *valkey.Client counts as nil.
 	Backend Backend
-	// Store overrides the host functions' backend (tests and benchmarks).
+	// Store overrides the host functions' backend (tests and benchmarks);
+	// default Backend's plugin data when it serves some
+	// (backend.PluginDataSource: *valkey.Client's valkey.PluginStore).
 	Store hostfn.Store
 	// Postgres is the database the sql_query host function runs plugins'
-	// statements on (a *pgxpool.Pool); nil answers CodeUnavailable. A host
+	// statements on (a postgres.PluginSQL: (*postgres.Client).PluginSQL);
+	// nil answers CodeUnavailable. A host
 	// with Postgres and no Valkey Backend reads plugins' time from Clock.
 	Postgres hostfn.SQLDB
 	// Now is the plugins' clock in milliseconds; default Backend's server

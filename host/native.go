@@ -28,7 +28,7 @@ type NativeHost struct {
 }
 
 // nativeStore is the plugin data a NativeHost serves: every host
-// function's store (hostfn.ValkeyStore).
+// function's store (backend/valkey.PluginStore).
 type nativeStore interface {
 	hostfn.Store
 	hostfn.CommandStore
@@ -47,7 +47,7 @@ func NewNativeHost(ctx context.Context, c Backend, logger *slog.Logger) *NativeH
 
 // FCall implements pdk.Host (pipelined; no failure tracker).
 func (n *NativeHost) FCall(calls []abi.Call) ([]abi.CallResult, error) {
-	return hostfn.FCall(n.ctx, n.store, calls), nil
+	return n.store.FCallBatch(n.ctx, calls), nil
 }
 
 // HMGet implements pdk.Host.

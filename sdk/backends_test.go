@@ -69,7 +69,7 @@ func pgDispatch(t *testing.T, ctx context.Context, c *sdk.Client) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sess := hostfn.NewSQLSession(pc.Pool(), &abi.Capabilities{SQL: pgsql.Grants(pgsql.All...)}, "")
+		sess := hostfn.NewSQLSession(pc.PluginSQL(), &abi.Capabilities{SQL: pgsql.Grants(pgsql.All...)}, "")
 		h := sqlHost{ctx: ctx, s: sess}
 		err = pdk.Tx(h, func() error {
 			_, err := pgflow.DispatchCompletion(h, pk, id, time.Now().UnixMilli())

@@ -201,14 +201,28 @@ type Result struct {
 // reloaded and only those calls are retried. On a cluster a call whose keys
 // span slots fails alone with ErrCrossSlot.
 func (c *Client) FCallBatch(ctx context.Context, calls []Call) []Result {
-	out := make([]Result, len(calls))
+	return fcallBatch(c, ctx, calls, Call.parts, decodeResult, errResult)
+}
+
+func (call Call) parts() (fn string, keys, args []string) { return call.Function, call.Keys, call.Args }
+
+func errResult(err error) Result { return Result{Err: err} }
+
+// fcallBatch is FCallBatch over any call and result type: parts names a
+// call's function, KEYS and ARGV, decode turns its reply into R, and fail
+// an error (a cross-slot call, a failed library reload). PluginStore runs
+// the plugins' abi.Calls through it straight into abi.CallResults.
+func fcallBatch[C, R any](c *Client, ctx context.Context, calls []C, parts func(C) (string, []string, []string),
+	decode func(fn string, r vk.ValkeyResult) R, fail func(error) R) []R {
+	out := make([]R, len(calls))
 	if len(calls) == 0 {
 		return out
 	}
 	sent := make([]int, 0, len(calls)) // calls that pass the slot check
 	for i, call := range calls {
-		if err := c.sameSlot(call.Keys); err != nil {
-			out[i] = Result{Err: fmt.Errorf("valkey: FCALL %s: %w", call.Function, err)}
+		fn, keys, _ := parts(call)
+		if err := c.sameSlot(keys); err != nil {
+			out[i] = fail(fmt.Errorf("valkey: FCALL %s: %w", fn, err))
 			continue
 		}
 		sent = append(sent, i)
@@ -218,7 +232,7 @@ func (c *Client) FCallBatch(ctx context.Context, calls []Call) []Result {
 	}
 	cmds := make(vk.Commands, len(sent))
 	for j, i := range sent {
-		cmds[j] = c.fcallCmd(calls[i].Function, calls[i].Keys, calls[i].Args)
+		cmds[j] = c.fcallCmd(parts(calls[i]))
 	}
 	var retry []int
 	var missing error
@@ -228,21 +242,23 @@ func (c *Client) FCallBatch(ctx context.Context, calls []Call) []Result {
 			retry, missing = append(retry, i), err
 			continue
 		}
-		out[i] = decodeResult(calls[i].Function, r)
+		fn, _, _ := parts(calls[i])
+		out[i] = decode(fn, r)
 	}
 	if len(retry) > 0 {
 		if err := c.reload(ctx, missing); err != nil {
 			for _, i := range retry {
-				out[i] = Result{Err: err}
+				out[i] = fail(err)
 			}
 			return out
 		}
 		again := make(vk.Commands, len(retry))
 		for j, i := range retry {
-			again[j] = c.fcallCmd(calls[i].Function, calls[i].Keys, calls[i].Args)
+			again[j] = c.fcallCmd(parts(calls[i]))
 		}
 		for j, r := range c.c.DoMulti(ctx, again...) {
-			out[retry[j]] = decodeResult(calls[retry[j]].Function, r)
+			fn, _, _ := parts(calls[retry[j]])
+			out[retry[j]] = decode(fn, r)
 		}
 	}
 	return out

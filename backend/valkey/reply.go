@@ -92,29 +92,40 @@ var ErrMalformedReply = errors.New("valkey: malformed ff_* reply")
 
 // parseReply decodes the library's result convention.
 func parseReply(fn string, msg vk.ValkeyMessage) (*Reply, error) {
-	arr, err := msg.ToArray()
-	if err != nil {
-		return nil, fmt.Errorf("%w from %s: %v", ErrMalformedReply, fn, err)
-	}
-	if len(arr) < 2 {
-		return nil, fmt.Errorf("%w from %s: %d elements", ErrMalformedReply, fn, len(arr))
-	}
-	code, err := arr[0].AsInt64()
-	if err != nil {
-		return nil, fmt.Errorf("%w from %s: element 0 is not an integer", ErrMalformedReply, fn)
-	}
-	status, err := arr[1].ToString()
-	if err != nil {
-		return nil, fmt.Errorf("%w from %s: element 1 is not a string", ErrMalformedReply, fn)
-	}
-	fields := make([]string, 0, len(arr)-2)
-	for _, m := range arr[2:] {
-		fields = append(fields, messageString(m))
-	}
-	if code != 1 {
+	ok, status, fields, err := replyParts(fn, msg)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
 		return nil, &LuaError{Function: fn, Code: ErrorCode(status), Details: fields}
 	}
 	return &Reply{Status: status, Fields: fields}, nil
+}
+
+// replyParts splits a reply of the library's result convention: ok on
+// {1, status, fields...}, !ok on {0, code, details...} (status is the
+// code); err when the reply is not of that shape (ErrMalformedReply).
+func replyParts(fn string, msg vk.ValkeyMessage) (ok bool, status string, fields []string, err error) {
+	arr, err := msg.ToArray()
+	if err != nil {
+		return false, "", nil, fmt.Errorf("%w from %s: %v", ErrMalformedReply, fn, err)
+	}
+	if len(arr) < 2 {
+		return false, "", nil, fmt.Errorf("%w from %s: %d elements", ErrMalformedReply, fn, len(arr))
+	}
+	code, err := arr[0].AsInt64()
+	if err != nil {
+		return false, "", nil, fmt.Errorf("%w from %s: element 0 is not an integer", ErrMalformedReply, fn)
+	}
+	status, err = arr[1].ToString()
+	if err != nil {
+		return false, "", nil, fmt.Errorf("%w from %s: element 1 is not a string", ErrMalformedReply, fn)
+	}
+	fields = make([]string, 0, len(arr)-2)
+	for _, m := range arr[2:] {
+		fields = append(fields, messageString(m))
+	}
+	return code == 1, status, fields, nil
 }
 
 // messageString renders any scalar reply element as text.

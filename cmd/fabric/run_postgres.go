@@ -149,7 +149,7 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, b *backendFlag
 	}
 	defer stopWakeups()
 	metrics := admin.NewMetrics()
-	h, err := startHost(ctx, out, host.Config{Postgres: pc.Pool(), Partitions: pc.Partitions(), Logger: log, IdleRelease: *o.idle,
+	h, err := startHost(ctx, out, host.Config{Postgres: pc.PluginSQL(), Partitions: pc.Partitions(), Logger: log, IdleRelease: *o.idle,
 		Completions: host.CompletionConfig{Enabled: true, Wakeups: wakeups}},
 		hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
 			plugins: o.pluginCfg, observer: metrics, trust: o.trust,

@@ -2,12 +2,10 @@ package hostfn
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend/valkey"
 )
 
 func fcallHandler(cfg Config) handler {
@@ -32,25 +30,41 @@ func fcallHandler(cfg Config) handler {
 			if cfg.Store == nil {
 				return nil, errNoStore
 			}
-			resp := abi.FCallResponse{Results: make([]abi.CallResult, len(req.Calls))}
-			calls := make([]valkey.Call, 0, len(req.Calls))
-			idx := make([]int, 0, len(req.Calls))
-			for i, call := range req.Calls {
-				if call.Item != "" && c.Tracker != nil && c.Tracker.ShouldSkip(call.Item) {
-					resp.Results[i] = abi.CallResult{Result: abi.StatusSkipped}
+			resp := abi.FCallResponse{}
+			// calls is what is sent: req.Calls itself unless a call is
+			// skipped or only recorded, then the sent ones, idx[j] the
+			// request index of calls[j].
+			calls := req.Calls
+			var idx []int
+			for i := range req.Calls {
+				call := &req.Calls[i]
+				var held abi.CallStatus // StatusOK: sent
+				switch {
+				case call.Item != "" && c.Tracker != nil && c.Tracker.ShouldSkip(call.Item):
+					held = abi.StatusSkipped
+				case c.Actions != nil && abi.Mutates(call.Function):
+					c.Actions.add(fcallAction(*call))
+					if c.dryRun() {
+						held = abi.StatusDryRun
+					}
+				}
+				if held == abi.StatusOK {
+					if idx != nil {
+						calls = append(calls, *call)
+						idx = append(idx, i)
+					}
 					continue
 				}
-				vc := valkey.Call{Function: call.Function, Keys: call.Keys, Args: call.Args}
-				if c.Actions != nil && abi.Mutates(call.Function) {
-					if c.dryRun() {
-						c.Actions.add(fcallAction(vc))
-						resp.Results[i] = abi.CallResult{Result: abi.StatusDryRun}
-						continue
+				if idx == nil { // the first call not sent: send a subset
+					resp.Results = make([]abi.CallResult, len(req.Calls))
+					calls = make([]abi.Call, 0, len(req.Calls))
+					idx = make([]int, 0, len(req.Calls))
+					for j := range i {
+						calls = append(calls, req.Calls[j])
+						idx = append(idx, j)
 					}
-					c.Actions.add(fcallAction(vc))
 				}
-				calls = append(calls, vc)
-				idx = append(idx, i)
+				resp.Results[i] = abi.CallResult{Result: held}
 			}
 			if len(calls) == 0 {
 				return resp.MarshalBinary()
@@ -60,9 +74,15 @@ func fcallHandler(cfg Config) handler {
 			for _, f := range replied {
 				f()
 			}
-			for j, res := range results {
-				i := idx[j]
-				resp.Results[i] = callResult(res)
+			if idx == nil {
+				resp.Results = results
+			}
+			for j := range results {
+				i := j
+				if idx != nil {
+					i = idx[j]
+					resp.Results[i] = results[j]
+				}
 				if item := req.Calls[i].Item; item != "" && c.Tracker != nil {
 					if resp.Results[i].OK() {
 						c.Tracker.RecordSuccess(item)
@@ -76,24 +96,11 @@ func fcallHandler(cfg Config) handler {
 	}
 }
 
-func callResult(r valkey.Result) abi.CallResult {
-	var le *valkey.LuaError
-	switch {
-	case r.Err == nil && r.Reply != nil:
-		return abi.CallResult{Result: abi.StatusOK, Status: r.Reply.Status, Fields: r.Reply.Fields}
-	case errors.As(r.Err, &le):
-		return abi.CallResult{Result: abi.StatusLuaError, Status: string(le.Code), Fields: le.Details}
-	case r.Err != nil:
-		return abi.CallResult{Result: abi.StatusError, Status: r.Err.Error()}
-	}
-	return abi.CallResult{Result: abi.StatusError, Status: "empty reply"}
-}
-
 // fcallSent tells OnFCall of an FCALL batch about to be sent, once per
 // partition it is for (the selected one; with the whole batch selected,
 // each partition its calls' first keys name), and returns the funcs to
 // call once the replies are in.
-func (c *Caller) fcallSent(calls []valkey.Call) []func() {
+func (c *Caller) fcallSent(calls []abi.Call) []func() {
 	if c.OnFCall == nil || len(calls) == 0 {
 		return nil
 	}

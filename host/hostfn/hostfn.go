@@ -171,7 +171,8 @@ func callerFrom(ctx context.Context) *Caller {
 
 // Config configures the host functions.
 type Config struct {
-	// Store serves Valkey reads and FCALLs; nil answers CodeUnavailable
+	// Store serves plugin data reads and FCALLs (a valkey.PluginStore);
+	// nil answers CodeUnavailable
 	// (offline inspection).
 	Store Store
 	// Now returns server time in milliseconds; nil answers CodeUnavailable.
@@ -180,8 +181,8 @@ type Config struct {
 	MaxCalls int
 	// MaxLogBytes truncates guest log lines (default 4096).
 	MaxLogBytes int
-	// SQL is the Postgres database sql_query runs on (a *pgxpool.Pool);
-	// nil answers CodeUnavailable.
+	// SQL is the Postgres database sql_query runs on (a
+	// postgres.PluginSQL); nil answers CodeUnavailable.
 	SQL SQLDB
 }
 

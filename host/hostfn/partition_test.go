@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend/valkey"
 )
 
 // With the whole batch selected (abi.PartitionWholeBatch), a host call may
@@ -53,7 +52,7 @@ func TestPartitionWholeBatch(t *testing.T) {
 	var told []string
 	c.OnFCall = func(tag string) func() { told = append(told, tag); return nil }
 	c.WholeBatch = true
-	c.fcallSent([]valkey.Call{{Keys: []string{"ff:exec:{fp:2}:x"}}, {Keys: []string{"ff:exec:{fp:1}:y"}}, {Keys: []string{"ff:exec:{fp:2}:z"}}})
+	c.fcallSent([]abi.Call{{Keys: []string{"ff:exec:{fp:2}:x"}}, {Keys: []string{"ff:exec:{fp:1}:y"}}, {Keys: []string{"ff:exec:{fp:2}:z"}}})
 	if len(told) != 2 || told[0] != "{fp:2}" || told[1] != "{fp:1}" {
 		t.Fatalf("OnFCall told %q, want {fp:2} {fp:1}", told)
 	}

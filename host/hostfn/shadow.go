@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend/valkey"
 )
 
 // Action is one write a plugin made or, in a shadow run, meant to make:
@@ -111,7 +110,7 @@ func subjectOf(keys []string) string {
 	return ""
 }
 
-func fcallAction(call valkey.Call) Action {
+func fcallAction(call abi.Call) Action {
 	return Action{Kind: "fcall", Name: call.Function, Subject: subjectOf(call.Keys), Args: normalized(call.Keys, call.Args)}
 }
 

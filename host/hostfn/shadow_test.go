@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model/pgsql"
 )
 
@@ -41,6 +40,6 @@ func TestActionNormalised(t *testing.T) {
 	}
 }
 
-func valkeyCall(fn string, keys, args []string) valkey.Call {
-	return valkey.Call{Function: fn, Keys: keys, Args: args}
+func valkeyCall(fn string, keys, args []string) abi.Call {
+	return abi.Call{Function: fn, Keys: keys, Args: args}
 }

@@ -2,7 +2,6 @@ package hostfn
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,11 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model/pgsql"
 )
 
@@ -98,11 +94,9 @@ func checkPartition(c *Caller, r *sqlRequest) error {
 	return nil
 }
 
-// SQLDB is the database sql_query runs on: a *pgxpool.Pool (or any pgx
-// connection that begins transactions).
-type SQLDB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+// SQLDB is the database sql_query runs on, implemented by the driver
+// (backend/postgres.PluginSQL), so hostfn names none.
+type SQLDB = backend.PluginSQL
 
 // SQLSession runs sql_query requests for one plugin call: statement
 // batches in their own transaction, or inside the call's transaction
@@ -111,7 +105,7 @@ type SQLDB interface {
 // (the plugin trapped, timed out or forgot to commit).
 //
 // Plugin tests use it directly to run a plugin natively against a real
-// database with the host's checks: NewSQLSession(pool, caps, tag).
+// database with the host's checks: NewSQLSession(client.PluginSQL(), caps, tag).
 //
 // # Notes
 //
@@ -119,7 +113,7 @@ type SQLDB interface {
 type SQLSession struct {
 	db   SQLDB
 	c    *Caller
-	tx   pgx.Tx
+	tx   backend.PluginTx
 	done bool
 }
 
@@ -157,7 +151,7 @@ func (s *SQLSession) run(ctx context.Context, r *sqlRequest) (abi.SQLResponse, e
 		if s.tx != nil {
 			return abi.SQLResponse{}, abi.Errorf(abi.CodeBadRequest, "sql begin: a transaction is already open")
 		}
-		tx, err := s.db.Begin(ctx)
+		tx, err := s.db.BeginPluginTx(ctx)
 		if err != nil {
 			return abi.SQLResponse{}, backendErr("sql begin", err)
 		}
@@ -194,7 +188,7 @@ func (s *SQLSession) run(ctx context.Context, r *sqlRequest) (abi.SQLResponse, e
 		return resp, err
 	}
 	var resp abi.SQLResponse
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err := s.db.InPluginTx(ctx, func(tx backend.PluginTx) error {
 		var err error
 		resp, err = execAll(ctx, tx, r)
 		return err
@@ -222,14 +216,14 @@ func backendErr(what string, err error) error {
 	if errors.As(err, &ae) {
 		return err
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return abi.Errorf(abi.CodeBackend, fmt.Sprintf("%s: SQLSTATE %s: %s", what, pe.Code, pe.Message))
+	var se *backend.SQLError
+	if errors.As(err, &se) {
+		return abi.Errorf(abi.CodeBackend, fmt.Sprintf("%s: SQLSTATE %s: %s", what, se.Code, se.Message))
 	}
 	return abi.Errorf(abi.CodeBackend, fmt.Sprintf("%s: %v", what, err))
 }
 
-func execAll(ctx context.Context, tx pgx.Tx, r *sqlRequest) (abi.SQLResponse, error) {
+func execAll(ctx context.Context, tx backend.PluginTx, r *sqlRequest) (abi.SQLResponse, error) {
 	out := abi.SQLResponse{Results: make([]abi.SQLResult, len(r.stmts))}
 	for i, def := range r.stmts {
 		res, err := execOne(ctx, tx, def, r.req.Statements[i].Params)
@@ -241,81 +235,15 @@ func execAll(ctx context.Context, tx pgx.Tx, r *sqlRequest) (abi.SQLResponse, er
 	return out, nil
 }
 
-func execOne(ctx context.Context, tx pgx.Tx, def pgsql.Statement, params []abi.SQLValue) (abi.SQLResult, error) {
-	args := make([]any, len(params))
-	for i, p := range params {
-		switch p.Kind {
-		case abi.SQLInt:
-			args[i] = p.Int
-		case abi.SQLText:
-			args[i] = p.Text
-		case abi.SQLBool:
-			args[i] = p.Bool
-		case abi.SQLFloat:
-			args[i] = p.F
-		}
+func execOne(ctx context.Context, tx backend.PluginTx, def pgsql.Statement, params []abi.SQLValue) (abi.SQLResult, error) {
+	res, err := tx.Query(ctx, def.SQL, params, SQLMaxRows)
+	if errors.Is(err, backend.ErrRowLimit) {
+		return abi.SQLResult{}, abi.Errorf(abi.CodeLimit, fmt.Sprintf("sql %s returned more than %d rows", def.Name, SQLMaxRows))
 	}
-	rows, err := tx.Query(ctx, def.SQL, args...)
 	if err != nil {
 		return abi.SQLResult{}, backendErr("sql "+def.Name, err)
 	}
-	defer rows.Close()
-	var res abi.SQLResult
-	for _, f := range rows.FieldDescriptions() {
-		res.Columns = append(res.Columns, f.Name)
-	}
-	for rows.Next() {
-		if len(res.Rows) >= SQLMaxRows {
-			return abi.SQLResult{}, abi.Errorf(abi.CodeLimit, fmt.Sprintf("sql %s returned more than %d rows", def.Name, SQLMaxRows))
-		}
-		vals, err := rows.Values()
-		if err != nil {
-			return abi.SQLResult{}, backendErr("sql "+def.Name, err)
-		}
-		row := make([]abi.SQLValue, len(vals))
-		for i, v := range vals {
-			row[i] = sqlValue(v)
-		}
-		res.Rows = append(res.Rows, row)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return abi.SQLResult{}, backendErr("sql "+def.Name, err)
-	}
-	res.RowsAffected = rows.CommandTag().RowsAffected()
 	return res, nil
-}
-
-// sqlValue converts a pgx-decoded cell to the ABI's scalar kinds.
-func sqlValue(v any) abi.SQLValue {
-	switch x := v.(type) {
-	case nil:
-		return abi.Null()
-	case int16:
-		return abi.Int64(int64(x))
-	case int32:
-		return abi.Int64(int64(x))
-	case int64:
-		return abi.Int64(x)
-	case int:
-		return abi.Int64(int64(x))
-	case string:
-		return abi.Text(x)
-	case []byte:
-		return abi.Text(string(x))
-	case bool:
-		return abi.Bool(x)
-	case float32:
-		return abi.SQLValue{Kind: abi.SQLFloat, F: float64(x)}
-	case float64:
-		return abi.SQLValue{Kind: abi.SQLFloat, F: x}
-	case [16]byte:
-		return abi.Text(model.UUID(x).String())
-	}
-	if b, err := json.Marshal(v); err == nil {
-		return abi.Text(string(b))
-	}
-	return abi.Text(fmt.Sprint(v))
 }
 
 // sessions maps a plugin call's Caller to its SQL session, created on the

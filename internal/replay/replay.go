@@ -20,7 +20,6 @@ import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
-	"github.com/fabric-host/fabric/host/hostfn"
 	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/lua"
 )
@@ -140,7 +139,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 
-	rec := &recordingStore{ValkeyStore: hostfn.ValkeyStore{C: vc}, tag: cs.Tag}
+	rec := &recordingStore{PluginStore: valkey.PluginStore{C: vc}, tag: cs.Tag}
 	swept := &sweepWaiter{plugin: man.Name, done: make(chan host.SweepEvent, 1)}
 	pc := cfg.Plugin
 	pc.Interval = time.Hour // one sweep: the next is an hour away
@@ -229,15 +228,15 @@ func restore(ctx context.Context, c vk.Client, cs *Case) error {
 // server and notes the writes (FCALLs and write ops) on the case's
 // partition.
 type recordingStore struct {
-	hostfn.ValkeyStore
+	valkey.PluginStore
 	tag string
 
 	mu      sync.Mutex
 	actions []string
 }
 
-func (s *recordingStore) FCallBatch(ctx context.Context, calls []valkey.Call) []valkey.Result {
-	res := s.ValkeyStore.FCallBatch(ctx, calls)
+func (s *recordingStore) FCallBatch(ctx context.Context, calls []abi.Call) []abi.CallResult {
+	res := s.PluginStore.FCallBatch(ctx, calls)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, c := range calls {
@@ -245,11 +244,14 @@ func (s *recordingStore) FCallBatch(ctx context.Context, calls []valkey.Call) []
 			continue
 		}
 		var reply string
-		switch {
-		case res[i].Err != nil:
-			reply = "error " + strconv.Quote(res[i].Err.Error())
-		case res[i].Reply != nil:
-			reply = res[i].Reply.Status + " " + quoteAll(res[i].Reply.Fields)
+		switch res[i].Result {
+		case abi.StatusLuaError:
+			le := &valkey.LuaError{Function: c.Function, Code: valkey.ErrorCode(res[i].Status), Details: res[i].Fields}
+			reply = "error " + strconv.Quote(le.Error())
+		case abi.StatusError:
+			reply = "error " + strconv.Quote(res[i].Status)
+		case abi.StatusOK:
+			reply = res[i].Status + " " + quoteAll(res[i].Fields)
 		}
 		s.actions = append(s.actions, fmt.Sprintf("fcall %s keys=%s args=%s -> %s", c.Function, quoteAll(c.Keys), quoteAll(c.Args), reply))
 	}
@@ -257,7 +259,7 @@ func (s *recordingStore) FCallBatch(ctx context.Context, calls []valkey.Call) []
 }
 
 func (s *recordingStore) Write(ctx context.Context, req *abi.CommandRequest) (int64, error) {
-	n, err := s.ValkeyStore.Write(ctx, req)
+	n, err := s.PluginStore.Write(ctx, req)
 	if s.mine([]string{req.Key}) {
 		reply := strconv.FormatInt(n, 10)
 		if err != nil {

@@ -87,7 +87,7 @@ func startHost(t *testing.T, c *postgres.Client, plugins map[string]host.PluginC
 	sig := &host.TestSignals{}
 	sig.Init()
 	h, err := host.New(host.Config{
-		PluginDir: dir, CacheDir: cacheDir(), Postgres: c.Pool(), Partitions: parts, Plugins: plugins,
+		PluginDir: dir, CacheDir: cacheDir(), Postgres: c.PluginSQL(), Partitions: parts, Plugins: plugins,
 		Logger: pgtest.Logger(), TestSignals: sig, QuarantineBase: time.Hour, Policy: &policy,
 		Now: func(context.Context) (int64, error) { return time.Now().Add(ahead).UnixMilli(), nil },
 	})
@@ -246,36 +246,36 @@ func TestSQLSession(t *testing.T) {
 		return err
 	}
 	t.Run("GrantedStatementRuns", func(t *testing.T) {
-		s := hostfn.NewSQLSession(c.Pool(), caps, "{fp:2}")
+		s := hostfn.NewSQLSession(c.PluginSQL(), caps, "{fp:2}")
 		if err := exec(s, pdk.Q(pgsql.AttemptTimeoutScan, 2, 0, 10)); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("OtherPartitionIsRefused", func(t *testing.T) {
-		s := hostfn.NewSQLSession(c.Pool(), caps, "{fp:2}")
+		s := hostfn.NewSQLSession(c.PluginSQL(), caps, "{fp:2}")
 		if err := exec(s, pdk.Q(pgsql.AttemptTimeoutScan, 3, 0, 10)); !errors.Is(err, abi.CodeCrossPartition) {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("StatementNotGrantedIsRefused", func(t *testing.T) {
-		s := hostfn.NewSQLSession(c.Pool(), caps, "")
+		s := hostfn.NewSQLSession(c.PluginSQL(), caps, "")
 		if err := exec(s, pdk.Q(pgsql.LeaseExpiryScan, 2, 0, 10)); !errors.Is(err, abi.CodeDenied) {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("TableNotGrantedIsRefused", func(t *testing.T) {
 		// The statement is granted but one of its tables is not.
-		s := hostfn.NewSQLSession(c.Pool(), &abi.Capabilities{SQL: []string{pgsql.AttemptTimeoutScan.Name, "table.ff_attempt"}}, "")
+		s := hostfn.NewSQLSession(c.PluginSQL(), &abi.Capabilities{SQL: []string{pgsql.AttemptTimeoutScan.Name, "table.ff_attempt"}}, "")
 		if err := exec(s, pdk.Q(pgsql.AttemptTimeoutScan, 2, 0, 10)); !errors.Is(err, abi.CodeDenied) {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("UnknownStatementAndBadArityAreBadRequests", func(t *testing.T) {
-		s := hostfn.NewSQLSession(c.Pool(), &abi.Capabilities{SQL: []string{"drop.everything"}}, "")
+		s := hostfn.NewSQLSession(c.PluginSQL(), &abi.Capabilities{SQL: []string{"drop.everything"}}, "")
 		if err := exec(s, abi.SQLStatement{Name: "drop.everything"}); !errors.Is(err, abi.CodeBadRequest) {
 			t.Fatalf("err = %v", err)
 		}
-		s = hostfn.NewSQLSession(c.Pool(), caps, "")
+		s = hostfn.NewSQLSession(c.PluginSQL(), caps, "")
 		if err := exec(s, pdk.Q(pgsql.AttemptTimeoutScan, 2)); !errors.Is(err, abi.CodeBadRequest) {
 			t.Fatalf("err = %v", err)
 		}
@@ -283,7 +283,7 @@ func TestSQLSession(t *testing.T) {
 	t.Run("FailedStatementRollsBackTheBatch", func(t *testing.T) {
 		id := create(t, c, "batch", "", 0)
 		all := &abi.Capabilities{SQL: pgsql.Grants(pgsql.All...)}
-		s := hostfn.NewSQLSession(c.Pool(), all, "")
+		s := hostfn.NewSQLSession(c.PluginSQL(), all, "")
 		pk, eid := int64(id.Partition().Index), id.UUIDString()
 		_, err := s.Do(ctx, abi.SQLRequest{Statements: []abi.SQLStatement{
 			pdk.Q(pgsql.ExecCoreExpireAfterTimeout, pk, eid, 1),

@@ -68,7 +68,7 @@ func testDependencyDispatch(t *testing.T, push bool) {
 	sig.Init()
 	csig := &host.CompletionSignals{}
 	csig.Init()
-	hc := host.Config{PluginDir: dir, CacheDir: cacheDir(), Postgres: c.Pool(), Partitions: parts,
+	hc := host.Config{PluginDir: dir, CacheDir: cacheDir(), Postgres: c.PluginSQL(), Partitions: parts,
 		Logger: pgtest.Logger(), TestSignals: sig}
 	if push {
 		hc.Plugins = map[string]host.PluginConfig{"pg_dependency_reconciler": {Interval: time.Hour, Config: map[string]string{"stale_ms": "0"}}}
