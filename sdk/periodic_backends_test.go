@@ -37,7 +37,7 @@ func TestPeriodicFiresOnBothBackends(t *testing.T) {
 			if v, ok := pgClients.Load(c); ok {
 				pc := v.(*postgres.Client)
 				plugin = "pg_periodic"
-				cfg.Postgres, cfg.Partitions = pc.Pool(), pc.Partitions()
+				cfg.Postgres, cfg.Partitions = pc.PluginSQL(), pc.Partitions()
 			} else {
 				v, _ := vkClients.Load(c)
 				cfg.Backend, cfg.Partitions = v.(*valkey.Client), c.Partitions()
