@@ -91,12 +91,12 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		c.drv = postgres.NewDriver(c.pg)
 		return c, nil
 	}
-	c.drv = valkey.NewDriver(c.vc)
 	parts, err := readPartitions(ctx, c.vc, c.log)
 	if err != nil {
 		return nil, err
 	}
 	c.parts = parts
+	c.drv = valkey.NewDriver(c.vc).WithPartitions(parts)
 	return c, nil
 }
 

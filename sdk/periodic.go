@@ -3,14 +3,9 @@ package sdk
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"time"
-
-	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/internal/periodic"
@@ -88,60 +83,28 @@ func (c *Client) AddPeriodic(ctx context.Context, p Periodic, opts ...EnqueueOpt
 	ns := cmp.Or(spec.Namespace, c.ns)
 	info := &PeriodicInfo{Name: p.Name, Kind: spec.Kind, Lane: spec.Lane, Namespace: ns, Every: timing.Every,
 		Cron: timing.Cron, NextDue: time.UnixMilli(next)}
-	if pd, ok := c.drv.(backend.PeriodicDriver); ok {
-		// Postgres: the backend contract stores it (fabric_periodic).
-		if err := pd.AddPeriodic(ctx, &backend.PeriodicSchedule{Name: p.Name, LaneID: spec.Lane,
-			ExecutionKind: spec.Kind, Namespace: ns, Payload: spec.Payload, Priority: spec.Priority,
-			PolicyJSON: policyJSON(spec.Priority, 0, spec.Policy), Tags: spec.Tags,
-			EveryMs: timing.Every.Milliseconds(), Cron: timing.Cron, AnchorMs: now, NextDueMs: next,
-			CreatedAtMs: now, Creator: c.who}); err != nil {
-			return nil, fmt.Errorf("sdk: %w", err)
-		}
-		return info, nil
-	}
-	if err := c.removePeriodic(ctx, p.Name, spec.Lane); err != nil {
+	pd, err := c.periodicDriver()
+	if err != nil {
 		return nil, err
 	}
-	if err := c.registerLane(ctx, spec.Lane); err != nil {
-		return nil, err
-	}
-	part := c.parts.SoloPartition(spec.Lane)
-	pk := model.KeysOn(part)
-	tags := "{}"
-	if len(spec.Tags) > 0 {
-		b, _ := json.Marshal(spec.Tags) // map[string]string always marshals
-		tags = string(b)
-	}
-	every := ""
-	if timing.Every > 0 {
-		every = strconv.FormatInt(timing.Every.Milliseconds(), 10)
-	}
-	raw := c.vc.Raw()
-	def := pk.PeriodicSchedule(p.Name)
-	res := raw.DoMulti(ctx,
-		raw.B().Multi().Build(),
-		raw.B().Del().Key(def).Build(),
-		raw.B().Hset().Key(def).FieldValue().
-			FieldValue(periodic.FieldName, p.Name).FieldValue(periodic.FieldLane, spec.Lane).
-			FieldValue(periodic.FieldKind, spec.Kind).FieldValue(periodic.FieldNamespace, ns).
-			FieldValue(periodic.FieldPayload, string(spec.Payload)).
-			FieldValue(periodic.FieldPriority, strconv.Itoa(spec.Priority)).
-			FieldValue(periodic.FieldPolicy, policyJSON(spec.Priority, 0, spec.Policy)).
-			FieldValue(periodic.FieldTags, tags).FieldValue(periodic.FieldEveryMs, every).
-			FieldValue(periodic.FieldCron, timing.Cron).
-			FieldValue(periodic.FieldAnchorMs, strconv.FormatInt(now, 10)).
-			FieldValue(periodic.FieldNextDueMs, strconv.FormatInt(next, 10)).
-			FieldValue(periodic.FieldCreatedAtMs, strconv.FormatInt(now, 10)).
-			FieldValue(periodic.FieldCreator, c.who).Build(),
-		raw.B().Zadd().Key(pk.PeriodicIndex()).ScoreMember().ScoreMember(float64(next), p.Name).Build(),
-		raw.B().Exec().Build(),
-		raw.B().Hset().Key(model.KeyPeriodicRegistry).FieldValue().FieldValue(p.Name, spec.Lane).Build())
-	for _, r := range res {
-		if err := r.Error(); err != nil {
-			return nil, fmt.Errorf("sdk: add periodic %s: %w", p.Name, err)
-		}
+	if err := pd.AddPeriodic(ctx, &backend.PeriodicSchedule{Name: p.Name, LaneID: spec.Lane,
+		ExecutionKind: spec.Kind, Namespace: ns, Payload: spec.Payload, Priority: spec.Priority,
+		PolicyJSON: policyJSON(spec.Priority, 0, spec.Policy), Tags: spec.Tags,
+		EveryMs: timing.Every.Milliseconds(), Cron: timing.Cron, AnchorMs: now, NextDueMs: next,
+		CreatedAtMs: now, Creator: c.who}); err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	return info, nil
+}
+
+// periodicDriver is the client's backend as a backend.PeriodicDriver
+// (both drivers implement it).
+func (c *Client) periodicDriver() (backend.PeriodicDriver, error) {
+	pd, ok := c.drv.(backend.PeriodicDriver)
+	if !ok {
+		return nil, fmt.Errorf("sdk: the %s backend has no periodic schedules", c.drv.Name())
+	}
+	return pd, nil
 }
 
 // RemovePeriodic deletes a schedule; executions it already created are
@@ -151,102 +114,37 @@ func (c *Client) RemovePeriodic(ctx context.Context, name string) error {
 	if err := periodic.ValidateName(name); err != nil {
 		return invalid("periodic.name", "%v", err)
 	}
-	if pd, ok := c.drv.(backend.PeriodicDriver); ok {
-		err := pd.RemovePeriodic(ctx, name)
-		if errors.Is(err, backend.ErrPeriodicNotFound) {
-			return fmt.Errorf("%w: %s", ErrPeriodicNotFound, name)
-		}
-		if err != nil {
-			return fmt.Errorf("sdk: %w", err)
-		}
-		return nil
+	pd, err := c.periodicDriver()
+	if err != nil {
+		return err
 	}
-	raw := c.vc.Raw()
-	lane, err := raw.Do(ctx, raw.B().Hget().Key(model.KeyPeriodicRegistry).Field(name).Build()).ToString()
-	if err != nil || lane == "" {
-		if err == nil || vk.IsValkeyNil(err) {
-			return fmt.Errorf("%w: %s", ErrPeriodicNotFound, name)
-		}
-		return fmt.Errorf("sdk: remove periodic %s: %w", name, err)
-	}
-	return c.removePeriodic(ctx, name, "")
-}
-
-// removePeriodic deletes name's definition and index entry wherever the
-// registry says it lives, unless that is keepLane (AddPeriodic overwrites
-// it in place then).
-func (c *Client) removePeriodic(ctx context.Context, name, keepLane string) error {
-	raw := c.vc.Raw()
-	lane, err := raw.Do(ctx, raw.B().Hget().Key(model.KeyPeriodicRegistry).Field(name).Build()).ToString()
-	if vk.IsValkeyNil(err) || (err == nil && (lane == "" || lane == keepLane)) {
-		return nil
+	err = pd.RemovePeriodic(ctx, name)
+	if errors.Is(err, backend.ErrPeriodicNotFound) {
+		return fmt.Errorf("%w: %s", ErrPeriodicNotFound, name)
 	}
 	if err != nil {
-		return fmt.Errorf("sdk: read periodic registry: %w", err)
-	}
-	pk := model.KeysOn(c.parts.SoloPartition(lane))
-	for _, r := range raw.DoMulti(ctx,
-		raw.B().Multi().Build(),
-		raw.B().Del().Key(pk.PeriodicSchedule(name)).Build(),
-		raw.B().Zrem().Key(pk.PeriodicIndex()).Member(name).Build(),
-		raw.B().Exec().Build(),
-		raw.B().Hdel().Key(model.KeyPeriodicRegistry).Field(name).Build()) {
-		if err := r.Error(); err != nil {
-			return fmt.Errorf("sdk: remove periodic %s: %w", name, err)
-		}
+		return fmt.Errorf("sdk: %w", err)
 	}
 	return nil
 }
 
 // ListPeriodic returns every schedule, sorted by name.
 func (c *Client) ListPeriodic(ctx context.Context) ([]PeriodicInfo, error) {
-	if pd, ok := c.drv.(backend.PeriodicDriver); ok {
-		ss, err := pd.ListPeriodic(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("sdk: %w", err)
-		}
-		var out []PeriodicInfo
-		for _, s := range ss {
-			out = append(out, PeriodicInfo{Name: s.Name, Kind: s.ExecutionKind, Lane: s.LaneID, Namespace: s.Namespace,
-				Every: time.Duration(s.EveryMs) * time.Millisecond, Cron: s.Cron, NextDue: msTimeOf(s.NextDueMs),
-				LastTick: msTimeOf(s.LastTickMs), LastExecutionID: s.LastExecutionID})
-		}
-		return out, nil
-	}
-	raw := c.vc.Raw()
-	reg, err := raw.Do(ctx, raw.B().Hgetall().Key(model.KeyPeriodicRegistry).Build()).AsStrMap()
+	pd, err := c.periodicDriver()
 	if err != nil {
-		return nil, fmt.Errorf("sdk: read periodic registry: %w", err)
+		return nil, err
 	}
-	names := make([]string, 0, len(reg))
-	for n := range reg {
-		names = append(names, n)
+	ss, err := pd.ListPeriodic(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
 	}
-	slices.Sort(names)
-	if len(names) == 0 {
-		return nil, nil
-	}
-	cmds := make(vk.Commands, len(names))
-	for i, n := range names {
-		cmds[i] = raw.B().Hgetall().Key(model.KeysOn(c.parts.SoloPartition(reg[n])).PeriodicSchedule(n)).Build()
-	}
-	out := make([]PeriodicInfo, 0, len(names))
-	for i, r := range raw.DoMulti(ctx, cmds...) {
-		m, err := r.AsStrMap()
-		if err != nil {
-			return nil, fmt.Errorf("sdk: read periodic %s: %w", names[i], err)
-		}
-		if len(m) == 0 {
-			continue // removed meanwhile
-		}
-		out = append(out, periodicInfo(m))
+	var out []PeriodicInfo
+	for _, s := range ss {
+		out = append(out, PeriodicInfo{Name: s.Name, Kind: s.ExecutionKind, Lane: s.LaneID, Namespace: s.Namespace,
+			Every: time.Duration(s.EveryMs) * time.Millisecond, Cron: s.Cron, NextDue: msTimeOf(s.NextDueMs),
+			LastTick: msTimeOf(s.LastTickMs), LastExecutionID: s.LastExecutionID})
 	}
 	return out, nil
-}
-
-func msTime(s string) time.Time {
-	ms, _ := strconv.ParseInt(s, 10, 64)
-	return msTimeOf(ms)
 }
 
 // msTimeOf is ms as a time, zero for ms <= 0.
@@ -255,12 +153,4 @@ func msTimeOf(ms int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)
-}
-
-func periodicInfo(m map[string]string) PeriodicInfo {
-	every, _ := strconv.ParseInt(m[periodic.FieldEveryMs], 10, 64)
-	return PeriodicInfo{Name: m[periodic.FieldName], Kind: m[periodic.FieldKind], Lane: m[periodic.FieldLane],
-		Namespace: m[periodic.FieldNamespace], Every: time.Duration(every) * time.Millisecond,
-		Cron: m[periodic.FieldCron], NextDue: msTime(m[periodic.FieldNextDueMs]),
-		LastTick: msTime(m[periodic.FieldLastTickMs]), LastExecutionID: model.ExecutionID(m[periodic.FieldLastExecutionID])}
 }

@@ -20,13 +20,30 @@ import (
 // (the flowfabric library and fabric's own functions). Create it with
 // NewDriver.
 type Driver struct {
-	c *Client
+	c     *Client
+	parts model.PartitionConfig
 }
 
 var _ backend.Driver = (*Driver)(nil)
 
-// NewDriver returns the backend.Driver of c.
-func NewDriver(c *Client) *Driver { return &Driver{c: c} }
+// NewDriver returns the backend.Driver of c, on c's partition config.
+func NewDriver(c *Client) *Driver {
+	d := &Driver{c: c}
+	if c != nil {
+		d.parts = c.Partitions()
+	}
+	return d
+}
+
+// WithPartitions returns a copy of d on parts, the deployment's partition
+// config as read from ff:config:partitions (the SDK's clients read it at
+// connect), where a lane's solo partition and a flow's partition are
+// computed.
+func (d *Driver) WithPartitions(parts model.PartitionConfig) *Driver {
+	c := *d
+	c.parts = parts
+	return &c
+}
 
 // Client returns the client the driver runs on.
 func (d *Driver) Client() *Client { return d.c }
@@ -35,7 +52,7 @@ func (d *Driver) Client() *Client { return d.c }
 func (d *Driver) Name() string { return "valkey" }
 
 // Partitions implements backend.Driver.
-func (d *Driver) Partitions() model.PartitionConfig { return d.c.Partitions() }
+func (d *Driver) Partitions() model.PartitionConfig { return d.parts }
 
 // driverClaimHeads is how many eligible heads ClaimNext reads per
 // partition: enough that heads needing capabilities the worker lacks, or
@@ -142,7 +159,7 @@ func (d *Driver) CreateExecutions(ctx context.Context, ps []*backend.CreateExecu
 			lanes = append(lanes, p.LaneID)
 		}
 		if !p.FlowID.IsZero() {
-			if d.c.Partitions().FlowPartition(p.FlowID) != p.ExecutionID.Partition() {
+			if d.parts.FlowPartition(p.FlowID) != p.ExecutionID.Partition() {
 				errs[i] = fmt.Errorf("%w: create execution %s: %w", backend.ErrInvalidInput, p.ExecutionID, ErrWrongFlowPartition)
 				continue
 			}
@@ -239,7 +256,7 @@ func (d *Driver) ClaimNext(ctx context.Context, p *backend.ClaimNextParams) (*ba
 	if p.LaneID == "" || p.LeaseTTLMs <= 0 {
 		return nil, fmt.Errorf("%w: claim next: lane and lease_ttl_ms > 0 are required", backend.ErrInvalidInput)
 	}
-	parts := d.c.Partitions()
+	parts := d.parts
 	passes := [][]uint16{{parts.SoloPartition(p.LaneID).Index}, nil}
 	for i := range parts.Flow {
 		passes[1] = append(passes[1], i)

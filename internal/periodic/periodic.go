@@ -47,6 +47,9 @@ const (
 	FieldCreator         = "creator"
 )
 
+// Creator is the creator_identity of the executions a schedule fires.
+const Creator = "fabric-periodic"
+
 // Tags every fired execution carries (besides the schedule's own).
 const (
 	TagSchedule = "fabric.periodic"

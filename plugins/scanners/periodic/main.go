@@ -32,7 +32,7 @@ import (
 )
 
 // Creator is the creator_identity of fired executions.
-const Creator = "fabric-periodic"
+const Creator = periodic.Creator
 
 // Plugin is the periodic scanner, registered in init.
 var Plugin = pdk.Plugin{
