@@ -86,7 +86,7 @@ run: build plugins
 # module so the product never depends on them) on throwaway servers, plus
 # the Go benchmarks of host/ and plugins/, and rewrites BENCHMARKS.md.
 # Bounded to ~10 minutes on 2 cores; numbers are reported, never asserted.
-bench: deps plugins
+bench: deps plugins build
 	@mkdir -p $(BIN)
 	cd bench/peers && $(GO) build -o ../../$(BIN)/fabric-bench-peers .
 	$(GO) build -o $(BIN)/fabric-bench ./cmd/fabric-bench
