@@ -25,7 +25,7 @@ func TestWaitForChildrenBackends(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			c, worker := be.open(t, valkeytest.Context(t, 5*time.Minute))
-			ctx := valkeytest.Context(t, 2*time.Minute)
+			ctx := valkeytest.Context(t, 3*time.Minute)
 			state := func(id model.ExecutionID) *sdk.ExecutionState {
 				t.Helper()
 				st, err := c.State(ctx, id)
@@ -104,7 +104,7 @@ func TestWaitForChildrenBackends(t *testing.T) {
 			})
 			w := worker(sdk.WorkerConfig{WorkerID: "w", Lanes: []string{"fan"}, Concurrency: 3, ResolveDependencies: true})
 			stop := runWorker(t, ctx, w, mux.ServeJob)
-			valkeytest.Eventually(t, time.Minute, "parent completed and the doomed one skipped", func() bool {
+			valkeytest.Eventually(t, 2*time.Minute, "parent completed and the doomed one skipped", func() bool {
 				if be.dispatch != nil {
 					be.dispatch(t, ctx, c)
 				}
