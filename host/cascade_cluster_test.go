@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
@@ -42,19 +41,9 @@ func (r *readCounter) ReadBatch(ops []abi.ReadOp) ([]abi.ReadResult, error) {
 // three (after a refusal), without errors.
 func TestCascadeReadsOnCluster(t *testing.T) {
 	t.Parallel()
-	// The package's cluster tests share one cluster: bootstrap it with
-	// their partition counts (flowParts), as each of them does, or
-	// whichever bootstraps first fixes the deployment's counts for all.
 	cl := valkeytest.SharedCluster(t)
 	ctx := valkeytest.Context(t, 60*time.Second)
-	c, err := valkey.Dial(ctx, valkey.ClientConfig{URL: cl.URL(), Partitions: flowParts, Logger: valkeytest.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	if err := c.Bootstrap(ctx, valkey.BootstrapConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	c := flowClusterClient(t, ctx, cl)
 	parts := c.Partitions()
 	flow := model.NewUUID()
 	fk := model.FlowKeysFor(parts.FlowPartition(flow), flow)

@@ -26,10 +26,11 @@ type clusterEnv struct {
 	cl *valkeytest.Cluster
 }
 
-func setupClusterEnv(t *testing.T) *clusterEnv {
+// flowClusterClient dials the package's shared cluster cl with flowParts
+// and bootstraps it. Every host test on the shared cluster goes through
+// it: the first bootstrap fixes the deployment's partition counts for all.
+func flowClusterClient(t *testing.T, ctx context.Context, cl *valkeytest.Cluster) *valkey.Client {
 	t.Helper()
-	cl := valkeytest.SharedCluster(t)
-	ctx := valkeytest.Context(t, 8*time.Minute)
 	c, err := valkey.Dial(ctx, valkey.ClientConfig{URL: cl.URL(), Partitions: flowParts, Logger: valkeytest.Logger()})
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +39,14 @@ func setupClusterEnv(t *testing.T) *clusterEnv {
 	if err := c.Bootstrap(ctx, valkey.BootstrapConfig{}); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func setupClusterEnv(t *testing.T) *clusterEnv {
+	t.Helper()
+	cl := valkeytest.SharedCluster(t)
+	ctx := valkeytest.Context(t, 8*time.Minute)
+	c := flowClusterClient(t, ctx, cl)
 	dir := t.TempDir()
 	plugins := map[string]host.PluginConfig{}
 	for _, name := range append(append([]string{}, host.DefaultPlugins...), host.FlowEnginePlugins...) {

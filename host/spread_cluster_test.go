@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
@@ -23,14 +22,7 @@ func TestSpreadLaneScannersUnchanged(t *testing.T) {
 	t.Parallel()
 	cl := valkeytest.SharedCluster(t)
 	ctx := valkeytest.Context(t, 4*time.Minute)
-	c, err := valkey.Dial(ctx, valkey.ClientConfig{URL: cl.URL(), Partitions: flowParts, Logger: valkeytest.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	if err := c.Bootstrap(ctx, valkey.BootstrapConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	c := flowClusterClient(t, ctx, cl)
 	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: c, Logger: valkeytest.Logger()})
 	if err != nil {
 		t.Fatal(err)
