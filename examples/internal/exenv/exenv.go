@@ -12,9 +12,9 @@ import (
 	"github.com/fabric-host/fabric/backend/valkey"
 )
 
-// Connect returns a client with the flowfabric library loaded and a
-// function that closes it (and stops the private server, if one was
-// started).
+// Connect returns a client with the flowfabric library loaded (and, on a
+// private server, the partition config written) and a function that
+// closes it (and stops the private server, if one was started).
 func Connect(ctx context.Context) (*valkey.Client, func(), error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	url := os.Getenv("FABRIC_VALKEY_URL")
@@ -35,6 +35,16 @@ func Connect(ctx context.Context) (*valkey.Client, func(), error) {
 	if err != nil {
 		stop()
 		return nil, nil, err
+	}
+	// A private server is a new deployment: initialise it as a host would
+	// (ff:config:partitions), so that clients find their partition counts
+	// instead of warning that none are stored.
+	if srv != nil {
+		if err := vc.EnsurePartitionConfig(ctx); err != nil {
+			vc.Close()
+			stop()
+			return nil, nil, err
+		}
 	}
 	if _, err := vc.EnsureLibrary(ctx); err != nil {
 		vc.Close()
