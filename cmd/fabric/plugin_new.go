@@ -86,7 +86,10 @@ func init() {
 						return err
 					}
 					fmt.Fprintf(w, "created %s (a package of the fabric module)\n", target)
-					fmt.Fprintf(w, "  $ cd %s\n  $ go test ./%s\n  $ make plugins   # -> bin/plugins/%s.wasm\n", root, filepath.ToSlash(rel), name)
+					// FABRIC_PREWARM_TESTS=0: plain make plugins also compiles
+					// every module for the tests' cache after a build (minutes;
+					// make test does it when it needs it).
+					fmt.Fprintf(w, "  $ cd %s\n  $ go test ./%s\n  $ FABRIC_PREWARM_TESTS=0 make plugins   # -> bin/plugins/%s.wasm\n", root, filepath.ToSlash(rel), name)
 				} else {
 					if err := os.WriteFile(filepath.Join(target, "go.mod"), []byte(gomod), 0o644); err != nil {
 						return err
@@ -109,7 +112,14 @@ func init() {
 					fmt.Fprintf(w, "  $ cd %s\n  $ go mod tidy\n  $ go test ./...\n  $ GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o %s.wasm .\n", target, name)
 					fmt.Fprintf(w, "then copy %s.wasm into the host's plugin directory (bin/plugins of `fabric run`);\n", name)
 				}
-				fmt.Fprintf(w, "the host runs it once fabric.toml grants what it requests: `fabric plugins validate %s` prints the [plugins.%s.grant] to add.\n", wasm, name)
+				// A host reads fabric.toml when it starts: the grant takes
+				// effect with a host started (or restarted) with --config.
+				fabric, start := "fabric", "fabric run --config fabric.toml"
+				if inRepo {
+					fabric, start = "bin/fabric", `make run RUN_ARGS="--config fabric.toml"`
+				}
+				fmt.Fprintf(w, "the host runs it once fabric.toml grants what it requests: `%s plugins validate %s` prints the [plugins.%s.grant] to add\n", fabric, wasm, name)
+				fmt.Fprintf(w, "(append it with `>> fabric.toml` and review it), then start the host with the file: `%s`.\n", start)
 				fmt.Fprintf(w, "It scans the lanes of its \"lanes\" config (default: every lane of the lane registry, the demo's demo-a/b/c included).\n")
 				return nil
 			}

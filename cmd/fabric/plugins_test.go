@@ -115,6 +115,13 @@ func TestPluginNew(t *testing.T) {
 	if want := "fabric plugins validate bin/plugins/" + name + ".wasm`"; !strings.Contains(out, want) {
 		t.Fatalf("stdout must say %q:\n%s", want, out)
 	}
+	// The grant takes effect with a host started with the file; the build
+	// step leaves out the tests' compile (make test does it).
+	for _, want := range []string{`make run RUN_ARGS="--config fabric.toml"`, "$ FABRIC_PREWARM_TESTS=0 make plugins"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("stdout must say %q:\n%s", want, out)
+		}
+	}
 	if code, _, _ := run(t, "plugin", "new", "--dir", parent, name); code != 1 {
 		t.Fatal("scaffolding over an existing plugin must fail")
 	}
@@ -167,8 +174,8 @@ func TestPluginNewOutsideTheRepository(t *testing.T) {
 			script = append(script, cmd)
 		}
 	}
-	if !strings.Contains(out, "fabric plugins validate myscanner.wasm`") {
-		t.Fatalf("the validate hint must name the module the build writes:\n%s", out)
+	if !strings.Contains(out, "fabric plugins validate myscanner.wasm`") || !strings.Contains(out, "`fabric run --config fabric.toml`") {
+		t.Fatalf("the validate hint must name the module the build writes, and the host start that reads the grant:\n%s", out)
 	}
 	if len(script) < 4 || strings.Contains(out, "make plugins") || strings.Contains(out, "./plugins/scanners") {
 		t.Fatalf("commands for an outside module expected:\n%s", out)
