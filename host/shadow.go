@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -220,6 +221,7 @@ func (h *Host) Unshadow(ctx context.Context, name string) error {
 	}
 	endSolo(stop, done)
 	cand.retire(context.WithoutCancel(ctx))
+	h.forgetShadowFile(name, cand.path)
 	h.cfg.Logger.Info("shadow dropped", "plugin", name)
 	h.statusChanged(true)
 	return nil
@@ -575,6 +577,27 @@ func (p *plugin) soloSweep(ctx context.Context, cand *Module, cycle uint64) bool
 		}
 	}
 	return true
+}
+
+// forgetShadowFile removes a dropped candidate's file (and its .sig) when
+// it lives in the plugin directory's shadow/ subdirectory, where
+// startShadows would load it again at the next start; a candidate loaded
+// from elsewhere (LoadShadow of the operator's own path) is left alone.
+func (h *Host) forgetShadowFile(name, path string) {
+	dir, err := filepath.Abs(filepath.Join(h.cfg.PluginDir, ShadowDir))
+	if err != nil {
+		return
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil || filepath.Dir(abs) != dir {
+		return
+	}
+	for _, f := range []string{abs, abs + ".sig"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			h.cfg.Logger.Warn("shadow dropped but its file stays (it loads again at the next start)",
+				"plugin", name, "path", f, "error", err)
+		}
+	}
 }
 
 // shadowFileName is where an uploaded candidate of plugin name is kept.

@@ -3,6 +3,8 @@ package host_test
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -303,5 +305,44 @@ func TestPromoteAndRollback(t *testing.T) {
 	}
 	if !slices.Equal(seq, []string{"1.0.0", "2.0.0", "1.0.0"}) {
 		t.Fatalf("served versions %v, want 1.0.0 then 2.0.0 then 1.0.0", seq)
+	}
+}
+
+// TestUnshadowRemovesUploadedFile: an uploaded candidate is kept in the
+// plugin directory's shadow/ (so it survives a restart); dropping the
+// shadow removes that file, or the next start would load it again. A
+// candidate loaded from the operator's own path is not touched.
+func TestUnshadowRemovesUploadedFile(t *testing.T) {
+	t.Parallel()
+	b, _ := shadowSetup(t, false)
+	ctx := context.Background()
+	wasm, err := os.ReadFile(fixture(t, "delayed_promoter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := b.host.LoadShadowBytes(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := filepath.Join(b.dir, host.ShadowDir, name+".wasm")
+	if _, err := os.Stat(kept); err != nil {
+		t.Fatalf("uploaded candidate not kept: %v", err)
+	}
+	if err := b.host.Unshadow(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(kept); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s after the drop: %v; want it removed", kept, err)
+	}
+
+	own := candidate(t, "delayed_promoter")
+	if _, err := b.host.LoadShadow(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.host.Unshadow(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(own); err != nil {
+		t.Fatalf("the operator's own candidate file: %v; want it left alone", err)
 	}
 }
