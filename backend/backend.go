@@ -120,6 +120,13 @@ type Driver interface {
 	ControlDriver
 	// BudgetDriver: budgets, quotas and progress reports (budget.go).
 	BudgetDriver
+	// FlowDriver: creating flows and adding members (flow.go).
+	FlowDriver
+	// AttemptReadDriver: tailing streams, summaries and resume signals
+	// (stream.go).
+	AttemptReadDriver
+	// WorkerRegistryDriver: worker registration and liveness (worker.go).
+	WorkerRegistryDriver
 }
 
 // CreateExecutionParams are the inputs of Driver.CreateExecution. The
