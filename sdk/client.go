@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
@@ -54,10 +53,6 @@ type Client struct {
 	who   string
 	clock func() time.Time
 	log   *slog.Logger
-
-	// lanes are the lanes this client has registered in the lane
-	// registry (model.KeyLanesIndex), so each costs one SADD per client.
-	lanes sync.Map
 	// spreads caches lanes' solo-partitioner choices (LaneSpreadTTL).
 	spreads laneSpreadCache
 }
@@ -195,35 +190,17 @@ func (c *Client) CreateExecution(ctx context.Context, spec ExecutionSpec) (model
 	if err != nil {
 		return "", err
 	}
-	if c.vc == nil {
-		return c.pgCreate(ctx, p, &spec)
-	}
-	if err := c.registerLane(ctx, spec.Lane); err != nil {
-		return "", err
-	}
-	res, err := c.vc.CreateExecution(ctx, p)
+	res, err := c.drv.CreateExecution(ctx, p)
 	if err != nil {
 		return "", fmt.Errorf("sdk: %w", err)
 	}
 	return res.ExecutionID, nil
 }
 
-// registerLane adds lane to the lane registry the first time this client
-// creates work on it, so that scanners serving every lane (pdk.Lanes)
-// find it without configuration.
-func (c *Client) registerLane(ctx context.Context, lane string) error {
-	if _, seen := c.lanes.Load(lane); seen {
-		return nil
-	}
-	raw := c.vc.Raw()
-	if err := raw.Do(ctx, raw.B().Sadd().Key(model.KeyLanesIndex).Member(lane).Build()).Error(); err != nil {
-		return fmt.Errorf("sdk: register lane %q: %w", lane, err)
-	}
-	c.lanes.Store(lane, struct{}{})
-	return nil
-}
-
-func (c *Client) createParams(ctx context.Context, spec *ExecutionSpec) (*valkey.CreateExecutionParams, error) {
+// createParams is spec as the driver's create: the id minted (a solo id
+// on the lane's partition) unless given, the delay made absolute and the
+// policy encoded.
+func (c *Client) createParams(ctx context.Context, spec *ExecutionSpec) (*backend.CreateExecutionParams, error) {
 	id := spec.ID
 	if id == "" {
 		var err error
@@ -239,10 +216,10 @@ func (c *Client) createParams(ctx context.Context, spec *ExecutionSpec) (*valkey
 	} else if !spec.RunAt.IsZero() && spec.RunAt.After(c.clock()) {
 		delayUntil = spec.RunAt.UnixMilli()
 	}
-	p := &valkey.CreateExecutionParams{
+	p := &backend.CreateExecutionParams{
 		ExecutionID: id, Namespace: cmp.Or(spec.Namespace, c.ns), LaneID: spec.Lane,
 		ExecutionKind: spec.Kind, Priority: spec.Priority, CreatorIdentity: c.who,
-		PolicyJSON: policyJSON(spec.Priority, delayUntil, spec.Policy), Payload: string(spec.Payload),
+		PolicyJSON: policyJSON(spec.Priority, delayUntil, spec.Policy), Payload: spec.Payload,
 		DelayUntil: delayUntil, IdempotencyKey: spec.IdempotencyKey, Tags: spec.Tags,
 	}
 	if spec.Policy != nil && !spec.Policy.Deadline.IsZero() {
