@@ -21,8 +21,9 @@ type FlowDriver interface {
 	// call leaves it blocked by its dependencies, or eligible when the
 	// parents that already finished satisfy the join, or skipped when
 	// they make it impossible. Without parents the child is left as it
-	// was created. A child or parent off the flow's partition, or an
-	// unknown Kind, is ErrInvalidInput; a missing child ErrNotFound.
+	// was created. A zero FlowID, a child or parent off the flow's
+	// partition, or an unknown Kind is ErrInvalidInput and writes
+	// nothing.
 	AddFlowMember(ctx context.Context, p *AddFlowMemberParams) error
 }
 
