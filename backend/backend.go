@@ -127,6 +127,9 @@ type Driver interface {
 	AttemptReadDriver
 	// WorkerRegistryDriver: worker registration and liveness (worker.go).
 	WorkerRegistryDriver
+	// DeploymentDriver: the schema check and partition config a client
+	// starts with (deployment.go).
+	DeploymentDriver
 }
 
 // CreateExecutionParams are the inputs of Driver.CreateExecution. The

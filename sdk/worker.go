@@ -210,7 +210,7 @@ type Worker struct {
 // worker instance (ff_register_worker: alive key, caps hash, workers
 // index) and starts its heartbeat. cfg is filled and vc is non-nil.
 func connectValkey(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker, error) {
-	parts, err := readPartitions(ctx, vc, cfg.Logger)
+	parts, err := readPartitions(ctx, valkey.NewDriver(vc), cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -2,15 +2,18 @@ package backendtest
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
-// workerOperations are the backend.WorkerRegistryDriver operations the
-// suite exercises (appended to Operations).
-var workerOperations = []string{"RegisterWorker", "HeartbeatWorker", "MarkWorkerDead"}
+// workerOperations are the backend.WorkerRegistryDriver and
+// DeploymentDriver operations the suite exercises (appended to
+// Operations; BindPartitions does no I/O and is checked with
+// ReadDeployment).
+var workerOperations = []string{"RegisterWorker", "HeartbeatWorker", "MarkWorkerDead", "ReadDeployment"}
 
 func init() { Operations = append(Operations, workerOperations...) }
 
@@ -18,6 +21,26 @@ func init() { Operations = append(Operations, workerOperations...) }
 func runWorkers(sub func(name string, fn func(e *env))) {
 	sub("RegisterWorker+HeartbeatWorker+MarkWorkerDead", testWorkerRegistry)
 	sub("RegisterWorker/InvalidInput", testRegisterWorkerInvalid)
+	sub("ReadDeployment+BindPartitions", testReadDeployment)
+}
+
+// testReadDeployment: a migrated backend reads a usable partition config,
+// and the driver bound to it routes with it.
+func testReadDeployment(e *env) {
+	dep, err := e.d.ReadDeployment(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if dep.Partitions.Flow == 0 || dep.Partitions.Budget == 0 || dep.Partitions.Quota == 0 {
+		e.t.Fatalf("deployment partitions %+v", dep.Partitions)
+	}
+	b := e.d.BindPartitions(dep.Partitions)
+	if b.Partitions() != dep.Partitions || b.Name() != e.d.Name() {
+		e.t.Fatalf("bound driver %s routes with %+v, want %s with %+v", b.Name(), b.Partitions(), e.d.Name(), dep.Partitions)
+	}
+	if _, err := b.ExecutionState(e.ctx, b.Partitions().NewSoloExecutionID(e.lane)); !errors.Is(err, backend.ErrNotFound) {
+		e.t.Fatalf("state through the bound driver: %v, want ErrNotFound", err)
+	}
 }
 
 func (e *env) workerParams(instance string) *backend.RegisterWorkerParams {
@@ -122,6 +145,10 @@ func workerUnmigrated(ctx context.Context, d backend.Driver) map[string]func() e
 		},
 		"HeartbeatWorker": func() error {
 			_, err := d.HeartbeatWorker(ctx, &backend.HeartbeatWorkerParams{Namespace: "bt", InstanceID: "i"})
+			return err
+		},
+		"ReadDeployment": func() error {
+			_, err := d.ReadDeployment(ctx)
 			return err
 		},
 		"MarkWorkerDead": func() error {
