@@ -120,6 +120,16 @@ type Driver interface {
 	ControlDriver
 	// BudgetDriver: budgets, quotas and progress reports (budget.go).
 	BudgetDriver
+	// FlowDriver: creating flows and adding members (flow.go).
+	FlowDriver
+	// AttemptReadDriver: tailing streams, summaries and resume signals
+	// (stream.go).
+	AttemptReadDriver
+	// WorkerRegistryDriver: worker registration and liveness (worker.go).
+	WorkerRegistryDriver
+	// DeploymentDriver: the schema check and partition config a client
+	// starts with (deployment.go).
+	DeploymentDriver
 }
 
 // CreateExecutionParams are the inputs of Driver.CreateExecution. The

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
@@ -44,20 +43,17 @@ type ClientConfig struct {
 // Client creates, inspects and cancels executions and flows. It is safe
 // for concurrent use; create one per process and share it.
 type Client struct {
+	// vc is the Valkey client (nil on Postgres), for the Valkey-only lane
+	// spread (lane_spread.go) and Backend.
 	vc *valkey.Client
-	pg *postgres.Client
-	// drv is the backend contract over vc or pg: State, Result and
-	// CancelExecution go through it.
+	// drv is the backend contract, bound to the deployment's partition
+	// config: every operation of the client goes through it.
 	drv   backend.Driver
 	parts model.PartitionConfig
 	ns    string
 	who   string
 	clock func() time.Time
 	log   *slog.Logger
-
-	// lanes are the lanes this client has registered in the lane
-	// registry (model.KeyLanesIndex), so each costs one SADD per client.
-	lanes sync.Map
 	// spreads caches lanes' solo-partitioner choices (LaneSpreadTTL).
 	spreads laneSpreadCache
 }
@@ -68,14 +64,15 @@ type Client struct {
 // FlowFabric's SDK does); on Postgres to the client's, after checking the
 // schema is migrated (backend.ErrNotMigrated otherwise).
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	vc, pc, err := clientsOf("ClientConfig.Backend", cfg.Backend)
-	if vc == nil && pc == nil && cfg.Postgres != nil {
-		pc, err = cfg.Postgres, nil
+	prov := cfg.Backend
+	if prov == nil && cfg.Postgres != nil {
+		prov = cfg.Postgres
 	}
+	vc, _, err := clientsOf("ClientConfig.Backend", prov)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{vc: vc, pg: pc, ns: cmp.Or(cfg.Namespace, DefaultNamespace),
+	c := &Client{vc: vc, ns: cmp.Or(cfg.Namespace, DefaultNamespace),
 		who: cmp.Or(cfg.Creator, "fabric-sdk"), clock: cfg.Clock, log: cfg.Logger}
 	if c.clock == nil {
 		c.clock = time.Now
@@ -83,34 +80,27 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	if c.vc == nil {
-		if err := postgres.CheckSchema(ctx, c.pg.Pool()); err != nil {
-			return nil, fmt.Errorf("sdk: %w", err)
-		}
-		c.parts = c.pg.Partitions()
-		c.drv = postgres.NewDriver(c.pg)
-		return c, nil
-	}
-	parts, err := readPartitions(ctx, c.vc, c.log)
-	if err != nil {
+	drv := prov.Driver()
+	if c.parts, err = readPartitions(ctx, drv, c.log); err != nil {
 		return nil, err
 	}
-	c.parts = parts
-	c.drv = valkey.NewDriver(c.vc).WithPartitions(parts)
+	c.drv = drv.BindPartitions(c.parts)
 	return c, nil
 }
 
-// readPartitions reads ff:config:partitions; absent → defaults + warning.
-func readPartitions(ctx context.Context, vc *valkey.Client, log *slog.Logger) (model.PartitionConfig, error) {
-	parts, found, err := vc.ReadPartitionConfig(ctx)
+// readPartitions checks the backend and reads the deployment's partition
+// config (backend.DeploymentDriver.ReadDeployment); a Valkey deployment
+// without ff:config:partitions gets the defaults and a warning.
+func readPartitions(ctx context.Context, drv backend.Driver, log *slog.Logger) (model.PartitionConfig, error) {
+	dep, err := drv.ReadDeployment(ctx)
 	if err != nil {
-		return parts, fmt.Errorf("sdk: %w", err)
+		return model.PartitionConfig{}, fmt.Errorf("sdk: %w", err)
 	}
-	if !found {
+	if !dep.Found {
 		log.Warn("ff:config:partitions not found; using default partition counts",
-			"flow", parts.Flow, "budget", parts.Budget, "quota", parts.Quota)
+			"flow", dep.Partitions.Flow, "budget", dep.Partitions.Budget, "quota", dep.Partitions.Quota)
 	}
-	return parts, nil
+	return dep.Partitions, nil
 }
 
 // Partitions returns the partition config the client mints ids with.
@@ -195,35 +185,17 @@ func (c *Client) CreateExecution(ctx context.Context, spec ExecutionSpec) (model
 	if err != nil {
 		return "", err
 	}
-	if c.vc == nil {
-		return c.pgCreate(ctx, p, &spec)
-	}
-	if err := c.registerLane(ctx, spec.Lane); err != nil {
-		return "", err
-	}
-	res, err := c.vc.CreateExecution(ctx, p)
+	res, err := c.drv.CreateExecution(ctx, p)
 	if err != nil {
 		return "", fmt.Errorf("sdk: %w", err)
 	}
 	return res.ExecutionID, nil
 }
 
-// registerLane adds lane to the lane registry the first time this client
-// creates work on it, so that scanners serving every lane (pdk.Lanes)
-// find it without configuration.
-func (c *Client) registerLane(ctx context.Context, lane string) error {
-	if _, seen := c.lanes.Load(lane); seen {
-		return nil
-	}
-	raw := c.vc.Raw()
-	if err := raw.Do(ctx, raw.B().Sadd().Key(model.KeyLanesIndex).Member(lane).Build()).Error(); err != nil {
-		return fmt.Errorf("sdk: register lane %q: %w", lane, err)
-	}
-	c.lanes.Store(lane, struct{}{})
-	return nil
-}
-
-func (c *Client) createParams(ctx context.Context, spec *ExecutionSpec) (*valkey.CreateExecutionParams, error) {
+// createParams is spec as the driver's create: the id minted (a solo id
+// on the lane's partition) unless given, the delay made absolute and the
+// policy encoded.
+func (c *Client) createParams(ctx context.Context, spec *ExecutionSpec) (*backend.CreateExecutionParams, error) {
 	id := spec.ID
 	if id == "" {
 		var err error
@@ -239,10 +211,10 @@ func (c *Client) createParams(ctx context.Context, spec *ExecutionSpec) (*valkey
 	} else if !spec.RunAt.IsZero() && spec.RunAt.After(c.clock()) {
 		delayUntil = spec.RunAt.UnixMilli()
 	}
-	p := &valkey.CreateExecutionParams{
+	p := &backend.CreateExecutionParams{
 		ExecutionID: id, Namespace: cmp.Or(spec.Namespace, c.ns), LaneID: spec.Lane,
 		ExecutionKind: spec.Kind, Priority: spec.Priority, CreatorIdentity: c.who,
-		PolicyJSON: policyJSON(spec.Priority, delayUntil, spec.Policy), Payload: string(spec.Payload),
+		PolicyJSON: policyJSON(spec.Priority, delayUntil, spec.Policy), Payload: spec.Payload,
 		DelayUntil: delayUntil, IdempotencyKey: spec.IdempotencyKey, Tags: spec.Tags,
 	}
 	if spec.Policy != nil && !spec.Policy.Deadline.IsZero() {

@@ -2,10 +2,9 @@ package sdk
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -25,7 +24,7 @@ func (c *Client) EnqueueMany(ctx context.Context, specs ...ExecutionSpec) ([]mod
 	if len(specs) > MaxEnqueueBatch {
 		return nil, invalid("specs", "%d exceed %d", len(specs), MaxEnqueueBatch)
 	}
-	params := make([]*valkey.CreateExecutionParams, len(specs))
+	params := make([]*backend.CreateExecutionParams, len(specs))
 	for i := range specs {
 		if err := specs[i].validate(); err != nil {
 			return nil, fmt.Errorf("spec %d: %w", i, err)
@@ -38,34 +37,17 @@ func (c *Client) EnqueueMany(ctx context.Context, specs ...ExecutionSpec) ([]mod
 		}
 		params[i] = p
 	}
+	// One pipelined round trip on Valkey (after the lanes' registration),
+	// one transaction per spec on Postgres (backend.Driver.CreateExecutions).
+	res, err := c.drv.CreateExecutions(ctx, params)
 	ids := make([]model.ExecutionID, len(specs))
-	var errs []error
-	if c.vc == nil {
-		for i, p := range params {
-			id, err := c.pgCreate(ctx, p, &specs[i])
-			if err != nil {
-				errs = append(errs, fmt.Errorf("spec %d: %w", i, err))
-				continue
-			}
-			ids[i] = id
-		}
-		return ids, errors.Join(errs...)
-	}
-	for i := range specs {
-		if err := c.registerLane(ctx, specs[i].Lane); err != nil {
-			return nil, err
+	for i, r := range res {
+		if r != nil {
+			ids[i] = r.ExecutionID
 		}
 	}
-	calls := make([]valkey.Call, len(params))
-	for i, p := range params {
-		calls[i] = p.Call()
+	if err != nil {
+		return ids, fmt.Errorf("sdk: create executions: %w", err)
 	}
-	for i, r := range c.vc.FCallBatch(ctx, calls) {
-		if r.Err != nil {
-			errs = append(errs, fmt.Errorf("sdk: create execution %s (spec %d): %w", params[i].ExecutionID, i, r.Err))
-			continue
-		}
-		ids[i] = model.ExecutionID(r.Reply.Field(0))
-	}
-	return ids, errors.Join(errs...)
+	return ids, nil
 }

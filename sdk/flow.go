@@ -6,9 +6,8 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
-	"github.com/fabric-host/fabric/backend/postgres"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/edgegroup"
 )
 
 // dependentHold is how long a flow member with parents is created
@@ -27,32 +26,11 @@ type Flow struct {
 	c  *Client
 }
 
-// errFlowPartitions reports a backend client routing flows with another
-// partition count than the deployment's.
-func (c *Client) checkFlowRouting() error {
-	if c.vc == nil {
-		return nil // the Postgres client is the partition config (c.parts)
-	}
-	if c.vc.Partitions().Flow != c.parts.Flow {
-		return fmt.Errorf("sdk: backend client routes flows over %d partitions but ff:config:partitions says %d; dial it with the deployment's PartitionConfig",
-			c.vc.Partitions().Flow, c.parts.Flow)
-	}
-	return nil
-}
-
 // CreateFlow creates an empty flow (ff_create_flow) of the given kind.
 func (c *Client) CreateFlow(ctx context.Context, kind string) (*Flow, error) {
-	if err := c.checkFlowRouting(); err != nil {
-		return nil, err
-	}
 	id := model.NewUUID()
-	if c.pg != nil {
-		if err := c.pg.CreateFlow(ctx, &postgres.CreateFlowParams{FlowID: id, Kind: kind, Namespace: c.ns, NowMs: c.clock().UnixMilli()}); err != nil {
-			return nil, fmt.Errorf("sdk: %w", err)
-		}
-		return &Flow{ID: id, c: c}, nil
-	}
-	if _, err := c.vc.CreateFlow(ctx, id, kind, c.ns, c.clock().UnixMilli()); err != nil {
+	if err := c.drv.CreateFlow(ctx, &backend.CreateFlowParams{FlowID: id, Kind: kind, Namespace: c.ns,
+		NowMs: c.clock().UnixMilli()}); err != nil {
 		return nil, fmt.Errorf("sdk: %w", err)
 	}
 	return &Flow{ID: id, c: c}, nil
@@ -81,10 +59,10 @@ const (
 	// CancelRemaining cancels the parents that have not finished once the
 	// join is satisfied (reason sibling_quorum_satisfied; the host's
 	// edge_cancel dispatcher carries it out).
-	CancelRemaining SiblingPolicy = valkey.OnSatisfiedCancelRemain
+	CancelRemaining SiblingPolicy = backend.OnSatisfiedCancelRemaining
 	// LetRun lets them finish; their outcomes no longer matter to the
 	// child.
-	LetRun SiblingPolicy = valkey.OnSatisfiedLetRun
+	LetRun SiblingPolicy = backend.OnSatisfiedLetRun
 )
 
 // Join is how a flow member's parents gate it: AllOf (every parent
@@ -98,25 +76,25 @@ type Join struct {
 }
 
 // AllOf is the default join: every parent must succeed.
-func AllOf() Join { return Join{variant: valkey.EdgeGroupAllOf} }
+func AllOf() Join { return Join{variant: edgegroup.KindAllOf} }
 
 // AnyOf runs the child after the first parent that succeeds; siblings
 // says what becomes of the others.
 func AnyOf(siblings SiblingPolicy) Join {
-	return Join{variant: valkey.EdgeGroupAnyOf, siblings: siblings}
+	return Join{variant: edgegroup.KindAnyOf, siblings: siblings}
 }
 
 // Quorum runs the child once k parents succeeded; siblings says what
 // becomes of the others.
 func Quorum(k int, siblings SiblingPolicy) Join {
-	return Join{variant: valkey.EdgeGroupQuorum, k: k, siblings: siblings}
+	return Join{variant: edgegroup.KindQuorum, k: k, siblings: siblings}
 }
 
 func (j Join) validate(parents int) error {
 	switch j.variant {
-	case valkey.EdgeGroupAllOf:
+	case edgegroup.KindAllOf:
 		return nil
-	case valkey.EdgeGroupAnyOf, valkey.EdgeGroupQuorum:
+	case edgegroup.KindAnyOf, edgegroup.KindQuorum:
 	default:
 		return invalid("join", "use AllOf, AnyOf or Quorum (got the zero Join)")
 	}
@@ -126,7 +104,7 @@ func (j Join) validate(parents int) error {
 	if parents == 0 {
 		return invalid("join", "%s needs at least one parent", j.variant)
 	}
-	if j.variant == valkey.EdgeGroupQuorum && (j.k < 1 || j.k > parents) {
+	if j.variant == edgegroup.KindQuorum && (j.k < 1 || j.k > parents) {
 		return invalid("join.k", "quorum %d is out of range 1..%d (the number of parents)", j.k, parents)
 	}
 	return nil
@@ -166,63 +144,13 @@ func (f *Flow) AddJoin(ctx context.Context, spec ExecutionSpec, join Join, after
 	if err != nil {
 		return "", err
 	}
-	now := f.c.clock().UnixMilli()
-	if f.c.pg != nil {
-		// One transaction: edges, edge group and the child's state, with
-		// the parents that already finished counted.
-		_, err := f.c.pg.AddFlowMember(ctx, &postgres.AddFlowMemberParams{FlowID: f.ID, Child: id, Parents: after,
-			Kind: join.variant, K: join.k, OnSatisfied: string(join.siblings), NowMs: now})
-		if err != nil {
-			return id, fmt.Errorf("sdk: %w", err)
-		}
-		return id, nil
-	}
-	if _, _, err := f.c.vc.AddExecutionToFlow(ctx, f.ID, id, now); err != nil {
+	// The driver applies the edges and the edge group so that the child
+	// is never runnable while one is missing (backend.FlowDriver).
+	if err := f.c.drv.AddFlowMember(ctx, &backend.AddFlowMemberParams{FlowID: f.ID, Child: id, Parents: after,
+		Kind: join.variant, K: join.k, OnSatisfied: string(join.siblings), NowMs: f.c.clock().UnixMilli()}); err != nil {
 		return id, fmt.Errorf("sdk: %w", err)
-	}
-	if len(after) == 0 {
-		return id, nil
-	}
-	if join.variant != valkey.EdgeGroupAllOf {
-		if _, err := f.c.vc.SetEdgeGroupPolicy(ctx, f.ID, id, join.variant, string(join.siblings), join.k, now); err != nil {
-			return id, fmt.Errorf("sdk: %w", err)
-		}
-	}
-	edges := make([]*valkey.EdgeParams, len(after))
-	for i, parent := range after {
-		if edges[i], err = f.stage(ctx, parent, id); err != nil {
-			return id, err
-		}
-	}
-	if _, err := f.c.vc.ApplyDependenciesToChild(ctx, id, edges); err != nil {
-		return id, fmt.Errorf("sdk: %w", err)
-	}
-	for _, e := range edges {
-		if err := f.resolveFinished(ctx, e); err != nil {
-			return id, err
-		}
 	}
 	return id, nil
-}
-
-// stage stages parent → child on the flow at the current graph revision
-// (retrying on stale_graph_revision) and returns the edge, carrying the
-// revision it was staged at, ready to apply.
-func (f *Flow) stage(ctx context.Context, parent, child model.ExecutionID) (*valkey.EdgeParams, error) {
-	ep := &valkey.EdgeParams{Flow: f.ID, EdgeID: model.NewUUID(), Upstream: parent, Downstream: child}
-	if err := f.c.vc.StageEdge(ctx, ep, func() int64 { return f.c.clock().UnixMilli() }); err != nil {
-		return nil, fmt.Errorf("sdk: %w", err)
-	}
-	return ep, nil
-}
-
-// resolveFinished resolves an applied edge whose parent is already
-// terminal (valkey.Client.ResolveIfFinished).
-func (f *Flow) resolveFinished(ctx context.Context, ep *valkey.EdgeParams) error {
-	if err := f.c.vc.ResolveIfFinished(ctx, ep, f.c.clock().UnixMilli()); err != nil {
-		return fmt.Errorf("sdk: %w", err)
-	}
-	return nil
 }
 
 // CancelFlow cancels a flow and every member that is not terminal yet
@@ -234,9 +162,6 @@ func (f *Flow) resolveFinished(ctx context.Context, ep *valkey.EdgeParams) error
 func (c *Client) CancelFlow(ctx context.Context, flow model.UUID, reason string) error {
 	if flow.IsZero() {
 		return invalid("flow", "a flow id is required")
-	}
-	if err := c.checkFlowRouting(); err != nil {
-		return err
 	}
 	if _, err := c.drv.CancelFlow(ctx, &backend.CancelFlowParams{FlowID: flow, Reason: reason}); err != nil {
 		return fmt.Errorf("sdk: cancel flow %s: %w", flow, err)

@@ -8,7 +8,6 @@ import (
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/model"
 )
 
 // ErrNotOnPostgres is returned (wrapped) by SDK calls the Postgres backend
@@ -116,28 +115,4 @@ func pgLeaseGone(err error) bool {
 		}
 	}
 	return false
-}
-
-func (c *Client) pgCreate(ctx context.Context, p *valkey.CreateExecutionParams, spec *ExecutionSpec) (model.ExecutionID, error) {
-	if spec.IdempotencyKey != "" && spec.ID == "" {
-		// The Postgres backend keeps no idempotency index (the key is only
-		// recorded): derive the id from the namespace and key instead, so
-		// a repeat lands on the same row and creates nothing. Unlike
-		// Valkey's 24 h window, the key holds as long as the row exists.
-		p.ExecutionID = backend.IdempotentExecutionID(p.ExecutionID.Partition(), p.Namespace, spec.IdempotencyKey)
-	}
-	var caps []string
-	if spec.Policy != nil {
-		caps = spec.Policy.RequiredCapabilities
-	}
-	_, err := c.pg.CreateExecution(ctx, &postgres.CreateExecutionParams{
-		ExecutionID: p.ExecutionID, Namespace: p.Namespace, LaneID: p.LaneID, ExecutionKind: p.ExecutionKind,
-		Priority: p.Priority, CreatorIdentity: p.CreatorIdentity, PolicyJSON: p.PolicyJSON, Payload: []byte(p.Payload),
-		RequiredCapabilities: caps, DelayUntil: p.DelayUntil, IdempotencyKey: p.IdempotencyKey, Tags: p.Tags,
-		ExecutionDeadlineAt: p.ExecutionDeadlineAt,
-	})
-	if err != nil {
-		return "", fmt.Errorf("sdk: %w", err)
-	}
-	return p.ExecutionID, nil
 }

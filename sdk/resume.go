@@ -1,16 +1,11 @@
 package sdk
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
-	"strconv"
 	"time"
 
-	"github.com/fabric-host/fabric/model"
-	vk "github.com/valkey-io/valkey-go"
+	"github.com/fabric-host/fabric/backend"
 )
 
 // ResumeSignal is a signal that satisfied a suspension's resume
@@ -34,36 +29,7 @@ type ResumeSignal struct {
 // nothing are not included. It returns nothing for an attempt that was
 // not resumed by signals (a first run, a retry, a timeout resume).
 func (l *Lease) ResumeSignals(ctx context.Context) ([]ResumeSignal, error) {
-	if l.w.pg != nil {
-		return l.pgResumeSignals(ctx)
-	}
-	raw := l.w.vc.Raw()
-	m, err := raw.Do(ctx, raw.B().Hgetall().Key(model.KeysFor(l.ID).SuspensionCurrent()).Build()).AsStrMap()
-	if err != nil {
-		return nil, fmt.Errorf("sdk: read suspension of %s: %w", l.ID, err)
-	}
-	if m["attempt_index"] != strconv.Itoa(l.AttemptIndex) || m["close_reason"] != "resumed" {
-		return nil, nil
-	}
-	var ids []string
-	if sat := m["all_satisfier_signals"]; sat != "" {
-		if err := json.Unmarshal([]byte(sat), &ids); err != nil {
-			return nil, fmt.Errorf("sdk: suspension of %s: all_satisfier_signals: %w", l.ID, err)
-		}
-	} else {
-		wps := []string{m["waitpoint_id"]}
-		var extra []struct {
-			ID string `json:"waitpoint_id"`
-		}
-		_ = json.Unmarshal([]byte(m["additional_waitpoints_json"]), &extra)
-		for _, x := range extra {
-			wps = append(wps, x.ID)
-		}
-		if ids, err = l.w.satisfiedSignals(ctx, l.ID, wps); err != nil {
-			return nil, err
-		}
-	}
-	return l.w.readSignals(ctx, l.ID, ids)
+	return l.w.resumeSignals(ctx, &backend.ResumeSignalsParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex})
 }
 
 // ResumeSignals returns the signals that resumed the job (see
@@ -72,68 +38,19 @@ func (j *Job) ResumeSignals(ctx context.Context) ([]ResumeSignal, error) {
 	return j.lease.ResumeSignals(ctx)
 }
 
-// satisfiedSignals reads the signal ids recorded on the satisfied
-// matchers of the waitpoints' condition hashes (matcher form).
-func (w *Worker) satisfiedSignals(ctx context.Context, id model.ExecutionID, wps []string) ([]string, error) {
-	raw := w.vc.Raw()
-	pk := model.KeysOn(id.Partition())
-	cmds := make(vk.Commands, 0, len(wps))
-	for _, wp := range wps {
-		cmds = append(cmds, raw.B().Hgetall().Key(pk.WaitpointCondition(wp)).Build())
+// resumeSignals reads signals through the driver
+// (backend.AttemptReadDriver.ResumeSignals): nil when none.
+func (w *Worker) resumeSignals(ctx context.Context, p *backend.ResumeSignalsParams) ([]ResumeSignal, error) {
+	sigs, err := w.drv.ResumeSignals(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("sdk: %w", err)
 	}
-	var ids []string
-	for i, r := range raw.DoMulti(ctx, cmds...) {
-		c, err := r.AsStrMap()
-		if err != nil {
-			return nil, fmt.Errorf("sdk: read condition of waitpoint %s: %w", wps[i], err)
-		}
-		total, _ := strconv.Atoi(c["total_matchers"])
-		for m := range total {
-			p := "matcher:" + strconv.Itoa(m) + ":"
-			if c[p+"satisfied"] == "1" && c[p+"signal_id"] != "" {
-				ids = append(ids, c[p+"signal_id"])
-			}
-		}
+	var out []ResumeSignal
+	for _, s := range sigs {
+		out = append(out, ResumeSignal{ID: s.ID, WaitpointID: s.WaitpointID, Name: s.Name, Category: s.Category,
+			SourceType: s.SourceType, SourceIdentity: s.SourceIdentity, CorrelationID: s.CorrelationID,
+			AcceptedAt: time.UnixMilli(s.AcceptedAt), Payload: s.Payload})
 	}
-	return ids, nil
-}
-
-// readSignals reads the signal records and payloads of ids in one
-// round trip, ordered by acceptance time.
-func (w *Worker) readSignals(ctx context.Context, id model.ExecutionID, ids []string) ([]ResumeSignal, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	raw := w.vc.Raw()
-	pk := model.KeysOn(id.Partition())
-	cmds := make(vk.Commands, 0, 2*len(ids))
-	for _, s := range ids {
-		cmds = append(cmds, raw.B().Hgetall().Key(pk.Signal(s)).Build(), raw.B().Get().Key(pk.SignalPayload(s)).Build())
-	}
-	res := raw.DoMulti(ctx, cmds...)
-	out := make([]ResumeSignal, 0, len(ids))
-	for i, s := range ids {
-		h, err := res[2*i].AsStrMap()
-		if err != nil {
-			return nil, fmt.Errorf("sdk: read signal %s: %w", s, err)
-		}
-		if len(h) == 0 {
-			continue // trimmed by retention
-		}
-		var payload []byte
-		if b, err := res[2*i+1].AsBytes(); err == nil {
-			payload = b
-		} else if !vk.IsValkeyNil(err) {
-			return nil, fmt.Errorf("sdk: read payload of signal %s: %w", s, err)
-		}
-		at, _ := strconv.ParseInt(h["accepted_at"], 10, 64)
-		out = append(out, ResumeSignal{ID: s, WaitpointID: h["target_waitpoint_id"], Name: h["signal_name"],
-			Category: h["signal_category"], SourceType: h["source_type"], SourceIdentity: h["source_identity"],
-			CorrelationID: h["correlation_id"], AcceptedAt: time.UnixMilli(at), Payload: payload})
-	}
-	slices.SortStableFunc(out, func(a, b ResumeSignal) int {
-		return cmp.Or(a.AcceptedAt.Compare(b.AcceptedAt), cmp.Compare(a.ID, b.ID))
-	})
 	return out, nil
 }
 
@@ -168,10 +85,8 @@ func (l *Lease) TrySuspend(ctx context.Context, spec SuspendSpec) (*SuspendOutco
 	if out.Suspended {
 		return out, nil
 	}
-	ids, err := l.w.satisfiedSignals(ctx, l.ID, []string{s.WaitpointID})
-	if err == nil {
-		out.Signals, err = l.w.readSignals(ctx, l.ID, ids)
-	}
+	out.Signals, err = l.w.resumeSignals(ctx, &backend.ResumeSignalsParams{ExecutionID: l.ID,
+		AttemptIndex: l.AttemptIndex, WaitpointID: s.WaitpointID})
 	return out, err
 }
 

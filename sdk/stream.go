@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	vk "github.com/valkey-io/valkey-go"
-
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -26,29 +25,12 @@ func (c *Client) TailAttemptStream(ctx context.Context, id model.ExecutionID, at
 	if block < time.Millisecond {
 		return nil, false, invalid("stream.block", "must be at least 1ms (got %s)", block)
 	}
-	if c.vc == nil {
-		return c.pgReadStream(ctx, id, attempt, after, count, block)
-	}
-	if after == "" {
-		after = "0-0"
-	}
-	k := model.KeysFor(id)
-	raw := c.vc.Raw()
-	// valkey-go sends blocking commands on pooled connections, so the
-	// wait does not stall the shared pipeline.
-	res, err := raw.Do(ctx, raw.B().Xread().Count(int64(count)).Block(block.Milliseconds()).
-		Streams().Key(k.Stream(attempt)).Id(after).Build()).AsXRead()
-	if err != nil && !vk.IsValkeyNil(err) {
+	r, err := c.drv.TailStream(ctx, &backend.TailStreamParams{ReadStreamParams: backend.ReadStreamParams{ExecutionID: id,
+		AttemptIndex: attempt, After: after, Count: count}, Block: block})
+	if err != nil {
 		return nil, false, fmt.Errorf("sdk: tail stream of %s: %w", id, err)
 	}
-	for _, e := range res[k.Stream(attempt)] {
-		frames = append(frames, StreamFrame{ID: e.ID, Fields: e.FieldValues})
-	}
-	closedAt, err := raw.Do(ctx, raw.B().Hget().Key(k.StreamMeta(attempt)).Field("closed_at").Build()).ToString()
-	if err != nil && !vk.IsValkeyNil(err) {
-		return nil, false, fmt.Errorf("sdk: read stream meta of %s: %w", id, err)
-	}
-	return frames, closedAt != "", nil
+	return streamFrames(r), r.Closed, nil
 }
 
 // ReadSummary returns an attempt's summary document (the JSON its
@@ -58,16 +40,18 @@ func (c *Client) ReadSummary(ctx context.Context, id model.ExecutionID, attempt 
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return "", 0, invalid("id", "%v", err)
 	}
-	if c.vc == nil {
-		doc, version, err := c.pg.ReadSummary(ctx, id, attempt)
-		if err != nil {
-			return "", 0, fmt.Errorf("sdk: %w", err)
-		}
-		return doc, version, nil
-	}
-	s, err := c.vc.ReadSummary(ctx, id, attempt)
+	sum, err := c.drv.ReadSummary(ctx, &backend.ReadSummaryParams{ExecutionID: id, AttemptIndex: attempt})
 	if err != nil {
 		return "", 0, fmt.Errorf("sdk: %w", err)
 	}
-	return s.Document, s.Version, nil
+	return sum.Document, sum.Version, nil
+}
+
+// streamFrames is a driver's read as the SDK's frames (nil when none).
+func streamFrames(r *backend.StreamRead) []StreamFrame {
+	var frames []StreamFrame
+	for _, f := range r.Frames {
+		frames = append(frames, StreamFrame{ID: f.ID, Fields: f.Fields})
+	}
+	return frames
 }

@@ -237,29 +237,21 @@ func (l *Lease) AppendFrame(ctx context.Context, f Frame) (string, error) {
 	if len(f.Payload) > valkey.DefaultMaxFramePayloadBytes {
 		return "", invalid("frame.payload", "%d bytes exceed %d", len(f.Payload), valkey.DefaultMaxFramePayloadBytes)
 	}
-	ap := &valkey.AppendFrameParams{ExecutionID: l.ID, AttemptIndex: l.AttemptIndex,
-		Fence: l.fence, FrameType: f.Type, Payload: string(f.Payload), CorrelationID: f.CorrelationID,
-		RetentionMaxLen: valkey.DefaultRetentionMaxLen}
 	switch f.Mode {
-	case "", FrameDurable:
-	case FrameBestEffort:
-		ap.Mode = FrameBestEffort
+	case "", FrameDurable, FrameBestEffort:
 	case FrameSummary:
 		if !json.Valid(f.Payload) {
 			return "", invalid("frame.payload", "a summary frame's payload must be a JSON merge patch")
 		}
-		ap.Mode, ap.PatchKind = FrameSummary, "json-merge-patch"
 	default:
 		return "", invalid("frame.mode", "unknown mode %q (durable, best_effort or summary)", f.Mode)
 	}
-	if l.w.pg != nil {
-		return l.pgAppendFrame(ctx, f)
-	}
-	res, err := l.w.vc.AppendFrame(ctx, ap)
+	r, err := l.w.drv.AppendFrame(ctx, &backend.AppendFrameParams{ExecutionID: l.ID, Fence: l.fence, FrameType: f.Type,
+		Payload: f.Payload, CorrelationID: f.CorrelationID, Mode: f.Mode})
 	if err != nil {
 		return "", fmt.Errorf("sdk: append frame to %s: %w", l.ID, err)
 	}
-	return res.EntryID, nil
+	return r.EntryID, nil
 }
 
 // AppendFrame appends an output frame (see Lease.AppendFrame).
@@ -337,19 +329,9 @@ func (c *Client) ReadAttemptStream(ctx context.Context, id model.ExecutionID, at
 	if attempt < 0 || count < 1 || count > 10000 {
 		return nil, false, invalid("stream", "attempt must be >= 0 and count in 1..10000")
 	}
-	if c.vc == nil {
-		return c.pgReadStream(ctx, id, attempt, after, count, 0)
-	}
-	from := "-"
-	if after != "" {
-		from = "(" + after
-	}
-	s, err := c.vc.ReadAttemptStream(ctx, id, attempt, from, "+", count, "")
+	r, err := c.drv.ReadStream(ctx, &backend.ReadStreamParams{ExecutionID: id, AttemptIndex: attempt, After: after, Count: count})
 	if err != nil {
 		return nil, false, fmt.Errorf("sdk: %w", err)
 	}
-	for _, f := range s.Frames {
-		frames = append(frames, StreamFrame{ID: f.ID, Fields: f.Fields})
-	}
-	return frames, s.ClosedAt != "", nil
+	return streamFrames(r), r.Closed, nil
 }

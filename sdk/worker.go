@@ -210,7 +210,7 @@ type Worker struct {
 // worker instance (ff_register_worker: alive key, caps hash, workers
 // index) and starts its heartbeat. cfg is filled and vc is non-nil.
 func connectValkey(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker, error) {
-	parts, err := readPartitions(ctx, vc, cfg.Logger)
+	parts, err := readPartitions(ctx, valkey.NewDriver(vc), cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -233,21 +233,15 @@ func connectValkey(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*W
 	if err := w.initSpread(ctx); err != nil {
 		return nil, err
 	}
-	// Check before registering so a duplicate does not overwrite the live
-	// instance's registration; the register reply re-checks atomically.
-	raw := vc.Raw()
-	alive := model.WorkerAliveKey(cfg.Namespace, cfg.InstanceID)
-	if n, err := raw.Do(ctx, raw.B().Exists().Key(alive).Build()).AsInt64(); err != nil {
-		return nil, fmt.Errorf("sdk: check alive key: %w", err)
-	} else if n > 0 {
-		return nil, fmt.Errorf("%w: %s (alive key %s exists; wait %s or pick another id)",
-			ErrDuplicateInstance, cfg.InstanceID, alive, w.registryTTL())
-	}
-	status, err := vc.RegisterWorker(ctx, w.registerParams())
+	// RefuseLive: a duplicate does not overwrite the live instance's
+	// registration.
+	rp := w.registerParams()
+	rp.RefuseLive = true
+	status, err := w.drv.RegisterWorker(ctx, rp)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: register worker: %w", err)
 	}
-	if status != valkey.WorkerRegistered {
+	if status == backend.WorkerAlive {
 		return nil, fmt.Errorf("%w: %s (alive key %s exists; wait %s or pick another id)",
 			ErrDuplicateInstance, cfg.InstanceID, model.WorkerAliveKey(cfg.Namespace, cfg.InstanceID), w.registryTTL())
 	}
@@ -277,8 +271,8 @@ func (w *Worker) stopBG() {
 	w.bg.Wait()
 }
 
-func (w *Worker) registerParams() *valkey.RegisterWorkerParams {
-	return &valkey.RegisterWorkerParams{Namespace: w.cfg.Namespace, InstanceID: w.cfg.InstanceID,
+func (w *Worker) registerParams() *backend.RegisterWorkerParams {
+	return &backend.RegisterWorkerParams{Namespace: w.cfg.Namespace, InstanceID: w.cfg.InstanceID,
 		WorkerID: w.cfg.WorkerID, Lanes: w.cfg.Lanes, Capabilities: w.cfg.Capabilities,
 		TTLMs: w.registryTTL().Milliseconds(), NowMs: w.cfg.Clock().UnixMilli()}
 }
@@ -301,32 +295,15 @@ func (w *Worker) heartbeat() {
 			return
 		case <-t.C:
 		}
-		var registered bool
-		var err error
-		now := w.cfg.Clock().UnixMilli()
-		if w.pg != nil {
-			var res *postgres.HeartbeatResult
-			if res, err = w.pg.HeartbeatWorker(w.life, w.cfg.Namespace, w.cfg.InstanceID, now); err == nil {
-				registered = res.Registered
-			}
-		} else {
-			var res *valkey.HeartbeatResult
-			if res, err = w.vc.HeartbeatWorker(w.life, w.cfg.Namespace, w.cfg.InstanceID, now); err == nil {
-				registered = res.Registered
-			}
-		}
+		res, err := w.drv.HeartbeatWorker(w.life, &backend.HeartbeatWorkerParams{Namespace: w.cfg.Namespace,
+			InstanceID: w.cfg.InstanceID, NowMs: w.cfg.Clock().UnixMilli()})
 		switch {
 		case err != nil:
 			if w.life.Err() == nil {
 				w.log.Warn("worker heartbeat failed", "error", err)
 			}
-		case !registered:
-			if w.pg != nil {
-				_, err = w.pg.RegisterWorker(w.life, w.pgRegisterParams())
-			} else {
-				_, err = w.vc.RegisterWorker(w.life, w.registerParams())
-			}
-			if err != nil && w.life.Err() == nil {
+		case !res.Registered:
+			if _, err := w.drv.RegisterWorker(w.life, w.registerParams()); err != nil && w.life.Err() == nil {
 				w.log.Warn("worker re-register failed", "error", err)
 			}
 		}
@@ -366,14 +343,9 @@ func (w *Worker) Close(ctx context.Context) error {
 	// instance again.
 	w.lifeCancel()
 	w.stopBG()
-	if graceful && w.vc != nil {
-		raw := w.vc.Raw()
-		if err := raw.Do(ctx, raw.B().Del().Key(model.WorkerAliveKey(w.cfg.Namespace, w.cfg.InstanceID)).Build()).Error(); err != nil {
-			errs = append(errs, fmt.Errorf("sdk: delete alive key: %w", err))
-		}
-	}
-	if graceful && w.pg != nil {
-		if _, err := w.pg.MarkWorkerDead(ctx, w.cfg.Namespace, w.cfg.InstanceID, "worker closed", w.cfg.Clock().UnixMilli()); err != nil {
+	if graceful {
+		if _, err := w.drv.MarkWorkerDead(ctx, &backend.MarkWorkerDeadParams{Namespace: w.cfg.Namespace,
+			InstanceID: w.cfg.InstanceID, Reason: "worker closed", NowMs: w.cfg.Clock().UnixMilli()}); err != nil {
 			errs = append(errs, fmt.Errorf("sdk: deregister worker: %w", err))
 		}
 	}

@@ -160,6 +160,9 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	runControl(sub)
 	runBudget(sub)
 	runPeriodic(sub)
+	runFlows(sub)
+	runAttemptReads(sub)
+	runWorkers(sub)
 }
 
 func testCreateWaiting(e *env) {
@@ -736,6 +739,11 @@ func RunUnmigrated(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	}
 	for name, op := range periodicUnmigrated(ctx, d) {
 		ops[name] = op
+	}
+	for _, more := range []map[string]func() error{flowUnmigrated(ctx, d), attemptUnmigrated(ctx, d, id), workerUnmigrated(ctx, d)} {
+		for name, op := range more {
+			ops[name] = op
+		}
 	}
 	for _, name := range Operations {
 		op, ok := ops[name]

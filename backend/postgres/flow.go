@@ -8,18 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/model/edgegroup"
 	"github.com/fabric-host/fabric/model/pgsql"
 )
 
 // CreateFlowParams are the inputs of CreateFlow.
-type CreateFlowParams struct {
-	FlowID    model.UUID
-	Kind      string
-	Namespace string
-	NowMs     int64
-}
+type CreateFlowParams = backend.CreateFlowParams
 
 // CreateFlow creates an empty, open flow on its flow partition
 // (ff_flow_core: graph_revision 0, raw_fields flow_kind, namespace,
@@ -47,21 +43,7 @@ VALUES ($1, $2, 0, 'open', $3, $4::jsonb) ON CONFLICT DO NOTHING`, pk, [16]byte(
 }
 
 // AddFlowMemberParams are the inputs of AddFlowMember.
-type AddFlowMemberParams struct {
-	FlowID model.UUID
-	// Child is an execution of the flow's partition, already created
-	// (created delayed, so no worker claims it before its edges exist).
-	Child model.ExecutionID
-	// Parents are the child's upstreams; none makes it a root member.
-	Parents []model.ExecutionID
-	// Kind is the edge-group policy: edgegroup.KindAllOf (default),
-	// KindAnyOf or KindQuorum, with K (quorum) and OnSatisfied
-	// ("cancel_remaining" or "let_run").
-	Kind        string
-	K           int
-	OnSatisfied string
-	NowMs       int64
-}
+type AddFlowMemberParams = backend.AddFlowMemberParams
 
 // FlowMemberState is what AddFlowMember left the child as.
 type FlowMemberState string

@@ -495,11 +495,7 @@ func evaluateSignals(cond suspendCondition, sigs []signalRecord) (bool, []string
 
 // ResumeSignal is a signal that satisfied a suspension, as ResumeSignals
 // reads it back.
-type ResumeSignal struct {
-	ID, WaitpointID, Name, Category, SourceType, SourceIdentity, CorrelationID string
-	AcceptedAt                                                                 int64
-	Payload                                                                    []byte
-}
+type ResumeSignal = backend.ResumeSignal
 
 // ResumeSignals returns the signals that satisfied the execution's last
 // suspension (its satisfied_set), oldest first, when that suspension was

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -22,12 +23,12 @@ import (
 const (
 	// WorkerRegistered: no live registration existed (a new row, or one
 	// whose TTL had lapsed).
-	WorkerRegistered = "registered"
+	WorkerRegistered = backend.WorkerRegistered
 	// WorkerRefreshed: a live registration of the same worker id was
 	// overwritten.
-	WorkerRefreshed = "refreshed"
+	WorkerRefreshed = backend.WorkerRefreshed
 	// WorkerAlive: a live registration exists and RefuseLive kept it.
-	WorkerAlive = "alive"
+	WorkerAlive = backend.WorkerAlive
 )
 
 // CodeInstanceReassigned: the instance id is registered under another
@@ -44,23 +45,7 @@ func WorkerPartitionKey(instanceID string) int16 {
 }
 
 // RegisterWorkerParams are the inputs of RegisterWorker.
-type RegisterWorkerParams struct {
-	Namespace  string
-	InstanceID string
-	WorkerID   string
-	// Lanes and Capabilities are stored sorted (lanes as text[], the
-	// capabilities comma-joined).
-	Lanes        []string
-	Capabilities []string
-	// TTLMs is the liveness TTL: the registration lapses TTLMs after the
-	// last heartbeat.
-	TTLMs int64
-	// NowMs is the caller's clock (registered_at_ms, last_heartbeat_ms).
-	NowMs int64
-	// RefuseLive leaves a live registration alone and answers
-	// WorkerAlive: how a starting process detects a duplicate instance id.
-	RefuseLive bool
-}
+type RegisterWorkerParams = backend.RegisterWorkerParams
 
 // RegisterWorker registers or refreshes a worker instance in one
 // transaction: the row is locked, an instance registered under another
@@ -125,13 +110,7 @@ VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, pk, ns, instance, kind,
 }
 
 // HeartbeatResult is the outcome of HeartbeatWorker.
-type HeartbeatResult struct {
-	// Registered is false when the instance has no live registration (never
-	// registered, marked dead, swept, or lapsed): it must register again.
-	Registered bool
-	// NextExpiryMs is when the refreshed registration lapses.
-	NextExpiryMs int64
-}
+type HeartbeatResult = backend.HeartbeatResult
 
 // HeartbeatWorker refreshes a live registration (last_heartbeat_ms = now)
 // and appends a 'heartbeat' event; a lapsed registration is not revived.

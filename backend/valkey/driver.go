@@ -22,13 +22,17 @@ import (
 type Driver struct {
 	c     *Client
 	parts model.PartitionConfig
+	// lanes are the lanes this driver (and its WithPartitions copies)
+	// registered in the lane registry (model.KeyLanesIndex), so each
+	// costs one SADD per driver, not one per create.
+	lanes *sync.Map
 }
 
 var _ backend.Driver = (*Driver)(nil)
 
 // NewDriver returns the backend.Driver of c, on c's partition config.
 func NewDriver(c *Client) *Driver {
-	d := &Driver{c: c}
+	d := &Driver{c: c, lanes: &sync.Map{}}
 	if c != nil {
 		d.parts = c.Partitions()
 	}
@@ -155,7 +159,7 @@ func (d *Driver) CreateExecutions(ctx context.Context, ps []*backend.CreateExecu
 		if errs[i] = validCreate(p); errs[i] != nil {
 			continue
 		}
-		if !slices.Contains(lanes, p.LaneID) {
+		if _, seen := d.lanes.Load(p.LaneID); !seen && !slices.Contains(lanes, p.LaneID) {
 			lanes = append(lanes, p.LaneID)
 		}
 		if !p.FlowID.IsZero() {
@@ -175,6 +179,9 @@ func (d *Driver) CreateExecutions(ctx context.Context, ps []*backend.CreateExecu
 		raw := d.c.Raw()
 		if err := raw.Do(ctx, raw.B().Sadd().Key(model.KeyLanesIndex).Member(lanes...).Build()).Error(); err != nil {
 			return out, fmt.Errorf("register lanes: %w", err)
+		}
+		for _, l := range lanes {
+			d.lanes.Store(l, struct{}{})
 		}
 	}
 	for j, r := range d.c.FCallBatch(ctx, calls) {

@@ -64,6 +64,9 @@ func (d *Driver) CancelFlow(ctx context.Context, p *backend.CancelFlowParams) (*
 	if p.FlowID.IsZero() {
 		return nil, fmt.Errorf("%w: cancel flow: a flow id is required", backend.ErrInvalidInput)
 	}
+	if err := d.checkFlowRouting(); err != nil {
+		return nil, err
+	}
 	res, err := d.c.CancelFlow(ctx, p.FlowID, p.Reason, "cancel_all", DefaultCancelFlowGraceMs, nowMs())
 	if err != nil {
 		return nil, mapControlErr(err, false)

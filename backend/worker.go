@@ -1,0 +1,75 @@
+package backend
+
+import "context"
+
+// Worker registration statuses (RegisterWorker's reply).
+const (
+	// WorkerRegistered: the instance had no live registration.
+	WorkerRegistered = "registered"
+	// WorkerRefreshed: a live registration was refreshed.
+	WorkerRefreshed = "refreshed"
+	// WorkerAlive: RefuseLive found a live registration and left it
+	// alone (another process holds the instance id).
+	WorkerAlive = "alive"
+)
+
+// WorkerRegistryDriver is the worker registry: a worker instance
+// registers with a liveness TTL, heartbeats within it and is removed on a
+// graceful stop. Both drivers implement it; backendtest runs each
+// operation on both.
+type WorkerRegistryDriver interface {
+	// RegisterWorker registers or refreshes an instance and returns
+	// WorkerRegistered, WorkerRefreshed or, with RefuseLive, WorkerAlive.
+	RegisterWorker(ctx context.Context, p *RegisterWorkerParams) (string, error)
+	// HeartbeatWorker refreshes a live registration; one that lapsed (or
+	// never was) is not revived and reports Registered false: register
+	// again.
+	HeartbeatWorker(ctx context.Context, p *HeartbeatWorkerParams) (*HeartbeatResult, error)
+	// MarkWorkerDead removes a registration so the instance id can be
+	// reused at once, and reports whether one existed.
+	MarkWorkerDead(ctx context.Context, p *MarkWorkerDeadParams) (bool, error)
+}
+
+// RegisterWorkerParams are the inputs of WorkerRegistryDriver.RegisterWorker.
+type RegisterWorkerParams struct {
+	Namespace  string
+	InstanceID string
+	WorkerID   string
+	// Lanes and Capabilities are stored sorted.
+	Lanes        []string
+	Capabilities []string
+	// TTLMs is the liveness TTL: the registration lapses TTLMs after the
+	// last heartbeat.
+	TTLMs int64
+	// NowMs is the caller's clock.
+	NowMs int64
+	// RefuseLive leaves a live registration alone and answers
+	// WorkerAlive: how a starting process detects a duplicate instance id.
+	RefuseLive bool
+}
+
+// HeartbeatWorkerParams are the inputs of WorkerRegistryDriver.HeartbeatWorker.
+type HeartbeatWorkerParams struct {
+	Namespace  string
+	InstanceID string
+	NowMs      int64
+}
+
+// HeartbeatResult is the outcome of WorkerRegistryDriver.HeartbeatWorker.
+type HeartbeatResult struct {
+	// Registered is false when the instance has no live registration: it
+	// must register again.
+	Registered bool
+	// NextExpiryMs is when the refreshed registration lapses.
+	NextExpiryMs int64
+}
+
+// MarkWorkerDeadParams are the inputs of WorkerRegistryDriver.MarkWorkerDead.
+type MarkWorkerDeadParams struct {
+	Namespace  string
+	InstanceID string
+	// Reason is recorded where the backend keeps a registry history
+	// (Postgres); at most 256 bytes, no control characters.
+	Reason string
+	NowMs  int64
+}
