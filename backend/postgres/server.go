@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fabric-host/fabric/internal/childproc"
 	"log/slog"
 	"net/url"
 	"os"
@@ -14,11 +13,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fabric-host/fabric/internal/childproc"
 )
 
 // DefaultBinDir is where Debian's postgresql-15 package installs the server
@@ -75,10 +75,7 @@ type Server struct {
 
 	gid int
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	stopped bool
+	child childproc.Child
 }
 
 // FindBinDir returns the directory holding initdb and postgres: DefaultBinDir,
@@ -218,7 +215,7 @@ func (s *Server) prepare(ctx context.Context) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("postgres: initdb: %w: %s", err, lastLines(out.Bytes(), 5))
+		return fmt.Errorf("postgres: initdb: %w: %s", err, childproc.LogTail(out.Bytes(), 5))
 	}
 	if s.cfg.HBA != nil {
 		hba := "local all all trust\n" + strings.Join(s.cfg.HBA, "\n") + "\n"
@@ -299,39 +296,21 @@ func (s *Server) start(ctx context.Context) error {
 	cmd.Env = s.childEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = s.sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	if err := s.child.Start(cmd); err != nil {
 		return fmt.Errorf("postgres: start %s: %w", cmd.Path, err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	s.mu.Lock()
-	s.cmd, s.exited, s.stopped = cmd, exited, false
-	s.mu.Unlock()
-
-	deadline := time.Now().Add(s.cfg.StartTimeout)
-	for {
-		if err := s.ping(ctx); err == nil {
-			break
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(s.logPath())
-			return fmt.Errorf("postgres: server exited during start: %s", lastLines(b, 5))
-		case <-ctx.Done():
-			s.kill()
-			return fmt.Errorf("postgres: waiting for server start: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			b, _ := os.ReadFile(s.logPath())
-			return fmt.Errorf("postgres: server did not accept connections within %s: %s", s.cfg.StartTimeout, lastLines(b, 5))
-		}
+	ping := func() error { return s.ping(ctx) }
+	switch err := s.child.WaitReady(ctx, ping, 20*time.Millisecond, s.cfg.StartTimeout); {
+	case errors.Is(err, childproc.ErrExited):
+		b, _ := os.ReadFile(s.logPath())
+		return fmt.Errorf("postgres: server exited during start: %s", childproc.LogTail(b, 5))
+	case errors.Is(err, childproc.ErrNotReady):
+		b, _ := os.ReadFile(s.logPath())
+		return fmt.Errorf("postgres: server did not accept connections within %s: %s", s.cfg.StartTimeout, childproc.LogTail(b, 5))
+	case err != nil:
+		return fmt.Errorf("postgres: waiting for server start: %w", err)
 	}
-	s.cfg.Logger.Debug("postgres server started", "pid", cmd.Process.Pid, "dir", s.dir, "port", s.cfg.Port)
+	s.cfg.Logger.Debug("postgres server started", "pid", s.child.PID(), "dir", s.dir, "port", s.cfg.Port)
 	return nil
 }
 
@@ -343,14 +322,6 @@ func (s *Server) ping(ctx context.Context) error {
 		return err
 	}
 	return c.Close(pctx)
-}
-
-func lastLines(b []byte, n int) string {
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte(" | ")))
 }
 
 // URL is a libpq/pgx URL for database db over the unix socket (or over TCP
@@ -375,56 +346,18 @@ func (s *Server) Dir() string { return s.dir }
 func (s *Server) Socket() string { return filepath.Join(s.dir, ".s.PGSQL."+strconv.Itoa(s.port)) }
 
 // PID is the postmaster's process id (0 when not running).
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
+func (s *Server) PID() int { return s.child.PID() }
 
-func (s *Server) kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	// The whole process group: the postmaster and its backends.
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	<-exited
-}
-
-// Kill stops the cluster abruptly (SIGKILL to its process group), as a crash
-// would, keeping its directory.
-func (s *Server) Kill() { s.kill() }
+// Kill stops the cluster abruptly (SIGKILL to its process group: the
+// postmaster and its backends), as a crash would, keeping its directory.
+func (s *Server) Kill() { s.child.Kill() }
 
 // Stop shuts the cluster down (fast shutdown, then SIGKILL after 10 s),
 // waits for every server process to exit and removes the directory when it
 // was created by StartServer. It is safe to call more than once.
 func (s *Server) Stop() error {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+	if !s.child.Stop(syscall.SIGINT, 10*time.Second) { // SIGINT: fast shutdown
 		return nil
-	}
-	s.stopped = true
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd != nil && cmd.Process != nil {
-		select {
-		case <-exited:
-		default:
-			cmd.Process.Signal(syscall.SIGINT) // fast shutdown
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				s.kill()
-			}
-		}
-		// Backends outliving the postmaster would keep files open.
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	return s.cleanupDir()
 }

@@ -106,17 +106,61 @@ func lastLine(s string) string {
 }
 
 // TestRunPostgresWaitsForBackend: `fabric run` on a Postgres URL where
-// nothing listens says it waits, retries for --backend-wait, then fails
-// naming the limit.
+// nothing listens yet says it waits, and its admin address answers
+// meanwhile as on Valkey (/readyz and /healthz 503 with the reason,
+// /status naming it); once a cluster comes up on that port the run goes
+// on, its admin server on the address that answered. Where nothing ever
+// listens it fails after --backend-wait, naming the limit.
 func TestRunPostgresWaitsForBackend(t *testing.T) {
 	t.Parallel()
-	pgURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", valkeytest.FreePort(t))
+	port := valkeytest.FreePort(t)
+	pgURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	out, errb, wait := startRun(t, "run", "--postgres-url", pgURL, "--migrate", "--backend-wait", "2m", "--plugins", "",
+		"--duration", "1s", "--rate", "20", "--mix", "immediate=1", "--admin-addr", "127.0.0.1:0", "--view", "off")
+	waitingRE := regexp.MustCompile(`meanwhile http://(\S+)/readyz answers 503`)
+	var addr string
+	valkeytest.Eventually(t, 30*time.Second, "the run says it waits and where /readyz answers", func() bool {
+		m := waitingRE.FindStringSubmatch(errb.String())
+		if m != nil && strings.Contains(errb.String(), "fabric: waiting for backend database "+pgURL) {
+			addr = m[1]
+			return true
+		}
+		return false
+	})
+	for _, path := range []string{"/readyz", "/healthz"} {
+		code, body := httpGet(t, "http://"+addr+path)
+		if code != 503 || !strings.Contains(body, "waiting for backend database "+pgURL) {
+			t.Fatalf("%s while waiting: %d %s", path, code, body)
+		}
+	}
+	if _, body := httpGet(t, "http://"+addr+"/status"); !strings.Contains(body, `"error":"waiting for backend database `+pgURL) {
+		t.Fatalf("/status while waiting: %s", body)
+	}
+	if strings.Contains(out.String(), "fabric "+Version+" on") {
+		t.Fatalf("run started before its backend:\n%s", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := postgres.StartServer(ctx, postgres.ServerConfig{Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	if code := wait(); code != 0 {
+		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errb)
+	}
+	if o := out.String(); !strings.Contains(errb.String(), "backend database "+pgURL+" reachable after") ||
+		!strings.Contains(o, "executions by state: completed=") || !strings.Contains(o, "admin: http://"+addr+"/metrics") {
+		t.Fatalf("run did not go on once the backend was up, its admin server on %s\nstdout:\n%s\nstderr:\n%s", addr, o, errb)
+	}
+
+	dead := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", valkeytest.FreePort(t))
 	start := time.Now()
-	code, out, errOut := runCmd(t, "run", "--postgres-url", pgURL, "--backend-wait", "1500ms", "--plugins", "", "--duration", "1s")
+	code, o, e := runCmd(t, "run", "--postgres-url", dead, "--backend-wait", "1500ms", "--plugins", "", "--duration", "1s", "--admin-addr", "")
 	took := time.Since(start)
-	if code != 1 || !strings.Contains(errOut, "fabric: waiting for backend database "+pgURL) ||
-		!strings.Contains(errOut, "not reachable within 1.5s (--backend-wait)") {
-		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	if code != 1 || !strings.Contains(e, "fabric: waiting for backend database "+dead) ||
+		!strings.Contains(e, "not reachable within 1.5s (--backend-wait)") {
+		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
 	if took < 1500*time.Millisecond || took > 15*time.Second {
 		t.Errorf("gave up after %s, want about --backend-wait 1.5s", took)
