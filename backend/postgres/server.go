@@ -66,12 +66,11 @@ type ServerConfig struct {
 // Server is a private Postgres cluster: its own data directory and unix
 // socket, killed when the host exits (PDEATHSIG) or when Stop is called.
 type Server struct {
-	cfg    ServerConfig
-	dir    string
-	ownDir bool
-	bin    string
-	port   int
-	uid    int // -1: same user as the host
+	cfg     ServerConfig
+	workDir childproc.Dir
+	bin     string
+	port    int
+	uid     int // -1: same user as the host
 
 	gid int
 
@@ -137,14 +136,11 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 		s.uid, s.gid = uid, gid
 	}
-	s.dir = cfg.Dir
-	if s.dir == "" {
-		d, err := os.MkdirTemp("", "fabric-pg-")
-		if err != nil {
-			return nil, fmt.Errorf("postgres: server temp dir: %w", err)
-		}
-		s.dir, s.ownDir = d, true
+	wd, err := childproc.MakeDir(cfg.Dir, "fabric-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
+	s.workDir = wd
 	if err := s.prepare(ctx); err != nil {
 		s.cleanupDir()
 		return nil, err
@@ -177,8 +173,8 @@ func unprivilegedUser(name string) (uid, gid int, err error) {
 	return 0, 0, fmt.Errorf("postgres: running as root and no unprivileged user among %q to run the cluster as", names)
 }
 
-func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
-func (s *Server) logPath() string { return filepath.Join(s.dir, "server.log") }
+func (s *Server) dataDir() string { return filepath.Join(s.workDir.Path, "data") }
+func (s *Server) logPath() string { return filepath.Join(s.workDir.Path, "server.log") }
 
 // sysProcAttr runs a child in its own process group, as the unprivileged
 // user when the host is root, and kills it when the host dies.
@@ -191,25 +187,25 @@ func (s *Server) sysProcAttr() *syscall.SysProcAttr {
 }
 
 func (s *Server) childEnv() []string {
-	return []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "LANG=C", "HOME=" + s.dir, "TZ=UTC"}
+	return []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "LANG=C", "HOME=" + s.workDir.Path, "TZ=UTC"}
 }
 
 // prepare hands the directory to the server user and runs initdb.
 func (s *Server) prepare(ctx context.Context) error {
 	if s.uid >= 0 {
-		if err := os.Chown(s.dir, s.uid, s.gid); err != nil {
-			return fmt.Errorf("postgres: chown %s: %w", s.dir, err)
+		if err := os.Chown(s.workDir.Path, s.uid, s.gid); err != nil {
+			return fmt.Errorf("postgres: chown %s: %w", s.workDir.Path, err)
 		}
 	}
-	if err := os.Chmod(s.dir, 0o700); err != nil {
-		return fmt.Errorf("postgres: chmod %s: %w", s.dir, err)
+	if err := os.Chmod(s.workDir.Path, 0o700); err != nil {
+		return fmt.Errorf("postgres: chmod %s: %w", s.workDir.Path, err)
 	}
 	ictx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ictx, filepath.Join(s.bin, "initdb"),
 		"-D", s.dataDir(), "--username=postgres", "--auth=trust", "--encoding=UTF8",
 		"--locale=C", "--no-sync", "--no-instructions")
-	cmd.Dir = s.dir
+	cmd.Dir = s.workDir.Path
 	cmd.Env = s.childEnv()
 	cmd.SysProcAttr = s.sysProcAttr()
 	var out bytes.Buffer
@@ -263,7 +259,7 @@ func (s *Server) args() []string {
 	a := []string{
 		"-D", s.dataDir(),
 		"-p", strconv.Itoa(s.port),
-		"-k", s.dir,
+		"-k", s.workDir.Path,
 		"-c", "listen_addresses=" + listen,
 		"-c", "max_connections=" + strconv.Itoa(s.cfg.MaxConnections),
 		"-c", "max_locks_per_transaction=" + strconv.Itoa(s.cfg.MaxLocksPerTransaction),
@@ -292,7 +288,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	defer logf.Close() // the child keeps its own descriptor
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), s.args()...)
-	cmd.Dir = s.dir
+	cmd.Dir = s.workDir.Path
 	cmd.Env = s.childEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = s.sysProcAttr()
@@ -310,7 +306,7 @@ func (s *Server) start(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("postgres: waiting for server start: %w", err)
 	}
-	s.cfg.Logger.Debug("postgres server started", "pid", s.child.PID(), "dir", s.dir, "port", s.cfg.Port)
+	s.cfg.Logger.Debug("postgres server started", "pid", s.child.PID(), "dir", s.workDir.Path, "port", s.cfg.Port)
 	return nil
 }
 
@@ -336,14 +332,16 @@ func (s *Server) URL(db string) string {
 // SocketURL is a libpq/pgx URL for database db over the unix socket,
 // whatever Port is (socket connections are trusted).
 func (s *Server) SocketURL(db string) string {
-	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", url.PathEscape(db), url.QueryEscape(s.dir), s.port)
+	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", url.PathEscape(db), url.QueryEscape(s.workDir.Path), s.port)
 }
 
 // Dir is the cluster's directory (data directory, socket, log).
-func (s *Server) Dir() string { return s.dir }
+func (s *Server) Dir() string { return s.workDir.Path }
 
 // Socket is the unix socket path.
-func (s *Server) Socket() string { return filepath.Join(s.dir, ".s.PGSQL."+strconv.Itoa(s.port)) }
+func (s *Server) Socket() string {
+	return filepath.Join(s.workDir.Path, ".s.PGSQL."+strconv.Itoa(s.port))
+}
 
 // PID is the postmaster's process id (0 when not running).
 func (s *Server) PID() int { return s.child.PID() }
@@ -363,11 +361,8 @@ func (s *Server) Stop() error {
 }
 
 func (s *Server) cleanupDir() error {
-	if !s.ownDir {
-		return nil
-	}
-	if err := os.RemoveAll(s.dir); err != nil {
-		return fmt.Errorf("postgres: remove server dir: %w", err)
+	if err := s.workDir.Remove(); err != nil {
+		return fmt.Errorf("postgres: %w", err)
 	}
 	return nil
 }

@@ -48,8 +48,7 @@ type ServerConfig struct {
 // killed when the host exits (PDEATHSIG) or when Stop is called.
 type Server struct {
 	cfg     ServerConfig
-	dir     string
-	ownDir  bool
+	workDir childproc.Dir
 	socket  string
 	binary  string
 	version string
@@ -87,19 +86,14 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 		s.binary = b
 	}
-	s.dir = cfg.Dir
-	if s.dir == "" {
-		d, err := os.MkdirTemp("", "fabric-valkey-")
-		if err != nil {
-			return nil, fmt.Errorf("valkey: server temp dir: %w", err)
-		}
-		s.dir, s.ownDir = d, true
+	wd, err := childproc.MakeDir(cfg.Dir, "fabric-valkey-")
+	if err != nil {
+		return nil, fmt.Errorf("valkey: %w", err)
 	}
-	s.socket = filepath.Join(s.dir, "valkey.sock")
+	s.workDir = wd
+	s.socket = filepath.Join(s.workDir.Path, "valkey.sock")
 	if err := s.start(ctx); err != nil {
-		if s.ownDir {
-			os.RemoveAll(s.dir)
-		}
+		s.workDir.Remove()
 		return nil, err
 	}
 	return s, nil
@@ -111,8 +105,8 @@ func (s *Server) args() []string {
 		"--bind", "127.0.0.1",
 		"--unixsocket", s.socket,
 		"--unixsocketperm", "700",
-		"--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "server.log"),
+		"--dir", s.workDir.Path,
+		"--logfile", filepath.Join(s.workDir.Path, "server.log"),
 		"--daemonize", "no",
 		"--databases", strconv.Itoa(s.cfg.Databases),
 		"--appendonly", "no",
@@ -129,7 +123,7 @@ func (s *Server) args() []string {
 func (s *Server) start(ctx context.Context) error {
 	os.Remove(s.socket)
 	cmd := exec.Command(s.binary, s.args()...)
-	cmd.Dir = s.dir
+	cmd.Dir = s.workDir.Path
 	var stderr bytes.Buffer
 	cmd.Stdout = &stderr
 	cmd.Stderr = &stderr
@@ -139,7 +133,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	switch err := s.child.WaitReady(ctx, s.ping, 10*time.Millisecond, s.cfg.StartTimeout); {
 	case errors.Is(err, childproc.ErrExited):
-		logTail, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+		logTail, _ := os.ReadFile(filepath.Join(s.workDir.Path, "server.log"))
 		return fmt.Errorf("valkey: %s exited during start: %s %s", s.binary, bytes.TrimSpace(stderr.Bytes()), childproc.LogTail(logTail, 5))
 	case errors.Is(err, childproc.ErrNotReady):
 		return fmt.Errorf("valkey: %s did not answer PING within %s", s.binary, s.cfg.StartTimeout)
@@ -190,7 +184,7 @@ func (s *Server) TCPAddr() string {
 func (s *Server) Socket() string { return s.socket }
 
 // Dir is the server's working directory.
-func (s *Server) Dir() string { return s.dir }
+func (s *Server) Dir() string { return s.workDir.Path }
 
 // Binary is the executable that was started.
 func (s *Server) Binary() string { return s.binary }
@@ -227,10 +221,8 @@ func (s *Server) Stop() error {
 	if !s.child.Stop(syscall.SIGTERM, 5*time.Second) {
 		return nil
 	}
-	if s.ownDir {
-		if err := os.RemoveAll(s.dir); err != nil {
-			return fmt.Errorf("valkey: remove server dir: %w", err)
-		}
+	if err := s.workDir.Remove(); err != nil {
+		return fmt.Errorf("valkey: %w", err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"sync"
@@ -154,4 +155,37 @@ func LogTail(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte(" | ")))
+}
+
+// Dir is a server child's working directory: the one its config names,
+// or a fresh temporary one the launcher owns and removes.
+type Dir struct {
+	// Path is the directory.
+	Path  string
+	owned bool
+}
+
+// MakeDir returns dir, or when dir is "" a fresh temporary directory
+// named after pattern (os.MkdirTemp's).
+func MakeDir(dir, pattern string) (Dir, error) {
+	if dir != "" {
+		return Dir{Path: dir}, nil
+	}
+	d, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return Dir{}, fmt.Errorf("server temp dir: %w", err)
+	}
+	return Dir{Path: d, owned: true}, nil
+}
+
+// Remove deletes the directory and all in it when MakeDir created it;
+// a directory the config named is left alone.
+func (d Dir) Remove() error {
+	if !d.owned {
+		return nil
+	}
+	if err := os.RemoveAll(d.Path); err != nil {
+		return fmt.Errorf("remove server dir: %w", err)
+	}
+	return nil
 }
