@@ -85,9 +85,9 @@ func (f *runPGFlags) refuse(fs *flag.FlagSet) error {
 	return nil
 }
 
-// opener picks `fabric run`'s backend from --backend and --postgres-url:
-// on Postgres it first refuses the flags that do not apply there (refuse),
-// on Valkey --migrate.
+// opener picks `fabric run`'s backend from --backend and --postgres-url.
+// Postgres is refused with a flag that does not apply there (refuse),
+// Valkey with --migrate.
 func (f *runPGFlags) opener(fs *flag.FlagSet) (runBackendOpener, error) {
 	on, err := f.enabled()
 	if err != nil {
