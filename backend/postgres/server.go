@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fabric-host/fabric/internal/childproc"
 	"log/slog"
 	"net/url"
 	"os"
@@ -14,11 +13,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fabric-host/fabric/internal/childproc"
 )
 
 // DefaultBinDir is where Debian's postgresql-15 package installs the server
@@ -66,19 +66,15 @@ type ServerConfig struct {
 // Server is a private Postgres cluster: its own data directory and unix
 // socket, killed when the host exits (PDEATHSIG) or when Stop is called.
 type Server struct {
-	cfg    ServerConfig
-	dir    string
-	ownDir bool
-	bin    string
-	port   int
-	uid    int // -1: same user as the host
+	cfg     ServerConfig
+	workDir childproc.Dir
+	bin     string
+	port    int
+	uid     int // -1: same user as the host
 
 	gid int
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	stopped bool
+	child childproc.Child
 }
 
 // FindBinDir returns the directory holding initdb and postgres: DefaultBinDir,
@@ -140,14 +136,11 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 		s.uid, s.gid = uid, gid
 	}
-	s.dir = cfg.Dir
-	if s.dir == "" {
-		d, err := os.MkdirTemp("", "fabric-pg-")
-		if err != nil {
-			return nil, fmt.Errorf("postgres: server temp dir: %w", err)
-		}
-		s.dir, s.ownDir = d, true
+	wd, err := childproc.MakeDir(cfg.Dir, "fabric-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
+	s.workDir = wd
 	if err := s.prepare(ctx); err != nil {
 		s.cleanupDir()
 		return nil, err
@@ -180,8 +173,8 @@ func unprivilegedUser(name string) (uid, gid int, err error) {
 	return 0, 0, fmt.Errorf("postgres: running as root and no unprivileged user among %q to run the cluster as", names)
 }
 
-func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
-func (s *Server) logPath() string { return filepath.Join(s.dir, "server.log") }
+func (s *Server) dataDir() string { return filepath.Join(s.workDir.Path, "data") }
+func (s *Server) logPath() string { return filepath.Join(s.workDir.Path, "server.log") }
 
 // sysProcAttr runs a child in its own process group, as the unprivileged
 // user when the host is root, and kills it when the host dies.
@@ -194,31 +187,31 @@ func (s *Server) sysProcAttr() *syscall.SysProcAttr {
 }
 
 func (s *Server) childEnv() []string {
-	return []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "LANG=C", "HOME=" + s.dir, "TZ=UTC"}
+	return []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "LANG=C", "HOME=" + s.workDir.Path, "TZ=UTC"}
 }
 
 // prepare hands the directory to the server user and runs initdb.
 func (s *Server) prepare(ctx context.Context) error {
 	if s.uid >= 0 {
-		if err := os.Chown(s.dir, s.uid, s.gid); err != nil {
-			return fmt.Errorf("postgres: chown %s: %w", s.dir, err)
+		if err := os.Chown(s.workDir.Path, s.uid, s.gid); err != nil {
+			return fmt.Errorf("postgres: chown %s: %w", s.workDir.Path, err)
 		}
 	}
-	if err := os.Chmod(s.dir, 0o700); err != nil {
-		return fmt.Errorf("postgres: chmod %s: %w", s.dir, err)
+	if err := os.Chmod(s.workDir.Path, 0o700); err != nil {
+		return fmt.Errorf("postgres: chmod %s: %w", s.workDir.Path, err)
 	}
 	ictx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ictx, filepath.Join(s.bin, "initdb"),
 		"-D", s.dataDir(), "--username=postgres", "--auth=trust", "--encoding=UTF8",
 		"--locale=C", "--no-sync", "--no-instructions")
-	cmd.Dir = s.dir
+	cmd.Dir = s.workDir.Path
 	cmd.Env = s.childEnv()
 	cmd.SysProcAttr = s.sysProcAttr()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("postgres: initdb: %w: %s", err, lastLines(out.Bytes(), 5))
+		return fmt.Errorf("postgres: initdb: %w: %s", err, childproc.LogTail(out.Bytes(), 5))
 	}
 	if s.cfg.HBA != nil {
 		hba := "local all all trust\n" + strings.Join(s.cfg.HBA, "\n") + "\n"
@@ -266,7 +259,7 @@ func (s *Server) args() []string {
 	a := []string{
 		"-D", s.dataDir(),
 		"-p", strconv.Itoa(s.port),
-		"-k", s.dir,
+		"-k", s.workDir.Path,
 		"-c", "listen_addresses=" + listen,
 		"-c", "max_connections=" + strconv.Itoa(s.cfg.MaxConnections),
 		"-c", "max_locks_per_transaction=" + strconv.Itoa(s.cfg.MaxLocksPerTransaction),
@@ -295,43 +288,25 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	defer logf.Close() // the child keeps its own descriptor
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), s.args()...)
-	cmd.Dir = s.dir
+	cmd.Dir = s.workDir.Path
 	cmd.Env = s.childEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = s.sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	if err := s.child.Start(cmd); err != nil {
 		return fmt.Errorf("postgres: start %s: %w", cmd.Path, err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	s.mu.Lock()
-	s.cmd, s.exited, s.stopped = cmd, exited, false
-	s.mu.Unlock()
-
-	deadline := time.Now().Add(s.cfg.StartTimeout)
-	for {
-		if err := s.ping(ctx); err == nil {
-			break
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(s.logPath())
-			return fmt.Errorf("postgres: server exited during start: %s", lastLines(b, 5))
-		case <-ctx.Done():
-			s.kill()
-			return fmt.Errorf("postgres: waiting for server start: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			b, _ := os.ReadFile(s.logPath())
-			return fmt.Errorf("postgres: server did not accept connections within %s: %s", s.cfg.StartTimeout, lastLines(b, 5))
-		}
+	ping := func() error { return s.ping(ctx) }
+	switch err := s.child.WaitReady(ctx, ping, 20*time.Millisecond, s.cfg.StartTimeout); {
+	case errors.Is(err, childproc.ErrExited):
+		b, _ := os.ReadFile(s.logPath())
+		return fmt.Errorf("postgres: server exited during start: %s", childproc.LogTail(b, 5))
+	case errors.Is(err, childproc.ErrNotReady):
+		b, _ := os.ReadFile(s.logPath())
+		return fmt.Errorf("postgres: server did not accept connections within %s: %s", s.cfg.StartTimeout, childproc.LogTail(b, 5))
+	case err != nil:
+		return fmt.Errorf("postgres: waiting for server start: %w", err)
 	}
-	s.cfg.Logger.Debug("postgres server started", "pid", cmd.Process.Pid, "dir", s.dir, "port", s.cfg.Port)
+	s.cfg.Logger.Debug("postgres server started", "pid", s.child.PID(), "dir", s.workDir.Path, "port", s.cfg.Port)
 	return nil
 }
 
@@ -343,14 +318,6 @@ func (s *Server) ping(ctx context.Context) error {
 		return err
 	}
 	return c.Close(pctx)
-}
-
-func lastLines(b []byte, n int) string {
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte(" | ")))
 }
 
 // URL is a libpq/pgx URL for database db over the unix socket (or over TCP
@@ -365,76 +332,37 @@ func (s *Server) URL(db string) string {
 // SocketURL is a libpq/pgx URL for database db over the unix socket,
 // whatever Port is (socket connections are trusted).
 func (s *Server) SocketURL(db string) string {
-	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", url.PathEscape(db), url.QueryEscape(s.dir), s.port)
+	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", url.PathEscape(db), url.QueryEscape(s.workDir.Path), s.port)
 }
 
 // Dir is the cluster's directory (data directory, socket, log).
-func (s *Server) Dir() string { return s.dir }
+func (s *Server) Dir() string { return s.workDir.Path }
 
 // Socket is the unix socket path.
-func (s *Server) Socket() string { return filepath.Join(s.dir, ".s.PGSQL."+strconv.Itoa(s.port)) }
+func (s *Server) Socket() string {
+	return filepath.Join(s.workDir.Path, ".s.PGSQL."+strconv.Itoa(s.port))
+}
 
 // PID is the postmaster's process id (0 when not running).
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
+func (s *Server) PID() int { return s.child.PID() }
 
-func (s *Server) kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	// The whole process group: the postmaster and its backends.
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	<-exited
-}
-
-// Kill stops the cluster abruptly (SIGKILL to its process group), as a crash
-// would, keeping its directory.
-func (s *Server) Kill() { s.kill() }
+// Kill stops the cluster abruptly (SIGKILL to its process group: the
+// postmaster and its backends), as a crash would, keeping its directory.
+func (s *Server) Kill() { s.child.Kill() }
 
 // Stop shuts the cluster down (fast shutdown, then SIGKILL after 10 s),
 // waits for every server process to exit and removes the directory when it
 // was created by StartServer. It is safe to call more than once.
 func (s *Server) Stop() error {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+	if !s.child.Stop(syscall.SIGINT, 10*time.Second) { // SIGINT: fast shutdown
 		return nil
-	}
-	s.stopped = true
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd != nil && cmd.Process != nil {
-		select {
-		case <-exited:
-		default:
-			cmd.Process.Signal(syscall.SIGINT) // fast shutdown
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				s.kill()
-			}
-		}
-		// Backends outliving the postmaster would keep files open.
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	return s.cleanupDir()
 }
 
 func (s *Server) cleanupDir() error {
-	if !s.ownDir {
-		return nil
-	}
-	if err := os.RemoveAll(s.dir); err != nil {
-		return fmt.Errorf("postgres: remove server dir: %w", err)
+	if err := s.workDir.Remove(); err != nil {
+		return fmt.Errorf("postgres: %w", err)
 	}
 	return nil
 }

@@ -5,16 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fabric-host/fabric/internal/childproc"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fabric-host/fabric/internal/childproc"
 )
 
 // ServerConfig configures a private server child.
@@ -48,16 +48,12 @@ type ServerConfig struct {
 // killed when the host exits (PDEATHSIG) or when Stop is called.
 type Server struct {
 	cfg     ServerConfig
-	dir     string
-	ownDir  bool
+	workDir childproc.Dir
 	socket  string
 	binary  string
 	version string
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	stopped bool
+	child childproc.Child
 }
 
 // FindServerBinary returns valkey-server if it is on PATH, else
@@ -90,19 +86,14 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 		s.binary = b
 	}
-	s.dir = cfg.Dir
-	if s.dir == "" {
-		d, err := os.MkdirTemp("", "fabric-valkey-")
-		if err != nil {
-			return nil, fmt.Errorf("valkey: server temp dir: %w", err)
-		}
-		s.dir, s.ownDir = d, true
+	wd, err := childproc.MakeDir(cfg.Dir, "fabric-valkey-")
+	if err != nil {
+		return nil, fmt.Errorf("valkey: %w", err)
 	}
-	s.socket = filepath.Join(s.dir, "valkey.sock")
+	s.workDir = wd
+	s.socket = filepath.Join(s.workDir.Path, "valkey.sock")
 	if err := s.start(ctx); err != nil {
-		if s.ownDir {
-			os.RemoveAll(s.dir)
-		}
+		s.workDir.Remove()
 		return nil, err
 	}
 	return s, nil
@@ -114,8 +105,8 @@ func (s *Server) args() []string {
 		"--bind", "127.0.0.1",
 		"--unixsocket", s.socket,
 		"--unixsocketperm", "700",
-		"--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "server.log"),
+		"--dir", s.workDir.Path,
+		"--logfile", filepath.Join(s.workDir.Path, "server.log"),
 		"--daemonize", "no",
 		"--databases", strconv.Itoa(s.cfg.Databases),
 		"--appendonly", "no",
@@ -132,44 +123,24 @@ func (s *Server) args() []string {
 func (s *Server) start(ctx context.Context) error {
 	os.Remove(s.socket)
 	cmd := exec.Command(s.binary, s.args()...)
-	cmd.Dir = s.dir
+	cmd.Dir = s.workDir.Path
 	var stderr bytes.Buffer
 	cmd.Stdout = &stderr
 	cmd.Stderr = &stderr
 	// Killed with the host even if the host dies without running Stop.
-	cmd.SysProcAttr = childproc.Attr()
-	if err := cmd.Start(); err != nil {
+	if err := s.child.Start(cmd); err != nil {
 		return fmt.Errorf("valkey: start %s: %w", s.binary, err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	s.mu.Lock()
-	s.cmd, s.exited, s.stopped = cmd, exited, false
-	s.mu.Unlock()
-
-	deadline := time.Now().Add(s.cfg.StartTimeout)
-	for {
-		if err := s.ping(); err == nil {
-			break
-		}
-		select {
-		case <-exited:
-			logTail, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-			return fmt.Errorf("valkey: %s exited during start: %s %s", s.binary, bytes.TrimSpace(stderr.Bytes()), lastLines(logTail, 5))
-		case <-ctx.Done():
-			s.kill()
-			return fmt.Errorf("valkey: waiting for server start: %w", ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			return fmt.Errorf("valkey: %s did not answer PING within %s", s.binary, s.cfg.StartTimeout)
-		}
+	switch err := s.child.WaitReady(ctx, s.ping, 10*time.Millisecond, s.cfg.StartTimeout); {
+	case errors.Is(err, childproc.ErrExited):
+		logTail, _ := os.ReadFile(filepath.Join(s.workDir.Path, "server.log"))
+		return fmt.Errorf("valkey: %s exited during start: %s %s", s.binary, bytes.TrimSpace(stderr.Bytes()), childproc.LogTail(logTail, 5))
+	case errors.Is(err, childproc.ErrNotReady):
+		return fmt.Errorf("valkey: %s did not answer PING within %s", s.binary, s.cfg.StartTimeout)
+	case err != nil:
+		return fmt.Errorf("valkey: waiting for server start: %w", err)
 	}
-	s.cfg.Logger.Debug("valkey server started", "binary", s.binary, "pid", cmd.Process.Pid, "socket", s.socket, "port", s.cfg.Port)
+	s.cfg.Logger.Debug("valkey server started", "binary", s.binary, "pid", s.child.PID(), "socket", s.socket, "port", s.cfg.Port)
 	return nil
 }
 
@@ -198,14 +169,6 @@ func (s *Server) ping() error {
 	return nil
 }
 
-func lastLines(b []byte, n int) string {
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte(" | ")))
-}
-
 // URL is the valkey-go URL of the private unix socket.
 func (s *Server) URL() string { return "unix://" + s.socket }
 
@@ -221,43 +184,25 @@ func (s *Server) TCPAddr() string {
 func (s *Server) Socket() string { return s.socket }
 
 // Dir is the server's working directory.
-func (s *Server) Dir() string { return s.dir }
+func (s *Server) Dir() string { return s.workDir.Path }
 
 // Binary is the executable that was started.
 func (s *Server) Binary() string { return s.binary }
 
 // PID is the child's process id (0 when not running).
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
+func (s *Server) PID() int { return s.child.PID() }
 
-func (s *Server) kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
-	}
-	// The whole process group: the server never forks children of its own
-	// with persistence off, but a BGSAVE child would be in it.
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	<-exited
-}
-
-// Kill stops the server abruptly (SIGKILL), as a crash would, keeping its
-// directory so Restart can bring it back on the same socket.
-func (s *Server) Kill() { s.kill() }
+// Kill stops the server abruptly (SIGKILL to its process group: the
+// server never forks children of its own with persistence off, but a
+// BGSAVE child would be in it), as a crash would, keeping its directory
+// so Restart can bring it back on the same socket.
+func (s *Server) Kill() { s.child.Kill() }
 
 // Restart kills the server if it is running and starts it again on the same
 // socket and directory. Without persistence the new server is empty, which
 // is how tests exercise library reload after a server restart.
 func (s *Server) Restart(ctx context.Context) error {
-	s.kill()
+	s.child.Kill()
 	return s.start(ctx)
 }
 
@@ -266,47 +211,18 @@ func (s *Server) Restart(ctx context.Context) error {
 // waits up to 30 s for it to exit (then kills it), and starts it again on
 // the same socket and directory.
 func (s *Server) RestartGracefully(ctx context.Context) error {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd != nil && cmd.Process != nil {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			s.kill()
-		}
-	}
+	s.child.Terminate(syscall.SIGTERM, 30*time.Second)
 	return s.start(ctx)
 }
 
 // Stop terminates the server (SIGTERM, then SIGKILL after 5 s) and removes
 // its temporary directory. It is safe to call more than once.
 func (s *Server) Stop() error {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+	if !s.child.Stop(syscall.SIGTERM, 5*time.Second) {
 		return nil
 	}
-	s.stopped = true
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd != nil && cmd.Process != nil {
-		select {
-		case <-exited:
-		default:
-			cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(5 * time.Second):
-				s.kill()
-			}
-		}
-	}
-	if s.ownDir {
-		if err := os.RemoveAll(s.dir); err != nil {
-			return fmt.Errorf("valkey: remove server dir: %w", err)
-		}
+	if err := s.workDir.Remove(); err != nil {
+		return fmt.Errorf("valkey: %w", err)
 	}
 	return nil
 }

@@ -8,10 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/model"
 	vk "github.com/valkey-io/valkey-go"
@@ -47,6 +50,182 @@ func addBackendFlags(fs *flag.FlagSet) *backendFlags {
 	fs.StringVar(&b.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	fs.StringVar(&b.logFormat, "log-format", "text", "log format: text or json (log/slog)")
 	return b
+}
+
+// runBackend is all `fabric run` does differently per backend: which
+// driver, its server child or URL, readying the deployment (the function
+// library and bootstrap on Valkey, migrations on Postgres), the census
+// and console over it, and the demo workload. runHost is the rest —
+// config, flags, session, host, admin server, view, signals, drain and
+// shutdown — written once over it.
+type runBackend struct {
+	// where names the backend in the view's title and /status.
+	where string
+	// title ends the live view's title ("library 1.0.0", "schema 12").
+	title  string
+	logger *slog.Logger
+	// private is a server child of this run: it holds only the demo's
+	// executions, which the drain then audits.
+	private bool
+	// host carries the backend into host.Config: Backend or Postgres,
+	// Partitions, Completions.
+	host host.Config
+	// pluginDefaults are config entries the backend sets for its plugins
+	// (hostOptions.defaults).
+	pluginDefaults map[string]map[string]string
+	// sampler, server and consoleNote are observeConfig's.
+	sampler     admin.SamplerConfig
+	server      admin.ServerConfig
+	consoleNote string
+	// demoNote announces the demo off the live view.
+	demoNote string
+	// demo runs the demo workload on h's backend until ctx ends or
+	// cfg.Duration passes, then drains on a context ctx's end does not
+	// cancel; say is the run's output, progress its rate lines'.
+	demo func(ctx context.Context, h *host.Host, cfg workloadConfig, say, progress io.Writer) (fmt.Stringer, error)
+	// stateCounts counts the deployment's executions by public_state.
+	stateCounts func(ctx context.Context) (string, error)
+	// close closes the client and stops the server child, if any.
+	close func()
+}
+
+// runBackendOpener opens a backend for `fabric run`: it reaches it (or
+// starts its server child) through dialWaiting, prints "fabric VERSION on
+// WHERE" and what readying the deployment changed, and returns the
+// wiring. On error it leaves nothing open.
+type runBackendOpener func(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlags, o *runFlags, cfg workloadConfig, out io.Writer) (*runBackend, error)
+
+// openValkeyRun is `fabric run`'s Valkey: the client (a private server
+// child without --valkey-url), the function library and the bootstrap,
+// the census over the keyspace and the console's writes, the host
+// dispatching completions and holding partition leases, and the demo's
+// FlowFabric workload.
+func openValkeyRun(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlags, o *runFlags, cfg workloadConfig, out io.Writer) (_ *runBackend, err error) {
+	b.partitions = o.partitions.PartitionConfig
+	conn, err := b.connect(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			conn.Close()
+		}
+	}()
+	fmt.Fprintf(out, "fabric %s on %s\n", Version, conn.Where)
+	// The demo's lanes join the lane registry only when the demo runs: a
+	// host alone serves whatever lanes the deployment has.
+	var lanes []string
+	if *o.demo {
+		lanes = cfg.Lanes
+	}
+	secret, err := wf.secretFor(ctx, conn, out)
+	if err != nil {
+		return nil, err
+	}
+	// Say what start-up changed on the server: an operator pointing
+	// fabric at an existing deployment should know it installed code there.
+	act, err := conn.Client.EnsureLibrary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: lanes, WaitpointHMACSecret: secret}); err != nil {
+		return nil, err
+	}
+	lib := libraryVersion(ctx, conn.Client)
+	fmt.Fprintf(out, "flowfabric library %s loaded (%s); partitions %+v\n", lib, libraryNote(act), conn.Client.Partitions())
+	return &runBackend{
+		where: conn.Where, title: conn.Where + " · library " + lib, logger: conn.Logger, private: conn.Server != nil,
+		// The dispatchers (dependency, edge_cancel) run on completions.
+		host:     host.Config{Backend: conn.Client, Completions: host.CompletionConfig{Enabled: true}},
+		sampler:  admin.SamplerConfig{Backend: conn.Client},
+		server:   admin.ServerConfig{Backend: conn.Client},
+		demoNote: "demo workload running; Ctrl-C stops submitting, drains and exits",
+		demo: func(ctx context.Context, h *host.Host, cfg workloadConfig, _, progress io.Writer) (fmt.Stringer, error) {
+			// The workers stand in for scanners the host does not run.
+			_, promoter := hostPlugin(h, "delayed_promoter")
+			_, resolver := hostPlugin(h, "dependency")
+			cfg.PromoteInline, cfg.ResolveInline = !promoter, !resolver
+			return runWorkload(ctx, conn.Client, cfg, progress)
+		},
+		stateCounts: func(ctx context.Context) (string, error) { return stateCounts(ctx, conn.Client) },
+		close:       conn.Close,
+	}, nil
+}
+
+// libraryNote says what EnsureLibrary did, for the start-up line.
+func libraryNote(act valkey.LibraryAction) string {
+	switch act {
+	case valkey.LibraryLoaded:
+		return "installed on the server now"
+	case valkey.LibraryReplaced:
+		return "replaced an older copy on the server"
+	}
+	return "already on the server"
+}
+
+func libraryVersion(ctx context.Context, c *valkey.Client) string {
+	v, err := c.LibraryVersion(ctx)
+	if err != nil {
+		return "?"
+	}
+	return v
+}
+
+// stateCounts counts every execution on every flow partition by
+// public_state: one pipelined SMEMBERS round over the partitions, then one
+// pipelined HGET round over the executions.
+func stateCounts(ctx context.Context, c *valkey.Client) (string, error) {
+	raw := c.Raw()
+	n := int(c.Partitions().Flow)
+	cmds := make([]valkeyCompleted, n)
+	for i := range n {
+		p := model.Partition{Family: model.FamilyFlow, Index: uint16(i)}
+		cmds[i] = raw.B().Smembers().Key(model.KeysOn(p).AllExecutions()).Build()
+	}
+	var gets []valkeyCompleted
+	for i, r := range raw.DoMulti(ctx, cmds...) {
+		ids, err := r.AsStrSlice()
+		if err != nil {
+			return "", fmt.Errorf("read all_executions of partition %d: %w", i, err)
+		}
+		for _, id := range ids {
+			gets = append(gets, raw.B().Hget().Key(model.KeysFor(model.ExecutionID(id)).Core()).Field("public_state").Build())
+		}
+	}
+	counts := map[string]int64{}
+	if len(gets) > 0 {
+		for _, r := range raw.DoMulti(ctx, gets...) {
+			st, err := r.ToString()
+			if err != nil {
+				st = "missing"
+			}
+			counts[st]++
+		}
+	}
+	return stateLine(counts), nil
+}
+
+// stateLine is a count of executions by public_state as the run's last
+// line shows it: model.PublicStates' order, then any other state (an
+// execution whose state is "missing", a state fabric does not know) by
+// name; "none" for no execution.
+func stateLine(counts map[string]int64) string {
+	var parts, other []string
+	for _, st := range model.PublicStates {
+		if n := counts[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", st, n))
+		}
+	}
+	for st, n := range counts {
+		if n > 0 && !slices.Contains(model.PublicStates, st) {
+			other = append(other, fmt.Sprintf("%s=%d", st, n))
+		}
+	}
+	slices.Sort(other)
+	if parts = append(parts, other...); len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
 }
 
 // backendConn is a connected client and, when no URL was given, the private
@@ -110,26 +289,7 @@ func (b *backendFlags) connect(ctx context.Context, env *cliEnv) (*backendConn, 
 	}
 	var cl *valkey.Client
 	if err == nil {
-		var ws *waitServer
-		notify := func(cause error) {
-			if ws == nil && b.waitAdmin != "" {
-				var lerr error
-				if ws, lerr = startWaitServer(b.waitAdmin, b.waitTLS, conn.Where); lerr != nil {
-					b.waitAdmin = "" // the admin server proper will say why
-				} else {
-					fmt.Fprintf(env.stderr, "fabric: meanwhile %s/readyz answers 503 with the reason\n", ws.URL())
-				}
-			}
-			if ws != nil {
-				ws.set(cause.Error())
-			}
-		}
-		cl, err = waitFor(ctx, b.wait, env.stderr, conn.Where, func() (*valkey.Client, error) { return valkey.Dial(ctx, cc) },
-			valkey.IsUnreachable, notify)
-		if ws != nil {
-			b.adminBound = ws.Addr()
-			ws.Stop()
-		}
+		cl, err = dialWaiting(ctx, env, b, conn.Where, func() (*valkey.Client, error) { return valkey.Dial(ctx, cc) }, valkey.IsUnreachable)
 	}
 	if err != nil {
 		if conn.Server != nil {
@@ -204,6 +364,35 @@ func (c *connFlags) apply(cfg *valkey.ClientConfig, env *cliEnv) error {
 		cfg.TLS = tc
 	}
 	return nil
+}
+
+// dialWaiting is waitFor with the admin address answering meanwhile:
+// while the backend at where is not reachable, a waitServer on
+// b.waitAdmin (when set) answers /readyz and /healthz with 503 and the
+// reason; b.adminBound is then the address it had, for the admin server
+// proper to take over (port 0 keeps the port it picked). Both backends'
+// runs dial through it.
+func dialWaiting[T any](ctx context.Context, env *cliEnv, b *backendFlags, where string, dial func() (T, error), unreachable func(error) bool) (T, error) {
+	var ws *waitServer
+	notify := func(cause error) {
+		if ws == nil && b.waitAdmin != "" {
+			var lerr error
+			if ws, lerr = startWaitServer(b.waitAdmin, b.waitTLS, where); lerr != nil {
+				b.waitAdmin = "" // the admin server proper will say why
+			} else {
+				fmt.Fprintf(env.stderr, "fabric: meanwhile %s/readyz answers 503 with the reason\n", ws.URL())
+			}
+		}
+		if ws != nil {
+			ws.set(cause.Error())
+		}
+	}
+	cl, err := waitFor(ctx, b.wait, env.stderr, where, dial, unreachable, notify)
+	if ws != nil {
+		b.adminBound = ws.Addr()
+		ws.Stop()
+	}
+	return cl, err
 }
 
 // waitFor calls dial until it succeeds, retrying with backoff for up to

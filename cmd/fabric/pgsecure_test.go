@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 )
 
@@ -106,17 +107,67 @@ func lastLine(s string) string {
 }
 
 // TestRunPostgresWaitsForBackend: `fabric run` on a Postgres URL where
-// nothing listens says it waits, retries for --backend-wait, then fails
-// naming the limit.
+// nothing listens yet says it waits, and its admin address answers
+// meanwhile as on Valkey (/readyz and /healthz 503 with the reason,
+// /status naming it); once the database is there the run goes on, its
+// admin server on the address that answered. (The database is a migrated
+// one of the shared cluster, reached through a socket directory where its
+// socket appears only once the run waits.) Where nothing ever listens it
+// fails after --backend-wait, naming the limit.
 func TestRunPostgresWaitsForBackend(t *testing.T) {
 	t.Parallel()
-	pgURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", valkeytest.FreePort(t))
+	db, err := url.Parse(pgtest.NewDatabase(t, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := db.Query()
+	sockDir, port := t.TempDir(), q.Get("port")
+	socket := filepath.Join(q.Get("host"), ".s.PGSQL."+port)
+	q.Set("host", sockDir)
+	db.RawQuery = q.Encode()
+	pgURL := db.String()
+	out, errb, wait := startRun(t, "run", "--postgres-url", pgURL, "--backend-wait", "2m", "--plugins", "",
+		"--duration", "1s", "--rate", "20", "--mix", "immediate=1", "--admin-addr", "127.0.0.1:0", "--view", "off")
+	waitingRE := regexp.MustCompile(`meanwhile http://(\S+)/readyz answers 503`)
+	var addr string
+	valkeytest.Eventually(t, 30*time.Second, "the run says it waits and where /readyz answers", func() bool {
+		m := waitingRE.FindStringSubmatch(errb.String())
+		if m != nil && strings.Contains(errb.String(), "fabric: waiting for backend database ") {
+			addr = m[1]
+			return true
+		}
+		return false
+	})
+	for _, path := range []string{"/readyz", "/healthz"} {
+		code, body := httpGet(t, "http://"+addr+path)
+		if code != 503 || !strings.Contains(body, "waiting for backend database ") || !strings.Contains(body, "no such file") {
+			t.Fatalf("%s while waiting: %d %s", path, code, body)
+		}
+	}
+	if _, body := httpGet(t, "http://"+addr+"/status"); !strings.Contains(body, `"error":"waiting for backend database `) {
+		t.Fatalf("/status while waiting: %s", body)
+	}
+	if strings.Contains(out.String(), "fabric "+Version+" on") {
+		t.Fatalf("run started before its backend:\n%s", out)
+	}
+	if err := os.Symlink(socket, filepath.Join(sockDir, ".s.PGSQL."+port)); err != nil {
+		t.Fatal(err)
+	}
+	if code := wait(); code != 0 {
+		t.Fatalf("run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errb)
+	}
+	if o := out.String(); !regexp.MustCompile(`backend database \S+ reachable after`).MatchString(errb.String()) ||
+		!strings.Contains(o, "executions by state: completed=") || !strings.Contains(o, "admin: http://"+addr+"/metrics") {
+		t.Fatalf("run did not go on once the backend was up, its admin server on %s\nstdout:\n%s\nstderr:\n%s", addr, o, errb)
+	}
+
+	dead := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", valkeytest.FreePort(t))
 	start := time.Now()
-	code, out, errOut := runCmd(t, "run", "--postgres-url", pgURL, "--backend-wait", "1500ms", "--plugins", "", "--duration", "1s")
+	code, o, e := runCmd(t, "run", "--postgres-url", dead, "--backend-wait", "1500ms", "--plugins", "", "--duration", "1s", "--admin-addr", "")
 	took := time.Since(start)
-	if code != 1 || !strings.Contains(errOut, "fabric: waiting for backend database "+pgURL) ||
-		!strings.Contains(errOut, "not reachable within 1.5s (--backend-wait)") {
-		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	if code != 1 || !strings.Contains(e, "fabric: waiting for backend database "+dead) ||
+		!strings.Contains(e, "not reachable within 1.5s (--backend-wait)") {
+		t.Fatalf("code %d\nstdout:\n%s\nstderr:\n%s", code, o, e)
 	}
 	if took < 1500*time.Millisecond || took > 15*time.Second {
 		t.Errorf("gave up after %s, want about --backend-wait 1.5s", took)

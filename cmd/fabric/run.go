@@ -21,12 +21,10 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/statusview"
-	"github.com/fabric-host/fabric/model"
 )
 
 func init() {
@@ -74,19 +72,11 @@ func init() {
 						return err
 					}
 				}
-				if on, err := pgf.enabled(); err != nil || on {
-					if err != nil {
-						return err
-					}
-					if err := pgf.refuse(fs); err != nil {
-						return err
-					}
-					return runPostgres(ctx, env, pgf, b, wf, o)
+				open, err := pgf.opener(fs)
+				if err != nil {
+					return err
 				}
-				if *pgf.migrate {
-					return fmt.Errorf("%w: --migrate applies on Postgres only (with --postgres-url or --backend postgres)", errUsage)
-				}
-				return runHost(ctx, env, b, wf, o)
+				return runHost(ctx, env, open, b, wf, o)
 			}
 		},
 	})
@@ -133,14 +123,18 @@ var errBrokenPipe = errors.New("output closed (broken pipe)")
 // errInterruptKey ends a run whose live view read Ctrl-C or q.
 var errInterruptKey = errors.New("interrupted from the keyboard")
 
-// runHost is `fabric run` on Valkey: connect (or start a private
-// server), bootstrap, start the host, then the parts both backends share
-// (runSession.observe: census sampler, admin server, status view) and the
-// demo workload; on Ctrl-C, SIGTERM or a closed output, drain and stop
-// everything in reverse, the private server last.
-func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlags, o *runFlags) (err error) {
+// runHost is `fabric run` on either backend: open it (open: connect or
+// start its server child, ready the deployment), start the host on it,
+// then the census sampler, admin server and status view
+// (runSession.observe) and the demo workload; on Ctrl-C, SIGTERM or a
+// closed output, drain on a context they do not cancel and stop
+// everything in reverse, the server child last.
+func runHost(ctx context.Context, env *cliEnv, open runBackendOpener, b *backendFlags, wf *workloadFlags, o *runFlags) (err error) {
 	cfg, err := wf.config()
 	if err != nil {
+		return err
+	}
+	if b.waitTLS, err = o.adminTLS(); err != nil {
 		return err
 	}
 	o.applyGCPercent()
@@ -150,46 +144,19 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	}
 	defer func() { err = rs.end(err) }()
 	out := rs.out
-	b.partitions = o.partitions.PartitionConfig
 	b.waitAdmin = *o.adminAddr
-	if b.waitTLS, err = o.adminTLS(); err != nil {
-		return err
-	}
-	conn, err := b.connect(ctx, env)
+	be, err := open(ctx, env, b, wf, o, cfg, out)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	fmt.Fprintf(out, "fabric %s on %s\n", Version, conn.Where)
-	// The demo's lanes join the lane registry only when the demo runs: a
-	// host alone serves whatever lanes the deployment has.
-	var lanes []string
-	if *o.demo {
-		lanes = cfg.Lanes
-	}
-	secret, err := wf.secretFor(ctx, conn, out)
-	if err != nil {
-		return err
-	}
-	// Say what start-up changed on the server: an operator pointing
-	// fabric at an existing deployment should know it installed code there.
-	act, err := conn.Client.EnsureLibrary(ctx)
-	if err != nil {
-		return err
-	}
-	if err := conn.Client.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: lanes, WaitpointHMACSecret: secret}); err != nil {
-		return err
-	}
-	lib := libraryVersion(ctx, conn.Client)
-	fmt.Fprintf(out, "flowfabric library %s loaded (%s); partitions %+v\n", lib, libraryNote(act), conn.Client.Partitions())
+	defer be.close()
 
 	metrics := admin.NewMetrics()
-	h, err := startHost(ctx, out, host.Config{Backend: conn.Client, Logger: conn.Logger, IdleRelease: *o.idle,
-		// The dispatchers (dependency, edge_cancel) run on completions.
-		Completions: host.CompletionConfig{Enabled: true}},
-		hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
-			plugins: o.pluginCfg, observer: metrics, trust: o.trust,
-			leases: partlease.Config{Disabled: !*o.leases, HostID: *o.hostID, TTL: *o.leaseTTL}})
+	hc := be.host
+	hc.Logger, hc.IdleRelease = be.logger, *o.idle
+	h, err := startHost(ctx, out, hc, hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
+		plugins: o.pluginCfg, defaults: be.pluginDefaults, observer: metrics, trust: o.trust,
+		leases: partlease.Config{Disabled: !*o.leases, HostID: *o.hostID, TTL: *o.leaseTTL}})
 	if err != nil {
 		return err
 	}
@@ -200,13 +167,12 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	}
 	addr := *o.adminAddr
 	if b.adminBound != "" {
-		addr = b.adminBound // the address /readyz answered on while connect waited
+		addr = b.adminBound // the address /readyz answered on while the backend was awaited
 	}
 	obs, err := rs.observe(ctx, env, o, observeConfig{
-		title: fmt.Sprintf("fabric %s · %s · library %s", Version, conn.Where, lib), where: conn.Where,
-		src: src, metrics: metrics, logger: conn.Logger, addr: addr, tls: b.waitTLS,
-		sampler: admin.SamplerConfig{Backend: conn.Client},
-		server:  admin.ServerConfig{Backend: conn.Client}})
+		title: fmt.Sprintf("fabric %s · %s", Version, be.title), where: be.where,
+		src: src, metrics: metrics, logger: be.logger, addr: addr, tls: b.waitTLS,
+		sampler: be.sampler, server: be.server, consoleNote: be.consoleNote})
 	if err != nil {
 		return err
 	}
@@ -215,24 +181,19 @@ func runHost(ctx context.Context, env *cliEnv, b *backendFlags, wf *workloadFlag
 	if !*o.demo {
 		return rs.idle(ctx, obs)
 	}
-	// The workers stand in for scanners the host does not run.
-	_, promoter := hostPlugin(h, "delayed_promoter")
-	_, resolver := hostPlugin(h, "dependency")
-	cfg.PromoteInline, cfg.ResolveInline = !promoter, !resolver
-	cfg.Logger = conn.Logger
-	cfg.Audit = conn.Server != nil
 	if rs.mode != "tty" {
-		fmt.Fprintln(out, "demo workload running; Ctrl-C stops submitting, drains and exits")
+		fmt.Fprintln(out, be.demoNote)
 	}
-	sum, werr := runWorkload(ctx, conn.Client, cfg, obs.wout)
+	cfg.Logger, cfg.Audit = be.logger, be.private
+	sum, werr := be.demo(ctx, h, cfg, out, obs.wout)
 	obs.stopView()
 	if context.Cause(ctx) == errBrokenPipe {
-		conn.Logger.Info("output closed; stopped")
+		be.logger.Info("output closed; stopped")
 	}
 	fmt.Fprintf(out, "demo: %s\n", sum)
-	counts, err := stateCounts(context.WithoutCancel(ctx), conn.Client)
+	counts, err := be.stateCounts(context.WithoutCancel(ctx))
 	if err != nil {
-		return err
+		return errors.Join(werr, err)
 	}
 	fmt.Fprintf(out, "executions by state: %s\n", counts)
 	return werr
@@ -615,25 +576,6 @@ func printPlugins(out io.Writer, h *host.Host) {
 	}
 }
 
-// libraryNote says what EnsureLibrary did, for the start-up line.
-func libraryNote(act valkey.LibraryAction) string {
-	switch act {
-	case valkey.LibraryLoaded:
-		return "installed on the server now"
-	case valkey.LibraryReplaced:
-		return "replaced an older copy on the server"
-	}
-	return "already on the server"
-}
-
-func libraryVersion(ctx context.Context, c *valkey.Client) string {
-	v, err := c.LibraryVersion(ctx)
-	if err != nil {
-		return "?"
-	}
-	return v
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -650,49 +592,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// stateCounts counts every execution on every flow partition by
-// public_state: one pipelined SMEMBERS round over the partitions, then one
-// pipelined HGET round over the executions.
-func stateCounts(ctx context.Context, c *valkey.Client) (string, error) {
-	raw := c.Raw()
-	n := int(c.Partitions().Flow)
-	cmds := make([]valkeyCompleted, n)
-	for i := range n {
-		p := model.Partition{Family: model.FamilyFlow, Index: uint16(i)}
-		cmds[i] = raw.B().Smembers().Key(model.KeysOn(p).AllExecutions()).Build()
-	}
-	var gets []valkeyCompleted
-	for i, r := range raw.DoMulti(ctx, cmds...) {
-		ids, err := r.AsStrSlice()
-		if err != nil {
-			return "", fmt.Errorf("read all_executions of partition %d: %w", i, err)
-		}
-		for _, id := range ids {
-			gets = append(gets, raw.B().Hget().Key(model.KeysFor(model.ExecutionID(id)).Core()).Field("public_state").Build())
-		}
-	}
-	counts := map[string]int{}
-	if len(gets) > 0 {
-		for _, r := range raw.DoMulti(ctx, gets...) {
-			st, err := r.ToString()
-			if err != nil {
-				st = "missing"
-			}
-			counts[st]++
-		}
-	}
-	var parts []string
-	for _, st := range append(model.PublicStates, "missing") {
-		if n := counts[st]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", st, n))
-		}
-	}
-	if len(parts) == 0 {
-		return "none", nil
-	}
-	return strings.Join(parts, " "), nil
 }
 
 // orNone is s, or "none" when empty.

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,56 +85,74 @@ func (f *runPGFlags) refuse(fs *flag.FlagSet) error {
 	return nil
 }
 
-// runPostgres is `fabric run` on Postgres: it migrates a throwaway cluster
-// (no --postgres-url) or, with --migrate, the given database, refuses a
-// given database not migrated (postgres.ErrNotMigrated, naming `fabric
-// migrate`), and runs the host with the
-// pg_* plugins on it (Valkey plugins are loaded but disabled by the
-// host), the parts every run shares (runSession.observe: census, admin
-// server and console, status view) and the SDK workload on Postgres
-// workers until Ctrl-C or --duration, then drains and prints a summary.
-func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, b *backendFlags, wf *workloadFlags, o *runFlags) (err error) {
-	cfg, err := wf.config()
+// opener picks `fabric run`'s backend from --backend and --postgres-url.
+// Postgres is refused with a flag that does not apply there (refuse),
+// Valkey with --migrate.
+func (f *runPGFlags) opener(fs *flag.FlagSet) (runBackendOpener, error) {
+	on, err := f.enabled()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	tlsCfg, err := o.adminTLS()
-	if err != nil {
-		return err
+	if !on {
+		if *f.migrate {
+			return nil, fmt.Errorf("%w: --migrate applies on Postgres only (with --postgres-url or --backend postgres)", errUsage)
+		}
+		return openValkeyRun, nil
 	}
-	o.applyGCPercent()
-	rs, ctx, err := startRunSession(ctx, env, b, *o.view)
-	if err != nil {
-		return err
+	if err := f.refuse(fs); err != nil {
+		return nil, err
 	}
-	defer func() { err = rs.end(err) }()
-	out := rs.out
+	return f.openPostgresRun, nil
+}
+
+// openPostgresRun is `fabric run`'s Postgres: the client on --postgres-url
+// or a throwaway cluster, migrated (the cluster always, the given
+// database with --migrate; without it a database not migrated is refused
+// with postgres.ErrNotMigrated, naming `fabric migrate`), the census and
+// read-only console over SQL, the host running the pg_* plugins (Valkey
+// plugins load disabled) with completion dispatch pushed by LISTEN
+// ff_completion, and the demo's SDK workload on Postgres workers.
+func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backendFlags, _ *workloadFlags, o *runFlags, cfg workloadConfig, out io.Writer) (_ *runBackend, err error) {
 	log, err := b.logger(env)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	t, err := f.pg.target(ctx, env)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer t.Close()
+	var pc *postgres.Client
+	var stopWakeups func()
+	closeAll := func() {
+		if stopWakeups != nil {
+			stopWakeups()
+		}
+		if pc != nil {
+			pc.Close()
+		}
+		t.Close()
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
 	log = slog.New(redact.Handler(log.Handler(), append(redact.Secrets(t.URL), t.Password)...))
-	fmt.Fprintf(out, "fabric %s on Postgres: %s\n", Version, t.Where)
 	var parts model.PartitionConfig
 	if t.Server != nil {
 		parts = o.partitions.PartitionConfig
 	}
-	pc, err := waitFor(ctx, b.wait, env.stderr, t.Where, func() (*postgres.Client, error) {
+	pc, err = dialWaiting(ctx, env, b, t.Where, func() (*postgres.Client, error) {
 		return postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log,
 			MaxConns: int32(cfg.Workers*2 + 8), Partitions: parts})
-	}, postgres.IsUnreachable, nil)
+	}, postgres.IsUnreachable)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pc.Close()
+	fmt.Fprintf(out, "fabric %s on Postgres: %s\n", Version, t.Where)
 	version, err := pgSchema(ctx, pc, t.Server == nil && !*f.migrate, out)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Fprintf(out, "schema version %d; partitions %+v\n", version, pc.Partitions())
 	// Completion dispatch is pushed: every flow member's completion event
@@ -143,57 +160,30 @@ func runPostgres(ctx context.Context, env *cliEnv, f *runPGFlags, b *backendFlag
 	// partition at once; the plugin's own 1 s sweep stays as the safety
 	// net. The host being the dispatcher, stale_ms 0 lets it take fresh
 	// events.
-	wakeups, stopWakeups, err := pgCompletionWakeups(ctx, pc)
+	wakeups, stop, err := pgCompletionWakeups(ctx, pc)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer stopWakeups()
-	metrics := admin.NewMetrics()
-	h, err := startHost(ctx, out, host.Config{Postgres: pc.PluginSQL(), Partitions: pc.Partitions(), Logger: log, IdleRelease: *o.idle,
-		Completions: host.CompletionConfig{Enabled: true, Wakeups: wakeups}},
-		hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
-			plugins: o.pluginCfg, observer: metrics, trust: o.trust,
-			defaults: map[string]map[string]string{"pg_dependency_reconciler": {"stale_ms": "0"}}})
-	if err != nil {
-		return err
-	}
-	var src admin.PluginSource
-	if h != nil {
-		src = h
-		defer stopHost(ctx, out, h)
-	}
-	obs, err := rs.observe(ctx, env, o, observeConfig{
-		title: fmt.Sprintf("fabric %s · Postgres %s · schema %d", Version, t.Where, version), where: "postgres: " + t.Where,
-		src: src, metrics: metrics, logger: log, addr: *o.adminAddr, tls: tlsCfg,
-		sampler:     admin.SamplerConfig{Take: admin.PGCensus(pc)},
-		server:      admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
-		consoleNote: "read-only on Postgres: writes answer 501"})
-	if err != nil {
-		return err
-	}
-	defer obs.stop()
-	if !*o.demo {
-		return rs.idle(ctx, obs)
-	}
-	if _, ok := hostPlugin(h, "pg_delayed_promoter"); !ok {
-		fmt.Fprintln(out, "warning: no pg_delayed_promoter plugin: delayed and retried work will not run again")
-	}
-	if rs.mode != "tty" {
-		fmt.Fprintln(out, "demo workload running on Postgres (immediate, delayed, retry; suspend and dag run as immediate); Ctrl-C stops submitting, drains and exits")
-	}
-	cfg.Audit = f.pg.url == "" // a throwaway cluster holds only the demo's executions
-	sum, werr := runPostgresWorkload(ctx, pc, cfg, log, obs.wout)
-	obs.stopView()
-	if context.Cause(ctx) == errBrokenPipe {
-		log.Info("output closed; stopped")
-	}
-	fmt.Fprintf(out, "demo: %s\n", sum)
-	counts, err := pgStateCounts(context.WithoutCancel(ctx), pc)
-	if err != nil {
-		return errors.Join(werr, err)
-	}
-	fmt.Fprintf(out, "executions by state: %s\n", counts)
-	return werr
+	stopWakeups = stop
+	return &runBackend{
+		where: "postgres: " + t.Where, title: fmt.Sprintf("Postgres %s · schema %d", t.Where, version), logger: log,
+		private: t.Server != nil,
+		host: host.Config{Postgres: pc.PluginSQL(), Partitions: pc.Partitions(),
+			Completions: host.CompletionConfig{Enabled: true, Wakeups: wakeups}},
+		pluginDefaults: map[string]map[string]string{"pg_dependency_reconciler": {"stale_ms": "0"}},
+		sampler:        admin.SamplerConfig{Take: admin.PGCensus(pc)},
+		server:         admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
+		consoleNote:    "read-only on Postgres: writes answer 501",
+		demoNote:       "demo workload running on Postgres (immediate, delayed, retry; suspend and dag run as immediate); Ctrl-C stops submitting, drains and exits",
+		demo: func(ctx context.Context, h *host.Host, cfg workloadConfig, say, progress io.Writer) (fmt.Stringer, error) {
+			if _, ok := hostPlugin(h, "pg_delayed_promoter"); !ok {
+				fmt.Fprintln(say, "warning: no pg_delayed_promoter plugin: delayed and retried work will not run again")
+			}
+			return runPostgresWorkload(ctx, pc, cfg, progress)
+		},
+		stateCounts: func(ctx context.Context) (string, error) { return pgStateCounts(ctx, pc) },
+		close:       closeAll,
+	}, nil
 }
 
 // pgSchema readies the database's schema and returns its version: with
@@ -277,20 +267,7 @@ func pgStateCounts(ctx context.Context, pc *postgres.Client) (string, error) {
 	if err := rows.Err(); err != nil {
 		return "", fmt.Errorf("count executions by state: %w", err)
 	}
-	var parts []string
-	for _, st := range model.PublicStates {
-		if n := counts[st]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", st, n))
-		}
-		delete(counts, st)
-	}
-	for st, n := range counts { // a state fabric does not know
-		parts = append(parts, fmt.Sprintf("%s=%d", st, n))
-	}
-	if len(parts) == 0 {
-		return "none", nil
-	}
-	return strings.Join(parts, " "), nil
+	return stateLine(counts), nil
 }
 
 // pgWorkloadSummary counts what the Postgres workload did.
@@ -320,9 +297,9 @@ const (
 // runPostgresWorkload submits work at cfg.Rate over cfg.Lanes with SDK
 // producers and runs cfg.Workers Postgres workers until ctx ends or
 // cfg.Duration passes, then drains for up to cfg.DrainTimeout.
-func runPostgresWorkload(ctx context.Context, pc *postgres.Client, cfg workloadConfig, log *slog.Logger, out io.Writer) (*pgWorkloadSummary, error) {
+func runPostgresWorkload(ctx context.Context, pc *postgres.Client, cfg workloadConfig, out io.Writer) (*pgWorkloadSummary, error) {
 	sum := &pgWorkloadSummary{}
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: log})
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: cfg.Logger})
 	if err != nil {
 		return sum, err
 	}
@@ -332,7 +309,7 @@ func runPostgresWorkload(ctx context.Context, pc *postgres.Client, cfg workloadC
 	workers := make([]*sdk.Worker, 0, cfg.Workers)
 	for i := range cfg.Workers {
 		w, err := sdk.Connect(wctx, pc, sdk.WorkerConfig{WorkerID: fmt.Sprintf("demo-%d", i), Lanes: cfg.Lanes,
-			Concurrency: cfg.Concurrency, Logger: log})
+			Concurrency: cfg.Concurrency, Logger: cfg.Logger})
 		if err != nil {
 			return sum, err
 		}

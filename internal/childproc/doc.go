@@ -1,4 +1,5 @@
-// Package childproc holds the process attributes of the servers fabric
-// starts as children (redis-server, postgres), written once for both
-// launchers and per operating system.
+// Package childproc is the process child of the servers fabric starts
+// (redis-server, postgres), written once for both launchers: its process
+// attributes per operating system (Attr), and Child — start, wait until
+// ready, signal then kill its process group, reap.
 package childproc

@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/internal/testbackend"
 )
 
 // TemplateDB is the migrated template every test database is cloned from.
@@ -121,12 +122,7 @@ func CheckGone(pid int, dir string) error {
 }
 
 // Logger returns a logger for tests: silent unless FABRIC_TEST_LOG is set.
-func Logger() *slog.Logger {
-	if os.Getenv("FABRIC_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+func Logger() *slog.Logger { return testbackend.Logger() }
 
 // Server returns the shared cluster, starting it and migrating the
 // template on first use.
@@ -251,21 +247,12 @@ func Client(tb testing.TB, cfg postgres.ClientConfig) *postgres.Client {
 }
 
 // Context returns a context that ends with the test (and after at most d).
-func Context(tb testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	tb.Cleanup(cancel)
-	return ctx
-}
+func Context(tb testing.TB, d time.Duration) context.Context { return testbackend.Context(tb, d) }
 
 // Eventually polls cond every few milliseconds until it returns true or d
-// passes, then fails the test with msg.
+// passes, then fails the test with msg. It is the poll-with-deadline tests
+// use instead of sleeping for a guessed duration.
 func Eventually(tb testing.TB, d time.Duration, msg string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("pgtest: not true within %s: %s", d, msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testbackend.Eventually(tb, "pgtest", d, msg, cond)
 }

@@ -12,16 +12,15 @@ package valkeytest
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/internal/testbackend"
 )
 
 // databases is the number of logical databases of the shared server; each
@@ -50,12 +49,7 @@ func Run(m *testing.M) int {
 }
 
 // Logger returns a logger for tests: silent unless FABRIC_TEST_LOG is set.
-func Logger() *slog.Logger {
-	if os.Getenv("FABRIC_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+func Logger() *slog.Logger { return testbackend.Logger() }
 
 // Server returns the shared server, starting it on first use.
 func Server(tb testing.TB) *valkey.Server {
@@ -127,11 +121,7 @@ func Dial(tb testing.TB, url string, db int) *valkey.Client {
 }
 
 // Context returns a context that ends with the test (and after at most d).
-func Context(tb testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	tb.Cleanup(cancel)
-	return ctx
-}
+func Context(tb testing.TB, d time.Duration) context.Context { return testbackend.Context(tb, d) }
 
 // Must fails the test on err.
 func Must[T any](tb testing.TB, v T, err error) T {
@@ -150,13 +140,7 @@ func Sprint(v any) string { return fmt.Sprint(v) }
 // use instead of sleeping for a guessed duration.
 func Eventually(tb testing.TB, d time.Duration, msg string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("valkeytest: not true within %s: %s", d, msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testbackend.Eventually(tb, "valkeytest", d, msg, cond)
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
