@@ -275,12 +275,16 @@ const (
 	sqlLockCoreMany = `SELECT execution_id, lifecycle_phase, attempt_index FROM ff_exec_core
  WHERE partition_key = $1 AND execution_id = ANY($2::uuid[])
  ORDER BY execution_id FOR UPDATE`
-	// sqlLockAttemptMany locks the fenced attempts, in id order.
+	// sqlLockAttemptMany locks the fenced attempts, in id order. Every
+	// statement here names its rows by "execution_id = ANY($2)" as well
+	// as by the join: the index lookup then starts from the ids, never
+	// from a scan of the partition (a join alone is planned from the
+	// partition's statistics, which a busy lane outgrows between ANALYZEs).
 	sqlLockAttemptMany = `SELECT a.execution_id, a.lease_epoch, a.lease_expires_at_ms
   FROM ff_attempt a
   JOIN unnest($2::uuid[], $3::int[]) AS f(execution_id, attempt_index)
     ON a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index
- WHERE a.partition_key = $1
+ WHERE a.partition_key = $1 AND a.execution_id = ANY($2::uuid[])
  ORDER BY a.execution_id FOR UPDATE OF a`
 	// sqlCompleteMany is sqlCompleteFenced over arrays: every row whose
 	// fence (attempt $3, epoch $4, lease unexpired at $5) holds is
@@ -290,23 +294,24 @@ const (
 WITH f AS (
   SELECT * FROM unnest($2::uuid[], $3::int[], $4::bigint[], $6::bytea[]) AS f(execution_id, attempt_index, lease_epoch, result)),
 ok AS (
-  SELECT f.execution_id, f.attempt_index, f.result FROM f
-    JOIN ff_exec_core c ON c.partition_key = $1 AND c.execution_id = f.execution_id
-                       AND c.attempt_index = f.attempt_index AND c.lifecycle_phase = 'active'
-    JOIN ff_attempt a ON a.partition_key = $1 AND a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index
-   WHERE a.lease_epoch = f.lease_epoch AND a.lease_expires_at_ms > $5),
-att AS (
-  UPDATE ff_attempt a SET terminal_at_ms = $5, outcome = 'success', lease_expires_at_ms = NULL
-    FROM ok
-   WHERE a.partition_key = $1 AND a.execution_id = ok.execution_id AND a.attempt_index = ok.attempt_index),
+  SELECT a.execution_id, a.attempt_index FROM ff_attempt a
+    JOIN f ON a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index AND a.lease_epoch = f.lease_epoch
+   WHERE a.partition_key = $1 AND a.execution_id = ANY($2::uuid[]) AND a.lease_expires_at_ms > $5),
 core AS (
   UPDATE ff_exec_core c
      SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
-         public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $5, result = ok.result,
+         public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $5, result = f.result,
          raw_fields = c.raw_fields || jsonb_build_object('last_mutation_at', $5::bigint::text, 'terminal_outcome', 'success')
-    FROM ok
-   WHERE c.partition_key = $1 AND c.execution_id = ok.execution_id
-  RETURNING c.partition_key, c.execution_id, c.flow_id, c.raw_fields),
+    FROM f, ok
+   WHERE c.partition_key = $1 AND c.execution_id = ANY($2::uuid[]) AND c.lifecycle_phase = 'active'
+     AND c.execution_id = f.execution_id AND c.attempt_index = f.attempt_index
+     AND ok.execution_id = c.execution_id AND ok.attempt_index = c.attempt_index
+  RETURNING c.partition_key, c.execution_id, c.attempt_index, c.flow_id, c.raw_fields),
+att AS (
+  UPDATE ff_attempt a SET terminal_at_ms = $5, outcome = 'success', lease_expires_at_ms = NULL
+    FROM core
+   WHERE a.partition_key = $1 AND a.execution_id = ANY($2::uuid[])
+     AND a.execution_id = core.execution_id AND a.attempt_index = core.attempt_index),
 done AS (
   INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
   SELECT partition_key, execution_id, flow_id, 'success', raw_fields->>'namespace', raw_fields->>'instance_tag', $5
