@@ -184,44 +184,17 @@ func (c *Client) runCompleteBatch(ctx context.Context, b *pgx.Batch, parts []int
 	out := map[*completeReq]error{}
 	read := func(pk int16) error {
 		cores := map[string]lockedCore{}
-		rows, _ := br.Query()
-		for rows.Next() {
-			var id [16]byte
-			var lc lockedCore
-			if err := rows.Scan(&id, &lc.phase, &lc.idx); err != nil {
-				rows.Close()
-				return err
-			}
-			cores[execKey{part: pk, uuid: id}.id()] = lc
-		}
-		if err := rows.Err(); err != nil {
+		var lc lockedCore
+		if err := eachRow(br, pk, []any{&lc.phase, &lc.idx}, func(id string) { cores[id] = lc }); err != nil {
 			return err
 		}
 		atts := map[string]lockedAttempt{}
-		rows, _ = br.Query()
-		for rows.Next() {
-			var id [16]byte
-			var la lockedAttempt
-			if err := rows.Scan(&id, &la.epoch, &la.expires); err != nil {
-				rows.Close()
-				return err
-			}
-			atts[execKey{part: pk, uuid: id}.id()] = la
-		}
-		if err := rows.Err(); err != nil {
+		var la lockedAttempt
+		if err := eachRow(br, pk, []any{&la.epoch, &la.expires}, func(id string) { atts[id] = la }); err != nil {
 			return err
 		}
 		done := map[string]bool{}
-		rows, _ = br.Query()
-		for rows.Next() {
-			var id [16]byte
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			done[execKey{part: pk, uuid: id}.id()] = true
-		}
-		if err := rows.Err(); err != nil {
+		if err := eachRow(br, pk, nil, func(id string) { done[id] = true }); err != nil {
 			return err
 		}
 		for _, r := range byPart[pk] {
@@ -242,6 +215,26 @@ func (c *Client) runCompleteBatch(ctx context.Context, b *pgx.Batch, parts []int
 		return nil, notMigrated(err)
 	}
 	return out, nil
+}
+
+// eachRow reads the next result of br: each row's execution id (on
+// partition pk) into keep, after scanning the row's other columns into
+// dest.
+func eachRow(br pgx.BatchResults, pk int16, dest []any, keep func(id string)) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var id [16]byte
+	targets := append([]any{&id}, dest...)
+	for rows.Next() {
+		if err := rows.Scan(targets...); err != nil {
+			return err
+		}
+		keep(execKey{part: pk, uuid: id}.id())
+	}
+	return rows.Err()
 }
 
 // completeOutcome is one request's outcome from its partition's locked
