@@ -53,6 +53,7 @@ func connectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig)
 	w.life, w.lifeCancel = context.WithCancel(ctx)
 	w.bg.Add(1)
 	go w.heartbeat()
+	w.pgSubscribeEligible(ctx)
 	w.log.Info("worker connected (postgres)", "worker_id", cfg.WorkerID, "lanes", cfg.Lanes, "caps", w.capsCSV)
 	return w, nil
 }
@@ -67,8 +68,10 @@ func (w *Worker) pgRegisterParams() *postgres.RegisterWorkerParams {
 // claims across every partition rather than the lanes' solo partitions.
 const pgFullScanEvery = 8
 
-// pgClaimNext tries each lane once, starting at a rotating lane.
-func (w *Worker) pgClaimNext(ctx context.Context) (*Lease, error) {
+// pgClaim claims up to n executions, trying each lane once from a
+// rotating lane until n are claimed: on a lane's solo partition the n
+// are picked and leased in one statement (ClaimNextN).
+func (w *Worker) pgClaim(ctx context.Context, n int) ([]*Lease, error) {
 	lanes := w.cfg.Lanes
 	start := w.laneRR.Add(1)
 	// Solo executions of a lane all live on its solo partition: a cheap,
@@ -76,26 +79,52 @@ func (w *Worker) pgClaimNext(ctx context.Context) (*Lease, error) {
 	// partition (flow members of the lane), which costs a probe per
 	// partition.
 	full := w.cursor.Add(1)%pgFullScanEvery == 0
+	drv := postgres.NewDriver(w.pg)
+	var out []*Lease
 	for i := range lanes {
+		if len(out) >= n {
+			break
+		}
 		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
 		p := &backend.ClaimNextParams{LaneID: lane, WorkerID: w.cfg.WorkerID,
 			WorkerInstanceID: w.cfg.InstanceID, Capabilities: w.caps, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds()}
 		if !full {
 			p.Partitions = []uint16{w.parts.SoloPartition(lane).Index}
 		}
-		cr, err := w.drv.ClaimNext(ctx, p)
+		crs, err := drv.ClaimNextN(ctx, p, n-len(out))
 		if err != nil {
-			return nil, fmt.Errorf("sdk: %w", err)
+			return out, fmt.Errorf("sdk: %w", err)
 		}
-		if cr == nil {
-			continue
+		for _, cr := range crs {
+			ji := &jobInfo{kind: cr.Kind, namespace: cr.Namespace, lane: cr.LaneID, flow: cr.FlowID, payload: string(cr.Payload)}
+			out = append(out, w.newLease(cr.ExecutionID, cr.LaneID, ji, &valkey.ClaimResult{LeaseID: cr.Fence.LeaseID,
+				LeaseEpoch: cr.Fence.LeaseEpoch, ExpiresAt: cr.ExpiresAt, AttemptID: cr.Fence.AttemptID,
+				AttemptIndex: cr.Fence.AttemptIndex, AttemptType: cr.AttemptType}))
 		}
-		ji := &jobInfo{kind: cr.Kind, namespace: cr.Namespace, lane: cr.LaneID, flow: cr.FlowID, payload: string(cr.Payload)}
-		return w.newLease(cr.ExecutionID, cr.LaneID, ji, &valkey.ClaimResult{LeaseID: cr.Fence.LeaseID,
-			LeaseEpoch: cr.Fence.LeaseEpoch, ExpiresAt: cr.ExpiresAt, AttemptID: cr.Fence.AttemptID,
-			AttemptIndex: cr.Fence.AttemptIndex, AttemptType: cr.AttemptType}), nil
 	}
-	return nil, nil
+	return out, nil
+}
+
+// pgSubscribeEligible starts the worker's LISTEN on eligible work of its
+// lanes (postgres.SubscribeEligible), closed when the worker's life ends:
+// an idle Run wakes at once instead of at its next poll. Without it
+// (DisableNotifications, or a failed LISTEN) Run polls only.
+func (w *Worker) pgSubscribeEligible(ctx context.Context) {
+	if w.cfg.DisableNotifications {
+		return
+	}
+	sub, err := w.pg.SubscribeEligible(ctx, w.cfg.Lanes)
+	if err != nil {
+		w.log.Warn("eligible-work notifications unavailable; polling only", "error", err)
+		return
+	}
+	w.pgWake = sub
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		<-w.life.Done()
+		sub.Close()
+	}()
 }
 
 // pgCode reports a logical error of the Postgres backend (not worth

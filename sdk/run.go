@@ -167,11 +167,22 @@ loop:
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer func() { <-slots }()
+				freed := false
+				free := func() {
+					if !freed {
+						freed = true
+						<-slots
+					}
+				}
+				defer free()
 				// A completion claims the next execution in its own round
-				// trip, and this slot runs it.
+				// trip, and this slot runs it. On Postgres the slot is
+				// freed once the handler returns: Run claims the next
+				// execution while the lease-ending call (group-committed
+				// with the other slots') is in flight; Run still waits
+				// for that call before it returns.
 				for l != nil {
-					l = w.handle(ctx, hctx, l, handler)
+					l = w.handle(ctx, hctx, l, handler, free)
 				}
 			}()
 		}
@@ -252,8 +263,12 @@ loop:
 }
 
 // wakeCh is the channel that nudges an idle Run (nil, never ready,
-// without notifications).
+// without notifications): keyevents on Valkey, LISTEN fabric_eligible on
+// Postgres.
 func (w *Worker) wakeCh() <-chan struct{} {
+	if w.pgWake != nil {
+		return w.pgWake.C
+	}
 	if w.wake == nil {
 		return nil
 	}
@@ -263,7 +278,10 @@ func (w *Worker) wakeCh() <-chan struct{} {
 // handle runs one handler and ends the lease by its result. A completion
 // while Run still claims (runCtx live) claims the next execution in the
 // same round trip; that lease is returned for the caller to handle.
-func (w *Worker) handle(runCtx, hctx context.Context, l *Lease, h Handler) (next *Lease) {
+//
+// On Postgres, free is called once the handler has returned, before the
+// lease-ending call: the slot no longer runs a handler.
+func (w *Worker) handle(runCtx, hctx context.Context, l *Lease, h Handler, free func()) (next *Lease) {
 	w.stats.running.Add(1)
 	defer w.stats.running.Add(-1)
 	w.mu.Lock()
@@ -278,6 +296,9 @@ func (w *Worker) handle(runCtx, hctx context.Context, l *Lease, h Handler) (next
 	herr := w.call(ctx, h, job)
 	if w.life.Err() != nil {
 		return nil // killed
+	}
+	if w.pg != nil {
+		free()
 	}
 	// Calls that end the lease get their own deadline, not the handler's.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(w.life), 10*time.Second)

@@ -96,10 +96,11 @@ type WorkerConfig struct {
 	// running both is safe.
 	ResolveDependencies bool
 	// DisableNotifications stops the worker from subscribing to ZADD
-	// keyevents (and from turning them on with CONFIG SET). With them,
-	// the worker reads the partitions that just got eligible work on its
-	// lanes and an idle worker wakes at once; without them it finds work
-	// by polling windows of partitions only.
+	// keyevents (and from turning them on with CONFIG SET), or on
+	// Postgres from LISTENing on fabric_eligible. With them, the worker
+	// reads the partitions that just got eligible work on its lanes and
+	// an idle worker wakes at once; without them it finds work by
+	// polling only.
 	DisableNotifications bool
 	// Clock is the worker's time source (time.Now when nil).
 	Clock func() time.Time
@@ -184,8 +185,11 @@ type Worker struct {
 	reclaimAt     time.Time      // last reclaim pass
 	reclaimCursor atomic.Uint64  // next window of the reclaim pass
 	wake          *eligibleWatch // nil with DisableNotifications or on Postgres
-	lastWindow    time.Time      // last window read
-	windowFound   bool           // the last window read found work
+	// pgWake is the Postgres LISTEN on eligible work of the lanes (nil
+	// on Valkey, with DisableNotifications, or when LISTEN failed).
+	pgWake      *postgres.EligibleSubscription
+	lastWindow  time.Time // last window read
+	windowFound bool      // the last window read found work
 
 	// soloParts are the solo partitions of the worker's lanes
 	// (model.PartitionConfig.SoloPartition): every execution outside a
@@ -431,11 +435,7 @@ func (w *Worker) claimBatch(ctx context.Context, n int) ([]*Lease, error) {
 	}
 	n = max(n, 1)
 	if w.pg != nil {
-		l, err := w.pgClaimNext(ctx)
-		if l != nil {
-			return []*Lease{l}, err
-		}
-		return nil, err
+		return w.pgClaim(ctx, n)
 	}
 	var out []*Lease
 	l, err := w.reclaimDue(ctx)

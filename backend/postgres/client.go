@@ -45,6 +45,8 @@ type Client struct {
 	parts model.PartitionConfig
 	now   func() time.Time
 	log   *slog.Logger
+	// completes is the group commit of CompleteExecution.
+	completes completeGroup
 }
 
 // IsUnreachable reports whether err, from Connect, means the server is
@@ -129,7 +131,10 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 }
 
 // Close closes the pool.
-func (c *Client) Close() { c.pool.Close() }
+func (c *Client) Close() {
+	c.waitCompletes()
+	c.pool.Close()
+}
 
 // Partitions returns the partition config the client mints and claims
 // with.

@@ -104,13 +104,9 @@ func (c *Client) SubscribeCompletions(ctx context.Context, p *SubscribeCompletio
 }
 
 func (c *Client) listenConn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig.Copy())
+	conn, err := c.dialListen(ctx, CompletionChannel)
 	if err != nil {
-		return nil, fmt.Errorf("subscribe completions: dial: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+CompletionChannel); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("subscribe completions: listen: %w", err)
+		return nil, fmt.Errorf("subscribe completions: %w", err)
 	}
 	return conn, nil
 }

@@ -273,9 +273,25 @@ type ClaimForWorkerParams = backend.ClaimNextParams
 //	  started_at_ms = COALESCE(started_at_ms, now), raw_fields.total_attempt_count
 //	ff_lease_event: acquired
 func (c *Client) ClaimForWorker(ctx context.Context, p *ClaimForWorkerParams) (*ClaimResult, error) {
+	res, err := c.ClaimForWorkerN(ctx, p, 1)
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// ClaimForWorkerN is ClaimForWorker for up to n executions (n < 1 counts
+// as 1): on one partition (the lane's solo partition, or Partitions with
+// one entry) they are picked, locked and leased in one statement
+// (sqlGrantNext, LIMIT n), each with its own attempt, lease epoch and
+// lease event; a pass over several partitions claims one. It returns the
+// leases of the first pass that found any; CodeNoEligibleExecution when
+// none did.
+func (c *Client) ClaimForWorkerN(ctx context.Context, p *ClaimForWorkerParams, n int) ([]*ClaimResult, error) {
 	if p.LeaseTTLMs <= 0 || p.LaneID == "" {
 		return nil, fmt.Errorf("claim for worker: %w: lane and lease_ttl_ms > 0 are required", CodeInvalidInput)
 	}
+	n = max(n, 1)
 	caps := p.Capabilities
 	if caps == nil {
 		caps = []string{}
@@ -291,10 +307,10 @@ func (c *Client) ClaimForWorker(ctx context.Context, p *ClaimForWorkerParams) (*
 		}
 		passes = [][]int16{only}
 	}
-	var res *ClaimResult
+	var res []*ClaimResult
 	var err error
 	for _, parts := range passes {
-		if res, err = c.claimPass(ctx, p, parts, caps); !errors.Is(err, CodeNoEligibleExecution) {
+		if res, err = c.claimPass(ctx, p, parts, caps, n); !errors.Is(err, CodeNoEligibleExecution) {
 			break
 		}
 	}
@@ -304,10 +320,10 @@ func (c *Client) ClaimForWorker(ctx context.Context, p *ClaimForWorkerParams) (*
 	return res, nil
 }
 
-func (c *Client) claimPass(ctx context.Context, p *ClaimForWorkerParams, parts []int16, caps []string) (*ClaimResult, error) {
+func (c *Client) claimPass(ctx context.Context, p *ClaimForWorkerParams, parts []int16, caps []string, n int) ([]*ClaimResult, error) {
 	if len(parts) == 1 {
 		// One partition: one statement, its own transaction.
-		res, err := c.grantLease(ctx, c.pool, sqlGrantNext, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, parts[0], p.LaneID, caps)
+		res, err := c.grantLeases(ctx, c.pool, sqlGrantNext, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, parts[0], p.LaneID, caps, n)
 		return res, notMigrated(err)
 	}
 	// Several partitions: the row is picked and locked first, then claimed
@@ -345,7 +361,10 @@ SELECT partition_key, execution_id
 		res, err = c.grantLease(ctx, tx, sqlGrantByID, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, part, uuid)
 		return err
 	})
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	return []*ClaimResult{res}, nil
 }
 
 // Claim statements: grantSQL around the row that is claimed, on
@@ -356,9 +375,10 @@ var (
 	sqlGrantByID = grantSQL(`
   SELECT partition_key, execution_id, attempt_index, attempt_state
     FROM ff_exec_core WHERE partition_key = $5::smallint AND execution_id = $6`)
-	// sqlGrantNext claims the best eligible execution of lane $6 whose
-	// required capabilities $7 covers (highest priority, then oldest),
-	// skipping rows other claimers hold.
+	// sqlGrantNext claims the $8 best eligible executions of lane $6
+	// whose required capabilities $7 covers (highest priority, then
+	// oldest), skipping rows other claimers hold: a worker with several
+	// free slots claims for all of them in one statement.
 	sqlGrantNext = grantSQL(`
   SELECT partition_key, execution_id, attempt_index, attempt_state
     FROM ff_exec_core
@@ -368,7 +388,7 @@ var (
      AND eligibility_state = 'eligible_now'
      AND required_capabilities <@ $7::text[]
    ORDER BY priority DESC, created_at_ms ASC
-   LIMIT 1
+   LIMIT $8
    FOR UPDATE SKIP LOCKED`)
 )
 
@@ -428,34 +448,56 @@ SELECT core.partition_key, core.execution_id, cand.attempt_index, cand.attempt_s
 // returns the lease it granted; CodeNoEligibleExecution when it claimed
 // nothing.
 func (c *Client) grantLease(ctx context.Context, q Querier, stmt, worker, instance string, ttl int64, cand ...any) (*ClaimResult, error) {
-	now := c.nowMs()
-	expires := now + ttl
-	var k execKey
-	var uuid [16]byte
-	var idx int
-	var attemptState, lane, kind, ns, flow string
-	var epoch int64
-	var payload []byte
-	args := append([]any{worker, instance, expires, now}, cand...)
-	err := q.QueryRow(ctx, stmt, args...).Scan(&k.part, &uuid, &idx, &attemptState, &epoch, &lane, &kind, &ns, &payload, &flow)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, CodeNoEligibleExecution
-	}
+	res, err := c.grantLeases(ctx, q, stmt, worker, instance, ttl, cand...)
 	if err != nil {
 		return nil, err
 	}
-	k.uuid = uuid
-	typ := "initial"
-	switch {
-	case attemptState == model.AttemptPendingRetry:
-		typ = "retry"
-	case epoch > 1:
-		typ = "resumed"
+	return res[0], nil
+}
+
+// grantLeases is grantLease for a statement that may claim several rows
+// (sqlGrantNext with a limit above 1): every lease it granted, in the
+// order the statement returned them; CodeNoEligibleExecution when none.
+func (c *Client) grantLeases(ctx context.Context, q Querier, stmt, worker, instance string, ttl int64, cand ...any) ([]*ClaimResult, error) {
+	now := c.nowMs()
+	expires := now + ttl
+	args := append([]any{worker, instance, expires, now}, cand...)
+	rows, err := q.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, err
 	}
-	f := newFence(k, idx, uint64(epoch))
-	return &ClaimResult{ExecutionID: k.execID(), LeaseID: f.LeaseID, LeaseEpoch: f.LeaseEpoch, ExpiresAt: expires,
-		AttemptID: f.AttemptID, AttemptIndex: idx, AttemptType: typ,
-		LaneID: lane, Kind: kind, Namespace: ns, Payload: payload, FlowID: flow}, nil
+	var out []*ClaimResult
+	for rows.Next() {
+		var k execKey
+		var uuid [16]byte
+		var idx int
+		var attemptState, lane, kind, ns, flow string
+		var epoch int64
+		var payload []byte
+		if err := rows.Scan(&k.part, &uuid, &idx, &attemptState, &epoch, &lane, &kind, &ns, &payload, &flow); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		k.uuid = uuid
+		typ := "initial"
+		switch {
+		case attemptState == model.AttemptPendingRetry:
+			typ = "retry"
+		case epoch > 1:
+			typ = "resumed"
+		}
+		f := newFence(k, idx, uint64(epoch))
+		out = append(out, &ClaimResult{ExecutionID: k.execID(), LeaseID: f.LeaseID, LeaseEpoch: f.LeaseEpoch, ExpiresAt: expires,
+			AttemptID: f.AttemptID, AttemptIndex: idx, AttemptType: typ,
+			LaneID: lane, Kind: kind, Namespace: ns, Payload: payload, FlowID: flow})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, CodeNoEligibleExecution
+	}
+	return out, nil
 }
 
 // fencedRow is the exec_core and attempt state a fenced operation read
@@ -467,7 +509,7 @@ type fencedRow struct {
 
 // Fence lock statements: the execution row, then the fenced attempt (the
 // lock order of every fenced operation). checkFence runs them one by one;
-// CompleteExecution sends them in one pipelined batch.
+// CompleteExecution locks many at once in the same order (complete_group.go).
 const (
 	sqlLockCoreFenced = `SELECT lifecycle_phase, attempt_index, policy, raw_fields FROM ff_exec_core
  WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`
@@ -526,108 +568,6 @@ func fenceError(f LeaseFence, phase string, idx int, epoch int64, expires *int64
 // once in package backend; Holder is not needed on Postgres). Result is
 // stored in ff_exec_core.result; nil stores NULL.
 type CompleteExecutionParams = backend.CompleteExecutionParams
-
-// CompleteExecution ends the fenced attempt successfully.
-//
-//	ff_attempt: outcome success, terminal_at_ms now, lease_expires_at_ms NULL
-//	ff_exec_core: terminal / unowned / not_applicable / completed / attempt_terminal,
-//	  result, terminal_at_ms
-//	ff_completion_event: success (namespace from raw_fields) → NOTIFY ff_completion
-//	ff_lease_event: revoked
-func (c *Client) CompleteExecution(ctx context.Context, p *CompleteExecutionParams) error {
-	k, err := splitExecID(p.ExecutionID)
-	if err != nil {
-		return fmt.Errorf("complete execution %s: %w", p.ExecutionID, err)
-	}
-	now := c.nowMs()
-	err = c.runFenced(ctx, k, p.Fence, now, sqlCompleteFenced,
-		k.part, [16]byte(k.uuid), p.Fence.AttemptIndex, int64(p.Fence.LeaseEpoch), now, p.Result)
-	if err != nil {
-		return fmt.Errorf("complete execution %s: %w", p.ExecutionID, err)
-	}
-	return nil
-}
-
-// sqlCompleteFenced is CompleteExecution's writes in one statement, applied
-// only while the fence ($3 attempt, $4 epoch, lease unexpired at $5) holds
-// on the rows runFenced locked: the attempt and exec_core updates, the
-// completion event (namespace / instance_tag from raw_fields, as upstream's
-// typed complete) and the revoked lease event. It returns the number of
-// executions completed (0 or 1).
-const sqlCompleteFenced = `
-WITH ok AS (
-  SELECT 1 FROM ff_exec_core c
-    JOIN ff_attempt a ON a.partition_key = c.partition_key AND a.execution_id = c.execution_id
-                     AND a.attempt_index = c.attempt_index
-   WHERE c.partition_key = $1 AND c.execution_id = $2 AND c.attempt_index = $3 AND c.lifecycle_phase = 'active'
-     AND a.lease_epoch = $4 AND a.lease_expires_at_ms > $5),
-att AS (
-  UPDATE ff_attempt SET terminal_at_ms = $5, outcome = 'success', lease_expires_at_ms = NULL
-   WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 AND EXISTS (SELECT 1 FROM ok)),
-core AS (
-  UPDATE ff_exec_core
-     SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
-         public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $5, result = $6,
-         raw_fields = raw_fields || jsonb_build_object('last_mutation_at', $5::bigint::text, 'terminal_outcome', 'success')
-   WHERE partition_key = $1 AND execution_id = $2 AND EXISTS (SELECT 1 FROM ok)
-  RETURNING partition_key, execution_id, flow_id, raw_fields),
-done AS (
-  INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
-  SELECT partition_key, execution_id, flow_id, 'success', raw_fields->>'namespace', raw_fields->>'instance_tag', $5
-    FROM core),
-ev AS (
-  INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
-  SELECT execution_id::text, NULL, 'revoked', $5, partition_key::int, raw_fields->>'namespace',
-         raw_fields->'tags'->>'cairn.instance_id'
-    FROM core)
-SELECT count(*) FROM core`
-
-// runFenced runs a fenced operation in one round trip: the two fence
-// locks (sqlLockCoreFenced, sqlLockAttemptFenced) and stmt, pipelined in
-// one batch, which Postgres runs as one implicit transaction. stmt must
-// recheck the fence itself (it runs whatever the locks returned) and
-// return one count of what it changed; the fence is validated from the
-// locked rows afterwards (fenceError), so a refused fence reports the
-// same error as checkFence and stmt has changed nothing.
-func (c *Client) runFenced(ctx context.Context, k execKey, f LeaseFence, now int64, stmt string, args ...any) error {
-	b := &pgx.Batch{}
-	b.Queue(sqlLockCoreFenced, k.part, [16]byte(k.uuid))
-	b.Queue(sqlLockAttemptFenced, k.part, [16]byte(k.uuid), f.AttemptIndex)
-	b.Queue(stmt, args...)
-	br := c.pool.SendBatch(ctx, b)
-	var phase string
-	var idx int
-	var policy []byte
-	var raw map[string]any
-	coreErr := br.QueryRow().Scan(&phase, &idx, &policy, &raw)
-	var epoch int64
-	var expires *int64
-	attErr := br.QueryRow().Scan(&epoch, &expires)
-	var changed int64
-	stmtErr := br.QueryRow().Scan(&changed)
-	if err := br.Close(); err != nil {
-		return notMigrated(err)
-	}
-	switch {
-	case errors.Is(coreErr, pgx.ErrNoRows):
-		return CodeExecutionNotFound
-	case coreErr != nil:
-		return notMigrated(coreErr)
-	case errors.Is(attErr, pgx.ErrNoRows):
-		return fmt.Errorf("%w: no attempt %d", CodeStaleLease, f.AttemptIndex)
-	case attErr != nil:
-		return notMigrated(attErr)
-	case stmtErr != nil:
-		return notMigrated(stmtErr)
-	}
-	if err := fenceError(f, phase, idx, epoch, expires, now); err != nil {
-		return err
-	}
-	if changed == 0 {
-		return fmt.Errorf("%w: fence held but nothing changed", CodeExecutionNotActive)
-	}
-	return nil
-}
 
 // FailExecutionParams are the inputs of FailExecution (defined once in
 // package backend; Holder is not needed on Postgres).

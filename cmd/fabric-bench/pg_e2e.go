@@ -15,8 +15,9 @@ import (
 
 // runPostgresE2E measures create→claim→complete executions/s with W
 // handlers on the throwaway cluster: fabric's SDK on Postgres (producers
-// sdk.Client.CreateExecution, W sdk.Worker of concurrency 1 running Run)
-// vs River (Insert + a Worker) in its own database of the same cluster.
+// sdk.Client.CreateExecution, one sdk.Worker of concurrency W running Run)
+// vs River (Insert + one client with MaxWorkers W) in its own database of
+// the same cluster.
 func runPostgresE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	n := e.size.PGJobs
 	sc.Size = fmt.Sprintf("%d jobs per run, %d producers, W ∈ %v, cap %s per run", n, e.size.Producers, e.size.PGWorkers, e.size.RunCap)
@@ -53,7 +54,7 @@ func runPostgresE2E(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		}
 	}
 	sc.Notes = append(sc.Notes,
-		"fabric: sdk.Client.CreateExecution + W sdk.Connect workers of concurrency 1 running Worker.Run (claims SELECT … FOR UPDATE SKIP LOCKED on the lane's partition, SDK default idle poll 10 ms backing off to 500 ms); River (riverpgxv5) runs its own client with MaxWorkers W, once with FetchCooldown at its 1 ms minimum and once with its defaults (100 ms cooldown, 1 s poll).",
+		"fabric: sdk.Client.CreateExecution from the same producers as River's Insert; ONE sdk.Connect worker of Concurrency W running Worker.Run, as River runs ONE client with MaxWorkers W (until 2026-12-02 this row ran W workers of concurrency 1). The worker claims as many executions as it has free slots in one statement (SELECT … FOR UPDATE SKIP LOCKED LIMIT n on the lane's partition), frees a slot when its handler returns, group-commits the completions that arrive while a flush is in flight (one statement per partition over arrays, each caller still answered for its own fence), and an idle worker wakes on LISTEN fabric_eligible (a trigger NOTIFYs when an execution becomes eligible) instead of its poll backoff (10 ms to 500 ms). River (riverpgxv5) runs its own client with MaxWorkers W, once with FetchCooldown at its 1 ms minimum and once with its defaults (100 ms cooldown, 1 s poll); its completer batches completions in the background.",
 		"The cluster is a throwaway one: fsync and synchronous_commit off for both.")
 	return nil
 }
@@ -79,23 +80,23 @@ func fabricPG(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, erro
 	wctx, stopWorkers := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { stopWorkers(); wg.Wait() }()
-	for i := 0; i < workers; i++ {
-		w, err := sdk.Connect(ctx, c, sdk.WorkerConfig{WorkerID: "bench", Lanes: []string{benchLane}, Concurrency: 1, Logger: e.log})
-		if err != nil {
-			return e2eResult{}, err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer w.Close(context.Background())
-			_ = w.Run(wctx, func(context.Context, *sdk.Job) error {
-				if done.Add(1) == int64(n) {
-					close(all)
-				}
-				return nil
-			})
-		}()
+	// One worker of concurrency W, as River runs one client with
+	// MaxWorkers W.
+	w, err := sdk.Connect(ctx, c, sdk.WorkerConfig{WorkerID: "bench", Lanes: []string{benchLane}, Concurrency: workers, Logger: e.log})
+	if err != nil {
+		return e2eResult{}, err
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer w.Close(context.Background())
+		_ = w.Run(wctx, func(context.Context, *sdk.Job) error {
+			if done.Add(1) == int64(n) {
+				close(all)
+			}
+			return nil
+		})
+	}()
 	start := time.Now()
 	err = produce(rctx, n, e.size.Producers, func(int) error {
 		_, err := cl.CreateExecution(rctx, sdk.ExecutionSpec{Lane: benchLane, Payload: []byte("x")})

@@ -1,0 +1,318 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Group commit of completions.
+//
+// CompleteExecution does not run its statements alone: calls that arrive
+// while a flush is in flight wait for it, and the next flush writes all of
+// them together — per partition, three statements (lock the execution
+// rows, lock the fenced attempts, complete every row whose fence holds)
+// over arrays, all partitions pipelined in one round trip, which Postgres
+// runs as one implicit transaction. Each caller still gets its own
+// outcome: the fence is checked per row from the locked rows, exactly as
+// a lone CompleteExecution checks it (a stale fence in a batch is
+// CodeStaleLease for that caller alone, the others complete). Nothing is
+// fire-and-forget: a caller returns once its row is written (or refused),
+// and Close waits for the flushes in flight.
+
+// maxCompleteBatch bounds how many completions one flush writes.
+const maxCompleteBatch = 256
+
+// completeFlushTimeout bounds one flush: callers' contexts do not cancel
+// a flush that carries other callers' completions.
+const completeFlushTimeout = 30 * time.Second
+
+// completeReq is one CompleteExecution waiting for a flush.
+type completeReq struct {
+	ctx  context.Context
+	k    execKey
+	p    *CompleteExecutionParams
+	done chan error // buffered: the flusher never blocks on it
+}
+
+// completeGroup queues completions for the flusher goroutine. The zero
+// value is ready.
+type completeGroup struct {
+	mu       sync.Mutex
+	pending  []*completeReq
+	flushing bool
+	wg       sync.WaitGroup // the flusher in flight
+}
+
+// CompleteExecution ends the fenced attempt successfully, in a group
+// commit with the completions that arrive while a flush is in flight (see
+// above; one call alone is one round trip, as before).
+//
+//	ff_attempt: outcome success, terminal_at_ms now, lease_expires_at_ms NULL
+//	ff_exec_core: terminal / unowned / not_applicable / completed / attempt_terminal,
+//	  result, terminal_at_ms
+//	ff_completion_event: success (namespace from raw_fields) → NOTIFY ff_completion
+//	ff_lease_event: revoked
+func (c *Client) CompleteExecution(ctx context.Context, p *CompleteExecutionParams) error {
+	k, err := splitExecID(p.ExecutionID)
+	if err != nil {
+		return fmt.Errorf("complete execution %s: %w", p.ExecutionID, err)
+	}
+	r := &completeReq{ctx: ctx, k: k, p: p, done: make(chan error, 1)}
+	g := &c.completes
+	g.mu.Lock()
+	g.pending = append(g.pending, r)
+	if !g.flushing {
+		g.flushing = true
+		g.wg.Add(1)
+		go c.flushCompletes()
+	}
+	g.mu.Unlock()
+	select {
+	case err = <-r.done:
+	case <-ctx.Done():
+		// The flush may still write it: as with any statement whose
+		// caller gave up, the outcome is unknown to the caller.
+		err = ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("complete execution %s: %w", p.ExecutionID, err)
+	}
+	return nil
+}
+
+// flushCompletes writes the queued completions, a batch at a time, until
+// none is left.
+func (c *Client) flushCompletes() {
+	g := &c.completes
+	defer g.wg.Done()
+	for {
+		g.mu.Lock()
+		batch := takeCompleteBatch(&g.pending)
+		if len(batch) == 0 {
+			g.flushing = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		c.flushCompleteBatch(batch)
+	}
+}
+
+// takeCompleteBatch removes up to maxCompleteBatch requests from the
+// queue, at most one per execution (a second completion of the same
+// execution waits for the next flush, where it sees the first's outcome);
+// requests whose caller gave up are answered and dropped.
+func takeCompleteBatch(pending *[]*completeReq) []*completeReq {
+	var batch, rest []*completeReq
+	seen := map[execKey]bool{}
+	for _, r := range *pending {
+		switch {
+		case r.ctx.Err() != nil:
+			r.done <- r.ctx.Err()
+		case len(batch) >= maxCompleteBatch || seen[r.k]:
+			rest = append(rest, r)
+		default:
+			seen[r.k] = true
+			batch = append(batch, r)
+		}
+	}
+	*pending = rest
+	return batch
+}
+
+// flushCompleteBatch writes one batch and answers every request of it.
+func (c *Client) flushCompleteBatch(batch []*completeReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), completeFlushTimeout)
+	defer cancel()
+	now := c.nowMs()
+	byPart := map[int16][]*completeReq{}
+	var parts []int16
+	for _, r := range batch {
+		if _, ok := byPart[r.k.part]; !ok {
+			parts = append(parts, r.k.part)
+		}
+		byPart[r.k.part] = append(byPart[r.k.part], r)
+	}
+	// Rows are locked in (partition, execution id) order, exec_core before
+	// ff_attempt as every fenced operation does, so two flushes never wait
+	// on each other in a cycle.
+	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
+	b := &pgx.Batch{}
+	for _, pk := range parts {
+		rs := byPart[pk]
+		sort.Slice(rs, func(i, j int) bool { return rs[i].k.id() < rs[j].k.id() })
+		ids, idxs, epochs, results := make([]string, len(rs)), make([]int32, len(rs)), make([]int64, len(rs)), make([][]byte, len(rs))
+		for i, r := range rs {
+			ids[i], idxs[i], epochs[i], results[i] = r.k.id(), int32(r.p.Fence.AttemptIndex), int64(r.p.Fence.LeaseEpoch), r.p.Result
+		}
+		b.Queue(sqlLockCoreMany, pk, ids)
+		b.Queue(sqlLockAttemptMany, pk, ids, idxs)
+		b.Queue(sqlCompleteMany, pk, ids, idxs, epochs, now, results)
+	}
+	outcome, err := c.runCompleteBatch(ctx, b, parts, byPart, now)
+	for _, r := range batch {
+		if err != nil {
+			r.done <- err
+			continue
+		}
+		r.done <- outcome[r]
+	}
+}
+
+// lockedCore and lockedAttempt are what the batch's lock statements read
+// of one execution and its fenced attempt.
+type lockedCore struct {
+	phase string
+	idx   int
+}
+
+type lockedAttempt struct {
+	epoch   int64
+	expires *int64
+}
+
+// runCompleteBatch sends b and reads each request's outcome: nil when it
+// completed, else the logical error a lone CompleteExecution reports
+// (fenceError on the locked rows). err is a failure of the whole batch.
+func (c *Client) runCompleteBatch(ctx context.Context, b *pgx.Batch, parts []int16, byPart map[int16][]*completeReq, now int64) (map[*completeReq]error, error) {
+	br := c.pool.SendBatch(ctx, b)
+	out := map[*completeReq]error{}
+	read := func(pk int16) error {
+		cores := map[string]lockedCore{}
+		var lc lockedCore
+		if err := eachRow(br, pk, []any{&lc.phase, &lc.idx}, func(id string) { cores[id] = lc }); err != nil {
+			return err
+		}
+		atts := map[string]lockedAttempt{}
+		var la lockedAttempt
+		if err := eachRow(br, pk, []any{&la.epoch, &la.expires}, func(id string) { atts[id] = la }); err != nil {
+			return err
+		}
+		done := map[string]bool{}
+		if err := eachRow(br, pk, nil, func(id string) { done[id] = true }); err != nil {
+			return err
+		}
+		for _, r := range byPart[pk] {
+			out[r] = completeOutcome(r, cores, atts, done, now)
+		}
+		return nil
+	}
+	var err error
+	for _, pk := range parts {
+		if err = read(pk); err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, notMigrated(err)
+	}
+	return out, nil
+}
+
+// eachRow reads the next result of br: each row's execution id (on
+// partition pk) into keep, after scanning the row's other columns into
+// dest.
+func eachRow(br pgx.BatchResults, pk int16, dest []any, keep func(id string)) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var id [16]byte
+	targets := append([]any{&id}, dest...)
+	for rows.Next() {
+		if err := rows.Scan(targets...); err != nil {
+			return err
+		}
+		keep(execKey{part: pk, uuid: id}.id())
+	}
+	return rows.Err()
+}
+
+// completeOutcome is one request's outcome from its partition's locked
+// rows and completed ids, checked as runFenced checks a lone call.
+func completeOutcome(r *completeReq, cores map[string]lockedCore, atts map[string]lockedAttempt, done map[string]bool, now int64) error {
+	id, f := r.k.id(), r.p.Fence
+	lc, ok := cores[id]
+	if !ok {
+		return CodeExecutionNotFound
+	}
+	la, ok := atts[id]
+	if !ok {
+		return fmt.Errorf("%w: no attempt %d", CodeStaleLease, f.AttemptIndex)
+	}
+	if err := fenceError(f, lc.phase, lc.idx, la.epoch, la.expires, now); err != nil {
+		return err
+	}
+	if !done[id] {
+		return fmt.Errorf("%w: fence held but nothing changed", CodeExecutionNotActive)
+	}
+	return nil
+}
+
+// waitCompletes waits for the completion flush in flight (Close).
+func (c *Client) waitCompletes() { c.completes.wg.Wait() }
+
+// Group-commit statements on partition $1 over the executions $2 (uuid
+// text), their fenced attempt indexes $3 and lease epochs $4 (same order).
+const (
+	// sqlLockCoreMany locks the execution rows, in id order.
+	sqlLockCoreMany = `SELECT execution_id, lifecycle_phase, attempt_index FROM ff_exec_core
+ WHERE partition_key = $1 AND execution_id = ANY($2::uuid[])
+ ORDER BY execution_id FOR UPDATE`
+	// sqlLockAttemptMany locks the fenced attempts, in id order. Every
+	// statement here names its rows by "execution_id = ANY($2)" as well
+	// as by the join: the index lookup then starts from the ids, never
+	// from a scan of the partition (a join alone is planned from the
+	// partition's statistics, which a busy lane outgrows between ANALYZEs).
+	sqlLockAttemptMany = `SELECT a.execution_id, a.lease_epoch, a.lease_expires_at_ms
+  FROM ff_attempt a
+  JOIN unnest($2::uuid[], $3::int[]) AS f(execution_id, attempt_index)
+    ON a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index
+ WHERE a.partition_key = $1 AND a.execution_id = ANY($2::uuid[])
+ ORDER BY a.execution_id FOR UPDATE OF a`
+	// sqlCompleteMany is sqlCompleteFenced over arrays: every row whose
+	// fence (attempt $3, epoch $4, lease unexpired at $5) holds is
+	// completed with its result ($6), its completion event and revoked
+	// lease event written; it returns the completed execution ids.
+	sqlCompleteMany = `
+WITH f AS (
+  SELECT * FROM unnest($2::uuid[], $3::int[], $4::bigint[], $6::bytea[]) AS f(execution_id, attempt_index, lease_epoch, result)),
+ok AS (
+  SELECT a.execution_id, a.attempt_index FROM ff_attempt a
+    JOIN f ON a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index AND a.lease_epoch = f.lease_epoch
+   WHERE a.partition_key = $1 AND a.execution_id = ANY($2::uuid[]) AND a.lease_expires_at_ms > $5),
+core AS (
+  UPDATE ff_exec_core c
+     SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
+         public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $5, result = f.result,
+         raw_fields = c.raw_fields || jsonb_build_object('last_mutation_at', $5::bigint::text, 'terminal_outcome', 'success')
+    FROM f, ok
+   WHERE c.partition_key = $1 AND c.execution_id = ANY($2::uuid[]) AND c.lifecycle_phase = 'active'
+     AND c.execution_id = f.execution_id AND c.attempt_index = f.attempt_index
+     AND ok.execution_id = c.execution_id AND ok.attempt_index = c.attempt_index
+  RETURNING c.partition_key, c.execution_id, c.attempt_index, c.flow_id, c.raw_fields),
+att AS (
+  UPDATE ff_attempt a SET terminal_at_ms = $5, outcome = 'success', lease_expires_at_ms = NULL
+    FROM core
+   WHERE a.partition_key = $1 AND a.execution_id = ANY($2::uuid[])
+     AND a.execution_id = core.execution_id AND a.attempt_index = core.attempt_index),
+done AS (
+  INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+  SELECT partition_key, execution_id, flow_id, 'success', raw_fields->>'namespace', raw_fields->>'instance_tag', $5
+    FROM core),
+ev AS (
+  INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
+  SELECT execution_id::text, NULL, 'revoked', $5, partition_key::int, raw_fields->>'namespace',
+         raw_fields->'tags'->>'cairn.instance_id'
+    FROM core)
+SELECT execution_id FROM core`
+)

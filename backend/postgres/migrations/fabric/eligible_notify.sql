@@ -1,0 +1,20 @@
+-- fabric: wake idle workers at once. NOTIFY fabric_eligible, payload the
+-- lane, when an execution becomes runnable and eligible now: created
+-- eligible, promoted after a delay or a retry backoff, unblocked by its
+-- dependencies. A wake-up hint only (Postgres folds repeats in one
+-- transaction): a worker that misses one finds the work at its next poll.
+-- Not a FlowFabric object: Migrate creates it after FlowFabric's
+-- migrations and records it in no ledger.
+CREATE OR REPLACE FUNCTION fabric_notify_eligible() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('fabric_eligible', NEW.lane_id);
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER fabric_exec_core_eligible_notify_trg
+    AFTER INSERT OR UPDATE OF lifecycle_phase, eligibility_state ON ff_exec_core
+    FOR EACH ROW
+    WHEN (NEW.lifecycle_phase = 'runnable' AND NEW.eligibility_state = 'eligible_now')
+    EXECUTE FUNCTION fabric_notify_eligible();
