@@ -12,6 +12,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // DefaultDedupTTL is the create-idempotency window FlowFabric uses when an
@@ -22,7 +23,7 @@ const DefaultDedupTTL = 24 * time.Hour
 const (
 	// StatusDuplicate is ff_create_execution's status for an execution that
 	// already exists (by id or by idempotency key).
-	StatusDuplicate = "DUPLICATE"
+	StatusDuplicate = fcall.StatusDuplicate
 )
 
 func msStr(ms int64) string {
@@ -30,10 +31,6 @@ func msStr(ms int64) string {
 		return ""
 	}
 	return strconv.FormatInt(ms, 10)
-}
-
-func partitionIndex(eid model.ExecutionID) string {
-	return strconv.FormatUint(uint64(eid.Partition().Index), 10)
 }
 
 // CreateExecutionParams are the inputs of ff_create_execution. The caller
@@ -64,62 +61,17 @@ type CreateExecutionParams struct {
 	ExecutionDeadlineAt int64
 }
 
-// Call builds the FCALL of ff_create_execution.
-//
-//	KEYS[1] exec_core          KEYS[5] lane eligible (or delayed when DelayUntil>0)
-//	KEYS[2] payload            KEYS[6] idempotency key (or ff:noop:{fp:N})
-//	KEYS[3] policy             KEYS[7] execution_deadline
-//	KEYS[4] tags               KEYS[8] all_executions
-//	ARGV[1] execution_id  ARGV[2] namespace  ARGV[3] lane_id  ARGV[4] execution_kind
-//	ARGV[5] priority  ARGV[6] creator_identity  ARGV[7] policy_json  ARGV[8] payload
-//	ARGV[9] delay_until|""  ARGV[10] dedup_ttl_ms|""  ARGV[11] tags_json
-//	ARGV[12] execution_deadline_at|""  ARGV[13] partition index
+// Call builds the FCALL of ff_create_execution (fcall.CreateExecutionParams).
 func (p *CreateExecutionParams) Call() Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	sched := pk.LaneEligible(p.LaneID)
-	if p.DelayUntil > 0 {
-		sched = pk.LaneDelayed(p.LaneID)
-	}
-	idem, ttl := pk.Noop(), ""
-	if p.IdempotencyKey != "" {
-		idem = pk.Idempotency(p.Namespace, p.IdempotencyKey)
-		d := p.DedupTTL
-		if d <= 0 {
-			d = DefaultDedupTTL
-		}
-		ttl = strconv.FormatInt(d.Milliseconds(), 10)
-	}
-	policy := p.PolicyJSON
-	if policy == "" {
-		policy = "{}"
-	}
-	tags := "{}"
-	if len(p.Tags) > 0 {
-		b, _ := json.Marshal(p.Tags) // map[string]string always marshals
-		tags = string(b)
-	}
-	return Call{
-		Function: "ff_create_execution",
-		Keys: []string{k.Core(), k.Payload(), k.Policy(), k.Tags(), sched, idem,
-			pk.ExecutionDeadline(), pk.AllExecutions()},
-		Args: []string{string(p.ExecutionID), p.Namespace, p.LaneID, p.ExecutionKind,
-			strconv.Itoa(p.Priority), p.CreatorIdentity, policy, p.Payload,
-			msStr(p.DelayUntil), ttl, tags, msStr(p.ExecutionDeadlineAt),
-			partitionIndex(p.ExecutionID)},
-	}
+	q := fcall.CreateExecutionParams{ExecutionID: p.ExecutionID, Namespace: p.Namespace, LaneID: p.LaneID,
+		ExecutionKind: p.ExecutionKind, Priority: p.Priority, CreatorIdentity: p.CreatorIdentity,
+		PolicyJSON: p.PolicyJSON, Payload: p.Payload, DelayUntil: p.DelayUntil, IdempotencyKey: p.IdempotencyKey,
+		DedupTTLMs: p.DedupTTL.Milliseconds(), Tags: p.Tags, ExecutionDeadlineAt: p.ExecutionDeadlineAt}
+	return q.Call()
 }
 
 // CreateExecutionResult is the reply of ff_create_execution.
-type CreateExecutionResult struct {
-	// ExecutionID is the created id, or on a duplicate the id stored under
-	// the idempotency key (which may differ from the one sent).
-	ExecutionID model.ExecutionID
-	// PublicState is "waiting" or "delayed"; empty on a duplicate.
-	PublicState string
-	// Duplicate reports that nothing was created.
-	Duplicate bool
-}
+type CreateExecutionResult = fcall.CreateExecutionResult
 
 // CreateExecution creates an execution (ff_create_execution): exec_core,
 // payload, policy, tags and the scheduling indexes. It is idempotent by id
@@ -130,13 +82,7 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	if err != nil {
 		return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, err)
 	}
-	res := &CreateExecutionResult{ExecutionID: model.ExecutionID(rep.Field(0))}
-	if rep.Status == StatusDuplicate {
-		res.Duplicate = true
-		return res, nil
-	}
-	res.PublicState = rep.Field(1)
-	return res, nil
+	return fcall.DecodeCreateExecution(rep), nil
 }
 
 // ExecutionCore returns the exec_core hash of eid as a map (HGETALL); an
@@ -170,7 +116,7 @@ func fenceEpoch(f LeaseFence) string {
 
 // SourceOperatorOverride is the source that lets an empty fence through
 // complete, fail, delay, move-to-waiting-children and cancel.
-const SourceOperatorOverride = "operator_override"
+const SourceOperatorOverride = fcall.SourceOperatorOverride
 
 // execRefs are the exec_core fields callers pre-read (HMGET) to build the
 // KEYS of lease-checked calls.
@@ -362,40 +308,19 @@ func (c *Client) CompleteExecution(ctx context.Context, p *CompleteExecutionPara
 	return nil
 }
 
-// CancelExecutionParams are the inputs of ff_cancel_execution.
-type CancelExecutionParams struct {
-	ExecutionID model.ExecutionID
-	Reason      string
-	// Source is "worker" (with LeaseID/LeaseEpoch), SourceOperatorOverride,
-	// "flow_cascade" (suppresses the completion publish) or "".
-	Source     string
-	LeaseID    string
-	LeaseEpoch uint64
-}
+// CancelExecutionParams are the inputs of ff_cancel_execution; CancelExecution
+// fills in the pre-read fields.
+type CancelExecutionParams = fcall.CancelExecutionParams
 
-func (p *CancelExecutionParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	i := r.attemptIdx()
-	wp := r.waitpointID
-	if wp == "" {
-		// FlowFabric passes a fresh random waitpoint id; Lua guards with EXISTS.
-		wp = model.NewUUID().String()
+// cancelCall is p's call with r's pre-read fields; a missing waitpoint
+// gets a fresh random id, as FlowFabric sends (the Lua guards with EXISTS).
+func cancelCall(p *CancelExecutionParams, r execRefs) Call {
+	q := *p
+	q.Lane, q.AttemptIndex, q.WaitpointID, q.WorkerInstanceID = r.lane, r.attemptIdx(), r.waitpointID, r.workerInstanceID
+	if q.WaitpointID == "" {
+		q.WaitpointID = model.NewUUID().String()
 	}
-	epoch := ""
-	if p.LeaseEpoch > 0 {
-		epoch = strconv.FormatUint(p.LeaseEpoch, 10)
-	}
-	return Call{
-		Function: "ff_cancel_execution",
-		Keys: []string{k.Core(), k.Attempt(i), k.StreamMeta(i), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), k.SuspensionCurrent(), pk.Waitpoint(wp),
-			pk.WaitpointCondition(wp), pk.SuspensionTimeout(), pk.LaneTerminal(r.lane), pk.AttemptTimeout(),
-			pk.ExecutionDeadline(), pk.LaneEligible(r.lane), pk.LaneDelayed(r.lane),
-			pk.LaneBlockedDependencies(r.lane), pk.LaneBlockedBudget(r.lane), pk.LaneBlockedQuota(r.lane),
-			pk.LaneBlockedRoute(r.lane), pk.LaneBlockedOperator(r.lane)},
-		Args: []string{string(p.ExecutionID), p.Reason, p.Source, p.LeaseID, epoch},
-	}
+	return q.Call()
 }
 
 // CancelExecution cancels an execution from any non-terminal phase
@@ -415,12 +340,12 @@ func (c *Client) CancelExecution(ctx context.Context, p *CancelExecutionParams) 
 	if err != nil {
 		return "", err
 	}
-	call := p.call(r)
+	call := cancelCall(p, r)
 	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", fmt.Errorf("cancel execution %s: %w", p.ExecutionID, err)
 	}
-	return rep.Field(1), nil
+	return fcall.DecodeCancelExecution(rep), nil
 }
 
 // DelayExecutionParams are the inputs of ff_delay_execution.
@@ -668,38 +593,16 @@ func (c *Client) ReclaimExecution(ctx context.Context, p *ReclaimExecutionParams
 
 // Expire reasons of ff_expire_execution.
 const (
-	ExpireAttemptTimeout    = "attempt_timeout"
-	ExpireExecutionDeadline = "execution_deadline"
+	ExpireAttemptTimeout    = fcall.ExpireAttemptTimeout
+	ExpireExecutionDeadline = fcall.ExpireExecutionDeadline
 )
 
-// ExpireExecutionParams are the inputs of ff_expire_execution.
-type ExpireExecutionParams struct {
-	ExecutionID model.ExecutionID
-	// Reason is ExpireAttemptTimeout or ExpireExecutionDeadline.
-	Reason string
-}
-
-func (p *ExpireExecutionParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	i := r.attemptIdx()
-	return Call{
-		Function: "ff_expire_execution",
-		Keys: []string{k.Core(), k.Attempt(i), k.StreamMeta(i), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LeaseExpiry(), pk.WorkerLeases(""), pk.LaneActive(r.lane), pk.LaneTerminal(r.lane),
-			pk.AttemptTimeout(), pk.ExecutionDeadline(), pk.LaneSuspended(r.lane), pk.SuspensionTimeout(),
-			k.SuspensionCurrent()},
-		Args: []string{string(p.ExecutionID), p.Reason},
-	}
-}
+// ExpireExecutionParams are the inputs of ff_expire_execution;
+// ExpireExecution fills in the pre-read lane and attempt index.
+type ExpireExecutionParams = fcall.ExpireExecutionParams
 
 // ExpireResult is the outcome of ExpireExecution.
-type ExpireResult struct {
-	// Status is "expired", "already_terminal" or "not_found_cleaned".
-	Status string
-	// FromPhase is the phase an expired execution left.
-	FromPhase string
-}
+type ExpireResult = fcall.ExpireResult
 
 // ExpireExecution expires an execution on a timeout (ff_expire_execution),
 // as the attempt-timeout and execution-deadline scanners do; it passes the
@@ -715,12 +618,14 @@ func (c *Client) ExpireExecution(ctx context.Context, p *ExpireExecutionParams) 
 	if err != nil {
 		return nil, err
 	}
-	call := p.call(r)
+	q := *p
+	q.Lane, q.AttemptIndex = r.lane, r.attemptIdx()
+	call := q.Call()
 	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("expire execution %s: %w", p.ExecutionID, err)
 	}
-	return &ExpireResult{Status: rep.Field(0), FromPhase: rep.Field(1)}, nil
+	return fcall.DecodeExpireExecution(rep), nil
 }
 
 // SetExecutionTags writes caller tags (keys "<caller>.<field>") into the

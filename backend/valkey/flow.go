@@ -9,6 +9,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // Edge-group policy variants and on_satisfied behaviours.
@@ -111,10 +112,9 @@ func (c *Client) CancelFlow(ctx context.Context, flow model.UUID, reason, policy
 //	KEYS[1] pending_cancels  KEYS[2] cancel_backlog
 //	ARGV[1] execution_id  ARGV[2] flow_id
 func (c *Client) AckCancelMember(ctx context.Context, flow model.UUID, eid model.ExecutionID) error {
-	fk := c.flowKeys(flow)
-	if _, err := c.FCall(ctx, "ff_ack_cancel_member",
-		[]string{fk.PendingCancels(), model.KeysOn(c.flowPartition(flow)).CancelBacklog()},
-		[]string{string(eid), flow.String()}); err != nil {
+	call := (&fcall.AckCancelMemberParams{FlowPartition: c.flowPartition(flow), FlowID: flow.String(),
+		Member: string(eid)}).Call()
+	if _, err := c.FCall(ctx, call.Function, call.Keys, call.Args); err != nil {
 		return fmt.Errorf("ack cancel of %s in flow %s: %w", eid, flow, err)
 	}
 	return nil
@@ -336,16 +336,8 @@ type ResolveDependencyParams struct {
 	Legacy bool
 }
 
-// ResolveResult is ResolveDependency's reply: Resolution is
-// already_resolved, satisfied, impossible, pending or already_fired;
-// Effect is "", data_injected or child_skipped.
-type ResolveResult struct {
-	Resolution string
-	Effect     string
-}
-
-// ChildSkipped reports the skip the router cascades to grandchildren.
-func (r *ResolveResult) ChildSkipped() bool { return r.Effect == "child_skipped" }
+// ResolveResult is ResolveDependency's reply (fcall.ResolveResult).
+type ResolveResult = fcall.ResolveResult
 
 // ResolveDependency calls ff_resolve_dependency as the partition router
 // does: it pre-reads the child's lane_id and current_attempt_index.
@@ -367,24 +359,14 @@ func (c *Client) ResolveDependency(ctx context.Context, p *ResolveDependencyPara
 	if perr != nil {
 		att = 0
 	}
-	ek := model.KeysFor(p.Downstream)
-	pk := model.KeysOn(p.Downstream.Partition())
-	up := model.KeysForOn(p.Downstream.Partition(), p.Upstream)
-	fk := c.flowKeys(p.Flow)
-	keys := []string{ek.Core(), ek.DepsMeta(), ek.DepsUnresolved(), ek.DepEdge(p.EdgeID),
-		pk.LaneEligible(lane), pk.LaneTerminal(lane), pk.LaneBlockedDependencies(lane),
-		ek.Attempt(att), ek.StreamMeta(att), ek.Payload(), up.Result()}
-	args := []string{p.EdgeID, p.UpstreamOutcome, famItoa(p.NowMs)}
-	if !p.Legacy {
-		keys = append(keys, fk.EdgeGroup(p.Downstream), fk.Incoming(p.Downstream),
-			model.KeysOn(c.flowPartition(p.Flow)).PendingCancelGroups())
-		args = append(args, p.Flow.String(), string(p.Downstream))
-	}
-	rep, err := c.FCall(ctx, "ff_resolve_dependency", keys, args)
+	call := (&fcall.ResolveDependencyParams{Downstream: p.Downstream, Upstream: p.Upstream, EdgeID: p.EdgeID,
+		UpstreamOutcome: p.UpstreamOutcome, Lane: lane, AttemptIndex: att, FlowPartition: c.flowPartition(p.Flow),
+		FlowID: p.Flow.String(), NowMs: p.NowMs, Legacy: p.Legacy}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("resolve edge %s of %s: %w", p.EdgeID, p.Downstream, err)
 	}
-	return &ResolveResult{Resolution: rep.Field(0), Effect: rep.Field(1)}, nil
+	return fcall.DecodeResolveDependency(rep), nil
 }
 
 // maxCascadeDepth bounds CascadeCompletion's recursion into skipped
@@ -460,8 +442,8 @@ func (c *Client) cascade(ctx context.Context, flow model.UUID, eid model.Executi
 //	KEYS[1] ff:idx:{fp:N}:pending_cancel_groups  KEYS[2] edgegroup:<downstream>
 //	ARGV[1] flow_id  ARGV[2] downstream eid
 func (c *Client) DrainSiblingCancelGroup(ctx context.Context, flow model.UUID, downstream model.ExecutionID) (string, error) {
-	rep, err := c.FCall(ctx, "ff_drain_sibling_cancel_group", c.cancelGroupKeys(flow, downstream),
-		[]string{flow.String(), string(downstream)})
+	call := c.cancelGroup(flow, downstream).Drain()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", fmt.Errorf("drain sibling cancel group %s|%s: %w", flow, downstream, err)
 	}
@@ -475,16 +457,16 @@ func (c *Client) DrainSiblingCancelGroup(ctx context.Context, flow model.UUID, d
 //	KEYS[1] ff:idx:{fp:N}:pending_cancel_groups  KEYS[2] edgegroup:<downstream>
 //	ARGV[1] flow_id  ARGV[2] downstream eid
 func (c *Client) ReconcileSiblingCancelGroup(ctx context.Context, flow model.UUID, downstream model.ExecutionID) (string, string, error) {
-	rep, err := c.FCall(ctx, "ff_reconcile_sibling_cancel_group", c.cancelGroupKeys(flow, downstream),
-		[]string{flow.String(), string(downstream)})
+	call := c.cancelGroup(flow, downstream).Reconcile()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", "", fmt.Errorf("reconcile sibling cancel group %s|%s: %w", flow, downstream, err)
 	}
 	return rep.Field(0), rep.Field(1), nil
 }
 
-func (c *Client) cancelGroupKeys(flow model.UUID, downstream model.ExecutionID) []string {
-	return []string{model.KeysOn(c.flowPartition(flow)).PendingCancelGroups(), c.flowKeys(flow).EdgeGroup(downstream)}
+func (c *Client) cancelGroup(flow model.UUID, downstream model.ExecutionID) *fcall.SiblingCancelGroup {
+	return &fcall.SiblingCancelGroup{FlowPartition: c.flowPartition(flow), FlowID: flow.String(), Downstream: downstream}
 }
 
 // EvaluateFlowEligibility calls ff_evaluate_flow_eligibility (read-only):

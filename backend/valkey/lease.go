@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // RenewLeaseParams are the inputs of ff_renew_lease. The whole fence
@@ -55,23 +56,10 @@ func (c *Client) RenewLease(ctx context.Context, p *RenewLeaseParams) (int64, er
 
 // LeaseCheckResult is the reply of ff_mark_lease_expired_if_due and the
 // idempotent replies of ff_revoke_lease.
-type LeaseCheckResult struct {
-	// Status is "OK" or "ALREADY_SATISFIED".
-	Status string
-	// Reason is the sub-status: marked_expired, execution_not_found,
-	// not_active, already_expired, already_revoked, unowned,
-	// not_yet_expired (mark) or revoked, already_revoked, already_expired
-	// (revoke).
-	Reason string
-}
+type LeaseCheckResult = fcall.LeaseCheckResult
 
 // MarkLeaseExpiredIfDueParams are the inputs of ff_mark_lease_expired_if_due.
-type MarkLeaseExpiredIfDueParams struct {
-	// ExecutionID is the lease_expiry member; it need not parse.
-	ExecutionID model.ExecutionID
-	// Partition is the scanned partition; nil = the id's own.
-	Partition *model.Partition
-}
+type MarkLeaseExpiredIfDueParams = fcall.MarkLeaseExpiredIfDueParams
 
 // MarkLeaseExpiredIfDue is the lease-expiry scanner's re-check: a lease
 // that is really past its expiry is marked expired (the execution stays in
@@ -83,19 +71,12 @@ type MarkLeaseExpiredIfDueParams struct {
 //
 // Reply: ok("marked_expired") or {1, "ALREADY_SATISFIED", reason}.
 func (c *Client) MarkLeaseExpiredIfDue(ctx context.Context, p *MarkLeaseExpiredIfDueParams) (*LeaseCheckResult, error) {
-	const fn = "ff_mark_lease_expired_if_due"
-	part := p.ExecutionID.Partition()
-	if p.Partition != nil {
-		part = *p.Partition
-	}
-	core := schedCoreKeyOn(part, p.ExecutionID)
-	base := core[:len(core)-len("core")]
-	keys := []string{core, base + "lease:current", model.KeysOn(part).LeaseExpiry(), base + "lease:history"}
-	rep, err := c.FCall(ctx, fn, keys, []string{string(p.ExecutionID)})
+	call := p.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
-		return nil, schedWrap(fn, err)
+		return nil, schedWrap(call.Function, err)
 	}
-	return &LeaseCheckResult{Status: rep.Status, Reason: rep.Field(0)}, nil
+	return fcall.DecodeLeaseCheck(rep), nil
 }
 
 // RevokeLeaseParams are the inputs of ff_revoke_lease.

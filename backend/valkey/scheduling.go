@@ -10,6 +10,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // schedMS renders a millisecond count as ARGV text.
@@ -92,29 +93,19 @@ func CapabilityCSV(caps []string) string {
 }
 
 // PromoteStatus is the sub-status of ff_promote_delayed.
-type PromoteStatus string
+type PromoteStatus = fcall.PromoteStatus
 
 // ff_promote_delayed outcomes.
 const (
-	PromotePromoted           PromoteStatus = "promoted"
-	PromoteNotYetDue          PromoteStatus = "not_yet_due"
-	PromoteNotFoundCleaned    PromoteStatus = "not_found_cleaned"
-	PromoteNotRunnableCleaned PromoteStatus = "not_runnable_cleaned"
-	PromoteNotDelayedCleaned  PromoteStatus = "not_delayed_cleaned"
+	PromotePromoted           = fcall.PromotePromoted
+	PromoteNotYetDue          = fcall.PromoteNotYetDue
+	PromoteNotFoundCleaned    = fcall.PromoteNotFoundCleaned
+	PromoteNotRunnableCleaned = fcall.PromoteNotRunnableCleaned
+	PromoteNotDelayedCleaned  = fcall.PromoteNotDelayedCleaned
 )
 
 // PromoteDelayedParams are the inputs of ff_promote_delayed.
-type PromoteDelayedParams struct {
-	// ExecutionID is the member read from lane:delayed. It need not parse:
-	// garbage members are cleaned up (not_found_cleaned).
-	ExecutionID model.ExecutionID
-	// Partition is the partition whose lane index is scanned. When nil the
-	// partition embedded in ExecutionID is used.
-	Partition *model.Partition
-	Lane      string
-	// NowMs is the scanner's clock (server time).
-	NowMs int64
-}
+type PromoteDelayedParams = fcall.PromoteDelayedParams
 
 // PromoteDelayed moves a delayed execution whose delay_until has passed
 // back to the eligible set (runnable / eligible_now / waiting_for_worker,
@@ -126,29 +117,12 @@ type PromoteDelayedParams struct {
 //
 // Reply: ok(status).
 func (c *Client) PromoteDelayed(ctx context.Context, p *PromoteDelayedParams) (PromoteStatus, error) {
-	const fn = "ff_promote_delayed"
-	part := p.ExecutionID.Partition()
-	if p.Partition != nil {
-		part = *p.Partition
-	}
-	idx := model.KeysOn(part)
-	core := schedCoreKeyOn(part, p.ExecutionID)
-	keys := []string{core, idx.LaneDelayed(p.Lane), idx.LaneEligible(p.Lane)}
-	rep, err := c.FCall(ctx, fn, keys, []string{string(p.ExecutionID), schedMS(p.NowMs)})
+	call := p.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
-		return "", schedWrap(fn, err)
+		return "", schedWrap(call.Function, err)
 	}
-	return PromoteStatus(rep.Field(0)), nil
-}
-
-// schedCoreKeyOn is exec_core of id on partition p. For a well-formed id it
-// equals model.KeysFor(id).Core(); scanners use it for index members that
-// may not parse, so the key lands on the scanned partition's slot.
-func schedCoreKeyOn(p model.Partition, id model.ExecutionID) string {
-	if id.Partition() == p {
-		return model.KeysFor(id).Core()
-	}
-	return "ff:exec:" + p.Tag() + ":" + string(id) + ":core"
+	return fcall.DecodePromoteDelayed(rep), nil
 }
 
 // schedHGet reads one exec_core field for a wrapper's documented pre-read

@@ -10,6 +10,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // Defaults FlowFabric's backend sends for the suspension family.
@@ -343,35 +344,13 @@ func (c *Client) CreatePendingWaitpoint(ctx context.Context, p *CreatePendingWai
 }
 
 // ExpireSuspensionResult is the reply of ff_expire_suspension.
-type ExpireSuspensionResult struct {
-	// Outcome is not_found_cleaned, not_suspended_cleaned,
-	// no_active_suspension_cleaned, not_yet_due, auto_resume, escalate, or
-	// the applied behavior (fail, cancel, expire, ...).
-	Outcome string
-	// PublicState is the new public state when a behavior was applied.
-	PublicState string
-}
+type ExpireSuspensionResult = fcall.ExpireSuspensionResult
 
 // ExpireSuspensionCall builds the FCALL of ff_expire_suspension from the
-// pre-read lane, attempt index and waitpoint id.
-//
-//	KEYS[1] exec_core  KEYS[2] suspension_current  KEYS[3] waitpoint(current)
-//	KEYS[4] waitpoint_condition  KEYS[5] attempt_hash(idx)  KEYS[6] stream_meta(idx)
-//	KEYS[7] suspension_timeout  KEYS[8] lane_suspended  KEYS[9] lane_terminal
-//	KEYS[10] lane_eligible  KEYS[11] lane_delayed  KEYS[12] lease_history
-//	ARGV[1] execution_id
+// pre-read lane, attempt index and waitpoint id (fcall.ExpireSuspensionParams).
 func ExpireSuspensionCall(eid model.ExecutionID, lane string, attemptIndex int, waitpointID string) Call {
-	k := model.KeysFor(eid)
-	pk := model.KeysOn(k.Partition())
-	lane = suspLane(lane)
-	return Call{
-		Function: "ff_expire_suspension",
-		Keys: []string{k.Core(), k.SuspensionCurrent(), pk.Waitpoint(waitpointID),
-			pk.WaitpointCondition(waitpointID), k.Attempt(attemptIndex), k.StreamMeta(attemptIndex),
-			pk.SuspensionTimeout(), pk.LaneSuspended(lane), pk.LaneTerminal(lane),
-			pk.LaneEligible(lane), pk.LaneDelayed(lane), k.LeaseHistory()},
-		Args: []string{string(eid)},
-	}
+	return (&fcall.ExpireSuspensionParams{ExecutionID: eid, Lane: lane, AttemptIndex: attemptIndex,
+		WaitpointID: waitpointID}).Call()
 }
 
 // ExpireSuspension applies a due suspension's timeout behavior
@@ -386,24 +365,13 @@ func (c *Client) ExpireSuspension(ctx context.Context, eid model.ExecutionID) (*
 	if err != nil {
 		return nil, suspWrap("expire suspension "+string(eid), err)
 	}
-	return &ExpireSuspensionResult{Outcome: rep.Field(0), PublicState: rep.Field(1)}, nil
+	return fcall.DecodeExpireSuspension(rep), nil
 }
 
-// CloseWaitpointCall builds the FCALL of ff_close_waitpoint.
-//
-//	KEYS[1] exec_core  KEYS[2] waitpoint  KEYS[3] pending_waitpoint_expiry
-//	ARGV[1] waitpoint_id  ARGV[2] reason
+// CloseWaitpointCall builds the FCALL of ff_close_waitpoint
+// (fcall.CloseWaitpointParams).
 func CloseWaitpointCall(eid model.ExecutionID, waitpointID, reason string) Call {
-	k := model.KeysFor(eid)
-	pk := model.KeysOn(k.Partition())
-	if reason == "" {
-		reason = "proactive_close"
-	}
-	return Call{
-		Function: "ff_close_waitpoint",
-		Keys:     []string{k.Core(), pk.Waitpoint(waitpointID), pk.PendingWaitpointExpiry()},
-		Args:     []string{waitpointID, reason},
-	}
+	return (&fcall.CloseWaitpointParams{ExecutionID: eid, WaitpointID: waitpointID, Reason: reason}).Call()
 }
 
 // CloseWaitpoint closes a pending or active waitpoint (ff_close_waitpoint).
@@ -414,7 +382,7 @@ func (c *Client) CloseWaitpoint(ctx context.Context, eid model.ExecutionID, wait
 	if err != nil {
 		return false, suspWrap("close waitpoint "+waitpointID, err)
 	}
-	return rep.Field(0) == "already_closed", nil
+	return fcall.DecodeCloseWaitpoint(rep), nil
 }
 
 // RotateHMACResult is the reply of ff_rotate_waitpoint_hmac_secret.
