@@ -201,7 +201,9 @@ func (c *Client) FCallBatch(ctx context.Context, calls []Call) []Result {
 	return fcallBatch(c, ctx, calls, callParts, decodeResult, errResult)
 }
 
-func callParts(call Call) (fn string, keys, args []string) { return call.Function, call.Keys, call.Args }
+func callParts(call Call) (fn string, keys, args []string) {
+	return call.Function, call.Keys, call.Args
+}
 
 func errResult(err error) Result { return Result{Err: err} }
 
