@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 
@@ -129,6 +128,16 @@ func (r execRefs) attemptIdx() int {
 	return n
 }
 
+// holder is the fcall.Holder of the pre-read refs.
+func (r execRefs) holder() fcall.Holder {
+	return fcall.Holder{Lane: r.lane, AttemptIndex: r.attemptIdx(), WorkerInstanceID: r.workerInstanceID}
+}
+
+// fcallFence is f as model/fcall's Fence.
+func fcallFence(f LeaseFence) fcall.Fence {
+	return fcall.Fence{LeaseID: f.LeaseID, LeaseEpoch: f.LeaseEpoch, AttemptID: f.AttemptID}
+}
+
 // preread HMGETs lane_id, current_attempt_index, current_worker_instance_id
 // and current_waitpoint_id. An absent execution yields empty refs; the Lua
 // then answers execution_not_found.
@@ -148,78 +157,12 @@ func (c *Client) preread(ctx context.Context, eid model.ExecutionID) (execRefs, 
 	return execRefs{lane: s[0], attemptIndex: s[1], workerInstanceID: s[2], waitpointID: s[3]}, nil
 }
 
-// ClaimExecutionParams are the inputs of ff_claim_execution. A claim grant
-// for WorkerID must exist (IssueClaimGrant).
-type ClaimExecutionParams struct {
-	ExecutionID      model.ExecutionID
-	WorkerID         string
-	WorkerInstanceID string
-	// LaneID is the execution's lane (its eligible and active indexes).
-	LaneID         string
-	CapabilityHash string
-	// LeaseID and AttemptID are minted (random UUIDs) when empty.
-	LeaseID   string
-	AttemptID string
-	// LeaseTTLMs is the lease lifetime; RenewBeforeMs defaults to 2/3 of it.
-	LeaseTTLMs    int64
-	RenewBeforeMs int64
-	// AttemptPolicyJSON is flattened into the attempt policy hash ("{}" when
-	// empty).
-	AttemptPolicyJSON string
-	// AttemptTimeoutMs and ExecutionDeadlineAt index timeouts; 0 = none.
-	AttemptTimeoutMs    int64
-	ExecutionDeadlineAt int64
-}
-
-// Call builds the FCALL of ff_claim_execution. It fills in minted ids.
-//
-//	KEYS[1] exec_core  KEYS[2] claim_grant  KEYS[3] lane eligible  KEYS[4] lease_expiry
-//	KEYS[5] worker_leases(wiid)  KEYS[6..8] attempt hash/usage/policy (placeholders, idx 0)
-//	KEYS[9] attempts  KEYS[10] lease_current  KEYS[11] lease_history  KEYS[12] lane active
-//	KEYS[13] attempt_timeout  KEYS[14] execution_deadline
-//	ARGV[1] execution_id  ARGV[2] worker_id  ARGV[3] worker_instance_id  ARGV[4] lane
-//	ARGV[5] capability_hash  ARGV[6] lease_id  ARGV[7] lease_ttl_ms  ARGV[8] renew_before_ms
-//	ARGV[9] attempt_id  ARGV[10] attempt_policy_json  ARGV[11] attempt_timeout_ms|""
-//	ARGV[12] execution_deadline_at|""
-func (p *ClaimExecutionParams) Call() Call {
-	if p.LeaseID == "" {
-		p.LeaseID = model.NewUUID().String()
-	}
-	if p.AttemptID == "" {
-		p.AttemptID = model.NewUUID().String()
-	}
-	renew := p.RenewBeforeMs
-	if renew == 0 {
-		renew = p.LeaseTTLMs * 2 / 3
-	}
-	policy := p.AttemptPolicyJSON
-	if policy == "" {
-		policy = "{}"
-	}
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	return Call{
-		Function: "ff_claim_execution",
-		Keys: []string{k.Core(), k.ClaimGrant(), pk.LaneEligible(p.LaneID), pk.LeaseExpiry(),
-			pk.WorkerLeases(p.WorkerInstanceID), k.Attempt(0), k.AttemptUsage(0), k.AttemptPolicy(0),
-			k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(), pk.LaneActive(p.LaneID),
-			pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.WorkerID, p.WorkerInstanceID, p.LaneID, p.CapabilityHash,
-			p.LeaseID, strconv.FormatInt(p.LeaseTTLMs, 10), strconv.FormatInt(renew, 10), p.AttemptID,
-			policy, msStr(p.AttemptTimeoutMs), msStr(p.ExecutionDeadlineAt)},
-	}
-}
+// ClaimExecutionParams are the inputs of ff_claim_execution; its Call
+// fills in minted ids.
+type ClaimExecutionParams = fcall.ClaimExecutionParams
 
 // ClaimResult is the lease a claim or reclaim acquired.
-type ClaimResult struct {
-	LeaseID      string
-	LeaseEpoch   uint64
-	ExpiresAt    int64
-	AttemptID    string
-	AttemptIndex int
-	// AttemptType is initial, retry, replay or reclaim.
-	AttemptType string
-}
+type ClaimResult fcall.ClaimResult
 
 // Fence returns the fence of the acquired lease.
 func (r *ClaimResult) Fence() LeaseFence {
@@ -227,20 +170,8 @@ func (r *ClaimResult) Fence() LeaseFence {
 }
 
 func parseClaim(rep *Reply) (*ClaimResult, error) {
-	epoch, err := rep.Int(1)
-	if err != nil {
-		return nil, err
-	}
-	exp, err := rep.Int(2)
-	if err != nil {
-		return nil, err
-	}
-	idx, err := rep.Int(4)
-	if err != nil {
-		return nil, err
-	}
-	return &ClaimResult{LeaseID: rep.Field(0), LeaseEpoch: uint64(epoch), ExpiresAt: exp,
-		AttemptID: rep.Field(3), AttemptIndex: int(idx), AttemptType: rep.Field(5)}, nil
+	r, err := fcall.DecodeClaim(rep)
+	return (*ClaimResult)(r), err
 }
 
 // ClaimExecution consumes the worker's claim grant and starts a new attempt
@@ -271,17 +202,8 @@ type CompleteExecutionParams struct {
 }
 
 func (p *CompleteExecutionParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	i := r.attemptIdx()
-	return Call{
-		Function: "ff_complete_execution",
-		Keys: []string{k.Core(), k.Attempt(i), pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID),
-			pk.LaneTerminal(r.lane), k.LeaseCurrent(), k.LeaseHistory(), pk.LaneActive(r.lane),
-			k.StreamMeta(i), k.Result(), pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID,
-			p.Result, p.Source},
-	}
+	return (&fcall.CompleteExecutionParams{ExecutionID: p.ExecutionID, Fence: fcallFence(p.Fence), Holder: r.holder(),
+		Result: p.Result, Source: p.Source}).Call()
 }
 
 // CompleteExecution ends the active attempt successfully
@@ -358,16 +280,8 @@ type DelayExecutionParams struct {
 }
 
 func (p *DelayExecutionParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	return Call{
-		Function: "ff_delay_execution",
-		Keys: []string{k.Core(), k.Attempt(r.attemptIdx()), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), pk.LaneActive(r.lane),
-			pk.LaneDelayed(r.lane), pk.AttemptTimeout()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID,
-			strconv.FormatInt(p.DelayUntil, 10), p.Source},
-	}
+	return (&fcall.DelayExecutionParams{ExecutionID: p.ExecutionID, Fence: fcallFence(p.Fence), Holder: r.holder(),
+		DelayUntil: p.DelayUntil, Source: p.Source}).Call()
 }
 
 // DelayExecution parks the caller's active execution until DelayUntil
@@ -398,15 +312,8 @@ type MoveToWaitingChildrenParams struct {
 }
 
 func (p *MoveToWaitingChildrenParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	return Call{
-		Function: "ff_move_to_waiting_children",
-		Keys: []string{k.Core(), k.Attempt(r.attemptIdx()), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), pk.LaneActive(r.lane),
-			pk.LaneBlockedDependencies(r.lane), pk.AttemptTimeout()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID, p.Source},
-	}
+	return (&fcall.MoveToWaitingChildrenParams{ExecutionID: p.ExecutionID, Fence: fcallFence(p.Fence),
+		Holder: r.holder(), Source: p.Source}).Call()
 }
 
 // MoveToWaitingChildren releases the caller's lease and blocks the
@@ -441,17 +348,9 @@ type FailExecutionParams struct {
 }
 
 func (p *FailExecutionParams) call(r execRefs, retryPolicy string) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	i := r.attemptIdx()
-	return Call{
-		Function: "ff_fail_execution",
-		Keys: []string{k.Core(), k.Attempt(i), pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID),
-			pk.LaneTerminal(r.lane), pk.LaneDelayed(r.lane), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LaneActive(r.lane), k.StreamMeta(i), pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID,
-			p.FailureReason, p.FailureCategory, retryPolicy, p.Source},
-	}
+	return (&fcall.FailExecutionParams{ExecutionID: p.ExecutionID, Fence: fcallFence(p.Fence), Holder: r.holder(),
+		FailureReason: p.FailureReason, FailureCategory: p.FailureCategory, RetryPolicyJSON: retryPolicy,
+		Source: p.Source}).Call()
 }
 
 // FailResult is the outcome of FailExecution (defined once in package
@@ -485,14 +384,11 @@ func (c *Client) FailExecution(ctx context.Context, p *FailExecutionParams) (*Fa
 	if err != nil {
 		return nil, fmt.Errorf("fail execution %s: %w", p.ExecutionID, err)
 	}
-	if rep.Field(0) != "retry_scheduled" {
-		return &FailResult{}, nil
-	}
-	until, err := rep.Int(1)
+	retried, until, err := fcall.DecodeFail(rep)
 	if err != nil {
 		return nil, fmt.Errorf("fail execution %s: %w", p.ExecutionID, err)
 	}
-	return &FailResult{RetryScheduled: true, DelayUntil: until}, nil
+	return &FailResult{RetryScheduled: retried, DelayUntil: until}, nil
 }
 
 // storedRetryPolicy returns the retry_policy object of the stored policy as
@@ -516,50 +412,17 @@ func (c *Client) storedRetryPolicy(ctx context.Context, eid model.ExecutionID) (
 	return string(rp), nil
 }
 
-// ReclaimExecutionParams are the inputs of ff_reclaim_execution. A reclaim
-// grant for WorkerID must exist (ff_issue_reclaim_grant).
-type ReclaimExecutionParams struct {
-	ExecutionID      model.ExecutionID
-	WorkerID         string
-	WorkerInstanceID string
-	LaneID           string
-	// LeaseID and AttemptID are minted when empty.
-	LeaseID           string
-	AttemptID         string
-	LeaseTTLMs        int64
-	AttemptPolicyJSON string
-	// MaxReclaimCount caps reclaims when the stored policy sets none; 0
-	// sends 1000 as FlowFabric does.
-	MaxReclaimCount int
-}
+// ReclaimExecutionParams are the inputs of ff_reclaim_execution;
+// ReclaimExecution fills in the pre-read OldAttemptIndex and minted ids.
+type ReclaimExecutionParams = fcall.ReclaimExecutionParams
 
-func (p *ReclaimExecutionParams) call(r execRefs) Call {
-	if p.LeaseID == "" {
-		p.LeaseID = model.NewUUID().String()
-	}
-	if p.AttemptID == "" {
-		p.AttemptID = model.NewUUID().String()
-	}
-	maxRec := p.MaxReclaimCount
-	if maxRec == 0 {
-		maxRec = 1000
-	}
-	policy := p.AttemptPolicyJSON
-	if policy == "" {
-		policy = "{}"
-	}
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	old := r.attemptIdx()
-	return Call{
-		Function: "ff_reclaim_execution",
-		Keys: []string{k.Core(), k.ClaimGrant(), k.Attempt(old), k.StreamMeta(old), k.Attempt(old + 1),
-			k.AttemptUsage(old + 1), k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(), pk.LeaseExpiry(),
-			pk.WorkerLeases(p.WorkerInstanceID), pk.LaneActive(p.LaneID), pk.AttemptTimeout(),
-			pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.WorkerID, p.WorkerInstanceID, p.LaneID, p.LeaseID,
-			strconv.FormatInt(p.LeaseTTLMs, 10), p.AttemptID, policy, strconv.Itoa(maxRec)},
-	}
+// reclaimCall is p's call on r's attempt index; minted ids land in p.
+func reclaimCall(p *ReclaimExecutionParams, r execRefs) Call {
+	q := *p
+	q.OldAttemptIndex = r.attemptIdx()
+	call := q.Call()
+	p.LeaseID, p.AttemptID = q.LeaseID, q.AttemptID
+	return call
 }
 
 // ReclaimExecution takes over an expired or revoked lease with a new
@@ -579,7 +442,7 @@ func (c *Client) ReclaimExecution(ctx context.Context, p *ReclaimExecutionParams
 	if err != nil {
 		return nil, err
 	}
-	call := p.call(r)
+	call := reclaimCall(p, r)
 	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("reclaim execution %s: %w", p.ExecutionID, err)
@@ -635,23 +498,14 @@ func (c *Client) ExpireExecution(ctx context.Context, p *ExpireExecutionParams) 
 //	KEYS[1] exec_core  KEYS[2] tags
 //	ARGV[2i-1] key_i  ARGV[2i] value_i (sorted by key here)
 func (c *Client) SetExecutionTags(ctx context.Context, eid model.ExecutionID, tags map[string]string) (int, error) {
-	names := make([]string, 0, len(tags))
-	for k := range tags {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	args := make([]string, 0, 2*len(names))
-	for _, k := range names {
-		args = append(args, k, tags[k])
-	}
-	k := model.KeysFor(eid)
-	rep, err := c.FCall(ctx, "ff_set_execution_tags", []string{k.Core(), k.Tags()}, args)
+	call := (&fcall.SetExecutionTagsParams{ExecutionID: eid, Tags: tags}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return 0, fmt.Errorf("set execution tags %s: %w", eid, err)
 	}
-	n, err := rep.Int(0)
+	n, err := fcall.DecodeSetTags(rep)
 	if err != nil {
 		return 0, fmt.Errorf("set execution tags %s: %w", eid, err)
 	}
-	return int(n), nil
+	return n, nil
 }

@@ -67,16 +67,12 @@ func (p *CreateExecutionParams) Call() Call {
 		}
 		ttl = itoa(d)
 	}
-	policy := p.PolicyJSON
-	if policy == "" {
-		policy = "{}"
-	}
 	return Call{
 		Function: "ff_create_execution",
 		Keys: []string{k.Core(), k.Payload(), k.Policy(), k.Tags(), sched, idem,
 			pk.ExecutionDeadline(), pk.AllExecutions()},
 		Args: []string{string(p.ExecutionID), p.Namespace, p.LaneID, p.ExecutionKind,
-			strconv.Itoa(p.Priority), p.CreatorIdentity, policy, p.Payload,
+			strconv.Itoa(p.Priority), p.CreatorIdentity, jsonOrEmptyObject(p.PolicyJSON), p.Payload,
 			msOrEmpty(p.DelayUntil), ttl, TagsJSON(p.Tags), msOrEmpty(p.ExecutionDeadlineAt),
 			strconv.FormatUint(uint64(part.Index), 10)},
 	}

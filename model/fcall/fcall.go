@@ -91,6 +91,14 @@ func msOrEmpty(ms int64) string {
 	return itoa(ms)
 }
 
+// jsonOrEmptyObject is doc, or "{}" when it is empty.
+func jsonOrEmptyObject(doc string) string {
+	if doc == "" {
+		return "{}"
+	}
+	return doc
+}
+
 // laneOrDefault is lane, or "default" when it is empty.
 func laneOrDefault(lane string) string {
 	if lane == "" {

@@ -33,6 +33,20 @@ func TagsJSON(tags map[string]string) string {
 	return string(append(b, '}'))
 }
 
+// sortedPairs flattens tags into key, value pairs sorted by key.
+func sortedPairs(tags map[string]string) []string {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		out = append(out, k, tags[k])
+	}
+	return out
+}
+
 const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string the way encoding/json does
