@@ -75,10 +75,10 @@ func TestLayoutsStayOnOnePartition(t *testing.T) {
 		(&fcall.CreateExecutionParams{ExecutionID: eid, LaneID: "l", IdempotencyKey: "k"}).Call(),
 		(&fcall.CancelExecutionParams{ExecutionID: eid, Lane: "l", WaitpointID: "w"}).Call(),
 		(&fcall.ExpireExecutionParams{ExecutionID: eid, Lane: "l", AttemptIndex: 2}).Call(),
-		(&fcall.ResolveDependencyParams{Downstream: eid, Upstream: up, EdgeID: "e", Lane: "l", FlowPartition: part}).Call(),
-		(&fcall.SiblingCancelGroup{FlowPartition: part, FlowID: "f", Downstream: eid}).Drain(),
-		(&fcall.SiblingCancelGroup{FlowPartition: part, FlowID: "f", Downstream: eid}).Reconcile(),
-		(&fcall.AckCancelMemberParams{FlowPartition: part, FlowID: "f", Member: string(eid)}).Call(),
+		(&fcall.ResolveDependencyParams{Downstream: eid, Upstream: up, EdgeID: "e", Lane: "l", Flow: fcall.Flow{Partition: part}}).Call(),
+		(&fcall.SiblingCancelGroup{Flow: fcall.Flow{Partition: part, ID: "f"}, Downstream: eid}).Drain(),
+		(&fcall.SiblingCancelGroup{Flow: fcall.Flow{Partition: part, ID: "f"}, Downstream: eid}).Reconcile(),
+		(&fcall.AckCancelMemberParams{Flow: fcall.Flow{Partition: part, ID: "f"}, Member: string(eid)}).Call(),
 		(&fcall.PromoteDelayedParams{ExecutionID: eid, Lane: "l"}).Call(),
 		(&fcall.MarkLeaseExpiredIfDueParams{ExecutionID: eid}).Call(),
 		(&fcall.UnblockExecutionParams{ExecutionID: eid, Lane: "l", BlockingReason: "waiting_for_quota"}).Call(),
@@ -103,7 +103,7 @@ func TestLayoutsStayOnOnePartition(t *testing.T) {
 	if len(legacy.Keys) != 11 || len(legacy.Args) != 3 {
 		t.Errorf("legacy resolve: %d KEYS / %d ARGV, want 11 / 3", len(legacy.Keys), len(legacy.Args))
 	}
-	nilFlow := (&fcall.ResolveDependencyParams{Downstream: eid, Upstream: up, FlowPartition: part}).Call()
+	nilFlow := (&fcall.ResolveDependencyParams{Downstream: eid, Upstream: up, Flow: fcall.Flow{Partition: part}}).Call()
 	if !strings.Contains(nilFlow.Keys[11], fcall.NilSentinel+":edgegroup:"+fcall.NilSentinel) || nilFlow.Args[4] != string(eid) {
 		t.Errorf("resolve without flow id: %v %v", nilFlow.Keys[11:], nilFlow.Args)
 	}

@@ -18,12 +18,10 @@ type ResolveDependencyParams struct {
 	// current_attempt_index, pre-read by the caller.
 	Lane         string
 	AttemptIndex int
-	// FlowPartition holds the flow keys (KEYS 12-14); FlowID is the flow
-	// id as stored (ARGV 4). An empty FlowID builds the flow keys with
-	// NilSentinel.
-	FlowPartition model.Partition
-	FlowID        string
-	NowMs         int64
+	// Flow holds the flow keys (KEYS 12-14) and its ID is ARGV 4; an empty
+	// ID builds the flow keys with NilSentinel.
+	Flow  Flow
+	NowMs int64
 	// Legacy sends the 11-KEYS / 3-ARGV form (all_of only, no sibling
 	// cancel bookkeeping).
 	Legacy bool
@@ -49,14 +47,14 @@ func (p *ResolveDependencyParams) Call() Call {
 		ek.Attempt(i), ek.StreamMeta(i), ek.Payload(), up.Result()}
 	args := []string{p.EdgeID, p.UpstreamOutcome, itoa(p.NowMs)}
 	if !p.Legacy {
-		fid, child := p.FlowID, p.Downstream
+		fid, child := p.Flow.ID, p.Downstream
 		if fid == "" {
 			fid, child = NilSentinel, NilSentinel
 		}
-		fk := model.FlowKeysOn(p.FlowPartition, fid)
+		fk := model.FlowKeysOn(p.Flow.Partition, fid)
 		keys = append(keys, fk.EdgeGroup(child), fk.Incoming(child),
-			model.KeysOn(p.FlowPartition).PendingCancelGroups())
-		args = append(args, p.FlowID, string(p.Downstream))
+			model.KeysOn(p.Flow.Partition).PendingCancelGroups())
+		args = append(args, p.Flow.ID, string(p.Downstream))
 	}
 	return Call{Function: "ff_resolve_dependency", Keys: keys, Args: args}
 }
@@ -81,10 +79,8 @@ func DecodeResolveDependency(r *Reply) *ResolveResult {
 // "<flow_id>|<downstream_eid>" of pending_cancel_groups): the inputs of
 // ff_drain_sibling_cancel_group and ff_reconcile_sibling_cancel_group.
 type SiblingCancelGroup struct {
-	// FlowPartition is the flow's partition; FlowID the flow id as stored.
-	FlowPartition model.Partition
-	FlowID        string
-	Downstream    model.ExecutionID
+	Flow       Flow
+	Downstream model.ExecutionID
 }
 
 // keys are both functions' KEYS:
@@ -93,9 +89,8 @@ type SiblingCancelGroup struct {
 //	ARGV[1] flow_id  ARGV[2] downstream eid
 func (g *SiblingCancelGroup) call(fn string) Call {
 	return Call{Function: fn,
-		Keys: []string{model.KeysOn(g.FlowPartition).PendingCancelGroups(),
-			model.FlowKeysOn(g.FlowPartition, g.FlowID).EdgeGroup(g.Downstream)},
-		Args: []string{g.FlowID, string(g.Downstream)}}
+		Keys: []string{model.KeysOn(g.Flow.Partition).PendingCancelGroups(), g.Flow.keys().EdgeGroup(g.Downstream)},
+		Args: []string{g.Flow.ID, string(g.Downstream)}}
 }
 
 // Drain builds ff_drain_sibling_cancel_group, sent after every listed
@@ -110,9 +105,7 @@ func (g *SiblingCancelGroup) Reconcile() Call { return g.call("ff_reconcile_sibl
 
 // AckCancelMemberParams are the inputs of ff_ack_cancel_member.
 type AckCancelMemberParams struct {
-	// FlowPartition is the flow's partition; FlowID the flow id as stored.
-	FlowPartition model.Partition
-	FlowID        string
+	Flow Flow
 	// Member is the execution that no longer owes a cancel.
 	Member string
 }
@@ -123,7 +116,6 @@ type AckCancelMemberParams struct {
 //	ARGV[1] execution_id  ARGV[2] flow_id
 func (p *AckCancelMemberParams) Call() Call {
 	return Call{Function: "ff_ack_cancel_member",
-		Keys: []string{model.FlowKeysOn(p.FlowPartition, p.FlowID).PendingCancels(),
-			model.KeysOn(p.FlowPartition).CancelBacklog()},
-		Args: []string{p.Member, p.FlowID}}
+		Keys: []string{p.Flow.keys().PendingCancels(), model.KeysOn(p.Flow.Partition).CancelBacklog()},
+		Args: []string{p.Member, p.Flow.ID}}
 }

@@ -184,7 +184,7 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 		}
 		lane, att := laneAttemptOf(cores[i].Values, cores[i].Present)
 		r := fcall.ResolveDependencyParams{Downstream: child, Upstream: eid, EdgeID: childEdges[i], Lane: lane,
-			AttemptIndex: att, UpstreamOutcome: outcome, FlowPartition: fpart, FlowID: flowID, NowMs: nowMs}
+			AttemptIndex: att, UpstreamOutcome: outcome, Flow: fcall.Flow{Partition: fpart, ID: flowID}, NowMs: nowMs}
 		calls = append(calls, pdk.CallOf(r.Call()))
 		resolved = append(resolved, child)
 	}

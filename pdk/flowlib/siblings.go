@@ -108,7 +108,7 @@ func DispatchGroup(h pdk.Host, part model.Partition, member string) (GroupOutcom
 		h.Metric(abi.Metric{Kind: abi.MetricCounter, Name: "sibling_cancel_disposition.already_terminal", Value: float64(st.AlreadyTerminal)})
 		h.Metric(abi.Metric{Kind: abi.MetricCounter, Name: "sibling_cancel_disposition.not_found", Value: float64(st.NotFound)})
 	}
-	drain := fcall.SiblingCancelGroup{FlowPartition: part, FlowID: fid.String(), Downstream: down}
+	drain := fcall.SiblingCancelGroup{Flow: fcall.Flow{Partition: part, ID: fid.String()}, Downstream: down}
 	out, err := h.FCall([]abi.Call{pdk.CallOf(drain.Drain())})
 	if err != nil || out[0].Result == abi.StatusError {
 		msg := ""

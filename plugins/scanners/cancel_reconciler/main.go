@@ -153,7 +153,7 @@ func flow(h pdk.Host, part model.Partition, backlog, raw string) abi.ScanResult 
 	}
 	calls := make([]abi.Call, len(acks))
 	for i, m := range acks {
-		ack := fcall.AckCancelMemberParams{FlowPartition: part, FlowID: f, Member: m}
+		ack := fcall.AckCancelMemberParams{Flow: fcall.Flow{Partition: part, ID: f}, Member: m}
 		calls[i] = pdk.CallOf(ack.Call())
 	}
 	out, err := h.FCall(calls)

@@ -153,7 +153,7 @@ func reconcile(h pdk.Host, part model.Partition, lane string, eid model.Executio
 			att = a
 		}
 		r := fcall.ResolveDependencyParams{Downstream: eid, Upstream: model.ExecutionID(up), EdgeID: edge, Lane: lane,
-			AttemptIndex: att, UpstreamOutcome: outcome, FlowPartition: part, FlowID: core[1].Value, NowMs: *now}
+			AttemptIndex: att, UpstreamOutcome: outcome, Flow: fcall.Flow{Partition: part, ID: core[1].Value}, NowMs: *now}
 		calls = append(calls, pdk.CallOf(r.Call()))
 	}
 	if len(calls) == 0 {

@@ -53,7 +53,7 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			res.Errors++
 			continue
 		}
-		g := fcall.SiblingCancelGroup{FlowPartition: req.Partition, FlowID: fid.String(), Downstream: down}
+		g := fcall.SiblingCancelGroup{Flow: fcall.Flow{Partition: req.Partition, ID: fid.String()}, Downstream: down}
 		calls = append(calls, pdk.CallOf(g.Reconcile()))
 	}
 	if len(calls) == 0 {
