@@ -136,9 +136,8 @@ func (c *Client) RecordSpend(ctx context.Context, p *ReportUsageParams) (*UsageR
 //	KEYS[1] usage  KEYS[2] by_exec:<eid>  KEYS[3] by_exec:index
 //	ARGV[1] budget_id  ARGV[2] execution_id
 func (c *Client) ReleaseBudget(ctx context.Context, budget model.UUID, eid model.ExecutionID) (string, error) {
-	k := c.budgetKeys(budget)
-	rep, err := c.FCall(ctx, "ff_release_budget",
-		[]string{k.Usage(), k.ByExec(eid), k.ByExecIndex()}, []string{budget.String(), string(eid)})
+	call := fcall.ReleaseBudgetCall(c.budgetKeys(budget), budget.String(), eid)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", fmt.Errorf("release budget %s for %s: %w", budget, eid, err)
 	}
@@ -221,11 +220,9 @@ func (c *Client) BlockExecutionForAdmission(ctx context.Context, eid model.Execu
 	if err != nil {
 		return err
 	}
-	lane := famLane(f[0])
-	pk := model.KeysOn(eid.Partition())
-	keys := []string{model.KeysFor(eid).Core(), pk.LaneEligible(lane), BlockedIndexFor(pk, lane, reason)}
-	if _, err := c.FCall(ctx, "ff_block_execution_for_admission", keys,
-		[]string{string(eid), reason, detail, famItoa(nowMs)}); err != nil {
+	call := (&fcall.BlockForAdmissionParams{ExecutionID: eid, Lane: famLane(f[0]), Reason: reason, Detail: detail,
+		NowMs: nowMs}).Call()
+	if _, err := c.FCall(ctx, call.Function, call.Keys, call.Args); err != nil {
 		return fmt.Errorf("block %s for admission: %w", eid, err)
 	}
 	return nil
