@@ -322,14 +322,7 @@ func (c *Client) CloseWaitpoint(ctx context.Context, eid model.ExecutionID, wait
 }
 
 // RotateHMACResult is the reply of ff_rotate_waitpoint_hmac_secret.
-type RotateHMACResult struct {
-	// Outcome is rotated or noop.
-	Outcome     string
-	PreviousKid string
-	NewKid      string
-	// GCCount is the number of expired kids removed.
-	GCCount int
-}
+type RotateHMACResult = fcall.RotateHMACResult
 
 // RotateWaitpointHMACSecret installs a new signing kid on one partition
 // (ff_rotate_waitpoint_hmac_secret); the previous kid keeps validating for
@@ -337,19 +330,12 @@ type RotateHMACResult struct {
 //
 //	KEYS[1] hmac_secrets  ARGV[1] new_kid  ARGV[2] new_secret_hex  ARGV[3] grace_ms
 func (c *Client) RotateWaitpointHMACSecret(ctx context.Context, p model.Partition, kid, secretHex string, graceMs int64) (*RotateHMACResult, error) {
-	rep, err := c.FCall(ctx, "ff_rotate_waitpoint_hmac_secret",
-		[]string{model.KeysOn(p).WaitpointHMACSecrets()}, []string{kid, secretHex, suspInt(graceMs)})
+	call := fcall.RotateHMACCall(p, kid, secretHex, graceMs)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, suspWrap("rotate waitpoint hmac secret on "+p.Tag(), err)
 	}
-	res := &RotateHMACResult{Outcome: rep.Field(0)}
-	if res.Outcome == "noop" {
-		res.NewKid = rep.Field(1)
-		return res, nil
-	}
-	res.PreviousKid, res.NewKid = rep.Field(1), rep.Field(2)
-	res.GCCount, _ = strconv.Atoi(rep.Field(3))
-	return res, nil
+	return fcall.DecodeRotateHMAC(rep), nil
 }
 
 // RotateWaitpointHMACSecretAll fans the rotation out to every flow
@@ -363,34 +349,22 @@ func (c *Client) RotateWaitpointHMACSecretAll(ctx context.Context, kid, secretHe
 }
 
 // HMACKid is a non-current kid still inside its grace window.
-type HMACKid struct {
-	Kid       string
-	ExpiresAt int64
-}
+type HMACKid = fcall.HMACKid
 
 // HMACKids is the reply of ff_list_waitpoint_hmac_kids.
-type HMACKids struct {
-	CurrentKid string
-	Verifying  []HMACKid
-}
+type HMACKids = fcall.HMACKids
 
 // ListWaitpointHMACKids lists a partition's current kid and the older kids
 // that still validate tokens (ff_list_waitpoint_hmac_kids).
 //
 //	KEYS[1] hmac_secrets
 func (c *Client) ListWaitpointHMACKids(ctx context.Context, p model.Partition) (*HMACKids, error) {
-	rep, err := c.FCall(ctx, "ff_list_waitpoint_hmac_kids",
-		[]string{model.KeysOn(p).WaitpointHMACSecrets()}, nil)
+	call := fcall.ListHMACKidsCall(p)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, suspWrap("list waitpoint hmac kids on "+p.Tag(), err)
 	}
-	res := &HMACKids{CurrentKid: rep.Field(0)}
-	n, _ := strconv.Atoi(rep.Field(1))
-	for i := 0; i < n; i++ {
-		exp, _ := strconv.ParseInt(rep.Field(3+2*i), 10, 64)
-		res.Verifying = append(res.Verifying, HMACKid{Kid: rep.Field(2 + 2*i), ExpiresAt: exp})
-	}
-	return res, nil
+	return fcall.DecodeHMACKids(rep), nil
 }
 
 // InstallWaitpointHMACSecret is the boot step that seeds every flow
