@@ -16,7 +16,7 @@ import (
 
 // DefaultDedupTTL is the create-idempotency window FlowFabric uses when an
 // idempotency key is given (24 h).
-const DefaultDedupTTL = 24 * time.Hour
+const DefaultDedupTTL = fcall.DefaultDedupTTLMs * time.Millisecond
 
 // Reply statuses of the execution family.
 const (
@@ -32,42 +32,11 @@ func msStr(ms int64) string {
 	return strconv.FormatInt(ms, 10)
 }
 
-// CreateExecutionParams are the inputs of ff_create_execution. The caller
-// mints ExecutionID (model.PartitionConfig.NewSoloExecutionID or
-// NewFlowExecutionID); nothing here generates ids.
-type CreateExecutionParams struct {
-	ExecutionID     model.ExecutionID
-	Namespace       string
-	LaneID          string
-	ExecutionKind   string
-	Priority        int
-	CreatorIdentity string
-	// PolicyJSON is the ExecutionPolicy document; "" sends "{}" as
-	// FlowFabric does when there is no policy.
-	PolicyJSON string
-	// Payload is the opaque input payload; empty stores nothing.
-	Payload string
-	// DelayUntil, in server ms, delays the first claim; 0 means none.
-	DelayUntil int64
-	// IdempotencyKey makes the create idempotent within its partition for
-	// DedupTTL (DefaultDedupTTL when zero).
-	IdempotencyKey string
-	DedupTTL       time.Duration
-	// Tags are written to the tags hash.
-	Tags map[string]string
-	// ExecutionDeadlineAt, in server ms, indexes an absolute deadline; 0
-	// means none.
-	ExecutionDeadlineAt int64
-}
-
-// Call builds the FCALL of ff_create_execution (fcall.CreateExecutionParams).
-func (p *CreateExecutionParams) Call() Call {
-	q := fcall.CreateExecutionParams{ExecutionID: p.ExecutionID, Namespace: p.Namespace, LaneID: p.LaneID,
-		ExecutionKind: p.ExecutionKind, Priority: p.Priority, CreatorIdentity: p.CreatorIdentity,
-		PolicyJSON: p.PolicyJSON, Payload: p.Payload, DelayUntil: p.DelayUntil, IdempotencyKey: p.IdempotencyKey,
-		DedupTTLMs: p.DedupTTL.Milliseconds(), Tags: p.Tags, ExecutionDeadlineAt: p.ExecutionDeadlineAt}
-	return q.Call()
-}
+// CreateExecutionParams are the inputs of ff_create_execution, the
+// idempotency window a time.Duration (DefaultDedupTTL when not positive).
+// The caller mints ExecutionID (model.PartitionConfig.NewSoloExecutionID
+// or NewFlowExecutionID); nothing here generates ids.
+type CreateExecutionParams = fcall.CreateExecutionParams[time.Duration]
 
 // CreateExecutionResult is the reply of ff_create_execution.
 type CreateExecutionResult = fcall.CreateExecutionResult
@@ -134,9 +103,7 @@ func (r execRefs) holder() fcall.Holder {
 }
 
 // fcallFence is f as model/fcall's Fence.
-func fcallFence(f LeaseFence) fcall.Fence {
-	return fcall.Fence{LeaseID: f.LeaseID, LeaseEpoch: f.LeaseEpoch, AttemptID: f.AttemptID}
-}
+func fcallFence(f LeaseFence) fcall.Fence { return fcall.Fence(f) }
 
 // preread HMGETs lane_id, current_attempt_index, current_worker_instance_id
 // and current_waitpoint_id. An absent execution yields empty refs; the Lua

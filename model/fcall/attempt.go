@@ -7,12 +7,15 @@ import (
 )
 
 // Fence is the (lease_id, lease_epoch, attempt_id) triple of a
-// lease-checked call; the zero Fence is the empty fence (accepted only
-// with SourceOperatorOverride).
+// lease-checked call, and the attempt index it was issued for (which the
+// library does not check); the zero Fence is the empty fence (accepted
+// only with SourceOperatorOverride). Its fields are backend.Fence's, so
+// either converts to the other.
 type Fence struct {
-	LeaseID    string
-	LeaseEpoch uint64
-	AttemptID  string
+	LeaseID      string
+	LeaseEpoch   uint64
+	AttemptID    string
+	AttemptIndex int
 }
 
 // epoch is the lease_epoch argument ("" for the empty fence).

@@ -14,9 +14,25 @@ const DefaultDedupTTLMs = 24 * 60 * 60 * 1000
 // already exists (by id or by idempotency key).
 const StatusDuplicate = "DUPLICATE"
 
-// CreateExecutionParams are the inputs of ff_create_execution. The caller
-// mints ExecutionID; nothing here generates ids.
-type CreateExecutionParams struct {
+// Duration is the type of a window a caller states in its own unit:
+// time.Duration on the host side, Millis in a plugin (which then does not
+// link package time).
+type Duration interface {
+	~int64
+	// Milliseconds is the window in whole milliseconds.
+	Milliseconds() int64
+}
+
+// Millis is a Duration in milliseconds.
+type Millis int64
+
+// Milliseconds returns m.
+func (m Millis) Milliseconds() int64 { return int64(m) }
+
+// CreateExecutionParams are the inputs of ff_create_execution, with the
+// idempotency window in D (time.Duration or Millis). The caller mints
+// ExecutionID; nothing here generates ids.
+type CreateExecutionParams[D Duration] struct {
 	ExecutionID     model.ExecutionID
 	Namespace       string
 	LaneID          string
@@ -30,9 +46,9 @@ type CreateExecutionParams struct {
 	// DelayUntil, in server ms, delays the first claim; 0 means none.
 	DelayUntil int64
 	// IdempotencyKey makes the create idempotent within its partition for
-	// DedupTTLMs (DefaultDedupTTLMs when not positive).
+	// DedupTTL (DefaultDedupTTLMs when not positive).
 	IdempotencyKey string
-	DedupTTLMs     int64
+	DedupTTL       D
 	// Tags are written to the tags hash.
 	Tags map[string]string
 	// ExecutionDeadlineAt, in server ms, indexes an absolute deadline; 0
@@ -50,7 +66,7 @@ type CreateExecutionParams struct {
 //	ARGV[5] priority  ARGV[6] creator_identity  ARGV[7] policy_json  ARGV[8] payload
 //	ARGV[9] delay_until|""  ARGV[10] dedup_ttl_ms|""  ARGV[11] tags_json
 //	ARGV[12] execution_deadline_at|""  ARGV[13] partition index
-func (p *CreateExecutionParams) Call() Call {
+func (p *CreateExecutionParams[D]) Call() Call {
 	k := model.KeysFor(p.ExecutionID)
 	part := k.Partition()
 	pk := model.KeysOn(part)
@@ -61,9 +77,9 @@ func (p *CreateExecutionParams) Call() Call {
 	idem, ttl := pk.Noop(), ""
 	if p.IdempotencyKey != "" {
 		idem = pk.Idempotency(p.Namespace, p.IdempotencyKey)
-		d := p.DedupTTLMs
-		if d <= 0 {
-			d = DefaultDedupTTLMs
+		d := int64(DefaultDedupTTLMs)
+		if p.DedupTTL > 0 {
+			d = p.DedupTTL.Milliseconds()
 		}
 		ttl = itoa(d)
 	}

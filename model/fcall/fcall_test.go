@@ -72,7 +72,7 @@ func TestLayoutsStayOnOnePartition(t *testing.T) {
 	eid := model.NewExecutionID(part, model.NewUUID())
 	up := model.NewExecutionID(part, model.NewUUID())
 	calls := []fcall.Call{
-		(&fcall.CreateExecutionParams{ExecutionID: eid, LaneID: "l", IdempotencyKey: "k"}).Call(),
+		(&fcall.CreateExecutionParams[fcall.Millis]{ExecutionID: eid, LaneID: "l", IdempotencyKey: "k"}).Call(),
 		(&fcall.CancelExecutionParams{ExecutionID: eid, Lane: "l", WaitpointID: "w"}).Call(),
 		(&fcall.ExpireExecutionParams{ExecutionID: eid, Lane: "l", AttemptIndex: 2}).Call(),
 		(&fcall.ResolveDependencyParams{Downstream: eid, Upstream: up, EdgeID: "e", Lane: "l", Flow: fcall.Flow{Partition: part}}).Call(),

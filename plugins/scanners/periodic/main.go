@@ -139,7 +139,7 @@ func createCall(p model.Partition, name string, tick int64, def, tags map[string
 	}
 	t[periodic.TagSchedule] = name
 	t[periodic.TagTick] = pdk.Itoa(tick)
-	c := fcall.CreateExecutionParams{ExecutionID: periodic.TickID(p, name, tick), Namespace: def[periodic.FieldNamespace],
+	c := fcall.CreateExecutionParams[fcall.Millis]{ExecutionID: periodic.TickID(p, name, tick), Namespace: def[periodic.FieldNamespace],
 		LaneID: def[periodic.FieldLane], ExecutionKind: def[periodic.FieldKind], Priority: priority,
 		CreatorIdentity: Creator, PolicyJSON: policy, Payload: def[periodic.FieldPayload], Tags: t}
 	call := pdk.CallOf(c.Call())
