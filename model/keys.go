@@ -269,6 +269,12 @@ func FlowKeysFor(p Partition, flow UUID) FlowKeys {
 	return FlowKeys{tag: p.Tag(), flow: flow.String()}
 }
 
+// FlowKeysOn returns the key builder of the flow whose id is the raw
+// string flowID (as read from an index or a hash, not parsed) on p.
+func FlowKeysOn(p Partition, flowID string) FlowKeys {
+	return FlowKeys{tag: p.Tag(), flow: flowID}
+}
+
 func (k FlowKeys) key(suffix string) string { return "ff:flow:" + k.tag + ":" + k.flow + ":" + suffix }
 
 // Core is the flow record hash.
@@ -309,6 +315,10 @@ type BudgetKeys struct {
 
 // BudgetKeysFor returns the key builder of budget id on partition p.
 func BudgetKeysFor(p Partition, id UUID) BudgetKeys { return BudgetKeys{tag: p.Tag(), id: id.String()} }
+
+// BudgetKeysOn returns the key builder of the budget whose id is the raw
+// string id (as read from an index, not parsed) on p.
+func BudgetKeysOn(p Partition, id string) BudgetKeys { return BudgetKeys{tag: p.Tag(), id: id} }
 
 // Definition is the budget definition hash.
 func (k BudgetKeys) Definition() string { return "ff:budget:" + k.tag + ":" + k.id }

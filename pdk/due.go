@@ -5,6 +5,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // ConfigNextDue is the config key the host sets to "1" when it runs
@@ -42,7 +43,8 @@ type Due struct {
 // # Notes
 //
 //   - Counting (fabric's, which fixes FlowFabric's): the first call Call
-//     returns for a member is its action: {1, ...} is Acted, a Lua error
+//     returns for a member is its action: {1, ...} is Acted (but
+//     {1, "ALREADY_SATISFIED", ...}, a no-op, is Skipped), a Lua error
 //     reply {0, code} or a failed call is an Error (FlowFabric counts a Lua
 //     error reply as processed), a call in failure-tracker backoff is
 //     Skipped. Further calls are cleanup: only their failures count (as
@@ -357,7 +359,13 @@ func (pg *duePage) count(h Host, calls []abi.Call, out []abi.CallResult, err err
 
 func countCall(res *abi.ScanResult, r abi.CallResult) {
 	switch r.Result {
-	case abi.StatusOK, abi.StatusDryRun: // a shadow's dry run is what it would have done
+	case abi.StatusOK:
+		if r.Status == fcall.StatusAlreadySatisfied {
+			res.Skipped++ // a no-op: the work was already done
+			return
+		}
+		res.Acted++
+	case abi.StatusDryRun: // a shadow's dry run is what it would have done
 		res.Acted++
 	case abi.StatusSkipped:
 		res.Skipped++

@@ -60,6 +60,20 @@ func TestDueScan(t *testing.T) {
 		}
 	})
 
+	// {1, "ALREADY_SATISFIED", ...} is a no-op (the work was already
+	// done, e.g. a lease not yet expired): not acted, skipped.
+	t.Run("AlreadySatisfiedIsNotActed", func(t *testing.T) {
+		t.Parallel()
+		p := plugin(pdk.DueScan{Call: action})
+		h, _ := setup(t, p)
+		h.Handle("ff_x", func(_, _ []string) abi.CallResult {
+			return abi.CallResult{Status: "ALREADY_SATISFIED", Fields: []string{"not_yet_expired"}}
+		})
+		if res := h.Scan(p, part, 1); res.Acted != 0 || res.Skipped != 1 || res.Errors != 0 {
+			t.Fatalf("result = %+v, want 1 skipped and nothing acted", res)
+		}
+	})
+
 	t.Run("MalformedMembersAreSkipped", func(t *testing.T) {
 		t.Parallel()
 		p := plugin(pdk.DueScan{Call: action})

@@ -3,6 +3,7 @@ package pdk
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // ExpireScan is the shared scan of attempt_timeout and execution_deadline
@@ -20,39 +21,19 @@ func ExpireBatch(h Host, req abi.ScanBatchRequest, index func(model.PartitionKey
 	})
 }
 
-// ExpireDue is ExpireScan's DueScan of partition req.Partition.
+// ExpireDue is ExpireScan's DueScan of partition req.Partition: members
+// are executions of that partition (DueScan skips the rest), expired with
+// fcall.ExpireExecutionParams.
 func ExpireDue(req abi.ScanRequest, index, reason string) DueScan {
-	pk := model.KeysOn(req.Partition)
 	return DueScan{
 		Indexes: func(abi.ScanRequest) []string { return []string{index} },
 		PreRead: func(_, member string) []abi.ReadOp {
 			return []abi.ReadOp{{Cmd: "HMGET", Key: model.KeysFor(model.ExecutionID(member)).Core(), Args: []string{"lane_id", "current_attempt_index"}}}
 		},
 		Call: func(d Due) []abi.Call {
-			lane := FieldOr(d.Reads[0], 0, "default")
-			att := FieldOr(d.Reads[0], 1, "0")
-			return []abi.Call{ExpireExecutionCall(pk, model.ExecutionID(d.Member), lane, att, reason)}
+			p := fcall.ExpireExecutionParams{ExecutionID: model.ExecutionID(d.Member), Reason: reason,
+				Lane: FieldOr(d.Reads[0], 0, "default"), AttemptIndex: AttemptIndexOf(FieldOr(d.Reads[0], 1, "0"))}
+			return []abi.Call{CallOf(p.Call())}
 		},
-	}
-}
-
-// ExpireExecutionCall builds FlowFabric's 14-KEY ff_expire_execution for
-// eid on lane with attempt index att (a string, used verbatim). KEYS[7] is
-// the worker-leases key of the empty worker id, as FlowFabric sends it (the
-// function derives the real one from exec core).
-func ExpireExecutionCall(pk model.PartitionKeys, eid model.ExecutionID, lane, att, reason string) abi.Call {
-	k := model.KeysFor(eid)
-	tag := pk.Tag()
-	return abi.Call{
-		Function: "ff_expire_execution",
-		Keys: []string{
-			k.Core(),
-			"ff:attempt:" + tag + ":" + string(eid) + ":" + att,
-			"ff:stream:" + tag + ":" + string(eid) + ":" + att + ":meta",
-			k.LeaseCurrent(), k.LeaseHistory(), pk.LeaseExpiry(), pk.WorkerLeases(""),
-			pk.LaneActive(lane), pk.LaneTerminal(lane), pk.AttemptTimeout(), pk.ExecutionDeadline(),
-			pk.LaneSuspended(lane), pk.SuspensionTimeout(), k.SuspensionCurrent(),
-		},
-		Args: []string{string(eid), reason},
 	}
 }

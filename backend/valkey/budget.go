@@ -7,6 +7,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // Budget statuses returned by ReportUsage and RecordSpend (package
@@ -135,9 +136,8 @@ func (c *Client) RecordSpend(ctx context.Context, p *ReportUsageParams) (*UsageR
 //	KEYS[1] usage  KEYS[2] by_exec:<eid>  KEYS[3] by_exec:index
 //	ARGV[1] budget_id  ARGV[2] execution_id
 func (c *Client) ReleaseBudget(ctx context.Context, budget model.UUID, eid model.ExecutionID) (string, error) {
-	k := c.budgetKeys(budget)
-	rep, err := c.FCall(ctx, "ff_release_budget",
-		[]string{k.Usage(), k.ByExec(eid), k.ByExecIndex()}, []string{budget.String(), string(eid)})
+	call := fcall.ReleaseBudgetCall(c.budgetKeys(budget), budget.String(), eid)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", fmt.Errorf("release budget %s for %s: %w", budget, eid, err)
 	}
@@ -150,29 +150,19 @@ func (c *Client) ReleaseBudget(ctx context.Context, budget model.UUID, eid model
 //	KEYS[1] def  KEYS[2] usage  KEYS[3] ff:idx:{b:M}:budget_resets
 //	ARGV[1] budget_id  ARGV[2] now_ms
 func (c *Client) ResetBudget(ctx context.Context, budget model.UUID, nowMs int64) (int64, error) {
-	k := c.budgetKeys(budget)
-	rep, err := c.FCall(ctx, "ff_reset_budget",
-		[]string{k.Definition(), k.Usage(), k.Resets()}, []string{budget.String(), famItoa(nowMs)})
+	call := (&fcall.ResetBudgetParams{Partition: c.parts.BudgetPartition(budget), BudgetID: budget.String(),
+		NowMs: nowMs}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return 0, fmt.Errorf("reset budget %s: %w", budget, err)
 	}
-	return rep.Int(0)
+	return fcall.DecodeResetBudget(rep)
 }
 
 // BlockedIndexFor returns the blocked ZSET an admission block with reason
-// lands in (and the unblock scanner reads): budget, quota, route
-// (waiting_for_capable_worker) or operator (paused_by_operator,
-// paused_by_policy and anything else).
+// lands in (and the unblock scanner reads); see fcall.BlockedIndexFor.
 func BlockedIndexFor(pk model.PartitionKeys, lane, reason string) string {
-	switch reason {
-	case "waiting_for_budget":
-		return pk.LaneBlockedBudget(lane)
-	case "waiting_for_quota":
-		return pk.LaneBlockedQuota(lane)
-	case "waiting_for_capable_worker":
-		return pk.LaneBlockedRoute(lane)
-	}
-	return pk.LaneBlockedOperator(lane)
+	return fcall.BlockedIndexFor(pk, lane, reason)
 }
 
 // famCoreFields pre-reads exec_core's lane_id (and optional extra fields).
@@ -212,9 +202,9 @@ func (c *Client) UnblockExecution(ctx context.Context, eid model.ExecutionID, no
 	if expectedReason != "" {
 		reason = expectedReason
 	}
-	pk := model.KeysOn(eid.Partition())
-	keys := []string{model.KeysFor(eid).Core(), BlockedIndexFor(pk, lane, reason), pk.LaneEligible(lane)}
-	if _, err := c.FCall(ctx, "ff_unblock_execution", keys, []string{string(eid), famItoa(nowMs), expectedReason}); err != nil {
+	call := (&fcall.UnblockExecutionParams{ExecutionID: eid, Lane: lane, BlockingReason: reason,
+		ExpectedReason: expectedReason, NowMs: nowMs}).Call()
+	if _, err := c.FCall(ctx, call.Function, call.Keys, call.Args); err != nil {
 		return fmt.Errorf("unblock %s: %w", eid, err)
 	}
 	return nil
@@ -230,11 +220,9 @@ func (c *Client) BlockExecutionForAdmission(ctx context.Context, eid model.Execu
 	if err != nil {
 		return err
 	}
-	lane := famLane(f[0])
-	pk := model.KeysOn(eid.Partition())
-	keys := []string{model.KeysFor(eid).Core(), pk.LaneEligible(lane), BlockedIndexFor(pk, lane, reason)}
-	if _, err := c.FCall(ctx, "ff_block_execution_for_admission", keys,
-		[]string{string(eid), reason, detail, famItoa(nowMs)}); err != nil {
+	call := (&fcall.BlockForAdmissionParams{ExecutionID: eid, Lane: famLane(f[0]), Reason: reason, Detail: detail,
+		NowMs: nowMs}).Call()
+	if _, err := c.FCall(ctx, call.Function, call.Keys, call.Args); err != nil {
 		return fmt.Errorf("block %s for admission: %w", eid, err)
 	}
 	return nil

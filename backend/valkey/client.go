@@ -15,6 +15,7 @@ import (
 	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/lua"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // ClientConfig configures a Client.
@@ -183,12 +184,8 @@ func (c *Client) FCall(ctx context.Context, fn string, keys, args []string) (*Re
 	return parseReply(fn, msg)
 }
 
-// Call is one FCALL in a pipelined batch.
-type Call struct {
-	Function string
-	Keys     []string
-	Args     []string
-}
+// Call is one FCALL in a pipelined batch (the layout type of model/fcall).
+type Call = fcall.Call
 
 // Result is the outcome of one Call in a batch.
 type Result struct {
@@ -201,10 +198,12 @@ type Result struct {
 // reloaded and only those calls are retried. On a cluster a call whose keys
 // span slots fails alone with ErrCrossSlot.
 func (c *Client) FCallBatch(ctx context.Context, calls []Call) []Result {
-	return fcallBatch(c, ctx, calls, Call.parts, decodeResult, errResult)
+	return fcallBatch(c, ctx, calls, callParts, decodeResult, errResult)
 }
 
-func (call Call) parts() (fn string, keys, args []string) { return call.Function, call.Keys, call.Args }
+func callParts(call Call) (fn string, keys, args []string) {
+	return call.Function, call.Keys, call.Args
+}
 
 func errResult(err error) Result { return Result{Err: err} }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 
@@ -12,17 +11,18 @@ import (
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // DefaultDedupTTL is the create-idempotency window FlowFabric uses when an
 // idempotency key is given (24 h).
-const DefaultDedupTTL = 24 * time.Hour
+const DefaultDedupTTL = fcall.DefaultDedupTTLMs * time.Millisecond
 
 // Reply statuses of the execution family.
 const (
 	// StatusDuplicate is ff_create_execution's status for an execution that
 	// already exists (by id or by idempotency key).
-	StatusDuplicate = "DUPLICATE"
+	StatusDuplicate = fcall.StatusDuplicate
 )
 
 func msStr(ms int64) string {
@@ -32,94 +32,14 @@ func msStr(ms int64) string {
 	return strconv.FormatInt(ms, 10)
 }
 
-func partitionIndex(eid model.ExecutionID) string {
-	return strconv.FormatUint(uint64(eid.Partition().Index), 10)
-}
-
-// CreateExecutionParams are the inputs of ff_create_execution. The caller
-// mints ExecutionID (model.PartitionConfig.NewSoloExecutionID or
-// NewFlowExecutionID); nothing here generates ids.
-type CreateExecutionParams struct {
-	ExecutionID     model.ExecutionID
-	Namespace       string
-	LaneID          string
-	ExecutionKind   string
-	Priority        int
-	CreatorIdentity string
-	// PolicyJSON is the ExecutionPolicy document; "" sends "{}" as
-	// FlowFabric does when there is no policy.
-	PolicyJSON string
-	// Payload is the opaque input payload; empty stores nothing.
-	Payload string
-	// DelayUntil, in server ms, delays the first claim; 0 means none.
-	DelayUntil int64
-	// IdempotencyKey makes the create idempotent within its partition for
-	// DedupTTL (DefaultDedupTTL when zero).
-	IdempotencyKey string
-	DedupTTL       time.Duration
-	// Tags are written to the tags hash.
-	Tags map[string]string
-	// ExecutionDeadlineAt, in server ms, indexes an absolute deadline; 0
-	// means none.
-	ExecutionDeadlineAt int64
-}
-
-// Call builds the FCALL of ff_create_execution.
-//
-//	KEYS[1] exec_core          KEYS[5] lane eligible (or delayed when DelayUntil>0)
-//	KEYS[2] payload            KEYS[6] idempotency key (or ff:noop:{fp:N})
-//	KEYS[3] policy             KEYS[7] execution_deadline
-//	KEYS[4] tags               KEYS[8] all_executions
-//	ARGV[1] execution_id  ARGV[2] namespace  ARGV[3] lane_id  ARGV[4] execution_kind
-//	ARGV[5] priority  ARGV[6] creator_identity  ARGV[7] policy_json  ARGV[8] payload
-//	ARGV[9] delay_until|""  ARGV[10] dedup_ttl_ms|""  ARGV[11] tags_json
-//	ARGV[12] execution_deadline_at|""  ARGV[13] partition index
-func (p *CreateExecutionParams) Call() Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	sched := pk.LaneEligible(p.LaneID)
-	if p.DelayUntil > 0 {
-		sched = pk.LaneDelayed(p.LaneID)
-	}
-	idem, ttl := pk.Noop(), ""
-	if p.IdempotencyKey != "" {
-		idem = pk.Idempotency(p.Namespace, p.IdempotencyKey)
-		d := p.DedupTTL
-		if d <= 0 {
-			d = DefaultDedupTTL
-		}
-		ttl = strconv.FormatInt(d.Milliseconds(), 10)
-	}
-	policy := p.PolicyJSON
-	if policy == "" {
-		policy = "{}"
-	}
-	tags := "{}"
-	if len(p.Tags) > 0 {
-		b, _ := json.Marshal(p.Tags) // map[string]string always marshals
-		tags = string(b)
-	}
-	return Call{
-		Function: "ff_create_execution",
-		Keys: []string{k.Core(), k.Payload(), k.Policy(), k.Tags(), sched, idem,
-			pk.ExecutionDeadline(), pk.AllExecutions()},
-		Args: []string{string(p.ExecutionID), p.Namespace, p.LaneID, p.ExecutionKind,
-			strconv.Itoa(p.Priority), p.CreatorIdentity, policy, p.Payload,
-			msStr(p.DelayUntil), ttl, tags, msStr(p.ExecutionDeadlineAt),
-			partitionIndex(p.ExecutionID)},
-	}
-}
+// CreateExecutionParams are the inputs of ff_create_execution, the
+// idempotency window a time.Duration (DefaultDedupTTL when not positive).
+// The caller mints ExecutionID (model.PartitionConfig.NewSoloExecutionID
+// or NewFlowExecutionID); nothing here generates ids.
+type CreateExecutionParams = fcall.CreateExecutionParams[time.Duration]
 
 // CreateExecutionResult is the reply of ff_create_execution.
-type CreateExecutionResult struct {
-	// ExecutionID is the created id, or on a duplicate the id stored under
-	// the idempotency key (which may differ from the one sent).
-	ExecutionID model.ExecutionID
-	// PublicState is "waiting" or "delayed"; empty on a duplicate.
-	PublicState string
-	// Duplicate reports that nothing was created.
-	Duplicate bool
-}
+type CreateExecutionResult = fcall.CreateExecutionResult
 
 // CreateExecution creates an execution (ff_create_execution): exec_core,
 // payload, policy, tags and the scheduling indexes. It is idempotent by id
@@ -130,13 +50,7 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	if err != nil {
 		return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, err)
 	}
-	res := &CreateExecutionResult{ExecutionID: model.ExecutionID(rep.Field(0))}
-	if rep.Status == StatusDuplicate {
-		res.Duplicate = true
-		return res, nil
-	}
-	res.PublicState = rep.Field(1)
-	return res, nil
+	return fcall.DecodeCreateExecution(rep), nil
 }
 
 // ExecutionCore returns the exec_core hash of eid as a map (HGETALL); an
@@ -170,7 +84,7 @@ func fenceEpoch(f LeaseFence) string {
 
 // SourceOperatorOverride is the source that lets an empty fence through
 // complete, fail, delay, move-to-waiting-children and cancel.
-const SourceOperatorOverride = "operator_override"
+const SourceOperatorOverride = fcall.SourceOperatorOverride
 
 // execRefs are the exec_core fields callers pre-read (HMGET) to build the
 // KEYS of lease-checked calls.
@@ -182,6 +96,14 @@ func (r execRefs) attemptIdx() int {
 	n, _ := strconv.Atoi(r.attemptIndex)
 	return n
 }
+
+// holder is the fcall.Holder of the pre-read refs.
+func (r execRefs) holder() fcall.Holder {
+	return fcall.Holder{Lane: r.lane, AttemptIndex: r.attemptIdx(), WorkerInstanceID: r.workerInstanceID}
+}
+
+// fcallFence is f as model/fcall's Fence.
+func fcallFence(f LeaseFence) fcall.Fence { return fcall.Fence(f) }
 
 // preread HMGETs lane_id, current_attempt_index, current_worker_instance_id
 // and current_waitpoint_id. An absent execution yields empty refs; the Lua
@@ -202,78 +124,12 @@ func (c *Client) preread(ctx context.Context, eid model.ExecutionID) (execRefs, 
 	return execRefs{lane: s[0], attemptIndex: s[1], workerInstanceID: s[2], waitpointID: s[3]}, nil
 }
 
-// ClaimExecutionParams are the inputs of ff_claim_execution. A claim grant
-// for WorkerID must exist (IssueClaimGrant).
-type ClaimExecutionParams struct {
-	ExecutionID      model.ExecutionID
-	WorkerID         string
-	WorkerInstanceID string
-	// LaneID is the execution's lane (its eligible and active indexes).
-	LaneID         string
-	CapabilityHash string
-	// LeaseID and AttemptID are minted (random UUIDs) when empty.
-	LeaseID   string
-	AttemptID string
-	// LeaseTTLMs is the lease lifetime; RenewBeforeMs defaults to 2/3 of it.
-	LeaseTTLMs    int64
-	RenewBeforeMs int64
-	// AttemptPolicyJSON is flattened into the attempt policy hash ("{}" when
-	// empty).
-	AttemptPolicyJSON string
-	// AttemptTimeoutMs and ExecutionDeadlineAt index timeouts; 0 = none.
-	AttemptTimeoutMs    int64
-	ExecutionDeadlineAt int64
-}
-
-// Call builds the FCALL of ff_claim_execution. It fills in minted ids.
-//
-//	KEYS[1] exec_core  KEYS[2] claim_grant  KEYS[3] lane eligible  KEYS[4] lease_expiry
-//	KEYS[5] worker_leases(wiid)  KEYS[6..8] attempt hash/usage/policy (placeholders, idx 0)
-//	KEYS[9] attempts  KEYS[10] lease_current  KEYS[11] lease_history  KEYS[12] lane active
-//	KEYS[13] attempt_timeout  KEYS[14] execution_deadline
-//	ARGV[1] execution_id  ARGV[2] worker_id  ARGV[3] worker_instance_id  ARGV[4] lane
-//	ARGV[5] capability_hash  ARGV[6] lease_id  ARGV[7] lease_ttl_ms  ARGV[8] renew_before_ms
-//	ARGV[9] attempt_id  ARGV[10] attempt_policy_json  ARGV[11] attempt_timeout_ms|""
-//	ARGV[12] execution_deadline_at|""
-func (p *ClaimExecutionParams) Call() Call {
-	if p.LeaseID == "" {
-		p.LeaseID = model.NewUUID().String()
-	}
-	if p.AttemptID == "" {
-		p.AttemptID = model.NewUUID().String()
-	}
-	renew := p.RenewBeforeMs
-	if renew == 0 {
-		renew = p.LeaseTTLMs * 2 / 3
-	}
-	policy := p.AttemptPolicyJSON
-	if policy == "" {
-		policy = "{}"
-	}
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	return Call{
-		Function: "ff_claim_execution",
-		Keys: []string{k.Core(), k.ClaimGrant(), pk.LaneEligible(p.LaneID), pk.LeaseExpiry(),
-			pk.WorkerLeases(p.WorkerInstanceID), k.Attempt(0), k.AttemptUsage(0), k.AttemptPolicy(0),
-			k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(), pk.LaneActive(p.LaneID),
-			pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.WorkerID, p.WorkerInstanceID, p.LaneID, p.CapabilityHash,
-			p.LeaseID, strconv.FormatInt(p.LeaseTTLMs, 10), strconv.FormatInt(renew, 10), p.AttemptID,
-			policy, msStr(p.AttemptTimeoutMs), msStr(p.ExecutionDeadlineAt)},
-	}
-}
+// ClaimExecutionParams are the inputs of ff_claim_execution; its Call
+// fills in minted ids.
+type ClaimExecutionParams = fcall.ClaimExecutionParams
 
 // ClaimResult is the lease a claim or reclaim acquired.
-type ClaimResult struct {
-	LeaseID      string
-	LeaseEpoch   uint64
-	ExpiresAt    int64
-	AttemptID    string
-	AttemptIndex int
-	// AttemptType is initial, retry, replay or reclaim.
-	AttemptType string
-}
+type ClaimResult fcall.ClaimResult
 
 // Fence returns the fence of the acquired lease.
 func (r *ClaimResult) Fence() LeaseFence {
@@ -281,20 +137,8 @@ func (r *ClaimResult) Fence() LeaseFence {
 }
 
 func parseClaim(rep *Reply) (*ClaimResult, error) {
-	epoch, err := rep.Int(1)
-	if err != nil {
-		return nil, err
-	}
-	exp, err := rep.Int(2)
-	if err != nil {
-		return nil, err
-	}
-	idx, err := rep.Int(4)
-	if err != nil {
-		return nil, err
-	}
-	return &ClaimResult{LeaseID: rep.Field(0), LeaseEpoch: uint64(epoch), ExpiresAt: exp,
-		AttemptID: rep.Field(3), AttemptIndex: int(idx), AttemptType: rep.Field(5)}, nil
+	r, err := fcall.DecodeClaim(rep)
+	return (*ClaimResult)(r), err
 }
 
 // ClaimExecution consumes the worker's claim grant and starts a new attempt
@@ -325,17 +169,8 @@ type CompleteExecutionParams struct {
 }
 
 func (p *CompleteExecutionParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	i := r.attemptIdx()
-	return Call{
-		Function: "ff_complete_execution",
-		Keys: []string{k.Core(), k.Attempt(i), pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID),
-			pk.LaneTerminal(r.lane), k.LeaseCurrent(), k.LeaseHistory(), pk.LaneActive(r.lane),
-			k.StreamMeta(i), k.Result(), pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID,
-			p.Result, p.Source},
-	}
+	return (&fcall.CompleteExecutionParams{ExecutionID: p.ExecutionID, Fence: fcallFence(p.Fence), Holder: r.holder(),
+		Result: p.Result, Source: p.Source}).Call()
 }
 
 // CompleteExecution ends the active attempt successfully
@@ -362,40 +197,19 @@ func (c *Client) CompleteExecution(ctx context.Context, p *CompleteExecutionPara
 	return nil
 }
 
-// CancelExecutionParams are the inputs of ff_cancel_execution.
-type CancelExecutionParams struct {
-	ExecutionID model.ExecutionID
-	Reason      string
-	// Source is "worker" (with LeaseID/LeaseEpoch), SourceOperatorOverride,
-	// "flow_cascade" (suppresses the completion publish) or "".
-	Source     string
-	LeaseID    string
-	LeaseEpoch uint64
-}
+// CancelExecutionParams are the inputs of ff_cancel_execution; CancelExecution
+// fills in the pre-read fields.
+type CancelExecutionParams = fcall.CancelExecutionParams
 
-func (p *CancelExecutionParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	i := r.attemptIdx()
-	wp := r.waitpointID
-	if wp == "" {
-		// FlowFabric passes a fresh random waitpoint id; Lua guards with EXISTS.
-		wp = model.NewUUID().String()
+// cancelCall is p's call with r's pre-read fields; a missing waitpoint
+// gets a fresh random id, as FlowFabric sends (the Lua guards with EXISTS).
+func cancelCall(p *CancelExecutionParams, r execRefs) Call {
+	q := *p
+	q.Lane, q.AttemptIndex, q.WaitpointID, q.WorkerInstanceID = r.lane, r.attemptIdx(), r.waitpointID, r.workerInstanceID
+	if q.WaitpointID == "" {
+		q.WaitpointID = model.NewUUID().String()
 	}
-	epoch := ""
-	if p.LeaseEpoch > 0 {
-		epoch = strconv.FormatUint(p.LeaseEpoch, 10)
-	}
-	return Call{
-		Function: "ff_cancel_execution",
-		Keys: []string{k.Core(), k.Attempt(i), k.StreamMeta(i), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), k.SuspensionCurrent(), pk.Waitpoint(wp),
-			pk.WaitpointCondition(wp), pk.SuspensionTimeout(), pk.LaneTerminal(r.lane), pk.AttemptTimeout(),
-			pk.ExecutionDeadline(), pk.LaneEligible(r.lane), pk.LaneDelayed(r.lane),
-			pk.LaneBlockedDependencies(r.lane), pk.LaneBlockedBudget(r.lane), pk.LaneBlockedQuota(r.lane),
-			pk.LaneBlockedRoute(r.lane), pk.LaneBlockedOperator(r.lane)},
-		Args: []string{string(p.ExecutionID), p.Reason, p.Source, p.LeaseID, epoch},
-	}
+	return q.Call()
 }
 
 // CancelExecution cancels an execution from any non-terminal phase
@@ -415,12 +229,12 @@ func (c *Client) CancelExecution(ctx context.Context, p *CancelExecutionParams) 
 	if err != nil {
 		return "", err
 	}
-	call := p.call(r)
+	call := cancelCall(p, r)
 	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", fmt.Errorf("cancel execution %s: %w", p.ExecutionID, err)
 	}
-	return rep.Field(1), nil
+	return fcall.DecodeCancelExecution(rep), nil
 }
 
 // DelayExecutionParams are the inputs of ff_delay_execution.
@@ -433,16 +247,8 @@ type DelayExecutionParams struct {
 }
 
 func (p *DelayExecutionParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	return Call{
-		Function: "ff_delay_execution",
-		Keys: []string{k.Core(), k.Attempt(r.attemptIdx()), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), pk.LaneActive(r.lane),
-			pk.LaneDelayed(r.lane), pk.AttemptTimeout()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID,
-			strconv.FormatInt(p.DelayUntil, 10), p.Source},
-	}
+	return (&fcall.DelayExecutionParams{ExecutionID: p.ExecutionID, Fence: fcallFence(p.Fence), Holder: r.holder(),
+		DelayUntil: p.DelayUntil, Source: p.Source}).Call()
 }
 
 // DelayExecution parks the caller's active execution until DelayUntil
@@ -473,15 +279,8 @@ type MoveToWaitingChildrenParams struct {
 }
 
 func (p *MoveToWaitingChildrenParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	return Call{
-		Function: "ff_move_to_waiting_children",
-		Keys: []string{k.Core(), k.Attempt(r.attemptIdx()), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID), pk.LaneActive(r.lane),
-			pk.LaneBlockedDependencies(r.lane), pk.AttemptTimeout()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID, p.Source},
-	}
+	return (&fcall.MoveToWaitingChildrenParams{ExecutionID: p.ExecutionID, Fence: fcallFence(p.Fence),
+		Holder: r.holder(), Source: p.Source}).Call()
 }
 
 // MoveToWaitingChildren releases the caller's lease and blocks the
@@ -516,17 +315,9 @@ type FailExecutionParams struct {
 }
 
 func (p *FailExecutionParams) call(r execRefs, retryPolicy string) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	i := r.attemptIdx()
-	return Call{
-		Function: "ff_fail_execution",
-		Keys: []string{k.Core(), k.Attempt(i), pk.LeaseExpiry(), pk.WorkerLeases(r.workerInstanceID),
-			pk.LaneTerminal(r.lane), pk.LaneDelayed(r.lane), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LaneActive(r.lane), k.StreamMeta(i), pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.Fence.LeaseID, fenceEpoch(p.Fence), p.Fence.AttemptID,
-			p.FailureReason, p.FailureCategory, retryPolicy, p.Source},
-	}
+	return (&fcall.FailExecutionParams{ExecutionID: p.ExecutionID, Fence: fcallFence(p.Fence), Holder: r.holder(),
+		FailureReason: p.FailureReason, FailureCategory: p.FailureCategory, RetryPolicyJSON: retryPolicy,
+		Source: p.Source}).Call()
 }
 
 // FailResult is the outcome of FailExecution (defined once in package
@@ -560,14 +351,11 @@ func (c *Client) FailExecution(ctx context.Context, p *FailExecutionParams) (*Fa
 	if err != nil {
 		return nil, fmt.Errorf("fail execution %s: %w", p.ExecutionID, err)
 	}
-	if rep.Field(0) != "retry_scheduled" {
-		return &FailResult{}, nil
-	}
-	until, err := rep.Int(1)
+	retried, until, err := fcall.DecodeFail(rep)
 	if err != nil {
 		return nil, fmt.Errorf("fail execution %s: %w", p.ExecutionID, err)
 	}
-	return &FailResult{RetryScheduled: true, DelayUntil: until}, nil
+	return &FailResult{RetryScheduled: retried, DelayUntil: until}, nil
 }
 
 // storedRetryPolicy returns the retry_policy object of the stored policy as
@@ -591,50 +379,17 @@ func (c *Client) storedRetryPolicy(ctx context.Context, eid model.ExecutionID) (
 	return string(rp), nil
 }
 
-// ReclaimExecutionParams are the inputs of ff_reclaim_execution. A reclaim
-// grant for WorkerID must exist (ff_issue_reclaim_grant).
-type ReclaimExecutionParams struct {
-	ExecutionID      model.ExecutionID
-	WorkerID         string
-	WorkerInstanceID string
-	LaneID           string
-	// LeaseID and AttemptID are minted when empty.
-	LeaseID           string
-	AttemptID         string
-	LeaseTTLMs        int64
-	AttemptPolicyJSON string
-	// MaxReclaimCount caps reclaims when the stored policy sets none; 0
-	// sends 1000 as FlowFabric does.
-	MaxReclaimCount int
-}
+// ReclaimExecutionParams are the inputs of ff_reclaim_execution;
+// ReclaimExecution fills in the pre-read OldAttemptIndex and minted ids.
+type ReclaimExecutionParams = fcall.ReclaimExecutionParams
 
-func (p *ReclaimExecutionParams) call(r execRefs) Call {
-	if p.LeaseID == "" {
-		p.LeaseID = model.NewUUID().String()
-	}
-	if p.AttemptID == "" {
-		p.AttemptID = model.NewUUID().String()
-	}
-	maxRec := p.MaxReclaimCount
-	if maxRec == 0 {
-		maxRec = 1000
-	}
-	policy := p.AttemptPolicyJSON
-	if policy == "" {
-		policy = "{}"
-	}
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	old := r.attemptIdx()
-	return Call{
-		Function: "ff_reclaim_execution",
-		Keys: []string{k.Core(), k.ClaimGrant(), k.Attempt(old), k.StreamMeta(old), k.Attempt(old + 1),
-			k.AttemptUsage(old + 1), k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(), pk.LeaseExpiry(),
-			pk.WorkerLeases(p.WorkerInstanceID), pk.LaneActive(p.LaneID), pk.AttemptTimeout(),
-			pk.ExecutionDeadline()},
-		Args: []string{string(p.ExecutionID), p.WorkerID, p.WorkerInstanceID, p.LaneID, p.LeaseID,
-			strconv.FormatInt(p.LeaseTTLMs, 10), p.AttemptID, policy, strconv.Itoa(maxRec)},
-	}
+// reclaimCall is p's call on r's attempt index; minted ids land in p.
+func reclaimCall(p *ReclaimExecutionParams, r execRefs) Call {
+	q := *p
+	q.OldAttemptIndex = r.attemptIdx()
+	call := q.Call()
+	p.LeaseID, p.AttemptID = q.LeaseID, q.AttemptID
+	return call
 }
 
 // ReclaimExecution takes over an expired or revoked lease with a new
@@ -654,7 +409,7 @@ func (c *Client) ReclaimExecution(ctx context.Context, p *ReclaimExecutionParams
 	if err != nil {
 		return nil, err
 	}
-	call := p.call(r)
+	call := reclaimCall(p, r)
 	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("reclaim execution %s: %w", p.ExecutionID, err)
@@ -668,38 +423,16 @@ func (c *Client) ReclaimExecution(ctx context.Context, p *ReclaimExecutionParams
 
 // Expire reasons of ff_expire_execution.
 const (
-	ExpireAttemptTimeout    = "attempt_timeout"
-	ExpireExecutionDeadline = "execution_deadline"
+	ExpireAttemptTimeout    = fcall.ExpireAttemptTimeout
+	ExpireExecutionDeadline = fcall.ExpireExecutionDeadline
 )
 
-// ExpireExecutionParams are the inputs of ff_expire_execution.
-type ExpireExecutionParams struct {
-	ExecutionID model.ExecutionID
-	// Reason is ExpireAttemptTimeout or ExpireExecutionDeadline.
-	Reason string
-}
-
-func (p *ExpireExecutionParams) call(r execRefs) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	i := r.attemptIdx()
-	return Call{
-		Function: "ff_expire_execution",
-		Keys: []string{k.Core(), k.Attempt(i), k.StreamMeta(i), k.LeaseCurrent(), k.LeaseHistory(),
-			pk.LeaseExpiry(), pk.WorkerLeases(""), pk.LaneActive(r.lane), pk.LaneTerminal(r.lane),
-			pk.AttemptTimeout(), pk.ExecutionDeadline(), pk.LaneSuspended(r.lane), pk.SuspensionTimeout(),
-			k.SuspensionCurrent()},
-		Args: []string{string(p.ExecutionID), p.Reason},
-	}
-}
+// ExpireExecutionParams are the inputs of ff_expire_execution;
+// ExpireExecution fills in the pre-read lane and attempt index.
+type ExpireExecutionParams = fcall.ExpireExecutionParams
 
 // ExpireResult is the outcome of ExpireExecution.
-type ExpireResult struct {
-	// Status is "expired", "already_terminal" or "not_found_cleaned".
-	Status string
-	// FromPhase is the phase an expired execution left.
-	FromPhase string
-}
+type ExpireResult = fcall.ExpireResult
 
 // ExpireExecution expires an execution on a timeout (ff_expire_execution),
 // as the attempt-timeout and execution-deadline scanners do; it passes the
@@ -715,12 +448,14 @@ func (c *Client) ExpireExecution(ctx context.Context, p *ExpireExecutionParams) 
 	if err != nil {
 		return nil, err
 	}
-	call := p.call(r)
+	q := *p
+	q.Lane, q.AttemptIndex = r.lane, r.attemptIdx()
+	call := q.Call()
 	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("expire execution %s: %w", p.ExecutionID, err)
 	}
-	return &ExpireResult{Status: rep.Field(0), FromPhase: rep.Field(1)}, nil
+	return fcall.DecodeExpireExecution(rep), nil
 }
 
 // SetExecutionTags writes caller tags (keys "<caller>.<field>") into the
@@ -730,23 +465,14 @@ func (c *Client) ExpireExecution(ctx context.Context, p *ExpireExecutionParams) 
 //	KEYS[1] exec_core  KEYS[2] tags
 //	ARGV[2i-1] key_i  ARGV[2i] value_i (sorted by key here)
 func (c *Client) SetExecutionTags(ctx context.Context, eid model.ExecutionID, tags map[string]string) (int, error) {
-	names := make([]string, 0, len(tags))
-	for k := range tags {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	args := make([]string, 0, 2*len(names))
-	for _, k := range names {
-		args = append(args, k, tags[k])
-	}
-	k := model.KeysFor(eid)
-	rep, err := c.FCall(ctx, "ff_set_execution_tags", []string{k.Core(), k.Tags()}, args)
+	call := (&fcall.SetExecutionTagsParams{ExecutionID: eid, Tags: tags}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return 0, fmt.Errorf("set execution tags %s: %w", eid, err)
 	}
-	n, err := rep.Int(0)
+	n, err := fcall.DecodeSetTags(rep)
 	if err != nil {
 		return 0, fmt.Errorf("set execution tags %s: %w", eid, err)
 	}
-	return int(n), nil
+	return n, nil
 }

@@ -9,6 +9,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // Edge-group policy variants and on_satisfied behaviours.
@@ -28,20 +29,23 @@ func (c *Client) flowKeys(flow model.UUID) model.FlowKeys {
 	return model.FlowKeysFor(c.flowPartition(flow), flow)
 }
 
+// flowRef names flow for model/fcall's layouts.
+func (c *Client) flowRef(flow model.UUID) fcall.Flow {
+	return fcall.Flow{Partition: c.flowPartition(flow), ID: flow.String()}
+}
+
 // CreateFlow calls ff_create_flow and reports whether the flow already
 // existed (ALREADY_SATISFIED). Timestamps come from the server clock.
 //
 //	KEYS[1] flow_core  KEYS[2] members  KEYS[3] ff:idx:{fp:N}:flow_index
 //	ARGV[1] flow_id  ARGV[2] flow_kind  ARGV[3] namespace  ARGV[4] now_ms (ignored)
 func (c *Client) CreateFlow(ctx context.Context, flow model.UUID, kind, namespace string, nowMs int64) (existed bool, err error) {
-	fk := c.flowKeys(flow)
-	rep, err := c.FCall(ctx, "ff_create_flow",
-		[]string{fk.Core(), fk.Members(), model.KeysOn(c.flowPartition(flow)).FlowIndex()},
-		[]string{flow.String(), kind, namespace, famItoa(nowMs)})
+	call := (&fcall.CreateFlowParams{Flow: c.flowRef(flow), Kind: kind, Namespace: namespace, NowMs: nowMs}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return false, fmt.Errorf("create flow %s: %w", flow, err)
 	}
-	return rep.Status == "ALREADY_SATISFIED", nil
+	return rep.Status == fcall.StatusAlreadySatisfied, nil
 }
 
 // ErrWrongFlowPartition is returned by AddExecutionToFlow for an execution
@@ -60,22 +64,16 @@ func (c *Client) AddExecutionToFlow(ctx context.Context, flow model.UUID, eid mo
 	if eid.Partition() != p {
 		return 0, false, fmt.Errorf("add %s to flow %s on %s: %w", eid, flow, p, ErrWrongFlowPartition)
 	}
-	fk := c.flowKeys(flow)
-	rep, err := c.FCall(ctx, "ff_add_execution_to_flow",
-		[]string{fk.Core(), fk.Members(), model.KeysOn(p).FlowIndex(), model.KeysFor(eid).Core()},
-		[]string{flow.String(), string(eid), famItoa(nowMs)})
+	call := (&fcall.AddExecutionToFlowParams{Flow: c.flowRef(flow), ExecutionID: eid, NowMs: nowMs}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return 0, false, fmt.Errorf("add %s to flow %s: %w", eid, flow, err)
 	}
-	n, err := rep.Int(1)
-	return n, rep.Status == "ALREADY_SATISFIED", err
+	return fcall.DecodeAddExecutionToFlow(rep)
 }
 
 // CancelFlowResult is CancelFlow's reply.
-type CancelFlowResult struct {
-	Policy  string
-	Members []model.ExecutionID
-}
+type CancelFlowResult = fcall.CancelFlowResult
 
 // CancelFlow calls ff_cancel_flow. Members are not touched: the caller
 // cancels each one and acks it with AckCancelMember. graceMs < 0 sends ""
@@ -86,23 +84,13 @@ type CancelFlowResult struct {
 //	ARGV[1] flow_id  ARGV[2] reason  ARGV[3] cancellation_policy  ARGV[4] now_ms (ignored)
 //	ARGV[5] grace_ms
 func (c *Client) CancelFlow(ctx context.Context, flow model.UUID, reason, policy string, graceMs, nowMs int64) (*CancelFlowResult, error) {
-	fk := c.flowKeys(flow)
-	pk := model.KeysOn(c.flowPartition(flow))
-	grace := ""
-	if graceMs >= 0 {
-		grace = famItoa(graceMs)
-	}
-	rep, err := c.FCall(ctx, "ff_cancel_flow",
-		[]string{fk.Core(), fk.Members(), pk.FlowIndex(), fk.PendingCancels(), pk.CancelBacklog()},
-		[]string{flow.String(), reason, policy, famItoa(nowMs), grace})
+	call := (&fcall.CancelFlowParams{Flow: c.flowRef(flow), Reason: reason, Policy: policy, GraceMs: graceMs,
+		NowMs: nowMs}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("cancel flow %s: %w", flow, err)
 	}
-	res := &CancelFlowResult{Policy: rep.Field(0)}
-	for _, m := range rep.Fields[1:] {
-		res.Members = append(res.Members, model.ExecutionID(m))
-	}
-	return res, nil
+	return fcall.DecodeCancelFlow(rep), nil
 }
 
 // AckCancelMember calls ff_ack_cancel_member: eid no longer owes a cancel;
@@ -111,10 +99,9 @@ func (c *Client) CancelFlow(ctx context.Context, flow model.UUID, reason, policy
 //	KEYS[1] pending_cancels  KEYS[2] cancel_backlog
 //	ARGV[1] execution_id  ARGV[2] flow_id
 func (c *Client) AckCancelMember(ctx context.Context, flow model.UUID, eid model.ExecutionID) error {
-	fk := c.flowKeys(flow)
-	if _, err := c.FCall(ctx, "ff_ack_cancel_member",
-		[]string{fk.PendingCancels(), model.KeysOn(c.flowPartition(flow)).CancelBacklog()},
-		[]string{string(eid), flow.String()}); err != nil {
+	call := (&fcall.AckCancelMemberParams{Flow: c.flowRef(flow),
+		Member: string(eid)}).Call()
+	if _, err := c.FCall(ctx, call.Function, call.Keys, call.Args); err != nil {
 		return fmt.Errorf("ack cancel of %s in flow %s: %w", eid, flow, err)
 	}
 	return nil
@@ -145,6 +132,13 @@ func (p *EdgeParams) kind() string {
 	return p.Kind
 }
 
+// edge is p for model/fcall's layouts.
+func (c *Client) edge(p *EdgeParams) *fcall.DependencyEdge {
+	return &fcall.DependencyEdge{Flow: c.flowRef(p.Flow), EdgeID: p.EdgeID.String(), Upstream: p.Upstream,
+		Downstream: p.Downstream, Kind: p.kind(), DataPassingRef: p.DataPassingRef, GraphRevision: p.GraphRevision,
+		NowMs: p.NowMs}
+}
+
 // StageDependencyEdge calls ff_stage_dependency_edge and returns the new
 // graph revision. Follow it with ApplyDependencyToChild.
 //
@@ -153,16 +147,12 @@ func (p *EdgeParams) kind() string {
 //	ARGV[1] flow_id  ARGV[2] edge_id  ARGV[3] upstream  ARGV[4] downstream  ARGV[5] kind
 //	ARGV[6] data_passing_ref  ARGV[7] expected_graph_revision  ARGV[8] now_ms
 func (c *Client) StageDependencyEdge(ctx context.Context, p *EdgeParams) (int64, error) {
-	fk := c.flowKeys(p.Flow)
-	edge := p.EdgeID.String()
-	rep, err := c.FCall(ctx, "ff_stage_dependency_edge",
-		[]string{fk.Core(), fk.Members(), fk.Edge(edge), fk.Outgoing(p.Upstream), fk.Incoming(p.Downstream), fk.Grant(edge)},
-		[]string{p.Flow.String(), edge, string(p.Upstream), string(p.Downstream), p.kind(), p.DataPassingRef,
-			famItoa(p.GraphRevision), famItoa(p.NowMs)})
+	call := c.edge(p).StageCall()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
-		return 0, fmt.Errorf("stage edge %s (%s -> %s): %w", edge, p.Upstream, p.Downstream, err)
+		return 0, fmt.Errorf("stage edge %s (%s -> %s): %w", p.EdgeID, p.Upstream, p.Downstream, err)
 	}
-	return rep.Int(1)
+	return fcall.DecodeStageEdge(rep)
 }
 
 // SetEdgeGroupPolicy calls ff_set_edge_group_policy for the inbound edges
@@ -172,10 +162,9 @@ func (c *Client) StageDependencyEdge(ctx context.Context, p *EdgeParams) (int64,
 //	KEYS[1] flow_core  KEYS[2] edgegroup:<downstream>
 //	ARGV[1] policy_variant  ARGV[2] on_satisfied  ARGV[3] k  ARGV[4] now_ms
 func (c *Client) SetEdgeGroupPolicy(ctx context.Context, flow model.UUID, downstream model.ExecutionID, variant, onSatisfied string, k int, nowMs int64) (string, error) {
-	fk := c.flowKeys(flow)
-	rep, err := c.FCall(ctx, "ff_set_edge_group_policy",
-		[]string{fk.Core(), fk.EdgeGroup(downstream)},
-		[]string{variant, onSatisfied, strconv.Itoa(k), famItoa(nowMs)})
+	call := (&fcall.SetEdgeGroupPolicyParams{Flow: c.flowRef(flow), Downstream: downstream, Variant: variant,
+		OnSatisfied: onSatisfied, K: k, NowMs: nowMs}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", fmt.Errorf("set edge group policy of %s: %w", downstream, err)
 	}
@@ -206,22 +195,10 @@ func (c *Client) ApplyDependencyToChild(ctx context.Context, p *EdgeParams) (uns
 }
 
 func (c *Client) applyDependencyCall(lane string, p *EdgeParams) Call {
-	ek := model.KeysFor(p.Downstream)
-	pk := model.KeysOn(p.Downstream.Partition())
-	edge := p.EdgeID.String()
-	return Call{Function: "ff_apply_dependency_to_child",
-		Keys: []string{ek.Core(), ek.DepsMeta(), ek.DepsUnresolved(), ek.DepEdge(edge), pk.LaneEligible(lane),
-			pk.LaneBlockedDependencies(lane), ek.DepsAllEdges(), c.flowKeys(p.Flow).EdgeGroup(p.Downstream)},
-		Args: []string{p.Flow.String(), edge, string(p.Upstream), famItoa(p.GraphRevision), p.kind(), p.DataPassingRef, famItoa(p.NowMs)}}
+	return c.edge(p).ApplyCall(lane)
 }
 
-func applyDependencyResult(rep *Reply) (int64, bool, error) {
-	if rep.Field(0) == "already_applied" {
-		return 0, true, nil
-	}
-	n, err := rep.Int(0)
-	return n, false, err
-}
+func applyDependencyResult(rep *Reply) (int64, bool, error) { return fcall.DecodeApplyDependency(rep) }
 
 // ApplyDependenciesToChild applies staged edges that all lead to one
 // child in a single MULTI/EXEC transaction (the child and its flow share a
@@ -336,16 +313,8 @@ type ResolveDependencyParams struct {
 	Legacy bool
 }
 
-// ResolveResult is ResolveDependency's reply: Resolution is
-// already_resolved, satisfied, impossible, pending or already_fired;
-// Effect is "", data_injected or child_skipped.
-type ResolveResult struct {
-	Resolution string
-	Effect     string
-}
-
-// ChildSkipped reports the skip the router cascades to grandchildren.
-func (r *ResolveResult) ChildSkipped() bool { return r.Effect == "child_skipped" }
+// ResolveResult is ResolveDependency's reply (fcall.ResolveResult).
+type ResolveResult = fcall.ResolveResult
 
 // ResolveDependency calls ff_resolve_dependency as the partition router
 // does: it pre-reads the child's lane_id and current_attempt_index.
@@ -367,24 +336,13 @@ func (c *Client) ResolveDependency(ctx context.Context, p *ResolveDependencyPara
 	if perr != nil {
 		att = 0
 	}
-	ek := model.KeysFor(p.Downstream)
-	pk := model.KeysOn(p.Downstream.Partition())
-	up := model.KeysForOn(p.Downstream.Partition(), p.Upstream)
-	fk := c.flowKeys(p.Flow)
-	keys := []string{ek.Core(), ek.DepsMeta(), ek.DepsUnresolved(), ek.DepEdge(p.EdgeID),
-		pk.LaneEligible(lane), pk.LaneTerminal(lane), pk.LaneBlockedDependencies(lane),
-		ek.Attempt(att), ek.StreamMeta(att), ek.Payload(), up.Result()}
-	args := []string{p.EdgeID, p.UpstreamOutcome, famItoa(p.NowMs)}
-	if !p.Legacy {
-		keys = append(keys, fk.EdgeGroup(p.Downstream), fk.Incoming(p.Downstream),
-			model.KeysOn(c.flowPartition(p.Flow)).PendingCancelGroups())
-		args = append(args, p.Flow.String(), string(p.Downstream))
-	}
-	rep, err := c.FCall(ctx, "ff_resolve_dependency", keys, args)
+	call := (&fcall.ResolveDependencyParams{Downstream: p.Downstream, Upstream: p.Upstream, EdgeID: p.EdgeID,
+		UpstreamOutcome: p.UpstreamOutcome, Lane: lane, AttemptIndex: att, Flow: c.flowRef(p.Flow), NowMs: p.NowMs, Legacy: p.Legacy}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("resolve edge %s of %s: %w", p.EdgeID, p.Downstream, err)
 	}
-	return &ResolveResult{Resolution: rep.Field(0), Effect: rep.Field(1)}, nil
+	return fcall.DecodeResolveDependency(rep), nil
 }
 
 // maxCascadeDepth bounds CascadeCompletion's recursion into skipped
@@ -460,8 +418,8 @@ func (c *Client) cascade(ctx context.Context, flow model.UUID, eid model.Executi
 //	KEYS[1] ff:idx:{fp:N}:pending_cancel_groups  KEYS[2] edgegroup:<downstream>
 //	ARGV[1] flow_id  ARGV[2] downstream eid
 func (c *Client) DrainSiblingCancelGroup(ctx context.Context, flow model.UUID, downstream model.ExecutionID) (string, error) {
-	rep, err := c.FCall(ctx, "ff_drain_sibling_cancel_group", c.cancelGroupKeys(flow, downstream),
-		[]string{flow.String(), string(downstream)})
+	call := c.cancelGroup(flow, downstream).Drain()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", fmt.Errorf("drain sibling cancel group %s|%s: %w", flow, downstream, err)
 	}
@@ -475,16 +433,16 @@ func (c *Client) DrainSiblingCancelGroup(ctx context.Context, flow model.UUID, d
 //	KEYS[1] ff:idx:{fp:N}:pending_cancel_groups  KEYS[2] edgegroup:<downstream>
 //	ARGV[1] flow_id  ARGV[2] downstream eid
 func (c *Client) ReconcileSiblingCancelGroup(ctx context.Context, flow model.UUID, downstream model.ExecutionID) (string, string, error) {
-	rep, err := c.FCall(ctx, "ff_reconcile_sibling_cancel_group", c.cancelGroupKeys(flow, downstream),
-		[]string{flow.String(), string(downstream)})
+	call := c.cancelGroup(flow, downstream).Reconcile()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", "", fmt.Errorf("reconcile sibling cancel group %s|%s: %w", flow, downstream, err)
 	}
 	return rep.Field(0), rep.Field(1), nil
 }
 
-func (c *Client) cancelGroupKeys(flow model.UUID, downstream model.ExecutionID) []string {
-	return []string{model.KeysOn(c.flowPartition(flow)).PendingCancelGroups(), c.flowKeys(flow).EdgeGroup(downstream)}
+func (c *Client) cancelGroup(flow model.UUID, downstream model.ExecutionID) *fcall.SiblingCancelGroup {
+	return &fcall.SiblingCancelGroup{Flow: c.flowRef(flow), Downstream: downstream}
 }
 
 // EvaluateFlowEligibility calls ff_evaluate_flow_eligibility (read-only):
@@ -493,8 +451,8 @@ func (c *Client) cancelGroupKeys(flow model.UUID, downstream model.ExecutionID) 
 //
 //	KEYS[1] exec_core  KEYS[2] deps_meta
 func (c *Client) EvaluateFlowEligibility(ctx context.Context, eid model.ExecutionID) (string, error) {
-	ek := model.KeysFor(eid)
-	rep, err := c.FCall(ctx, "ff_evaluate_flow_eligibility", []string{ek.Core(), ek.DepsMeta()}, nil)
+	call := fcall.EvaluateFlowEligibilityCall(eid)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", fmt.Errorf("evaluate flow eligibility of %s: %w", eid, err)
 	}
@@ -512,12 +470,8 @@ func (c *Client) PromoteBlockedToEligible(ctx context.Context, eid model.Executi
 	if err != nil {
 		return err
 	}
-	lane := famLane(f[0])
-	ek := model.KeysFor(eid)
-	pk := model.KeysOn(eid.Partition())
-	if _, err := c.FCall(ctx, "ff_promote_blocked_to_eligible",
-		[]string{ek.Core(), pk.LaneBlockedDependencies(lane), pk.LaneEligible(lane), ek.DepsMeta(), ek.DepsUnresolved()},
-		[]string{string(eid), famItoa(nowMs)}); err != nil {
+	call := (&fcall.PromoteBlockedToEligibleParams{ExecutionID: eid, Lane: famLane(f[0]), NowMs: nowMs}).Call()
+	if _, err := c.FCall(ctx, call.Function, call.Keys, call.Args); err != nil {
 		return fmt.Errorf("promote %s: %w", eid, err)
 	}
 	return nil
@@ -537,11 +491,7 @@ func (c *Client) ReplayExecution(ctx context.Context, eid model.ExecutionID, now
 	if err != nil {
 		return 0, err
 	}
-	lane := famLane(f[0])
-	ek := model.KeysFor(eid)
-	pk := model.KeysOn(eid.Partition())
-	keys := []string{ek.Core(), pk.LaneTerminal(lane), pk.LaneEligible(lane), ek.LeaseHistory()}
-	args := []string{string(eid), famItoa(nowMs)}
+	q := fcall.ReplayExecutionParams{ExecutionID: eid, Lane: famLane(f[0]), NowMs: nowMs}
 	if f[1] == model.OutcomeSkipped && f[2] != "" {
 		flow, err := model.ParseUUID(f[2])
 		if err != nil {
@@ -551,13 +501,10 @@ func (c *Client) ReplayExecution(ctx context.Context, eid model.ExecutionID, now
 		if err != nil {
 			return 0, fmt.Errorf("replay %s: inbound edges: %w", eid, err)
 		}
-		keys = append(keys, pk.LaneBlockedDependencies(lane), ek.DepsMeta(), ek.DepsUnresolved())
-		for _, e := range edges {
-			keys = append(keys, ek.DepEdge(e))
-			args = append(args, e)
-		}
+		q.SkippedFlowMember, q.Edges = true, edges
 	}
-	rep, err := c.FCall(ctx, "ff_replay_execution", keys, args)
+	call := q.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return 0, fmt.Errorf("replay %s: %w", eid, err)
 	}
@@ -570,8 +517,8 @@ func (c *Client) ReplayExecution(ctx context.Context, eid model.ExecutionID, now
 //	KEYS[1] flow_core  KEYS[2] flow tags
 //	ARGV k1, v1, k2, v2, ...
 func (c *Client) SetFlowTags(ctx context.Context, flow model.UUID, pairs ...string) (int64, error) {
-	fk := c.flowKeys(flow)
-	rep, err := c.FCall(ctx, "ff_set_flow_tags", []string{fk.Core(), fk.Tags()}, pairs)
+	call := fcall.SetFlowTagsCall(c.flowRef(flow), pairs)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return 0, fmt.Errorf("set tags of flow %s: %w", flow, err)
 	}

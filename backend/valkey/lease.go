@@ -3,24 +3,13 @@ package valkey
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
-// RenewLeaseParams are the inputs of ff_renew_lease. The whole fence
-// (attempt index, attempt id, lease id, lease epoch) is required.
-type RenewLeaseParams struct {
-	ExecutionID  model.ExecutionID
-	AttemptIndex int
-	AttemptID    string
-	LeaseID      string
-	LeaseEpoch   uint64
-	LeaseTTLMs   int64
-	// HistoryGraceMs is added to the new expiry for lease_current's
-	// PEXPIREAT; workers pass 5000.
-	HistoryGraceMs int64
-}
+// RenewLeaseParams are the inputs of ff_renew_lease.
+type RenewLeaseParams = fcall.RenewLeaseParams
 
 // RenewLease extends the caller's lease to now+ttl (renewal deadline
 // now+floor(ttl*2/3)), refreshes the lease_expiry score and sets
@@ -36,17 +25,12 @@ type RenewLeaseParams struct {
 // Reply: ok("<new_expires_at>").
 func (c *Client) RenewLease(ctx context.Context, p *RenewLeaseParams) (int64, error) {
 	const fn = "ff_renew_lease"
-	k := model.KeysFor(p.ExecutionID)
-	keys := []string{k.Core(), k.LeaseCurrent(), k.LeaseHistory(), model.KeysOn(k.Partition()).LeaseExpiry()}
-	args := []string{
-		string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.AttemptID, p.LeaseID,
-		strconv.FormatUint(p.LeaseEpoch, 10), schedMS(p.LeaseTTLMs), schedMS(p.HistoryGraceMs),
-	}
-	rep, err := c.FCall(ctx, fn, keys, args)
+	call := p.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return 0, schedWrap(fn, err)
 	}
-	exp, err := rep.Int(0)
+	exp, err := fcall.DecodeRenewLease(rep)
 	if err != nil {
 		return 0, schedWrap(fn, err)
 	}
@@ -55,23 +39,10 @@ func (c *Client) RenewLease(ctx context.Context, p *RenewLeaseParams) (int64, er
 
 // LeaseCheckResult is the reply of ff_mark_lease_expired_if_due and the
 // idempotent replies of ff_revoke_lease.
-type LeaseCheckResult struct {
-	// Status is "OK" or "ALREADY_SATISFIED".
-	Status string
-	// Reason is the sub-status: marked_expired, execution_not_found,
-	// not_active, already_expired, already_revoked, unowned,
-	// not_yet_expired (mark) or revoked, already_revoked, already_expired
-	// (revoke).
-	Reason string
-}
+type LeaseCheckResult = fcall.LeaseCheckResult
 
 // MarkLeaseExpiredIfDueParams are the inputs of ff_mark_lease_expired_if_due.
-type MarkLeaseExpiredIfDueParams struct {
-	// ExecutionID is the lease_expiry member; it need not parse.
-	ExecutionID model.ExecutionID
-	// Partition is the scanned partition; nil = the id's own.
-	Partition *model.Partition
-}
+type MarkLeaseExpiredIfDueParams = fcall.MarkLeaseExpiredIfDueParams
 
 // MarkLeaseExpiredIfDue is the lease-expiry scanner's re-check: a lease
 // that is really past its expiry is marked expired (the execution stays in
@@ -83,38 +54,20 @@ type MarkLeaseExpiredIfDueParams struct {
 //
 // Reply: ok("marked_expired") or {1, "ALREADY_SATISFIED", reason}.
 func (c *Client) MarkLeaseExpiredIfDue(ctx context.Context, p *MarkLeaseExpiredIfDueParams) (*LeaseCheckResult, error) {
-	const fn = "ff_mark_lease_expired_if_due"
-	part := p.ExecutionID.Partition()
-	if p.Partition != nil {
-		part = *p.Partition
-	}
-	core := schedCoreKeyOn(part, p.ExecutionID)
-	base := core[:len(core)-len("core")]
-	keys := []string{core, base + "lease:current", model.KeysOn(part).LeaseExpiry(), base + "lease:history"}
-	rep, err := c.FCall(ctx, fn, keys, []string{string(p.ExecutionID)})
+	call := p.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
-		return nil, schedWrap(fn, err)
+		return nil, schedWrap(call.Function, err)
 	}
-	return &LeaseCheckResult{Status: rep.Status, Reason: rep.Field(0)}, nil
+	return fcall.DecodeLeaseCheck(rep), nil
 }
 
-// RevokeLeaseParams are the inputs of ff_revoke_lease.
-type RevokeLeaseParams struct {
-	ExecutionID model.ExecutionID
-	// ExpectedLeaseID, when set, must equal the current lease id.
-	ExpectedLeaseID string
-	// Reason is stored as lease_revoke_reason; empty sends "operator"
-	// (the library's own default when the slot is absent).
-	Reason string
-}
+// RevokeLeaseParams are the inputs of ff_revoke_lease; RevokeLease fills
+// in the pre-read WorkerInstanceID.
+type RevokeLeaseParams = fcall.RevokeLeaseParams
 
 // RevokeLeaseResult is the reply of ff_revoke_lease.
-type RevokeLeaseResult struct {
-	LeaseCheckResult
-	// LeaseID and LeaseEpoch identify the revoked lease (Status "OK").
-	LeaseID    string
-	LeaseEpoch string
-}
+type RevokeLeaseResult = fcall.RevokeLeaseResult
 
 // RevokeLease revokes the current lease (operator action; not terminal):
 // ownership lease_revoked, attempt interrupted, lease_current deleted,
@@ -130,26 +83,20 @@ type RevokeLeaseResult struct {
 // "already_revoked"|"already_expired"}.
 func (c *Client) RevokeLease(ctx context.Context, p *RevokeLeaseParams) (*RevokeLeaseResult, error) {
 	const fn = "ff_revoke_lease"
-	k := model.KeysFor(p.ExecutionID)
-	idx := model.KeysOn(k.Partition())
-	wiid, err := c.schedHGet(ctx, k.Core(), "current_worker_instance_id")
+	wiid, err := c.schedHGet(ctx, model.KeysFor(p.ExecutionID).Core(), "current_worker_instance_id")
 	if err != nil {
 		return nil, schedWrap(fn, err)
 	}
-	keys := []string{k.Core(), k.LeaseCurrent(), k.LeaseHistory(), idx.LeaseExpiry(), idx.WorkerLeases(wiid)}
-	reason := p.Reason
-	if reason == "" {
-		reason = "operator"
-	}
-	rep, err := c.FCall(ctx, fn, keys, []string{string(p.ExecutionID), p.ExpectedLeaseID, reason})
+	q := *p
+	q.WorkerInstanceID = wiid
+	call := q.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, schedWrap(fn, err)
 	}
-	if rep.Status != "OK" && rep.Status != "ALREADY_SATISFIED" {
+	res, ok := fcall.DecodeRevokeLease(rep)
+	if !ok {
 		return nil, schedWrap(fn, fmt.Errorf("%w: status %q", ErrMalformedReply, rep.Status))
 	}
-	return &RevokeLeaseResult{
-		LeaseCheckResult: LeaseCheckResult{Status: rep.Status, Reason: rep.Field(0)},
-		LeaseID:          rep.Field(1), LeaseEpoch: rep.Field(2),
-	}, nil
+	return res, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // Admission statuses of CheckAdmission (package backend's).
@@ -18,7 +19,7 @@ const (
 
 // QuotaWindowDefault is the window dimension FlowFabric's scheduler admits
 // into (the unblock scanner and the reconciler read "requests_per_window").
-const QuotaWindowDefault = "default"
+const QuotaWindowDefault = fcall.QuotaWindowDefault
 
 func (c *Client) quotaKeys(id model.UUID) model.QuotaKeys {
 	return model.QuotaKeysFor(c.parts.QuotaPartition(id), id)
@@ -47,18 +48,9 @@ func (c *Client) CreateQuotaPolicy(ctx context.Context, p *CreateQuotaPolicyPara
 	return rep.Status == "ALREADY_SATISFIED", nil
 }
 
-// CheckAdmissionParams are the inputs of CheckAdmission.
-type CheckAdmissionParams struct {
-	QuotaID model.UUID
-	// Dimension names the window key; "" means QuotaWindowDefault.
-	Dimension      string
-	NowMs          int64
-	WindowSeconds  int64
-	RateLimit      int64
-	ConcurrencyCap int64
-	ExecutionID    model.ExecutionID
-	JitterMs       int64
-}
+// CheckAdmissionParams are the inputs of CheckAdmission; it sets
+// Partition from QuotaID.
+type CheckAdmissionParams = fcall.CheckAdmissionParams
 
 // AdmissionResult is CheckAdmission's reply (package backend's).
 type AdmissionResult = backend.AdmissionResult
@@ -71,16 +63,11 @@ type AdmissionResult = backend.AdmissionResult
 //	ARGV[1] now_ms  ARGV[2] window_seconds  ARGV[3] rate_limit  ARGV[4] concurrency_cap
 //	ARGV[5] execution_id  ARGV[6] jitter_ms
 func (c *Client) CheckAdmission(ctx context.Context, p *CheckAdmissionParams) (*AdmissionResult, error) {
-	k := c.quotaKeys(p.QuotaID)
-	dim := p.Dimension
-	if dim == "" {
-		dim = QuotaWindowDefault
-	}
-	keys := []string{k.Window(dim), k.Concurrency(), k.Definition(), k.Admitted(p.ExecutionID), k.AdmittedSet()}
-	args := []string{famItoa(p.NowMs), famItoa(p.WindowSeconds), famItoa(p.RateLimit),
-		famItoa(p.ConcurrencyCap), string(p.ExecutionID), famItoa(p.JitterMs)}
-	const fn = "ff_check_admission_and_record"
-	msg, err := c.FCallRaw(ctx, fn, keys, args)
+	q := *p
+	q.Partition = c.parts.QuotaPartition(p.QuotaID)
+	call := q.Call()
+	fn := call.Function
+	msg, err := c.FCallRaw(ctx, fn, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("check admission %s on quota %s: %w", p.ExecutionID, p.QuotaID, err)
 	}
@@ -112,9 +99,8 @@ func (c *Client) CheckAdmission(ctx context.Context, p *CheckAdmissionParams) (*
 //	KEYS[1] admitted:<eid>  KEYS[2] admitted_set  KEYS[3] concurrency
 //	ARGV[1] execution_id
 func (c *Client) ReleaseAdmission(ctx context.Context, quota model.UUID, eid model.ExecutionID) error {
-	k := c.quotaKeys(quota)
-	if _, err := c.FCall(ctx, "ff_release_admission",
-		[]string{k.Admitted(eid), k.AdmittedSet(), k.Concurrency()}, []string{string(eid)}); err != nil {
+	call := fcall.ReleaseAdmissionCall(c.quotaKeys(quota), eid)
+	if _, err := c.FCall(ctx, call.Function, call.Keys, call.Args); err != nil {
 		return fmt.Errorf("release admission %s on quota %s: %w", eid, quota, err)
 	}
 	return nil

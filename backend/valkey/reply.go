@@ -7,38 +7,15 @@ import (
 	"strings"
 
 	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // Reply is a successful ff_* reply: {1, Status, Fields...}. Status is "OK"
 // or one of the alternative success statuses (ALREADY_SATISFIED, DUPLICATE,
-// ALREADY_APPLIED, HARD_BREACH, SOFT_BREACH).
-type Reply struct {
-	Status string
-	Fields []string
-}
-
-// Field returns field i, or "" when the reply is shorter.
-func (r *Reply) Field(i int) string {
-	if r == nil || i < 0 || i >= len(r.Fields) {
-		return ""
-	}
-	return r.Fields[i]
-}
-
-// Int returns field i parsed as an integer.
-func (r *Reply) Int(i int) (int64, error) {
-	s := r.Field(i)
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		// Some Lua numbers arrive as floats ("1.7e+12" never, "12.0" rarely).
-		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil {
-			return 0, fmt.Errorf("valkey: reply field %d %q is not a number: %w", i, s, err)
-		}
-		return int64(f), nil
-	}
-	return n, nil
-}
+// ALREADY_APPLIED, HARD_BREACH, SOFT_BREACH). It is model/fcall's Reply,
+// the shape its decoders read.
+type Reply = fcall.Reply
 
 // ErrorCode is a logical error code returned by the flowfabric library in
 // {0, code, details...}. A *LuaError matches its code with errors.Is, so

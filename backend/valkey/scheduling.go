@@ -3,25 +3,16 @@ package valkey
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
-	"strings"
 
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // schedMS renders a millisecond count as ARGV text.
 func schedMS(v int64) string { return strconv.FormatInt(v, 10) }
-
-// schedOptMS renders an optional millisecond value: 0 becomes "" (absent).
-func schedOptMS(v int64) string {
-	if v == 0 {
-		return ""
-	}
-	return schedMS(v)
-}
 
 // schedWrap adds the function name to a transport or decode error; *LuaError
 // already names its function and is returned as is.
@@ -36,19 +27,7 @@ func schedWrap(fn string, err error) error {
 }
 
 // IssueClaimGrantParams are the inputs of ff_issue_claim_grant.
-type IssueClaimGrantParams struct {
-	ExecutionID      model.ExecutionID
-	WorkerID         string
-	WorkerInstanceID string
-	// Lane is the execution's lane; its eligible index is KEYS[3].
-	Lane           string
-	CapabilityHash string
-	// GrantTTLMs is the grant lifetime; the SDK and backend claim use 5000.
-	GrantTTLMs         int64
-	RouteSnapshotJSON  string
-	AdmissionSummary   string
-	WorkerCapabilities []string
-}
+type IssueClaimGrantParams = fcall.IssueClaimGrantParams
 
 // IssueClaimGrant reserves an eligible execution for one worker by writing
 // its claim_grant hash with PEXPIREAT now+ttl. It does not remove the
@@ -64,57 +43,29 @@ type IssueClaimGrantParams struct {
 //
 // Reply: ok(execution_id).
 func (c *Client) IssueClaimGrant(ctx context.Context, p *IssueClaimGrantParams) error {
-	const fn = "ff_issue_claim_grant"
-	k := model.KeysFor(p.ExecutionID)
-	idx := model.KeysOn(k.Partition())
-	keys := []string{k.Core(), k.ClaimGrant(), idx.LaneEligible(p.Lane)}
-	args := []string{
-		string(p.ExecutionID), p.WorkerID, p.WorkerInstanceID, p.Lane, p.CapabilityHash,
-		schedMS(p.GrantTTLMs), p.RouteSnapshotJSON, p.AdmissionSummary, CapabilityCSV(p.WorkerCapabilities),
-	}
-	_, err := c.FCall(ctx, fn, keys, args)
-	return schedWrap(fn, err)
+	call := p.Call()
+	_, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	return schedWrap(call.Function, err)
 }
 
 // CapabilityCSV renders capabilities as FlowFabric's sorted, de-duplicated
 // CSV (empty tokens dropped).
-func CapabilityCSV(caps []string) string {
-	set := make(map[string]bool, len(caps))
-	out := make([]string, 0, len(caps))
-	for _, c := range caps {
-		if c != "" && !set[c] {
-			set[c] = true
-			out = append(out, c)
-		}
-	}
-	sort.Strings(out)
-	return strings.Join(out, ",")
-}
+func CapabilityCSV(caps []string) string { return fcall.CapabilityCSV(caps) }
 
 // PromoteStatus is the sub-status of ff_promote_delayed.
-type PromoteStatus string
+type PromoteStatus = fcall.PromoteStatus
 
 // ff_promote_delayed outcomes.
 const (
-	PromotePromoted           PromoteStatus = "promoted"
-	PromoteNotYetDue          PromoteStatus = "not_yet_due"
-	PromoteNotFoundCleaned    PromoteStatus = "not_found_cleaned"
-	PromoteNotRunnableCleaned PromoteStatus = "not_runnable_cleaned"
-	PromoteNotDelayedCleaned  PromoteStatus = "not_delayed_cleaned"
+	PromotePromoted           = fcall.PromotePromoted
+	PromoteNotYetDue          = fcall.PromoteNotYetDue
+	PromoteNotFoundCleaned    = fcall.PromoteNotFoundCleaned
+	PromoteNotRunnableCleaned = fcall.PromoteNotRunnableCleaned
+	PromoteNotDelayedCleaned  = fcall.PromoteNotDelayedCleaned
 )
 
 // PromoteDelayedParams are the inputs of ff_promote_delayed.
-type PromoteDelayedParams struct {
-	// ExecutionID is the member read from lane:delayed. It need not parse:
-	// garbage members are cleaned up (not_found_cleaned).
-	ExecutionID model.ExecutionID
-	// Partition is the partition whose lane index is scanned. When nil the
-	// partition embedded in ExecutionID is used.
-	Partition *model.Partition
-	Lane      string
-	// NowMs is the scanner's clock (server time).
-	NowMs int64
-}
+type PromoteDelayedParams = fcall.PromoteDelayedParams
 
 // PromoteDelayed moves a delayed execution whose delay_until has passed
 // back to the eligible set (runnable / eligible_now / waiting_for_worker,
@@ -126,29 +77,12 @@ type PromoteDelayedParams struct {
 //
 // Reply: ok(status).
 func (c *Client) PromoteDelayed(ctx context.Context, p *PromoteDelayedParams) (PromoteStatus, error) {
-	const fn = "ff_promote_delayed"
-	part := p.ExecutionID.Partition()
-	if p.Partition != nil {
-		part = *p.Partition
-	}
-	idx := model.KeysOn(part)
-	core := schedCoreKeyOn(part, p.ExecutionID)
-	keys := []string{core, idx.LaneDelayed(p.Lane), idx.LaneEligible(p.Lane)}
-	rep, err := c.FCall(ctx, fn, keys, []string{string(p.ExecutionID), schedMS(p.NowMs)})
+	call := p.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
-		return "", schedWrap(fn, err)
+		return "", schedWrap(call.Function, err)
 	}
-	return PromoteStatus(rep.Field(0)), nil
-}
-
-// schedCoreKeyOn is exec_core of id on partition p. For a well-formed id it
-// equals model.KeysFor(id).Core(); scanners use it for index members that
-// may not parse, so the key lands on the scanned partition's slot.
-func schedCoreKeyOn(p model.Partition, id model.ExecutionID) string {
-	if id.Partition() == p {
-		return model.KeysFor(id).Core()
-	}
-	return "ff:exec:" + p.Tag() + ":" + string(id) + ":core"
+	return fcall.DecodePromoteDelayed(rep), nil
 }
 
 // schedHGet reads one exec_core field for a wrapper's documented pre-read
@@ -165,11 +99,7 @@ func (c *Client) schedHGet(ctx context.Context, key, field string) (string, erro
 }
 
 // ChangePriorityResult is the reply of ff_change_priority.
-type ChangePriorityResult struct {
-	// Old is the stored priority before the change, New the clamped
-	// priority written (0..9000).
-	Old, New int64
-}
+type ChangePriorityResult = fcall.ChangePriorityResult
 
 // ChangePriority sets a runnable, eligible execution's priority (clamped to
 // 0..9000) and re-scores it in lane:eligible from its original created_at.
@@ -186,38 +116,27 @@ func (c *Client) ChangePriority(ctx context.Context, eid model.ExecutionID, prio
 	if err != nil {
 		return nil, schedWrap(fn, err)
 	}
-	keys := []string{k.Core(), model.KeysOn(k.Partition()).LaneEligible(lane)}
-	rep, err := c.FCall(ctx, fn, keys, []string{string(eid), strconv.Itoa(priority)})
+	call := (&fcall.ChangePriorityParams{ExecutionID: eid, Lane: lane, Priority: priority}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, schedWrap(fn, err)
 	}
-	oldP, err1 := rep.Int(0)
-	newP, err2 := rep.Int(1)
-	if err1 != nil || err2 != nil {
+	res, ok := fcall.DecodeChangePriority(rep)
+	if !ok {
 		return nil, schedWrap(fn, fmt.Errorf("%w: %v", ErrMalformedReply, rep.Fields))
 	}
-	return &ChangePriorityResult{Old: oldP, New: newP}, nil
+	return res, nil
 }
 
 // Worker registry statuses.
 const (
-	WorkerRegistered    = "registered"
-	WorkerRefreshed     = "refreshed"
-	WorkerNotRegistered = "not_registered"
+	WorkerRegistered    = fcall.WorkerRegistered
+	WorkerRefreshed     = fcall.WorkerRefreshed
+	WorkerNotRegistered = fcall.WorkerNotRegistered
 )
 
 // RegisterWorkerParams are the inputs of ff_register_worker.
-type RegisterWorkerParams struct {
-	Namespace    string
-	InstanceID   string
-	WorkerID     string
-	Lanes        []string
-	Capabilities []string
-	TTLMs        int64
-	// NowMs is the caller's clock, stored as registered_at_ms and
-	// last_heartbeat_ms.
-	NowMs int64
-}
+type RegisterWorkerParams = fcall.RegisterWorkerParams
 
 // RegisterWorker registers (or refreshes) a worker instance: alive key
 // SET "1" PX ttl, caps hash with the same TTL, instance id added to the
@@ -236,15 +155,8 @@ func (c *Client) RegisterWorker(ctx context.Context, p *RegisterWorkerParams) (s
 	if c.cluster {
 		return c.registerWorkerSplit(ctx, p)
 	}
-	keys := []string{
-		model.WorkerAliveKey(p.Namespace, p.InstanceID), model.WorkerCapsKey(p.Namespace, p.InstanceID),
-		model.WorkersIndexKey(p.Namespace),
-	}
-	args := []string{
-		p.InstanceID, p.WorkerID, CapabilityCSV(p.Lanes), CapabilityCSV(p.Capabilities),
-		schedMS(p.TTLMs), schedMS(p.NowMs),
-	}
-	rep, err := c.FCall(ctx, fn, keys, args)
+	call := p.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return "", schedWrap(fn, err)
 	}
@@ -252,14 +164,7 @@ func (c *Client) RegisterWorker(ctx context.Context, p *RegisterWorkerParams) (s
 }
 
 // HeartbeatResult is the reply of ff_heartbeat_worker.
-type HeartbeatResult struct {
-	// Registered is false when the instance must re-register.
-	Registered bool
-	// TTLMs is the registered TTL that was re-applied.
-	TTLMs int64
-	// NextExpiryMs is now_ms + TTLMs.
-	NextExpiryMs int64
-}
+type HeartbeatResult = fcall.HeartbeatResult
 
 // HeartbeatWorker refreshes a registered worker's alive key and caps hash
 // with the TTL stored at registration and stamps last_heartbeat_ms.
@@ -273,30 +178,20 @@ func (c *Client) HeartbeatWorker(ctx context.Context, ns, instanceID string, now
 	if c.cluster {
 		return c.heartbeatWorkerSplit(ctx, ns, instanceID, nowMs)
 	}
-	keys := []string{model.WorkerAliveKey(ns, instanceID), model.WorkerCapsKey(ns, instanceID)}
-	rep, err := c.FCall(ctx, fn, keys, []string{schedMS(nowMs)})
+	call := (&fcall.HeartbeatWorkerParams{Namespace: ns, InstanceID: instanceID, NowMs: nowMs}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, schedWrap(fn, err)
 	}
-	if rep.Field(0) != WorkerRefreshed {
-		return &HeartbeatResult{}, nil
-	}
-	ttl, err := rep.Int(1)
+	res, err := fcall.DecodeHeartbeat(rep, nowMs)
 	if err != nil {
 		return nil, schedWrap(fn, err)
 	}
-	return &HeartbeatResult{Registered: true, TTLMs: ttl, NextExpiryMs: nowMs + ttl}, nil
+	return res, nil
 }
 
 // UpdateProgressParams are the inputs of ff_update_progress.
-type UpdateProgressParams struct {
-	ExecutionID model.ExecutionID
-	LeaseID     string
-	LeaseEpoch  uint64
-	// Pct and Message are written only when non-empty.
-	Pct     string
-	Message string
-}
+type UpdateProgressParams = fcall.UpdateProgressParams
 
 // UpdateProgress records progress under a lite lease check (lease id and
 // epoch; an expired lease is reported, not marked).
@@ -307,10 +202,9 @@ type UpdateProgressParams struct {
 //
 // Reply: ok().
 func (c *Client) UpdateProgress(ctx context.Context, p *UpdateProgressParams) error {
-	const fn = "ff_update_progress"
-	args := []string{string(p.ExecutionID), p.LeaseID, strconv.FormatUint(p.LeaseEpoch, 10), p.Pct, p.Message}
-	_, err := c.FCall(ctx, fn, []string{model.KeysFor(p.ExecutionID).Core()}, args)
-	return schedWrap(fn, err)
+	call := p.Call()
+	_, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
+	return schedWrap(call.Function, err)
 }
 
 // IssueReclaimGrant writes a claim grant for an execution whose lease
@@ -323,48 +217,23 @@ func (c *Client) UpdateProgress(ctx context.Context, p *UpdateProgressParams) er
 //
 // Reply: ok(execution_id, "<grant_expires_at>").
 func (c *Client) IssueReclaimGrant(ctx context.Context, p *IssueClaimGrantParams) (int64, error) {
-	const fn = "ff_issue_reclaim_grant"
-	k := model.KeysFor(p.ExecutionID)
-	keys := []string{k.Core(), k.ClaimGrant(), model.KeysOn(k.Partition()).LeaseExpiry()}
-	args := []string{
-		string(p.ExecutionID), p.WorkerID, p.WorkerInstanceID, p.Lane, p.CapabilityHash,
-		schedMS(p.GrantTTLMs), p.RouteSnapshotJSON, p.AdmissionSummary, CapabilityCSV(p.WorkerCapabilities),
-	}
-	rep, err := c.FCall(ctx, fn, keys, args)
+	call := p.ReclaimCall()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
-		return 0, schedWrap(fn, err)
+		return 0, schedWrap(call.Function, err)
 	}
-	exp, err := rep.Int(1)
+	exp, err := fcall.DecodeReclaimGrant(rep)
 	if err != nil {
-		return 0, schedWrap(fn, err)
+		return 0, schedWrap(call.Function, err)
 	}
 	return exp, nil
 }
 
 // IssueGrantAndClaimParams are the inputs of ff_issue_grant_and_claim.
-type IssueGrantAndClaimParams struct {
-	ExecutionID      model.ExecutionID
-	WorkerID         string
-	WorkerInstanceID string
-	// Lane selects lane:eligible / lane:active and is stored as
-	// current_lane. Empty means the execution's lane_id (pre-read).
-	Lane              string
-	CapabilityHash    string
-	LeaseID           string
-	LeaseTTLMs        int64
-	AttemptID         string
-	AttemptPolicyJSON string
-	// AttemptTimeoutMs and ExecutionDeadlineAt: 0 = none.
-	AttemptTimeoutMs    int64
-	ExecutionDeadlineAt int64
-}
+type IssueGrantAndClaimParams = fcall.IssueGrantAndClaimParams
 
 // GrantAndClaimResult is the reply of ff_issue_grant_and_claim.
-type GrantAndClaimResult struct {
-	LeaseID      string
-	LeaseEpoch   uint64
-	AttemptIndex int
-}
+type GrantAndClaimResult = fcall.GrantAndClaimResult
 
 // IssueGrantAndClaim is the operator's atomic grant + claim (no capability
 // check). An attempt_interrupted execution resumes its current attempt;
@@ -382,33 +251,21 @@ type GrantAndClaimResult struct {
 // Reply: ok(lease_id, "<epoch>", "<attempt_index>").
 func (c *Client) IssueGrantAndClaim(ctx context.Context, p *IssueGrantAndClaimParams) (*GrantAndClaimResult, error) {
 	const fn = "ff_issue_grant_and_claim"
-	k := model.KeysFor(p.ExecutionID)
-	idx := model.KeysOn(k.Partition())
-	lane := p.Lane
-	if lane == "" {
+	q := *p
+	if q.Lane == "" {
 		var err error
-		if lane, err = c.schedHGet(ctx, k.Core(), "lane_id"); err != nil {
+		if q.Lane, err = c.schedHGet(ctx, model.KeysFor(p.ExecutionID).Core(), "lane_id"); err != nil {
 			return nil, schedWrap(fn, err)
 		}
 	}
-	keys := []string{
-		k.Core(), k.ClaimGrant(), idx.LaneEligible(lane), idx.LeaseExpiry(), idx.WorkerLeases(p.WorkerInstanceID),
-		k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(), idx.LaneActive(lane), idx.AttemptTimeout(),
-		idx.ExecutionDeadline(),
-	}
-	args := []string{
-		string(p.ExecutionID), p.WorkerID, p.WorkerInstanceID, lane, p.CapabilityHash, p.LeaseID,
-		schedMS(p.LeaseTTLMs), p.AttemptID, p.AttemptPolicyJSON, schedOptMS(p.AttemptTimeoutMs),
-		schedOptMS(p.ExecutionDeadlineAt),
-	}
-	rep, err := c.FCall(ctx, fn, keys, args)
+	call := q.Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, schedWrap(fn, err)
 	}
-	epoch, err1 := strconv.ParseUint(rep.Field(1), 10, 64)
-	ai, err2 := strconv.Atoi(rep.Field(2))
-	if err1 != nil || err2 != nil {
+	res, ok := fcall.DecodeGrantAndClaim(rep)
+	if !ok {
 		return nil, schedWrap(fn, fmt.Errorf("%w: %v", ErrMalformedReply, rep.Fields))
 	}
-	return &GrantAndClaimResult{LeaseID: rep.Field(0), LeaseEpoch: epoch, AttemptIndex: ai}, nil
+	return res, nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // Stream modes and defaults of ff_append_frame.
@@ -129,23 +130,10 @@ type AttemptStream struct {
 	ClosedReason string
 }
 
-// ReadAttemptStreamCall builds the FCALL of ff_read_attempt_stream.
-//
-//	KEYS[1] stream(idx)  KEYS[2] stream_meta(idx)
-//	ARGV[1] from_id  ARGV[2] to_id  ARGV[3] count_limit  ARGV[4] visibility
+// ReadAttemptStreamCall builds the FCALL of ff_read_attempt_stream
+// (fcall.ReadAttemptStreamCall).
 func ReadAttemptStreamCall(eid model.ExecutionID, attemptIndex int, from, to string, count int, visibility string) Call {
-	k := model.KeysFor(eid)
-	if from == "" {
-		from = "-"
-	}
-	if to == "" {
-		to = "+"
-	}
-	return Call{
-		Function: "ff_read_attempt_stream",
-		Keys:     []string{k.Stream(attemptIndex), k.StreamMeta(attemptIndex)},
-		Args:     []string{from, to, strconv.Itoa(count), visibility},
-	}
+	return fcall.ReadAttemptStreamCall(eid, attemptIndex, from, to, count, visibility)
 }
 
 // ReadAttemptStream reads up to count frames (1..10000) between from and
@@ -193,26 +181,17 @@ func (c *Client) ReadAttemptStream(ctx context.Context, eid model.ExecutionID, a
 }
 
 // Summary is the reply of ff_read_summary.
-type Summary struct {
-	Document       string
-	Version        int64
-	PatchKind      string
-	LastUpdatedMs  int64
-	FirstAppliedMs int64
-}
+type Summary = fcall.Summary
 
 // ReadSummary reads an attempt's summary document (ff_read_summary); an
 // absent summary is the zero Summary.
 //
 //	KEYS[1] stream_summary(idx)
 func (c *Client) ReadSummary(ctx context.Context, eid model.ExecutionID, attemptIndex int) (*Summary, error) {
-	rep, err := c.FCall(ctx, "ff_read_summary", []string{model.KeysFor(eid).StreamSummary(attemptIndex)}, nil)
+	call := fcall.ReadSummaryCall(eid, attemptIndex)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, suspWrap("read summary", err)
 	}
-	s := &Summary{Document: rep.Field(0), PatchKind: rep.Field(2)}
-	s.Version, _ = rep.Int(1)
-	s.LastUpdatedMs, _ = rep.Int(3)
-	s.FirstAppliedMs, _ = rep.Int(4)
-	return s, nil
+	return fcall.DecodeSummary(rep), nil
 }

@@ -10,6 +10,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // Defaults FlowFabric's backend sends for the suspension family.
@@ -71,18 +72,11 @@ func suspAttemptIndex(s string) int {
 }
 
 // WaitpointBinding names a waitpoint: its uuid and its external key.
-type WaitpointBinding struct {
-	WaitpointID  string
-	WaitpointKey string
-}
+type WaitpointBinding = fcall.WaitpointBinding
 
 // WaitpointGrant is a bound waitpoint and the HMAC token that authenticates
 // signals delivered to it.
-type WaitpointGrant struct {
-	WaitpointID  string
-	WaitpointKey string
-	Token        string
-}
+type WaitpointGrant = fcall.WaitpointGrant
 
 // SuspendParams are the inputs of ff_suspend_execution.
 type SuspendParams struct {
@@ -233,50 +227,19 @@ func parseSuspendReply(rep *Reply) *SuspendResult {
 	res := &SuspendResult{
 		AlreadySatisfied: rep.Status == StatusAlreadySatisfied,
 		SuspensionID:     rep.Field(0),
-		Waitpoint:        WaitpointGrant{rep.Field(1), rep.Field(2), rep.Field(3)},
+		Waitpoint:        WaitpointGrant{WaitpointID: rep.Field(1), WaitpointKey: rep.Field(2), Token: rep.Field(3)},
 	}
 	n, _ := strconv.Atoi(rep.Field(4))
 	for i := 0; i < n; i++ {
 		b := 5 + 3*i
-		res.Extra = append(res.Extra, WaitpointGrant{rep.Field(b), rep.Field(b + 1), rep.Field(b + 2)})
+		res.Extra = append(res.Extra, WaitpointGrant{WaitpointID: rep.Field(b), WaitpointKey: rep.Field(b + 1), Token: rep.Field(b + 2)})
 	}
 	return res
 }
 
-// ResumeParams are the inputs of ff_resume_execution.
-type ResumeParams struct {
-	ExecutionID model.ExecutionID
-	// TriggerType is signal, operator or auto_resume (informational).
-	TriggerType string
-	// ResumeDelayMs > 0 parks the execution in the delayed index.
-	ResumeDelayMs int64
-	// Lane and WaitpointID are pre-read from exec_core when empty.
-	Lane        string
-	WaitpointID string
-}
-
-// Call builds the FCALL of ff_resume_execution.
-//
-//	KEYS[1] exec_core  KEYS[2] suspension_current  KEYS[3] waitpoint(current)
-//	KEYS[4] waitpoint_signals  KEYS[5] suspension_timeout  KEYS[6] lane_eligible
-//	KEYS[7] lane_delayed  KEYS[8] lane_suspended
-//	ARGV[1] execution_id  ARGV[2] trigger_type  ARGV[3] resume_delay_ms
-func (p *ResumeParams) Call() Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	lane := suspLane(p.Lane)
-	trigger := p.TriggerType
-	if trigger == "" {
-		trigger = "operator"
-	}
-	return Call{
-		Function: "ff_resume_execution",
-		Keys: []string{k.Core(), k.SuspensionCurrent(), pk.Waitpoint(p.WaitpointID),
-			pk.WaitpointSignals(p.WaitpointID), pk.SuspensionTimeout(), pk.LaneEligible(lane),
-			pk.LaneDelayed(lane), pk.LaneSuspended(lane)},
-		Args: []string{string(p.ExecutionID), trigger, suspInt(p.ResumeDelayMs)},
-	}
-}
+// ResumeParams are the inputs of ff_resume_execution; ResumeExecution
+// pre-reads an empty Lane or WaitpointID.
+type ResumeParams = fcall.ResumeParams
 
 // ResumeExecution resumes a suspended execution (ff_resume_execution) and
 // returns its new public state, waiting or delayed.
@@ -303,33 +266,7 @@ func (c *Client) ResumeExecution(ctx context.Context, p *ResumeParams) (string, 
 }
 
 // CreatePendingWaitpointParams are the inputs of ff_create_pending_waitpoint.
-type CreatePendingWaitpointParams struct {
-	ExecutionID  model.ExecutionID
-	AttemptIndex int
-	WaitpointID  string
-	WaitpointKey string
-	// ExpiresAt is the absolute expiry in ms (FlowFabric computes it from
-	// the client clock).
-	ExpiresAt int64
-}
-
-// Call builds the FCALL of ff_create_pending_waitpoint.
-//
-//	KEYS[1] exec_core  KEYS[2] waitpoint(wp)  KEYS[3] pending_waitpoint_expiry
-//	KEYS[4] hmac_secrets
-//	ARGV[1] execution_id  ARGV[2] attempt_index  ARGV[3] waitpoint_id
-//	ARGV[4] waitpoint_key  ARGV[5] expires_at
-func (p *CreatePendingWaitpointParams) Call() Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	return Call{
-		Function: "ff_create_pending_waitpoint",
-		Keys: []string{k.Core(), pk.Waitpoint(p.WaitpointID), pk.PendingWaitpointExpiry(),
-			pk.WaitpointHMACSecrets()},
-		Args: []string{string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.WaitpointID,
-			p.WaitpointKey, suspInt(p.ExpiresAt)},
-	}
-}
+type CreatePendingWaitpointParams = fcall.CreatePendingWaitpointParams
 
 // CreatePendingWaitpoint pre-creates an addressable waitpoint while the
 // caller still holds the lease (ff_create_pending_waitpoint).
@@ -339,39 +276,17 @@ func (c *Client) CreatePendingWaitpoint(ctx context.Context, p *CreatePendingWai
 	if err != nil {
 		return nil, suspWrap("create pending waitpoint "+p.WaitpointID, err)
 	}
-	return &WaitpointGrant{rep.Field(0), rep.Field(1), rep.Field(2)}, nil
+	return fcall.DecodeWaitpointGrant(rep), nil
 }
 
 // ExpireSuspensionResult is the reply of ff_expire_suspension.
-type ExpireSuspensionResult struct {
-	// Outcome is not_found_cleaned, not_suspended_cleaned,
-	// no_active_suspension_cleaned, not_yet_due, auto_resume, escalate, or
-	// the applied behavior (fail, cancel, expire, ...).
-	Outcome string
-	// PublicState is the new public state when a behavior was applied.
-	PublicState string
-}
+type ExpireSuspensionResult = fcall.ExpireSuspensionResult
 
 // ExpireSuspensionCall builds the FCALL of ff_expire_suspension from the
-// pre-read lane, attempt index and waitpoint id.
-//
-//	KEYS[1] exec_core  KEYS[2] suspension_current  KEYS[3] waitpoint(current)
-//	KEYS[4] waitpoint_condition  KEYS[5] attempt_hash(idx)  KEYS[6] stream_meta(idx)
-//	KEYS[7] suspension_timeout  KEYS[8] lane_suspended  KEYS[9] lane_terminal
-//	KEYS[10] lane_eligible  KEYS[11] lane_delayed  KEYS[12] lease_history
-//	ARGV[1] execution_id
+// pre-read lane, attempt index and waitpoint id (fcall.ExpireSuspensionParams).
 func ExpireSuspensionCall(eid model.ExecutionID, lane string, attemptIndex int, waitpointID string) Call {
-	k := model.KeysFor(eid)
-	pk := model.KeysOn(k.Partition())
-	lane = suspLane(lane)
-	return Call{
-		Function: "ff_expire_suspension",
-		Keys: []string{k.Core(), k.SuspensionCurrent(), pk.Waitpoint(waitpointID),
-			pk.WaitpointCondition(waitpointID), k.Attempt(attemptIndex), k.StreamMeta(attemptIndex),
-			pk.SuspensionTimeout(), pk.LaneSuspended(lane), pk.LaneTerminal(lane),
-			pk.LaneEligible(lane), pk.LaneDelayed(lane), k.LeaseHistory()},
-		Args: []string{string(eid)},
-	}
+	return (&fcall.ExpireSuspensionParams{ExecutionID: eid, Lane: lane, AttemptIndex: attemptIndex,
+		WaitpointID: waitpointID}).Call()
 }
 
 // ExpireSuspension applies a due suspension's timeout behavior
@@ -386,24 +301,13 @@ func (c *Client) ExpireSuspension(ctx context.Context, eid model.ExecutionID) (*
 	if err != nil {
 		return nil, suspWrap("expire suspension "+string(eid), err)
 	}
-	return &ExpireSuspensionResult{Outcome: rep.Field(0), PublicState: rep.Field(1)}, nil
+	return fcall.DecodeExpireSuspension(rep), nil
 }
 
-// CloseWaitpointCall builds the FCALL of ff_close_waitpoint.
-//
-//	KEYS[1] exec_core  KEYS[2] waitpoint  KEYS[3] pending_waitpoint_expiry
-//	ARGV[1] waitpoint_id  ARGV[2] reason
+// CloseWaitpointCall builds the FCALL of ff_close_waitpoint
+// (fcall.CloseWaitpointParams).
 func CloseWaitpointCall(eid model.ExecutionID, waitpointID, reason string) Call {
-	k := model.KeysFor(eid)
-	pk := model.KeysOn(k.Partition())
-	if reason == "" {
-		reason = "proactive_close"
-	}
-	return Call{
-		Function: "ff_close_waitpoint",
-		Keys:     []string{k.Core(), pk.Waitpoint(waitpointID), pk.PendingWaitpointExpiry()},
-		Args:     []string{waitpointID, reason},
-	}
+	return (&fcall.CloseWaitpointParams{ExecutionID: eid, WaitpointID: waitpointID, Reason: reason}).Call()
 }
 
 // CloseWaitpoint closes a pending or active waitpoint (ff_close_waitpoint).
@@ -414,18 +318,11 @@ func (c *Client) CloseWaitpoint(ctx context.Context, eid model.ExecutionID, wait
 	if err != nil {
 		return false, suspWrap("close waitpoint "+waitpointID, err)
 	}
-	return rep.Field(0) == "already_closed", nil
+	return fcall.DecodeCloseWaitpoint(rep), nil
 }
 
 // RotateHMACResult is the reply of ff_rotate_waitpoint_hmac_secret.
-type RotateHMACResult struct {
-	// Outcome is rotated or noop.
-	Outcome     string
-	PreviousKid string
-	NewKid      string
-	// GCCount is the number of expired kids removed.
-	GCCount int
-}
+type RotateHMACResult = fcall.RotateHMACResult
 
 // RotateWaitpointHMACSecret installs a new signing kid on one partition
 // (ff_rotate_waitpoint_hmac_secret); the previous kid keeps validating for
@@ -433,19 +330,12 @@ type RotateHMACResult struct {
 //
 //	KEYS[1] hmac_secrets  ARGV[1] new_kid  ARGV[2] new_secret_hex  ARGV[3] grace_ms
 func (c *Client) RotateWaitpointHMACSecret(ctx context.Context, p model.Partition, kid, secretHex string, graceMs int64) (*RotateHMACResult, error) {
-	rep, err := c.FCall(ctx, "ff_rotate_waitpoint_hmac_secret",
-		[]string{model.KeysOn(p).WaitpointHMACSecrets()}, []string{kid, secretHex, suspInt(graceMs)})
+	call := fcall.RotateHMACCall(p, kid, secretHex, graceMs)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, suspWrap("rotate waitpoint hmac secret on "+p.Tag(), err)
 	}
-	res := &RotateHMACResult{Outcome: rep.Field(0)}
-	if res.Outcome == "noop" {
-		res.NewKid = rep.Field(1)
-		return res, nil
-	}
-	res.PreviousKid, res.NewKid = rep.Field(1), rep.Field(2)
-	res.GCCount, _ = strconv.Atoi(rep.Field(3))
-	return res, nil
+	return fcall.DecodeRotateHMAC(rep), nil
 }
 
 // RotateWaitpointHMACSecretAll fans the rotation out to every flow
@@ -459,34 +349,22 @@ func (c *Client) RotateWaitpointHMACSecretAll(ctx context.Context, kid, secretHe
 }
 
 // HMACKid is a non-current kid still inside its grace window.
-type HMACKid struct {
-	Kid       string
-	ExpiresAt int64
-}
+type HMACKid = fcall.HMACKid
 
 // HMACKids is the reply of ff_list_waitpoint_hmac_kids.
-type HMACKids struct {
-	CurrentKid string
-	Verifying  []HMACKid
-}
+type HMACKids = fcall.HMACKids
 
 // ListWaitpointHMACKids lists a partition's current kid and the older kids
 // that still validate tokens (ff_list_waitpoint_hmac_kids).
 //
 //	KEYS[1] hmac_secrets
 func (c *Client) ListWaitpointHMACKids(ctx context.Context, p model.Partition) (*HMACKids, error) {
-	rep, err := c.FCall(ctx, "ff_list_waitpoint_hmac_kids",
-		[]string{model.KeysOn(p).WaitpointHMACSecrets()}, nil)
+	call := fcall.ListHMACKidsCall(p)
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, suspWrap("list waitpoint hmac kids on "+p.Tag(), err)
 	}
-	res := &HMACKids{CurrentKid: rep.Field(0)}
-	n, _ := strconv.Atoi(rep.Field(1))
-	for i := 0; i < n; i++ {
-		exp, _ := strconv.ParseInt(rep.Field(3+2*i), 10, 64)
-		res.Verifying = append(res.Verifying, HMACKid{Kid: rep.Field(2 + 2*i), ExpiresAt: exp})
-	}
-	return res, nil
+	return fcall.DecodeHMACKids(rep), nil
 }
 
 // InstallWaitpointHMACSecret is the boot step that seeds every flow

@@ -1,5 +1,7 @@
 package valkey
 
+import "github.com/fabric-host/fabric/model/fcall"
+
 // Error codes of the suspension, signal and stream families.
 const (
 	CodeExecutionNotSuspended           ErrorCode = "execution_not_suspended"
@@ -38,8 +40,8 @@ const (
 	// StatusAlreadySatisfied: ff_suspend_execution found the pending
 	// waitpoint's buffered signals already satisfy the condition; the lease
 	// is kept and the execution stays active.
-	StatusAlreadySatisfied = "ALREADY_SATISFIED"
+	StatusAlreadySatisfied = fcall.StatusAlreadySatisfied
 	// StatusSignalDuplicate: a signal with the same idempotency key was
 	// already accepted on the waitpoint; the field is the first signal id.
-	StatusSignalDuplicate = "DUPLICATE"
+	StatusSignalDuplicate = fcall.StatusSignalDuplicate
 )

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -23,61 +24,13 @@ const MaxCascadeDepth = 50
 
 // NilSentinel stands for a missing flow id or downstream in the keys the
 // dependency reconciler builds for a member without flow_id.
-const NilSentinel = "_nil_"
+const NilSentinel = fcall.NilSentinel
 
-// FlowKey renders ff:flow:<tag>:<fid>:<suffix> from raw strings (the flow
-// id as stored, possibly the _nil_ sentinel).
-func FlowKey(tag, flowID, suffix string) string {
-	return "ff:flow:" + tag + ":" + flowID + ":" + suffix
-}
-
-// Resolve describes one ff_resolve_dependency call.
-type Resolve struct {
-	// Child is the downstream; Upstream the completed execution.
-	Child, Upstream model.ExecutionID
-	// Edge is the edge id as read from the adjacency / unresolved set.
-	Edge string
-	// Lane and Attempt are the child's lane_id and current_attempt_index.
-	Lane    string
-	Attempt int
-	// Outcome is the upstream's terminal_outcome.
-	Outcome string
-	// FlowTag is the hash tag of the flow keys (KEYS 12-14); FlowID the
-	// flow id string as received (ARGV 4) or NilSentinel for the keys.
-	FlowTag, FlowID string
-	NowMs           int64
-}
-
-// Call builds the 14-KEYS / 5-ARGV ff_resolve_dependency call.
-//
-//	KEYS[1] core  [2] deps:meta  [3] deps:unresolved  [4] dep:<edge>  [5] lane eligible
-//	[6] lane terminal  [7] lane blocked:dependencies  [8] attempt  [9] stream meta
-//	[10] payload  [11] upstream result on the child's tag  [12] edgegroup:<child>
-//	[13] in:<child>  [14] ff:idx:<flow tag>:pending_cancel_groups
-//	ARGV[1] edge  [2] outcome  [3] now_ms  [4] flow_id  [5] child eid
-func (r Resolve) Call() abi.Call {
-	ek := model.KeysFor(r.Child)
-	pk := model.KeysOn(r.Child.Partition())
-	up := model.KeysForOn(r.Child.Partition(), r.Upstream)
-	fid, child := r.FlowID, string(r.Child)
-	if fid == "" {
-		fid, child = NilSentinel, NilSentinel
-	}
-	return abi.Call{
-		Function: "ff_resolve_dependency",
-		Keys: []string{ek.Core(), ek.DepsMeta(), ek.DepsUnresolved(), ek.DepEdge(r.Edge),
-			pk.LaneEligible(r.Lane), pk.LaneTerminal(r.Lane), pk.LaneBlockedDependencies(r.Lane),
-			ek.Attempt(r.Attempt), ek.StreamMeta(r.Attempt), ek.Payload(), up.Result(),
-			FlowKey(r.FlowTag, fid, "edgegroup:"+child), FlowKey(r.FlowTag, fid, "in:"+child),
-			"ff:idx:" + r.FlowTag + ":pending_cancel_groups"},
-		Args: []string{r.Edge, r.Outcome, strconv.FormatInt(r.NowMs, 10), r.FlowID, string(r.Child)},
-	}
-}
-
-// ChildSkipped reports a reply that skipped the child: at least two
-// fields after the status, the second being child_skipped.
+// ChildSkipped reports a reply of ff_resolve_dependency that skipped the
+// child (fcall.ResolveResult.ChildSkipped).
 func ChildSkipped(r abi.CallResult) bool {
-	return r.OK() && len(r.Fields) >= 2 && r.Fields[1] == "child_skipped"
+	rep := pdk.ReplyOf(r)
+	return rep != nil && fcall.DecodeResolveDependency(rep).ChildSkipped()
 }
 
 // LaneAttempt reads a child's lane_id (default "default") and
@@ -179,7 +132,7 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 		h.Log(abi.LogWarn, "cascade: bad flow id "+strconv.Quote(flowID))
 		return
 	}
-	ftag := parts.FlowPartition(fid).Tag()
+	fpart := parts.FlowPartition(fid)
 	fk := model.FlowKeysFor(parts.FlowPartition(fid), fid)
 	// Two read round trips a level: the outcome with the out edges and
 	// their downstreams, then the children's lanes and attempts; then one
@@ -230,8 +183,9 @@ func cascade(h pdk.Host, parts model.PartitionConfig, eid model.ExecutionID, flo
 			continue
 		}
 		lane, att := laneAttemptOf(cores[i].Values, cores[i].Present)
-		calls = append(calls, Resolve{Child: child, Upstream: eid, Edge: childEdges[i], Lane: lane, Attempt: att,
-			Outcome: outcome, FlowTag: ftag, FlowID: flowID, NowMs: nowMs}.Call())
+		r := fcall.ResolveDependencyParams{Downstream: child, Upstream: eid, EdgeID: childEdges[i], Lane: lane,
+			AttemptIndex: att, UpstreamOutcome: outcome, Flow: fcall.Flow{Partition: fpart, ID: flowID}, NowMs: nowMs}
+		calls = append(calls, pdk.CallOf(r.Call()))
 		resolved = append(resolved, child)
 	}
 	children = resolved
@@ -407,21 +361,12 @@ func ReadCancelTarget(h pdk.Host, eid model.ExecutionID) (CancelTarget, error) {
 	return t, nil
 }
 
-// CancelCall builds the 21-KEYS / 5-ARGV ff_cancel_execution call with
-// source operator_override and no lease.
+// CancelCall builds ff_cancel_execution (fcall.CancelExecutionParams) of
+// t with source operator_override and no lease.
 func CancelCall(t CancelTarget, reason string) abi.Call {
-	ek := model.KeysFor(t.ID)
-	pk := model.KeysOn(t.ID.Partition())
-	l := t.Lane
-	return abi.Call{
-		Function: "ff_cancel_execution",
-		Keys: []string{ek.Core(), ek.Attempt(t.Attempt), ek.StreamMeta(t.Attempt), ek.LeaseCurrent(), ek.LeaseHistory(),
-			pk.LeaseExpiry(), pk.WorkerLeases(t.WorkerInst), ek.SuspensionCurrent(), pk.Waitpoint(t.Waitpoint),
-			pk.WaitpointCondition(t.Waitpoint), pk.SuspensionTimeout(), pk.LaneTerminal(l), pk.AttemptTimeout(),
-			pk.ExecutionDeadline(), pk.LaneEligible(l), pk.LaneDelayed(l), pk.LaneBlockedDependencies(l),
-			pk.LaneBlockedBudget(l), pk.LaneBlockedQuota(l), pk.LaneBlockedRoute(l), pk.LaneBlockedOperator(l)},
-		Args: []string{string(t.ID), reason, "operator_override", "", ""},
-	}
+	p := fcall.CancelExecutionParams{ExecutionID: t.ID, Reason: reason, Source: fcall.SourceOperatorOverride,
+		Lane: t.Lane, AttemptIndex: t.Attempt, WaitpointID: t.Waitpoint, WorkerInstanceID: t.WorkerInst}
+	return pdk.CallOf(p.Call())
 }
 
 // ParseGroupMember splits a pending_cancel_groups member

@@ -100,7 +100,7 @@ func TestDispatchGroupAllSiblings(t *testing.T) {
 			drains++
 			return abi.CallResult{Status: "OK", Fields: []string{"drained", ""}}
 		})
-		out, st := flowlib.DispatchGroup(h, pending, member)
+		out, st := flowlib.DispatchGroup(h, fp, member)
 		if transient {
 			if out != flowlib.GroupRetry || drains != 0 {
 				t.Fatalf("transient: outcome %v, %d drains", out, drains)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -30,22 +31,22 @@ type GroupStats struct {
 	Cancelled, AlreadyTerminal, NotFound int
 }
 
-// DispatchGroup handles one pending_cancel_groups member of the
-// partition whose index key is pending: cancel every sibling listed in
+// DispatchGroup handles one pending_cancel_groups member of partition
+// part: cancel every sibling listed in
 // the edge group (source operator_override, the group's reason), then
 // acknowledge with ff_drain_sibling_cancel_group. A transient failure of
 // any sibling leaves the group for the next attempt (cancels are
 // idempotent).
-func DispatchGroup(h pdk.Host, pending, member string) (GroupOutcome, GroupStats) {
+func DispatchGroup(h pdk.Host, part model.Partition, member string) (GroupOutcome, GroupStats) {
 	var st GroupStats
+	pending := model.KeysOn(part).PendingCancelGroups()
 	fid, down, ok := ParseGroupMember(member)
 	if !ok {
 		h.Write(abi.WriteSRem, pending, member)
 		h.Log(abi.LogWarn, "edge cancel: malformed pending group "+strconv.Quote(member)+" removed")
 		return GroupError, st
 	}
-	tag := abi.HashTag(pending)
-	group := FlowKey(tag, fid.String(), "edgegroup:"+string(down))
+	group := model.FlowKeysOn(part, fid.String()).EdgeGroup(down)
 	f, err := h.HMGet(group, "cancel_siblings_reason", "cancel_siblings_pending_members", "cancel_siblings_pending_flag")
 	if err != nil {
 		h.Log(abi.LogWarn, "edge cancel: read group "+member+": "+err.Error())
@@ -107,11 +108,8 @@ func DispatchGroup(h pdk.Host, pending, member string) (GroupOutcome, GroupStats
 		h.Metric(abi.Metric{Kind: abi.MetricCounter, Name: "sibling_cancel_disposition.already_terminal", Value: float64(st.AlreadyTerminal)})
 		h.Metric(abi.Metric{Kind: abi.MetricCounter, Name: "sibling_cancel_disposition.not_found", Value: float64(st.NotFound)})
 	}
-	out, err := h.FCall([]abi.Call{{
-		Function: "ff_drain_sibling_cancel_group",
-		Keys:     []string{pending, group},
-		Args:     []string{fid.String(), string(down)},
-	}})
+	drain := fcall.SiblingCancelGroup{Flow: fcall.Flow{Partition: part, ID: fid.String()}, Downstream: down}
+	out, err := h.FCall([]abi.Call{pdk.CallOf(drain.Drain())})
 	if err != nil || out[0].Result == abi.StatusError {
 		msg := ""
 		if err != nil {
@@ -138,7 +136,7 @@ func DispatchPartition(h pdk.Host, part model.Partition, batch int) abi.ScanResu
 	}
 	res.Scanned = uint32(len(members))
 	for _, m := range members {
-		switch o, _ := DispatchGroup(h, pending, m); o {
+		switch o, _ := DispatchGroup(h, part, m); o {
 		case GroupDrained:
 			res.Acted++
 		case GroupRetry:

@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -40,8 +42,7 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		res.Errors++
 		return res
 	}
-	tag := req.Partition.Tag()
-	index := "ff:idx:" + tag + ":budget_resets"
+	index := model.BudgetKeysOn(req.Partition, "").Resets()
 	nowS := strconv.FormatInt(now, 10)
 	due, err := h.ZRangeByScore(abi.ZRangeRequest{Key: index, Min: "-inf", Max: nowS, Count: max(req.BatchSize, 1)})
 	if err != nil {
@@ -54,9 +55,8 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	}
 	calls := make([]abi.Call, len(due.Members))
 	for i, bid := range due.Members {
-		def := "ff:budget:" + tag + ":" + bid
-		// KEYS: definition, usage, budget_resets; ARGV: budget_id, now_ms.
-		calls[i] = abi.Call{Function: "ff_reset_budget", Keys: []string{def, def + ":usage", index}, Args: []string{bid, nowS}}
+		p := fcall.ResetBudgetParams{Partition: req.Partition, BudgetID: bid, NowMs: now}
+		calls[i] = pdk.CallOf(p.Call())
 	}
 	out, err := h.FCall(calls)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 	"github.com/fabric-host/fabric/pdk/flowlib"
 )
@@ -57,7 +58,7 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	}
 	res.Scanned = uint32(len(due.Members))
 	for _, raw := range due.Members {
-		res.Add(flow(h, req.Partition.Tag(), backlog, raw))
+		res.Add(flow(h, req.Partition, backlog, raw))
 	}
 	return res
 }
@@ -74,7 +75,7 @@ func retryable(status string) bool {
 	return true
 }
 
-func flow(h pdk.Host, tag, backlog, raw string) abi.ScanResult {
+func flow(h pdk.Host, part model.Partition, backlog, raw string) abi.ScanResult {
 	var res abi.ScanResult
 	fid, err := model.ParseUUID(raw)
 	if err != nil {
@@ -83,8 +84,9 @@ func flow(h pdk.Host, tag, backlog, raw string) abi.ScanResult {
 		return res
 	}
 	f := fid.String()
-	pending := flowlib.FlowKey(tag, f, "pending_cancels")
-	exists, err := pdk.Exists(h, flowlib.FlowKey(tag, f, "core"))
+	fk := model.FlowKeysOn(part, f)
+	pending := fk.PendingCancels()
+	exists, err := pdk.Exists(h, fk.Core())
 	if err != nil {
 		res.Errors++
 		return res
@@ -103,7 +105,7 @@ func flow(h pdk.Host, tag, backlog, raw string) abi.ScanResult {
 		h.Write(abi.WriteZRem, backlog, f)
 		return res
 	}
-	reason, present, err := pdk.HGet(h, flowlib.FlowKey(tag, f, "core"), "cancel_reason")
+	reason, present, err := pdk.HGet(h, fk.Core(), "cancel_reason")
 	if err != nil {
 		res.Errors++
 		return res
@@ -151,7 +153,8 @@ func flow(h pdk.Host, tag, backlog, raw string) abi.ScanResult {
 	}
 	calls := make([]abi.Call, len(acks))
 	for i, m := range acks {
-		calls[i] = abi.Call{Function: "ff_ack_cancel_member", Keys: []string{pending, backlog}, Args: []string{m, f}}
+		ack := fcall.AckCancelMemberParams{Flow: fcall.Flow{Partition: part, ID: f}, Member: m}
+		calls[i] = pdk.CallOf(ack.Call())
 	}
 	out, err := h.FCall(calls)
 	if err != nil {

@@ -12,6 +12,7 @@ package main
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -41,21 +42,17 @@ func scanBatch(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
 func dueScan(lanes []string) func(req abi.ScanRequest) pdk.DueScan {
 	return func(req abi.ScanRequest) pdk.DueScan {
 		keys := model.KeysOn(req.Partition)
-		eligible := make(map[string]string, len(lanes))
+		laneOf := make(map[string]string, len(lanes))
 		indexes := make([]string, len(lanes))
 		for i, l := range lanes {
 			indexes[i] = keys.LaneDelayed(l)
-			eligible[indexes[i]] = keys.LaneEligible(l)
+			laneOf[indexes[i]] = l
 		}
 		return pdk.DueScan{
 			Indexes: func(abi.ScanRequest) []string { return indexes },
-			// KEYS: exec_core, lane_delayed, lane_eligible; ARGV: execution_id, now_ms.
 			Call: func(d pdk.Due) []abi.Call {
-				return []abi.Call{{
-					Function: "ff_promote_delayed",
-					Keys:     []string{model.KeysFor(model.ExecutionID(d.Member)).Core(), d.Index, eligible[d.Index]},
-					Args:     []string{d.Member, pdk.Itoa(d.NowMs)},
-				}}
+				p := fcall.PromoteDelayedParams{ExecutionID: model.ExecutionID(d.Member), Lane: laneOf[d.Index], NowMs: d.NowMs}
+				return []abi.Call{pdk.CallOf(p.Call())}
 			},
 		}
 	}

@@ -16,6 +16,7 @@ package main
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 	"github.com/fabric-host/fabric/pdk/flowlib"
 )
@@ -50,7 +51,6 @@ func main() {}
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	var res abi.ScanResult
 	pk := model.KeysOn(req.Partition)
-	tag := req.Partition.Tag()
 	outcomes := map[string]string{} // upstream → terminal outcome or ""
 	var now int64
 	batch := max(req.BatchSize, 1)
@@ -65,7 +65,7 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		res.Scanned += uint32(len(blocked.Members))
 		for _, m := range blocked.Members {
 			eid := model.ExecutionID(m)
-			n, err := reconcile(h, tag, lane, eid, outcomes, &now)
+			n, err := reconcile(h, req.Partition, lane, eid, outcomes, &now)
 			if err != nil {
 				h.Log(abi.LogWarn, "reconcile "+m+": "+err.Error())
 				res.Errors++
@@ -113,7 +113,7 @@ func upstreamOutcome(h pdk.Host, up string, cache map[string]string) string {
 	return o
 }
 
-func reconcile(h pdk.Host, tag, lane string, eid model.ExecutionID, cache map[string]string, now *int64) (int, error) {
+func reconcile(h pdk.Host, part model.Partition, lane string, eid model.ExecutionID, cache map[string]string, now *int64) (int, error) {
 	ek := model.KeysFor(eid)
 	edges, err := h.SMembers(ek.DepsUnresolved())
 	if err != nil || len(edges) == 0 {
@@ -152,8 +152,9 @@ func reconcile(h pdk.Host, tag, lane string, eid model.ExecutionID, cache map[st
 		if a, perr := atoi(core[0].Value); perr == nil {
 			att = a
 		}
-		calls = append(calls, flowlib.Resolve{Child: eid, Upstream: model.ExecutionID(up), Edge: edge, Lane: lane,
-			Attempt: att, Outcome: outcome, FlowTag: tag, FlowID: core[1].Value, NowMs: *now}.Call())
+		r := fcall.ResolveDependencyParams{Downstream: eid, Upstream: model.ExecutionID(up), EdgeID: edge, Lane: lane,
+			AttemptIndex: att, UpstreamOutcome: outcome, Flow: fcall.Flow{Partition: part, ID: core[1].Value}, NowMs: *now}
+		calls = append(calls, pdk.CallOf(r.Call()))
 	}
 	if len(calls) == 0 {
 		return 0, nil

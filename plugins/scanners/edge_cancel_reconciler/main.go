@@ -8,6 +8,7 @@ package main
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 	"github.com/fabric-host/fabric/pdk/flowlib"
 )
@@ -52,11 +53,8 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			res.Errors++
 			continue
 		}
-		calls = append(calls, abi.Call{
-			Function: "ff_reconcile_sibling_cancel_group",
-			Keys:     []string{pending, flowlib.FlowKey(req.Partition.Tag(), fid.String(), "edgegroup:"+string(down))},
-			Args:     []string{fid.String(), string(down)},
-		})
+		g := fcall.SiblingCancelGroup{Flow: fcall.Flow{Partition: req.Partition, ID: fid.String()}, Downstream: down}
+		calls = append(calls, pdk.CallOf(g.Reconcile()))
 	}
 	if len(calls) == 0 {
 		return res

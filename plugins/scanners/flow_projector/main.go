@@ -12,7 +12,6 @@ import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/pdk"
-	"github.com/fabric-host/fabric/pdk/flowlib"
 )
 
 // SampleSize is the SRANDMEMBER count of members per flow.
@@ -49,7 +48,6 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		return res
 	}
 	index := model.KeysOn(req.Partition).FlowIndex()
-	tag := req.Partition.Tag()
 	cursor := "0"
 	for {
 		page, err := h.SScan(abi.ScanCursorRequest{Key: index, Cursor: cursor, Count: 100})
@@ -60,7 +58,7 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		}
 		for _, fid := range page.Members {
 			res.Scanned++
-			ok, err := project(h, index, tag, fid, now)
+			ok, err := project(h, index, req.Partition, fid, now)
 			switch {
 			case err != nil:
 				h.Log(abi.LogWarn, "project flow "+fid+": "+err.Error())
@@ -78,13 +76,14 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 var states = []string{"completed", "failed", "cancelled", "expired", "skipped", "active", "suspended",
 	"waiting", "delayed", "rate_limited", "waiting_children"}
 
-func project(h pdk.Host, index, tag, fid string, now int64) (bool, error) {
-	exists, err := pdk.Exists(h, flowlib.FlowKey(tag, fid, "core"))
+func project(h pdk.Host, index string, part model.Partition, fid string, now int64) (bool, error) {
+	fk := model.FlowKeysOn(part, fid)
+	exists, err := pdk.Exists(h, fk.Core())
 	if err == nil && !exists { // an error assumes it exists
 		h.Write(abi.WriteSRem, index, fid)
 		return false, nil
 	}
-	members := flowlib.FlowKey(tag, fid, "members")
+	members := fk.Members()
 	total, err := pdk.SCard(h, members)
 	if err != nil || total == 0 {
 		return false, nil
@@ -127,7 +126,7 @@ func project(h pdk.Host, index, tag, fid string, now int64) (bool, error) {
 		kv = append(kv, "members_"+s, strconv.Itoa(count[s]))
 	}
 	kv = append(kv, "public_flow_state", state, "last_summary_update_at", strconv.FormatInt(now, 10))
-	if _, err := h.Write(abi.WriteHSet, flowlib.FlowKey(tag, fid, "summary"), kv...); err != nil {
+	if _, err := h.Write(abi.WriteHSet, fk.Summary(), kv...); err != nil {
 		return false, err
 	}
 	if allTerminal && int64(sampled) == total {

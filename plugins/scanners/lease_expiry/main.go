@@ -17,6 +17,7 @@ package main
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -67,10 +68,8 @@ func dueScan(req abi.ScanRequest) pdk.DueScan {
 			if awaitingReclaim(d.Reads[0]) {
 				return nil
 			}
-			k := model.KeysFor(model.ExecutionID(d.Member))
-			// KEYS: exec_core, lease_current, lease_expiry, lease_history; ARGV: execution_id.
-			return []abi.Call{{Function: "ff_mark_lease_expired_if_due",
-				Keys: []string{k.Core(), k.LeaseCurrent(), index, k.LeaseHistory()}, Args: []string{d.Member}}}
+			p := fcall.MarkLeaseExpiredIfDueParams{ExecutionID: model.ExecutionID(d.Member)}
+			return []abi.Call{pdk.CallOf(p.Call())}
 		},
 	}
 }

@@ -16,6 +16,7 @@ package main
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -55,10 +56,8 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			if !pdk.OnPartition(eid, req.Partition) {
 				return nil
 			}
-			// KEYS: exec_core, waitpoint hash, pending index; ARGV: waitpoint id, reason.
-			return []abi.Call{{Function: "ff_close_waitpoint",
-				Keys: []string{model.KeysFor(model.ExecutionID(eid)).Core(), pk.Waitpoint(d.Member), index},
-				Args: []string{d.Member, "never_committed"}}}
+			p := fcall.CloseWaitpointParams{ExecutionID: model.ExecutionID(eid), WaitpointID: d.Member, Reason: "never_committed"}
+			return []abi.Call{pdk.CallOf(p.Call())}
 		},
 	}.Run(h, req)
 }

@@ -24,10 +24,12 @@ package main
 
 import (
 	"encoding/json"
+	"strconv"
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/internal/periodic"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -108,10 +110,7 @@ func fire(h pdk.Host, p model.Partition, d pdk.Due) []abi.Call {
 	if policy == "" {
 		policy = "{}"
 	}
-	priority := def[periodic.FieldPriority]
-	if priority == "" {
-		priority = "0"
-	}
+	priority, _ := strconv.Atoi(def[periodic.FieldPriority]) // "" or garbage: 0
 	// Every overdue tick (up to MaxTicksPerScan) fires in this batch: each
 	// create is followed by the advance from its tick to the next, a chain
 	// of compare-and-sets applied in order.
@@ -133,25 +132,17 @@ func fire(h pdk.Host, p model.Partition, d pdk.Due) []abi.Call {
 const MaxTicksPerScan = 16
 
 // createCall is ff_create_execution of name's tick.
-func createCall(p model.Partition, name string, tick int64, def, tags map[string]string, policy, priority string) abi.Call {
-	keys := model.KeysOn(p)
-	eid := periodic.TickID(p, name, tick)
+func createCall(p model.Partition, name string, tick int64, def, tags map[string]string, policy string, priority int) abi.Call {
 	t := make(map[string]string, len(tags)+2)
 	for k, v := range tags {
 		t[k] = v
 	}
 	t[periodic.TagSchedule] = name
 	t[periodic.TagTick] = pdk.Itoa(tick)
-	tagsJSON, _ := json.Marshal(t)
-	lane := def[periodic.FieldLane]
-	ek := model.KeysFor(eid)
-	// KEYS: core, payload, policy, tags, scheduling zset, idem (noop),
-	// execution_deadline, all_executions. ARGV: eid, namespace, lane, kind,
-	// priority, creator, policy_json, payload, delay_until, dedup_ttl_ms,
-	// tags_json, deadline_at, partition_id.
-	return abi.Call{Function: "ff_create_execution", Item: name,
-		Keys: []string{ek.Core(), ek.Payload(), ek.Policy(), ek.Tags(), keys.LaneEligible(lane), keys.Noop(),
-			keys.ExecutionDeadline(), keys.AllExecutions()},
-		Args: []string{string(eid), def[periodic.FieldNamespace], lane, def[periodic.FieldKind], priority, Creator,
-			policy, def[periodic.FieldPayload], "", "", string(tagsJSON), "", pdk.Itoa(int64(p.Index))}}
+	c := fcall.CreateExecutionParams[fcall.Millis]{ExecutionID: periodic.TickID(p, name, tick), Namespace: def[periodic.FieldNamespace],
+		LaneID: def[periodic.FieldLane], ExecutionKind: def[periodic.FieldKind], Priority: priority,
+		CreatorIdentity: Creator, PolicyJSON: policy, Payload: def[periodic.FieldPayload], Tags: t}
+	call := pdk.CallOf(c.Call())
+	call.Item = name
+	return call
 }

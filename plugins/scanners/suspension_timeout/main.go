@@ -10,6 +10,7 @@ package main
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -27,7 +28,6 @@ func main() {}
 
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	pk := model.KeysOn(req.Partition)
-	tag := pk.Tag()
 	return pdk.DueScan{
 		Indexes: func(abi.ScanRequest) []string { return []string{pk.SuspensionTimeout()} },
 		PreRead: func(_, member string) []abi.ReadOp {
@@ -35,22 +35,10 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 				Args: []string{"current_waitpoint_id", "current_attempt_index", "lane_id"}}}
 		},
 		Call: func(d pdk.Due) []abi.Call {
-			eid := model.ExecutionID(d.Member)
-			k := model.KeysFor(eid)
-			wp := pdk.FieldOr(d.Reads[0], 0, "")
-			att := pdk.FieldOr(d.Reads[0], 1, "0")
-			lane := pdk.FieldOr(d.Reads[0], 2, "default")
-			return []abi.Call{{
-				Function: "ff_expire_suspension",
-				Keys: []string{
-					k.Core(), k.SuspensionCurrent(), pk.Waitpoint(wp), pk.WaitpointCondition(wp),
-					"ff:attempt:" + tag + ":" + d.Member + ":" + att,
-					"ff:stream:" + tag + ":" + d.Member + ":" + att + ":meta",
-					pk.SuspensionTimeout(), pk.LaneSuspended(lane), pk.LaneTerminal(lane),
-					pk.LaneEligible(lane), pk.LaneDelayed(lane), k.LeaseHistory(),
-				},
-				Args: []string{d.Member},
-			}}
+			p := fcall.ExpireSuspensionParams{ExecutionID: model.ExecutionID(d.Member),
+				WaitpointID: pdk.FieldOr(d.Reads[0], 0, ""), AttemptIndex: pdk.AttemptIndexOf(pdk.FieldOr(d.Reads[0], 1, "0")),
+				Lane: pdk.FieldOr(d.Reads[0], 2, "default")}
+			return []abi.Call{pdk.CallOf(p.Call())}
 		},
 	}.Run(h, req)
 }

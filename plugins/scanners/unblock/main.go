@@ -27,6 +27,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -46,8 +47,9 @@ func init() { pdk.Register(Plugin) }
 
 func main() {}
 
+// set is one blocked index: lane's ZSET of executions blocked with reason.
 type set struct {
-	key, reason string
+	lane, reason, key string
 }
 
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
@@ -60,12 +62,8 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	pk := model.KeysOn(req.Partition)
 	u := &unblocker{h: h, req: req, now: now, pk: pk, parts: pdk.PartitionsFromConfig(h, req.Partitions), breached: map[string]bool{}, filter: pdk.FilterFromConfig(h)}
 	for _, lane := range pdk.Lanes(h) {
-		for _, s := range []set{
-			{pk.LaneBlockedBudget(lane), "waiting_for_budget"},
-			{pk.LaneBlockedQuota(lane), "waiting_for_quota"},
-			{pk.LaneBlockedRoute(lane), "waiting_for_capable_worker"},
-		} {
-			res.Add(u.scanSet(s, pk.LaneEligible(lane)))
+		for _, reason := range []string{"waiting_for_budget", "waiting_for_quota", "waiting_for_capable_worker"} {
+			res.Add(u.scanSet(set{lane: lane, reason: reason, key: fcall.BlockedIndexFor(pk, lane, reason)}))
 		}
 	}
 	return res
@@ -86,7 +84,7 @@ type candidate struct {
 	ns, budgets, quota, required string
 }
 
-func (u *unblocker) scanSet(s set, eligible string) abi.ScanResult {
+func (u *unblocker) scanSet(s set) abi.ScanResult {
 	var res abi.ScanResult
 	h := u.h
 	m, err := h.ZRangeByScore(abi.ZRangeRequest{Key: s.key, Min: "-inf", Max: "+inf", Count: u.req.BatchSize})
@@ -159,10 +157,9 @@ func (u *unblocker) scanSet(s set, eligible string) abi.ScanResult {
 	}
 	calls := make([]abi.Call, len(cleared))
 	for i, c := range cleared {
-		// KEYS: exec_core, blocked set, lane eligible; ARGV: execution_id, now_ms, expected reason.
-		calls[i] = abi.Call{Function: "ff_unblock_execution",
-			Keys: []string{model.KeysFor(model.ExecutionID(c.eid)).Core(), s.key, eligible},
-			Args: []string{c.eid, pdk.Itoa(u.now), s.reason}}
+		p := fcall.UnblockExecutionParams{ExecutionID: model.ExecutionID(c.eid), Lane: s.lane,
+			BlockingReason: s.reason, ExpectedReason: s.reason, NowMs: u.now}
+		calls[i] = pdk.CallOf(p.Call())
 	}
 	results, err := h.FCall(calls)
 	if err != nil {

@@ -7,6 +7,7 @@ package main
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -27,7 +28,7 @@ func main() {}
 
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	keys := model.KeysOn(req.Partition)
-	eligible := map[string]string{}
+	laneOf := map[string]string{}
 	var indexes []string
 	for _, l := range pdk.Lanes(h) {
 		if l == "slow" {
@@ -35,16 +36,13 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 		}
 		idx := keys.LaneDelayed(l)
 		indexes = append(indexes, idx)
-		eligible[idx] = keys.LaneEligible(l)
+		laneOf[idx] = l
 	}
 	return pdk.DueScan{
 		Indexes: func(abi.ScanRequest) []string { return indexes },
 		Call: func(d pdk.Due) []abi.Call {
-			return []abi.Call{{
-				Function: "ff_promote_delayed",
-				Keys:     []string{model.KeysFor(model.ExecutionID(d.Member)).Core(), d.Index, eligible[d.Index]},
-				Args:     []string{d.Member, pdk.Itoa(d.NowMs)},
-			}}
+			p := fcall.PromoteDelayedParams{ExecutionID: model.ExecutionID(d.Member), Lane: laneOf[d.Index], NowMs: d.NowMs}
+			return []abi.Call{pdk.CallOf(p.Call())}
 		},
 	}.Run(h, req)
 }
