@@ -22,6 +22,7 @@ import (
 	"errors"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // Sentinel errors both drivers map their own errors to.
@@ -181,12 +182,7 @@ type CreateExecutionResult struct {
 // Valkey checks (LeaseID, LeaseEpoch, AttemptID), Postgres
 // (AttemptIndex, LeaseEpoch); a driver ignores the fields it does not
 // check, so a fence is always passed back whole, as a claim returned it.
-type Fence struct {
-	LeaseID      string
-	LeaseEpoch   uint64
-	AttemptID    string
-	AttemptIndex int
-}
+type Fence = fcall.Fence
 
 // ClaimNextParams are the inputs of Driver.ClaimNext.
 type ClaimNextParams struct {

@@ -1,6 +1,10 @@
 package backend
 
-import "context"
+import (
+	"context"
+
+	"github.com/fabric-host/fabric/model/fcall"
+)
 
 // Worker registration statuses (RegisterWorker's reply).
 const (
@@ -30,23 +34,13 @@ type WorkerRegistryDriver interface {
 	MarkWorkerDead(ctx context.Context, p *MarkWorkerDeadParams) (bool, error)
 }
 
-// RegisterWorkerParams are the inputs of WorkerRegistryDriver.RegisterWorker.
-type RegisterWorkerParams struct {
-	Namespace  string
-	InstanceID string
-	WorkerID   string
-	// Lanes and Capabilities are stored sorted.
-	Lanes        []string
-	Capabilities []string
-	// TTLMs is the liveness TTL: the registration lapses TTLMs after the
-	// last heartbeat.
-	TTLMs int64
-	// NowMs is the caller's clock.
-	NowMs int64
-	// RefuseLive leaves a live registration alone and answers
-	// WorkerAlive: how a starting process detects a duplicate instance id.
-	RefuseLive bool
-}
+// RegisterWorkerParams are the inputs of WorkerRegistryDriver.RegisterWorker:
+// namespace, instance and worker ids, lanes and capabilities (stored
+// sorted), the liveness TTL (the registration lapses TTLMs after the last
+// heartbeat), the caller's clock, and RefuseLive, which leaves a live
+// registration alone and answers WorkerAlive. One type with
+// ff_register_worker's parameters.
+type RegisterWorkerParams = fcall.RegisterWorkerParams
 
 // HeartbeatWorkerParams are the inputs of WorkerRegistryDriver.HeartbeatWorker.
 type HeartbeatWorkerParams struct {

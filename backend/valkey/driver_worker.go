@@ -27,8 +27,7 @@ func (d *Driver) RegisterWorker(ctx context.Context, p *backend.RegisterWorkerPa
 			return backend.WorkerAlive, nil
 		}
 	}
-	status, err := d.c.RegisterWorker(ctx, &RegisterWorkerParams{Namespace: p.Namespace, InstanceID: p.InstanceID,
-		WorkerID: p.WorkerID, Lanes: p.Lanes, Capabilities: p.Capabilities, TTLMs: p.TTLMs, NowMs: p.NowMs})
+	status, err := d.c.RegisterWorker(ctx, p)
 	if err != nil {
 		return "", mapErr(fmt.Errorf("register worker %s: %w", p.InstanceID, err), false)
 	}

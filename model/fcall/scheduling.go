@@ -275,6 +275,11 @@ type RegisterWorkerParams struct {
 	// NowMs is the caller's clock, stored as registered_at_ms and
 	// last_heartbeat_ms.
 	NowMs int64
+	// RefuseLive is not part of ff_register_worker's layout: it asks the
+	// caller (the backend contract's RegisterWorker, whose parameters
+	// these are too) to leave a live registration alone and answer
+	// "alive" — how a starting process detects a duplicate instance id.
+	RefuseLive bool
 }
 
 // Call builds ff_register_worker. Its keys have no hash tag: on a cluster
