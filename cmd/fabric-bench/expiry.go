@@ -12,6 +12,7 @@ import (
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -134,10 +135,8 @@ func expiryLateness(ctx context.Context, e *benchEnv, m expiryMode, n int, sprea
 			skipped.Add(1) // claimed too late to time out in the window
 			return nil
 		}
-		k := model.KeysFor(id)
-		eligible := model.KeysOn(id.Partition()).LaneEligible(benchLane)
-		grant := valkey.Call{Function: "ff_issue_claim_grant", Keys: []string{k.Core(), k.ClaimGrant(), eligible},
-			Args: []string{string(id), "bench", "bench-expiry", benchLane, "", "5000", "", "", ""}}
+		grant := (&fcall.IssueClaimGrantParams{ExecutionID: id, WorkerID: "bench", WorkerInstanceID: "bench-expiry",
+			Lane: benchLane, GrantTTLMs: 5000}).Call()
 		claim := &valkey.ClaimExecutionParams{ExecutionID: id, WorkerID: "bench", WorkerInstanceID: "bench-expiry", LaneID: benchLane}
 		m.claim(claim, ttl)
 		res := vc.FCallBatch(ctx, []valkey.Call{grant, claim.Call()})

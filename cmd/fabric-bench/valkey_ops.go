@@ -12,6 +12,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -53,10 +54,8 @@ func opsE2E(ctx context.Context, e *benchEnv, n, workers int) (e2eResult, map[st
 					continue
 				}
 				id := model.ExecutionID(ids[i%len(ids)])
-				k := model.KeysFor(id)
-				grant := valkey.Call{Function: "ff_issue_claim_grant",
-					Keys: []string{k.Core(), k.ClaimGrant(), eligible},
-					Args: []string{string(id), "bench", inst, benchLane, "", "5000", "", "", ""}}
+				grant := (&fcall.IssueClaimGrantParams{ExecutionID: id, WorkerID: "bench", WorkerInstanceID: inst,
+					Lane: benchLane, GrantTTLMs: 5000}).Call()
 				claim := &valkey.ClaimExecutionParams{ExecutionID: id, WorkerID: "bench", WorkerInstanceID: inst, LaneID: benchLane, LeaseTTLMs: 30_000}
 				res := vc.FCallBatch(rctx, []valkey.Call{grant, claim.Call()})
 				if res[1].Err != nil {

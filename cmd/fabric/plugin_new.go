@@ -220,6 +220,7 @@ package main
 import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/pdk"
 )
 
@@ -246,20 +247,18 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	keys := model.KeysOn(req.Partition)
 	lanes := pdk.Lanes(h)
 	indexes := make([]string, len(lanes))
-	eligible := make(map[string]string, len(lanes))
+	laneOf := make(map[string]string, len(lanes))
 	for i, l := range lanes {
 		indexes[i] = keys.LaneDelayed(l)
-		eligible[indexes[i]] = keys.LaneEligible(l)
+		laneOf[indexes[i]] = l
 	}
 	return pdk.DueScan{
 		Indexes: func(abi.ScanRequest) []string { return indexes },
-		// KEYS: exec_core, lane_delayed, lane_eligible; ARGV: execution_id, now_ms.
+		// model/fcall builds ff_promote_delayed's KEYS and ARGV, as the
+		// host's own driver does.
 		Call: func(d pdk.Due) []abi.Call {
-			return []abi.Call{{
-				Function: "ff_promote_delayed",
-				Keys:     []string{model.KeysFor(model.ExecutionID(d.Member)).Core(), d.Index, eligible[d.Index]},
-				Args:     []string{d.Member, pdk.Itoa(d.NowMs)},
-			}}
+			p := fcall.PromoteDelayedParams{ExecutionID: model.ExecutionID(d.Member), Lane: laneOf[d.Index], NowMs: d.NowMs}
+			return []abi.Call{pdk.CallOf(p.Call())}
 		},
 	}.Run(h, req)
 }
