@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/model/pgsql"
 )
 
@@ -191,19 +192,19 @@ func (c *Client) expireAttempt(ctx context.Context, k execKey, now int64) (bool,
 	return acted, nil
 }
 
-// PromoteStatus is the outcome of PromoteDelayed, named as the flowfabric
-// library's ff_promote_delayed sub-statuses.
-type PromoteStatus string
+// PromoteStatus is the outcome of PromoteDelayed: ff_promote_delayed's
+// sub-statuses, one type with model/fcall's. The *_cleaned names are the
+// library's; on Postgres there is no index entry to clean, the execution
+// is just left alone.
+type PromoteStatus = fcall.PromoteStatus
 
-// PromoteDelayed outcomes. The *_cleaned names are the library's; on
-// Postgres there is no index entry to clean, the execution is just left
-// alone.
+// PromoteDelayed outcomes (fcall's).
 const (
-	PromotePromoted           PromoteStatus = "promoted"
-	PromoteNotYetDue          PromoteStatus = "not_yet_due"
-	PromoteNotFoundCleaned    PromoteStatus = "not_found_cleaned"
-	PromoteNotRunnableCleaned PromoteStatus = "not_runnable_cleaned"
-	PromoteNotDelayedCleaned  PromoteStatus = "not_delayed_cleaned"
+	PromotePromoted           = fcall.PromotePromoted
+	PromoteNotYetDue          = fcall.PromoteNotYetDue
+	PromoteNotFoundCleaned    = fcall.PromoteNotFoundCleaned
+	PromoteNotRunnableCleaned = fcall.PromoteNotRunnableCleaned
+	PromoteNotDelayedCleaned  = fcall.PromoteNotDelayedCleaned
 )
 
 // PromoteDelayedParams are the inputs of PromoteDelayed.
