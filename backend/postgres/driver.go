@@ -107,13 +107,9 @@ func (d *Driver) CreateExecution(ctx context.Context, p *backend.CreateExecution
 			return nil, mapErr(err, false)
 		}
 	}
-	res, err := d.c.CreateExecution(ctx, &CreateExecutionParams{
-		ExecutionID: id, FlowID: p.FlowID, Namespace: p.Namespace, LaneID: p.LaneID,
-		ExecutionKind: p.ExecutionKind, Priority: p.Priority, CreatorIdentity: p.CreatorIdentity,
-		PolicyJSON: p.PolicyJSON, Payload: p.Payload, RequiredCapabilities: requiredCapabilities(p.PolicyJSON),
-		DelayUntil: p.DelayUntil, IdempotencyKey: p.IdempotencyKey, Tags: p.Tags,
-		ExecutionDeadlineAt: p.ExecutionDeadlineAt,
-	})
+	q := *p
+	q.ExecutionID = id
+	res, err := d.c.CreateExecution(ctx, &q)
 	if err != nil {
 		return nil, mapErr(err, false)
 	}

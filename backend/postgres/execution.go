@@ -47,36 +47,13 @@ func emitCompletion(ctx context.Context, tx pgx.Tx, k execKey, outcome string, n
 	return id, nil
 }
 
-// CreateExecutionParams are the inputs of CreateExecution. The caller mints
-// ExecutionID (model.PartitionConfig.NewSoloExecutionID or
-// NewFlowExecutionID).
-type CreateExecutionParams struct {
-	ExecutionID model.ExecutionID
-	// FlowID makes the execution a flow member (its completion events carry
-	// the flow); zero means standalone.
-	FlowID          model.UUID
-	Namespace       string
-	LaneID          string
-	ExecutionKind   string
-	Priority        int
-	CreatorIdentity string
-	// PolicyJSON is the ExecutionPolicy document (retry_policy etc.); ""
-	// stores NULL.
-	PolicyJSON string
-	// Payload is the opaque input payload; nil stores NULL.
-	Payload []byte
-	// RequiredCapabilities must all be offered by a claiming worker.
-	RequiredCapabilities []string
-	// DelayUntil, in ms, delays the first claim (runnable /
-	// not_eligible_until_time until PromoteDelayed); 0 means none.
-	DelayUntil int64
-	// IdempotencyKey is recorded in raw_fields.
-	IdempotencyKey string
-	Tags           map[string]string
-	// ExecutionDeadlineAt, in ms, is stored in deadline_at_ms; 0 means none.
-	// Ignored when DelayUntil is set (the column then holds the delay).
-	ExecutionDeadlineAt int64
-}
+// CreateExecutionParams are the inputs of CreateExecution: the backend
+// contract's (one type for both drivers). The execution's required
+// capabilities are read from PolicyJSON's
+// routing_requirements.required_capabilities, as FlowFabric's function
+// reads them on Valkey; FlowKind is the contract's and unused here (the
+// driver creates the flow first).
+type CreateExecutionParams = backend.CreateExecutionParams
 
 // CreateExecutionResult is the outcome of CreateExecution.
 type CreateExecutionResult struct {
@@ -140,7 +117,7 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	if !p.FlowID.IsZero() {
 		flow = [16]byte(p.FlowID)
 	}
-	caps := p.RequiredCapabilities
+	caps := requiredCapabilities(p.PolicyJSON)
 	if caps == nil {
 		caps = []string{}
 	}

@@ -164,7 +164,7 @@ func TestExecution(t *testing.T) {
 	t.Run("CapabilitiesFilterClaims", func(t *testing.T) {
 		id := parts.NewSoloExecutionID("caps")
 		if _, err := c.CreateExecution(ctx, &postgres.CreateExecutionParams{ExecutionID: id, LaneID: "caps",
-			RequiredCapabilities: []string{"gpu"}}); err != nil {
+			PolicyJSON: `{"routing_requirements":{"required_capabilities":["gpu"]}}`}); err != nil {
 			t.Fatal(err)
 		}
 		p := &postgres.ClaimForWorkerParams{LaneID: "caps", LeaseTTLMs: 1000, Capabilities: []string{"cpu"}}
