@@ -40,13 +40,13 @@ func connectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig)
 		w.capSet[c] = true
 	}
 	w.caps = append([]string(nil), cfg.Capabilities...)
-	p := w.pgRegisterParams()
+	p := w.registerParams()
 	p.RefuseLive = true
-	status, err := pc.RegisterWorker(ctx, p)
+	status, err := w.drv.RegisterWorker(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("sdk: register worker: %w", err)
 	}
-	if status == postgres.WorkerAlive {
+	if status == backend.WorkerAlive {
 		return nil, fmt.Errorf("%w: %s (ff_worker_registry has a live registration; wait %s or pick another id)",
 			ErrDuplicateInstance, cfg.InstanceID, w.registryTTL())
 	}
@@ -56,12 +56,6 @@ func connectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig)
 	w.pgSubscribeEligible(ctx)
 	w.log.Info("worker connected (postgres)", "worker_id", cfg.WorkerID, "lanes", cfg.Lanes, "caps", w.capsCSV)
 	return w, nil
-}
-
-func (w *Worker) pgRegisterParams() *postgres.RegisterWorkerParams {
-	return &postgres.RegisterWorkerParams{Namespace: w.cfg.Namespace, InstanceID: w.cfg.InstanceID,
-		WorkerID: w.cfg.WorkerID, Lanes: w.cfg.Lanes, Capabilities: w.cfg.Capabilities,
-		TTLMs: w.registryTTL().Milliseconds(), NowMs: w.cfg.Clock().UnixMilli()}
 }
 
 // pgFullScanEvery is how often (in ClaimNext rounds) a Postgres worker

@@ -214,11 +214,12 @@ type Worker struct {
 // worker instance (ff_register_worker: alive key, caps hash, workers
 // index) and starts its heartbeat. cfg is filled and vc is non-nil.
 func connectValkey(ctx context.Context, vc *valkey.Client, cfg WorkerConfig) (*Worker, error) {
-	parts, err := readPartitions(ctx, valkey.NewDriver(vc), cfg.Logger)
+	drv := valkey.NewDriver(vc)
+	parts, err := readPartitions(ctx, drv, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{vc: vc, drv: valkey.NewDriver(vc), cfg: cfg, parts: parts, log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
+	w := &Worker{vc: vc, drv: drv, cfg: cfg, parts: parts, log: cfg.Logger.With("worker_instance_id", cfg.InstanceID),
 		capsCSV: valkey.CapabilityCSV(cfg.Capabilities), capSet: map[string]bool{}, leases: map[*Lease]struct{}{}}
 	for _, c := range cfg.Capabilities {
 		w.capSet[c] = true
