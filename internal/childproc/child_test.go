@@ -5,10 +5,13 @@ package childproc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fabric-host/fabric/internal/testbackend"
 )
 
 // TestChildWaitReady: a child that exits before it is ready is
@@ -64,15 +67,9 @@ func TestChildStopTakesItsGroup(t *testing.T) {
 	}
 	// The background sleep, killed with the group, is reaped by init: a
 	// moment later the group is empty.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		err := syscall.Kill(-pgid, 0)
-		if errors.Is(err, syscall.ESRCH) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process group %d still has members 10s after Stop (kill 0: %v)", pgid, err)
-		}
-	}
+	testbackend.Eventually(t, "childproc", 10*time.Second, fmt.Sprintf("process group %d empty after Stop", pgid), func() bool {
+		return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+	})
 	if c.Stop(syscall.SIGTERM, time.Second) {
 		t.Fatal("second Stop reported stopping again")
 	}
