@@ -12,9 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/model"
 	vk "github.com/valkey-io/valkey-go"
@@ -55,9 +57,10 @@ func addBackendFlags(fs *flag.FlagSet) *backendFlags {
 // runBackend is all `fabric run` does differently per backend: which
 // driver, its server child or URL, readying the deployment (the function
 // library and bootstrap on Valkey, migrations on Postgres), the census
-// and console over it, and the demo workload. runHost is the rest —
-// config, flags, session, host, admin server, view, signals, drain and
-// shutdown — written once over it.
+// and console over it, and what the demo workload needs beside the host.
+// runHost is the rest — config, flags, session, host, admin server, view,
+// signals, the demo workload (runWorkload, one for both: it runs on
+// provider through the SDK), drain and shutdown — written once over it.
 type runBackend struct {
 	// where names the backend in the view's title and /status.
 	where string
@@ -79,10 +82,15 @@ type runBackend struct {
 	consoleNote string
 	// demoNote announces the demo off the live view.
 	demoNote string
-	// demo runs the demo workload on h's backend until ctx ends or
-	// cfg.Duration passes, then drains on a context ctx's end does not
-	// cancel; say is the run's output, progress its rate lines'.
-	demo func(ctx context.Context, h *host.Host, cfg workloadConfig, say, progress io.Writer) (fmt.Stringer, error)
+	// provider is the backend the demo workload runs on (the client the
+	// SDK's constructors take).
+	provider backend.Provider
+	// prepareDemo, when set, fits the workload to what the host h runs
+	// (a scanner the host lacks), saying on say what will not happen.
+	prepareDemo func(h *host.Host, cfg *workloadConfig, say io.Writer)
+	// audit checks the deployment after the demo's drain; runHost uses
+	// it on a private server (workloadConfig.Audit).
+	audit func(ctx context.Context) (*audit.Report, error)
 	// stateCounts counts the deployment's executions by public_state.
 	stateCounts func(ctx context.Context) (string, error)
 	// close closes the client and stops the server child, if any.
@@ -140,13 +148,14 @@ func openValkeyRun(ctx context.Context, env *cliEnv, b *backendFlags, wf *worklo
 		sampler:  admin.SamplerConfig{Backend: conn.Client},
 		server:   admin.ServerConfig{Backend: conn.Client},
 		demoNote: "demo workload running; Ctrl-C stops submitting, drains and exits",
-		demo: func(ctx context.Context, h *host.Host, cfg workloadConfig, _, progress io.Writer) (fmt.Stringer, error) {
+		provider: conn.Client,
+		prepareDemo: func(h *host.Host, cfg *workloadConfig, _ io.Writer) {
 			// The workers stand in for scanners the host does not run.
 			_, promoter := hostPlugin(h, "delayed_promoter")
 			_, resolver := hostPlugin(h, "dependency")
 			cfg.PromoteInline, cfg.ResolveInline = !promoter, !resolver
-			return runWorkload(ctx, conn.Client, cfg, progress)
 		},
+		audit:       valkeyAudit(conn.Client),
 		stateCounts: func(ctx context.Context) (string, error) { return stateCounts(ctx, conn.Client) },
 		close:       conn.Close,
 	}, nil

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/model"
@@ -54,7 +55,9 @@ func init() {
 				}
 				fmt.Fprintf(env.stdout, "fabric %s demo on %s; Ctrl-C stops submitting, drains and exits\n", Version, conn.Where)
 				cfg.Logger = conn.Logger
-				cfg.Audit = conn.Server != nil
+				if conn.Server != nil {
+					cfg.Audit = valkeyAudit(conn.Client)
+				}
 				sum, err := runWorkload(ctx, conn.Client, cfg, env.stdout)
 				fmt.Fprintf(env.stdout, "demo: %s\n", sum)
 				return err
@@ -165,10 +168,16 @@ type workloadConfig struct {
 	Report time.Duration
 	// Logger receives SDK logs (discarded when nil).
 	Logger *slog.Logger
-	// Audit checks every execution of the deployment after the drain
-	// (internal/audit): each ended or states why it waits. Set for a
-	// private server, whose executions are all the demo's.
-	Audit bool
+	// Audit, when set, checks every execution of the deployment after
+	// the drain (internal/audit: audit.Valkey, audit.Postgres): each ended
+	// or states why it waits. Set for a private server or cluster, whose
+	// executions are all the demo's.
+	Audit func(ctx context.Context) (*audit.Report, error)
+}
+
+// valkeyAudit is workloadConfig.Audit on a Valkey deployment.
+func valkeyAudit(c *valkey.Client) func(context.Context) (*audit.Report, error) {
+	return func(ctx context.Context) (*audit.Report, error) { return audit.Valkey(ctx, c, audit.Options{}) }
 }
 
 func defaultWorkloadConfig() workloadConfig {
@@ -320,21 +329,39 @@ type workload struct {
 	execs     atomic.Int64
 	signals   chan *sdk.Suspension
 	transient transientLog
+	// parked holds the delayed items the handler has parked once
+	// (sdk.DelayFor): each is delayed at its create and again by its
+	// handler, the two ways work waits.
+	parked sync.Map
 }
 
-// runWorkload submits the configured mix at cfg.Rate and runs SDK workers
-// on it, printing one rate line per cfg.Report to out, until ctx ends or
+// runWorkload is the demo workload on either backend: b is a
+// *valkey.Client, a *postgres.Client or a backend.Driver, and everything
+// it does goes through the SDK's public API over that driver (no key, no
+// SQL). It submits the configured mix at cfg.Rate — immediate work,
+// delayed work (delayed at its create, then parked once more by its
+// handler), work that fails twice and is retried with backoff, work that
+// suspends on a waitpoint until the workload signals it, and diamond
+// flows (root → left, right → join) — and runs SDK workers on it,
+// printing one rate line per cfg.Report to out, until ctx ends or
 // cfg.Duration passes. It then stops submitting, keeps the workers (and
 // signal delivery) running until every submitted execution is terminal
 // or cfg.DrainTimeout passes, and stops the workers gracefully (leases
-// handed back), so nothing stays leased. It returns what it did.
-func runWorkload(ctx context.Context, c *valkey.Client, cfg workloadConfig, out io.Writer) (workloadSummary, error) {
+// handed back), so nothing stays leased; cfg.Audit then checks that
+// nothing was left behind. It returns what it did.
+//
+// What runs beside it differs per backend, not the workload: on Valkey a
+// worker can promote delayed work and resolve flow edges itself
+// (cfg.PromoteInline, cfg.ResolveInline) for a run without the host's
+// scanners; on Postgres the host's pg_delayed_promoter and
+// pg_dependency_reconciler do, and the SDK ignores those options.
+func runWorkload(ctx context.Context, b backend.Provider, cfg workloadConfig, out io.Writer) (workloadSummary, error) {
 	cfg.fill()
 	if err := cfg.validate(); err != nil {
 		return workloadSummary{}, err
 	}
 	start := time.Now()
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: c, Creator: "fabric-demo", Logger: cfg.Logger})
+	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: b, Creator: "fabric-demo", Logger: cfg.Logger})
 	if err != nil {
 		return workloadSummary{}, err
 	}
@@ -348,7 +375,7 @@ func runWorkload(ctx context.Context, c *valkey.Client, cfg workloadConfig, out 
 	defer stopRun()
 	var runs sync.WaitGroup
 	for i := 0; i < cfg.Workers; i++ {
-		w, err := sdk.Connect(life, c, sdk.WorkerConfig{WorkerID: "fabric-demo", Lanes: cfg.Lanes,
+		w, err := sdk.Connect(life, b, sdk.WorkerConfig{WorkerID: "fabric-demo", Lanes: cfg.Lanes,
 			Concurrency: cfg.Concurrency, PromoteDelayed: cfg.PromoteInline, ResolveDependencies: cfg.ResolveInline,
 			ShutdownTimeout: 5 * time.Second, Logger: cfg.Logger})
 		if err != nil {
@@ -430,8 +457,8 @@ drain:
 	sig.Wait()
 	wl.sweep(context.WithoutCancel(ctx))
 	sum := wl.summary(start)
-	if cfg.Audit {
-		rep, err := audit.Valkey(context.WithoutCancel(ctx), c, audit.Options{})
+	if cfg.Audit != nil {
+		rep, err := cfg.Audit(context.WithoutCancel(ctx))
 		if err != nil {
 			return sum, fmt.Errorf("demo: audit: %w", err)
 		}
@@ -492,8 +519,14 @@ func (wl *workload) summary(start time.Time) workloadSummary {
 	return s
 }
 
-// sweep reads the public state of every pending execution (one pipelined
-// round trip) and retires the terminal ones.
+// sweepFanOut bounds the state reads one sweep has in flight.
+const sweepFanOut = 4
+
+// sweep reads the state of every pending execution (sdk.Client.State,
+// sweepFanOut at a time: Valkey's client pipelines them, Postgres's pool
+// runs them side by side) and retires the terminal ones, counting them by
+// public state. An execution whose read fails stays pending for the next
+// sweep.
 func (wl *workload) sweep(ctx context.Context) {
 	wl.mu.Lock()
 	ids := make([]model.ExecutionID, 0, len(wl.pending))
@@ -504,35 +537,40 @@ func (wl *workload) sweep(ctx context.Context) {
 	if len(ids) == 0 {
 		return
 	}
-	raw := wl.c.Backend().Raw()
-	cmds := make([]valkeyCompleted, len(ids))
-	for i, id := range ids {
-		cmds[i] = raw.B().Hget().Key(model.KeysFor(id).Core()).Field("lifecycle_phase").Build()
+	states := make([]string, len(ids)) // "" : not terminal, or not read
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range min(sweepFanOut, len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(ids); i = int(next.Add(1) - 1) {
+				if st, err := wl.c.State(ctx, ids[i]); err == nil && st.LifecyclePhase == model.PhaseTerminal {
+					states[i] = st.PublicState
+				}
+			}
+		}()
 	}
-	phases := raw.DoMulti(ctx, cmds...)
-	var done []model.ExecutionID
-	for i, r := range phases {
-		if ph, err := r.ToString(); err == nil && ph == model.PhaseTerminal {
-			done = append(done, ids[i])
-		}
-	}
-	if len(done) == 0 {
-		return
-	}
-	for i := range cmds[:len(done)] {
-		cmds[i] = raw.B().Hget().Key(model.KeysFor(done[i]).Core()).Field("public_state").Build()
-	}
-	states := raw.DoMulti(ctx, cmds[:len(done)]...)
+	wg.Wait()
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
-	for i, r := range states {
-		st, _ := r.ToString()
-		wl.terminal[st]++
-		delete(wl.pending, done[i])
+	for i, st := range states {
+		if st != "" {
+			wl.terminal[st]++
+			delete(wl.pending, ids[i])
+		}
 	}
 }
 
-// submit creates work items at the configured rate until ctx ends.
+// submitters bounds the items being submitted at once: an item whose
+// creation takes a while (a flow is five round trips, and on Postgres
+// adding a member with dependencies is a transaction of its own) does
+// not hold back the rate.
+const submitters = 8
+
+// submit creates work items at the configured rate until ctx ends, up to
+// submitters at once; it returns once every item begun is submitted (or
+// dropped), with ctx's error or the first error that is not transient.
 func (wl *workload) submit(ctx context.Context) error {
 	if wl.cfg.Rate == 0 {
 		<-ctx.Done()
@@ -542,22 +580,44 @@ func (wl *workload) submit(ctx context.Context) error {
 	t := time.NewTicker(max(interval, time.Millisecond))
 	defer t.Stop()
 	perTick := max(1, int(wl.cfg.Rate*float64(max(interval, time.Millisecond))/float64(time.Second)))
+	slots := make(chan struct{}, submitters)
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait()
+	failed := make(chan error, submitters)
 	for n := 0; ; {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-failed:
+			return err
 		case <-t.C:
 		}
 		for i := 0; i < perTick && ctx.Err() == nil; i++ {
-			// An item is submitted whole or not at all: a flow cut in
-			// half by Ctrl-C would leave members waiting forever.
-			if err := wl.submitOne(context.WithoutCancel(ctx), n); err != nil {
-				var te *transientError
-				if !errors.As(err, &te) {
-					return err
-				}
-				wl.report(err.Error() + "; item dropped")
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			case err := <-failed:
+				return err
 			}
+			inFlight.Add(1)
+			go func(n int) {
+				defer inFlight.Done()
+				defer func() { <-slots }()
+				// An item is submitted whole or not at all: a flow cut
+				// in half by Ctrl-C would leave members waiting forever.
+				if err := wl.submitOne(context.WithoutCancel(ctx), n); err != nil {
+					var te *transientError
+					if !errors.As(err, &te) {
+						select {
+						case failed <- err:
+						default: // one error is enough
+						}
+						return
+					}
+					wl.report(err.Error() + "; item dropped")
+				}
+			}(n)
 			n++
 		}
 	}
@@ -678,6 +738,11 @@ func (wl *workload) handle(ctx context.Context, j *sdk.Job) error {
 		}
 	}
 	switch j.Kind {
+	case kindDelayed:
+		if _, again := wl.parked.LoadOrStore(j.ID, true); !again {
+			return sdk.DelayFor(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+		}
+		wl.parked.Delete(j.ID)
 	case kindRetry:
 		if j.Attempt < 2 {
 			return fmt.Errorf("simulated transient failure on attempt %d", j.Attempt)

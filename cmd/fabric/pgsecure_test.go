@@ -72,7 +72,7 @@ func TestRunPostgresVerifyFull(t *testing.T) {
 	noEnv := func(string) string { return "" }
 	code, out := run(noEnv, "run", "--config", filepath.Join(dir, "fabric.toml"), "--migrate", "--plugins", "", "--duration", "1s",
 		"--rate", "20", "--mix", "immediate=1")
-	if code != 0 || !regexp.MustCompile(`demo: submitted [1-9]\d*, completed [1-9]`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`demo: [1-9]\d* executions \(immediate=[1-9]\d*\) in \S+; terminal: completed=[1-9]`).MatchString(out) {
 		t.Fatalf("run over verify-full: code %d\n%s", code, out)
 	}
 	pgEnv := func(k string) string { return map[string]string{envPostgresPassword: pw}[k] }

@@ -184,8 +184,14 @@ func runHost(ctx context.Context, env *cliEnv, open runBackendOpener, b *backend
 	if rs.mode != "tty" {
 		fmt.Fprintln(out, be.demoNote)
 	}
-	cfg.Logger, cfg.Audit = be.logger, be.private
-	sum, werr := be.demo(ctx, h, cfg, out, obs.wout)
+	cfg.Logger = be.logger
+	if be.private {
+		cfg.Audit = be.audit
+	}
+	if be.prepareDemo != nil {
+		be.prepareDemo(h, &cfg, out)
+	}
+	sum, werr := runWorkload(ctx, be.provider, cfg, obs.wout)
 	obs.stopView()
 	if context.Cause(ctx) == errBrokenPipe {
 		be.logger.Info("output closed; stopped")

@@ -1,17 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/host"
@@ -19,7 +13,6 @@ import (
 	"github.com/fabric-host/fabric/internal/audit"
 	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/model"
-	"github.com/fabric-host/fabric/sdk"
 )
 
 // runPGFlags are the flags `fabric run` adds for the Postgres backend.
@@ -63,7 +56,7 @@ var pgRefused = []struct{ flag, why string }{
 	{"partition-leases", "partition leases are Valkey's; on Postgres every host scans every partition and row locks keep hosts apart"},
 	{"host-id", "it is a partition-lease id, and partition leases are Valkey's"},
 	{"lease-ttl", "it is the partition-lease TTL, and partition leases are Valkey's"},
-	{"waitpoint-hmac-secret", "the Postgres demo does not suspend (its suspend work runs as immediate)"},
+	{"waitpoint-hmac-secret", "it is installed in Valkey's keystore; Postgres seeds its own waitpoint secret (ff_waitpoint_hmac) at the first suspend"},
 }
 
 // refuse returns a usage error naming the first given flag that does not
@@ -111,7 +104,7 @@ func (f *runPGFlags) opener(fs *flag.FlagSet) (runBackendOpener, error) {
 // with postgres.ErrNotMigrated, naming `fabric migrate`), the census and
 // read-only console over SQL, the host running the pg_* plugins (Valkey
 // plugins load disabled) with completion dispatch pushed by LISTEN
-// ff_completion, and the demo's SDK workload on Postgres workers.
+// ff_completion, and the demo workload (runWorkload) on Postgres workers.
 func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backendFlags, _ *workloadFlags, o *runFlags, cfg workloadConfig, out io.Writer) (_ *runBackend, err error) {
 	log, err := b.logger(env)
 	if err != nil {
@@ -144,7 +137,7 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 	}
 	pc, err = dialWaiting(ctx, env, b, t.Where, func() (*postgres.Client, error) {
 		return postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log,
-			MaxConns: int32(cfg.Workers*2 + 8), Partitions: parts})
+			MaxConns: int32(cfg.Workers*2 + 8 + sweepFanOut), Partitions: parts})
 	}, postgres.IsUnreachable)
 	if err != nil {
 		return nil, err
@@ -174,12 +167,22 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 		sampler:        admin.SamplerConfig{Take: admin.PGCensus(pc)},
 		server:         admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
 		consoleNote:    "read-only on Postgres: writes answer 501",
-		demoNote:       "demo workload running on Postgres (immediate, delayed, retry; suspend and dag run as immediate); Ctrl-C stops submitting, drains and exits",
-		demo: func(ctx context.Context, h *host.Host, cfg workloadConfig, say, progress io.Writer) (fmt.Stringer, error) {
-			if _, ok := hostPlugin(h, "pg_delayed_promoter"); !ok {
-				fmt.Fprintln(say, "warning: no pg_delayed_promoter plugin: delayed and retried work will not run again")
+		demoNote:       "demo workload running on Postgres; Ctrl-C stops submitting, drains and exits",
+		provider:       pc,
+		prepareDemo: func(h *host.Host, _ *workloadConfig, say io.Writer) {
+			// On Postgres a worker neither promotes delayed work nor
+			// resolves flow edges: the host's scanners do.
+			for _, p := range []struct{ name, what string }{
+				{"pg_delayed_promoter", "delayed and retried work will not run again"},
+				{"pg_dependency_reconciler", "flow members after the first will not become eligible"},
+			} {
+				if _, ok := hostPlugin(h, p.name); !ok {
+					fmt.Fprintf(say, "warning: no %s plugin: %s\n", p.name, p.what)
+				}
 			}
-			return runPostgresWorkload(ctx, pc, cfg, progress)
+		},
+		audit: func(ctx context.Context) (*audit.Report, error) {
+			return audit.Postgres(ctx, pc.Pool(), audit.Options{})
 		},
 		stateCounts: func(ctx context.Context) (string, error) { return pgStateCounts(ctx, pc) },
 		close:       closeAll,
@@ -268,162 +271,4 @@ func pgStateCounts(ctx context.Context, pc *postgres.Client) (string, error) {
 		return "", fmt.Errorf("count executions by state: %w", err)
 	}
 	return stateLine(counts), nil
-}
-
-// pgWorkloadSummary counts what the Postgres workload did.
-type pgWorkloadSummary struct {
-	submitted, completed, retried, delayed atomic.Int64
-	start                                  time.Time
-	elapsed                                time.Duration // final; 0 while running
-}
-
-func (s *pgWorkloadSummary) String() string {
-	el := s.elapsed
-	if el == 0 {
-		el = time.Since(s.start)
-	}
-	rate := float64(s.completed.Load()) / max(el.Seconds(), 1e-9)
-	return fmt.Sprintf("submitted %d, completed %d (%.0f/s over %s), retried %d, delayed %d",
-		s.submitted.Load(), s.completed.Load(), rate, el.Round(time.Millisecond), s.retried.Load(), s.delayed.Load())
-}
-
-// Kinds of the Postgres workload's handlers.
-const (
-	pgKindImmediate = "immediate"
-	pgKindDelayed   = "delayed"
-	pgKindRetry     = "retry"
-)
-
-// runPostgresWorkload submits work at cfg.Rate over cfg.Lanes with SDK
-// producers and runs cfg.Workers Postgres workers until ctx ends or
-// cfg.Duration passes, then drains for up to cfg.DrainTimeout.
-func runPostgresWorkload(ctx context.Context, pc *postgres.Client, cfg workloadConfig, out io.Writer) (*pgWorkloadSummary, error) {
-	sum := &pgWorkloadSummary{}
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: cfg.Logger})
-	if err != nil {
-		return sum, err
-	}
-	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWorkers()
-	var wg sync.WaitGroup
-	workers := make([]*sdk.Worker, 0, cfg.Workers)
-	for i := range cfg.Workers {
-		w, err := sdk.Connect(wctx, pc, sdk.WorkerConfig{WorkerID: fmt.Sprintf("demo-%d", i), Lanes: cfg.Lanes,
-			Concurrency: cfg.Concurrency, Logger: cfg.Logger})
-		if err != nil {
-			return sum, err
-		}
-		workers = append(workers, w)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.Run(wctx, func(_ context.Context, job *sdk.Job) error {
-				switch {
-				case job.Kind == pgKindRetry && job.Attempt == 0:
-					sum.retried.Add(1)
-					return errors.New("first attempt fails by design")
-				case job.Kind == pgKindDelayed && job.AttemptType == "initial":
-					sum.delayed.Add(1)
-					return sdk.DelayFor(200 * time.Millisecond)
-				}
-				sum.completed.Add(1)
-				return nil
-			})
-		}()
-	}
-	start := time.Now()
-	sum.start = start
-	sctx := ctx
-	if cfg.Duration > 0 {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, cfg.Duration)
-		defer cancel()
-	}
-	weights := []struct {
-		kind string
-		w    int
-	}{
-		{pgKindImmediate, cfg.Mix[kindImmediate] + cfg.Mix[kindSuspend] + cfg.Mix[kindDAG]},
-		{pgKindDelayed, cfg.Mix[kindDelayed]},
-		{pgKindRetry, cfg.Mix[kindRetry]},
-	}
-	total := 0
-	for _, k := range weights {
-		total += k.w
-	}
-	pick := func() string {
-		n := rand.IntN(max(total, 1))
-		for _, k := range weights {
-			if n < k.w {
-				return k.kind
-			}
-			n -= k.w
-		}
-		return pgKindImmediate
-	}
-	interval := time.Duration(float64(time.Second) / cfg.Rate)
-	tick := time.NewTicker(interval)
-	report := time.NewTicker(cmp.Or(cfg.Report, time.Second))
-	defer tick.Stop()
-	defer report.Stop()
-	var werr error
-submit:
-	for i := 0; ; i++ {
-		select {
-		case <-sctx.Done():
-			break submit
-		case <-report.C:
-			fmt.Fprintf(out, "  %s\n", sum)
-			continue
-		case <-tick.C:
-		}
-		kind := pick()
-		spec := sdk.ExecutionSpec{Lane: cfg.Lanes[i%len(cfg.Lanes)], Kind: kind}
-		if kind == pgKindRetry {
-			spec.Policy = &sdk.Policy{MaxRetries: 1, Backoff: sdk.FixedBackoff(100 * time.Millisecond)}
-		}
-		// The create runs to its end once begun, as the Valkey workload's
-		// do: one cut off by the duration or a Ctrl-C could commit yet
-		// return the context's error, leaving an execution the summary
-		// never counted (submitted N, completed N+1) and the drain never
-		// waited for.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(sctx), 30*time.Second)
-		_, err := client.CreateExecution(cctx, spec)
-		ccancel()
-		if err != nil {
-			werr = fmt.Errorf("demo: create execution: %w", err)
-			break
-		}
-		sum.submitted.Add(1)
-	}
-	fmt.Fprintf(out, "demo: stopped submitting; draining %d executions (up to %s)\n", sum.submitted.Load()-sum.completed.Load(), cfg.DrainTimeout)
-	// Drain: wait for every submitted execution to complete.
-	deadline := time.Now().Add(cfg.DrainTimeout)
-	for sum.completed.Load() < sum.submitted.Load() && time.Now().Before(deadline) {
-		t := time.NewTimer(50 * time.Millisecond)
-		<-t.C
-	}
-	sum.elapsed = time.Since(start)
-	stopWorkers()
-	wg.Wait()
-	for _, w := range workers {
-		w.Close(context.WithoutCancel(ctx))
-	}
-	if n := sum.submitted.Load() - sum.completed.Load(); n > 0 && werr == nil {
-		werr = fmt.Errorf("%d submitted executions did not complete within the drain timeout %s", n, cfg.DrainTimeout)
-	}
-	if cfg.Audit {
-		rep, err := audit.Postgres(context.WithoutCancel(ctx), pc.Pool(), audit.Options{})
-		if err != nil {
-			return sum, errors.Join(werr, fmt.Errorf("demo: audit: %w", err))
-		}
-		fmt.Fprintf(out, "demo: audit: %s\n", rep.Summary())
-		for _, v := range rep.Violations[:min(5, len(rep.Violations))] {
-			fmt.Fprintf(out, "demo: left behind: %s\n", v)
-		}
-		if !rep.OK() && werr == nil {
-			werr = fmt.Errorf("demo: %d executions left behind (neither ended nor waiting for a stated reason)", len(rep.Violations)+rep.More)
-		}
-	}
-	return sum, werr
 }
