@@ -8,26 +8,33 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/internal/statusview"
+	"github.com/fabric-host/fabric/model"
 )
 
 func init() {
 	register(&command{
 		name: "status",
 		summary: "Show a running deployment like `fabric run`'s live view: plugins (version, state, cycles, items, errors, lag, last swap), " +
-			"executions by state and throughput, from a host's admin server or from --valkey-url.",
+			"executions by state and throughput, from a host's admin server, --valkey-url or --postgres-url.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			addr := fs.String("admin", "http://"+admin.ServerAddrDefault, "admin server of a running host; its /status has everything")
 			adminCA := fs.String("admin-ca", "", "PEM CA that signs an https --admin server's certificate (default: the system's roots)")
 			url := fs.String("valkey-url", "", "read the keyspace directly (executions, lag, throughput); plugins then come from --admin or --status-file when reachable")
 			cf := addConnFlags(fs)
+			pg := &pgFlags{}
+			fs.StringVar(&pg.url, "postgres-url", "", "read a Postgres database directly (executions, lag, throughput), as --valkey-url reads a keyspace; plugins then come from --admin or --status-file when reachable")
+			fs.StringVar(&pg.passwordFile, "postgres-password-file", "", "with --postgres-url: file holding the Postgres password (default: $"+envPostgresPassword+", else the URL's, PGPASSWORD or PGPASSFILE)")
 			statusFile := fs.String("status-file", "", "a host's status file (fabric run --status-file) for the plugins")
 			sample := fs.Duration("sample", time.Second, "time between the two reads that throughput and ACTED/S are measured over (0: one read, no rates)")
 			asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -43,12 +50,24 @@ func init() {
 				if err != nil {
 					return err
 				}
-				if *url == "" {
+				if *url != "" && pg.url != "" {
+					return fmt.Errorf("%w: --valkey-url and --postgres-url: give one backend", errUsage)
+				}
+				if pg.url != "" && partitions.PartitionConfig != (model.PartitionConfig{}) {
+					return fmt.Errorf("%w: --partitions does not apply with --postgres-url: a database's partition counts are FlowFabric's 256/32/32", errUsage)
+				}
+				switch {
+				case pg.url != "":
+					rep, rates, err = postgresReport(ctx, env, pg, *statusFile, hc, *addr, *sample)
+					if err != nil {
+						return err
+					}
+				case *url == "":
 					// Two reports, --sample apart: ACTED/S is the difference.
 					status := strings.TrimSuffix(*addr, "/") + "/status"
 					rep, err = fetchReport(ctx, hc, status)
 					if err != nil {
-						return fmt.Errorf("%w (is `fabric run` running? pass --admin or --valkey-url)", err)
+						return fmt.Errorf("%w (is `fabric run` running? pass --admin, --valkey-url or --postgres-url)", err)
 					}
 					if *sample > 0 && !*asJSON {
 						if err := sleepCtx(ctx, *sample); err != nil {
@@ -60,7 +79,7 @@ func init() {
 						}
 						rates = statusview.ActedRates(prev.Plugins, rep.Plugins, rep.At.Sub(prev.At))
 					}
-				} else {
+				default:
 					rep, rates, err = keyspaceReport(ctx, env, &backendFlags{url: *url, conn: cf}, partitions, *statusFile, hc, *addr, *sample)
 					if err != nil {
 						return err
@@ -125,11 +144,7 @@ func fetchReport(ctx context.Context, hc *http.Client, url string) (admin.Report
 	return rep, nil
 }
 
-// keyspaceReport takes two censuses of the deployment at url, sample
-// apart, and adds the plugins of a status file or of a reachable admin
-// server, read at both censuses for their ACTED/S (nil rates when the
-// plugins did not change between the reads, as a status file written
-// before the sample).
+// keyspaceReport is censusReport on the Valkey deployment at b.url.
 func keyspaceReport(ctx context.Context, env *cliEnv, b *backendFlags, parts *partitionsFlag, statusFile string, hc *http.Client, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
 	b.logLevel, b.partitions = "error", parts.PartitionConfig
 	conn, err := b.connect(ctx, env)
@@ -137,6 +152,40 @@ func keyspaceReport(ctx context.Context, env *cliEnv, b *backendFlags, parts *pa
 		return admin.Report{}, nil, err
 	}
 	defer conn.Close()
+	return censusReport(ctx, admin.SamplerConfig{Backend: conn.Client, Logger: conn.Logger}, conn.Where, statusFile, hc, addr, sample)
+}
+
+// postgresReport is censusReport on the Postgres database at pg.url, read
+// as `fabric run --backend postgres` reads it (admin.PGCensus) and named
+// as it names it ("postgres: database URL", the password redacted). A
+// database without fabric's schema is refused naming `fabric migrate`; no
+// error or log line carries the password.
+func postgresReport(ctx context.Context, env *cliEnv, pg *pgFlags, statusFile string, hc *http.Client, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
+	t, err := pg.target(ctx, env)
+	if err != nil {
+		return admin.Report{}, nil, err
+	}
+	defer t.Close()
+	secrets := append(redact.Secrets(t.URL), t.Password)
+	log := slog.New(redact.Handler(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelError}), secrets...))
+	pc, err := postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: 4})
+	if err != nil {
+		return admin.Report{}, nil, redact.Error(fmt.Errorf("%s: %w", t.Where, err), secrets...)
+	}
+	defer pc.Close()
+	if err := postgres.CheckSchema(ctx, pc.Pool()); err != nil {
+		return admin.Report{}, nil, redact.Error(fmt.Errorf("%s: %w", t.Where, err), secrets...)
+	}
+	rep, rates, err := censusReport(ctx, admin.SamplerConfig{Take: admin.PGCensus(pc), Logger: log}, "postgres: "+t.Where, statusFile, hc, addr, sample)
+	return rep, rates, redact.Error(err, secrets...)
+}
+
+// censusReport takes two censuses of the deployment sc samples, sample
+// apart, and adds the plugins of a status file or of a reachable admin
+// server, read at both censuses for their ACTED/S (nil rates when the
+// plugins did not change between the reads, as a status file written
+// before the sample); where names the deployment in the report.
+func censusReport(ctx context.Context, sc admin.SamplerConfig, where, statusFile string, hc *http.Client, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
 	// plugins reads the plugin list and when it was taken.
 	plugins := func() ([]host.PluginStatus, time.Time, error) {
 		if statusFile != "" {
@@ -165,7 +214,7 @@ func keyspaceReport(ctx context.Context, env *cliEnv, b *backendFlags, parts *pa
 	if err != nil {
 		return admin.Report{}, nil, err
 	}
-	s := admin.NewSampler(admin.SamplerConfig{Backend: conn.Client, Logger: conn.Logger})
+	s := admin.NewSampler(sc)
 	s.Sample(ctx)
 	cur, curAt := prev, prevAt
 	if _, _, err := s.Latest(); err == nil && sample > 0 {
@@ -181,7 +230,7 @@ func keyspaceReport(ctx context.Context, env *cliEnv, b *backendFlags, parts *pa
 	if cur != nil {
 		src = staticPlugins(cur)
 	}
-	rep := admin.BuildReport(time.Now(), conn.Where, src, s)
+	rep := admin.BuildReport(time.Now(), where, src, s)
 	if rep.Census == nil && rep.Error != "" {
 		return rep, nil, errors.New(rep.Error)
 	}
