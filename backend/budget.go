@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 // BudgetDriver is the part of Driver for budgets, quotas and progress
@@ -72,13 +73,10 @@ const BudgetMaxDimensions = 64
 // BudgetDedupTTLMs is how long a RecordSpend DedupID holds (24 h).
 const BudgetDedupTTLMs = 86_400_000
 
-// BudgetDimension is one limited dimension of a budget. A limit <= 0
-// means no limit.
-type BudgetDimension struct {
-	Name string
-	Hard int64
-	Soft int64
-}
+// BudgetDimension is one limited dimension of a budget: Name, Hard and
+// Soft. A limit <= 0 means no limit. It is fcall.BudgetDimension, the
+// type ff_create_budget's layout sends.
+type BudgetDimension = fcall.BudgetDimension
 
 // CreateBudgetParams are the inputs of BudgetDriver.CreateBudget (and of
 // the Valkey client's ff_create_budget call).
@@ -152,11 +150,10 @@ type BudgetStatus struct {
 	BreachCount, SoftBreachCount int64
 }
 
-// UsageDelta is one dimension's increment.
-type UsageDelta struct {
-	Dimension string
-	Delta     int64
-}
+// UsageDelta is one dimension's increment: Dimension and Delta. It is
+// fcall.UsageDelta, the type ff_report_usage_and_check's and
+// ff_record_spend's layouts send.
+type UsageDelta = fcall.UsageDelta
 
 // ReportUsageParams are the inputs of BudgetDriver.RecordSpend (and of
 // the Valkey client's ff_report_usage_and_check and ff_record_spend
@@ -205,18 +202,11 @@ func (p *ReportUsageParams) Validate() error {
 	return nil
 }
 
-// UsageResult is the outcome of a usage report.
-type UsageResult struct {
-	// Status is BudgetOK, BudgetHardBreach, BudgetSoftBreach or
-	// BudgetAlreadyApplied.
-	Status string
-	// Dimension, Current and Limit describe a breach: for a hard breach
-	// Current is the usage before the rejected report; for a soft breach
-	// it is the usage after the increment.
-	Dimension string
-	Current   string
-	Limit     string
-}
+// UsageResult is the outcome of a usage report: Status (BudgetOK,
+// BudgetHardBreach, BudgetSoftBreach or BudgetAlreadyApplied) and, for a
+// breach, Dimension, Current and Limit. It is fcall.UsageResult, what
+// fcall.DecodeUsage reads on Valkey; the Postgres driver fills it too.
+type UsageResult = fcall.UsageResult
 
 // Admission statuses (AdmissionResult.Status), the flowfabric library's.
 const (

@@ -3,7 +3,6 @@ package valkey
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
@@ -19,8 +18,6 @@ const (
 	BudgetAlreadyApplied = backend.BudgetAlreadyApplied
 )
 
-func famItoa(n int64) string { return strconv.FormatInt(n, 10) }
-
 // BudgetDimension is one limited dimension of a budget (package
 // backend's).
 type BudgetDimension = backend.BudgetDimension
@@ -35,32 +32,18 @@ func (c *Client) budgetKeys(id model.UUID) model.BudgetKeys {
 	return model.BudgetKeysFor(c.parts.BudgetPartition(id), id)
 }
 
-// CreateBudget calls ff_create_budget.
-//
-//	KEYS[1] def  KEYS[2] limits  KEYS[3] usage  KEYS[4] ff:idx:{b:M}:budget_resets
-//	KEYS[5] ff:idx:{b:M}:budget_policies
-//	ARGV[1] budget_id  ARGV[2] scope_type  ARGV[3] scope_id  ARGV[4] enforcement_mode
-//	ARGV[5] on_hard_limit  ARGV[6] on_soft_limit  ARGV[7] reset_interval_ms  ARGV[8] now_ms
-//	ARGV[9] D, then D names, D hard limits, D soft limits
+// CreateBudget calls ff_create_budget (fcall.CreateBudgetParams) on the
+// budget's partition.
 func (c *Client) CreateBudget(ctx context.Context, p *CreateBudgetParams) (*CreateBudgetResult, error) {
-	k := c.budgetKeys(p.BudgetID)
-	keys := []string{k.Definition(), k.Limits(), k.Usage(), k.Resets(), k.Policies()}
-	args := []string{p.BudgetID.String(), p.ScopeType, p.ScopeID, p.EnforcementMode,
-		p.OnHardLimit, p.OnSoftLimit, famItoa(p.ResetIntervalMs), famItoa(p.NowMs), strconv.Itoa(len(p.Dimensions))}
-	for _, d := range p.Dimensions {
-		args = append(args, d.Name)
-	}
-	for _, d := range p.Dimensions {
-		args = append(args, famItoa(d.Hard))
-	}
-	for _, d := range p.Dimensions {
-		args = append(args, famItoa(d.Soft))
-	}
-	rep, err := c.FCall(ctx, "ff_create_budget", keys, args)
+	call := (&fcall.CreateBudgetParams{Partition: c.parts.BudgetPartition(p.BudgetID), BudgetID: p.BudgetID,
+		ScopeType: p.ScopeType, ScopeID: p.ScopeID, EnforcementMode: p.EnforcementMode, OnHardLimit: p.OnHardLimit,
+		OnSoftLimit: p.OnSoftLimit, ResetIntervalMs: p.ResetIntervalMs, NowMs: p.NowMs, Dimensions: p.Dimensions}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("create budget %s: %w", p.BudgetID, err)
 	}
-	return &CreateBudgetResult{BudgetID: rep.Field(0), AlreadyExisted: rep.Status == "ALREADY_SATISFIED"}, nil
+	id, existed := fcall.DecodeCreateBudget(rep)
+	return &CreateBudgetResult{BudgetID: id, AlreadyExisted: existed}, nil
 }
 
 // UsageDelta is one dimension's increment (package backend's).
@@ -74,59 +57,32 @@ type ReportUsageParams = backend.ReportUsageParams
 // backend's).
 type UsageResult = backend.UsageResult
 
-func usageResult(rep *Reply) *UsageResult {
-	return &UsageResult{Status: rep.Status, Dimension: rep.Field(0), Current: rep.Field(1), Limit: rep.Field(2)}
+// usageParams is p as fcall lays it out, on the budget's partition.
+func (c *Client) usageParams(p *ReportUsageParams) *fcall.UsageParams {
+	return &fcall.UsageParams{Partition: c.parts.BudgetPartition(p.BudgetID), BudgetID: p.BudgetID, Deltas: p.Deltas,
+		NowMs: p.NowMs, DedupID: p.DedupID, ExecutionID: p.ExecutionID}
 }
 
-// ReportUsage calls ff_report_usage_and_check. Hard limits are checked for
-// every dimension before any increment.
-//
-//	KEYS[1] usage  KEYS[2] limits  KEYS[3] def
-//	ARGV[1] D, ARGV[2..D+1] names, ARGV[D+2..2D+1] deltas, ARGV[2D+2] now_ms,
-//	ARGV[2D+3] dedup key (full key or "")
+// ReportUsage calls ff_report_usage_and_check (fcall.UsageParams.ReportUsage).
+// Hard limits are checked for every dimension before any increment.
 func (c *Client) ReportUsage(ctx context.Context, p *ReportUsageParams) (*UsageResult, error) {
-	k := c.budgetKeys(p.BudgetID)
-	args := []string{strconv.Itoa(len(p.Deltas))}
-	for _, d := range p.Deltas {
-		args = append(args, d.Dimension)
-	}
-	for _, d := range p.Deltas {
-		args = append(args, famItoa(d.Delta))
-	}
-	dedup := ""
-	if p.DedupID != "" {
-		dedup = k.UsageDedup(p.DedupID)
-	}
-	args = append(args, famItoa(p.NowMs), dedup)
-	rep, err := c.FCall(ctx, "ff_report_usage_and_check", []string{k.Usage(), k.Limits(), k.Definition()}, args)
+	call := c.usageParams(p).ReportUsage()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("report usage on budget %s: %w", p.BudgetID, err)
 	}
-	return usageResult(rep), nil
+	return fcall.DecodeUsage(rep), nil
 }
 
-// RecordSpend calls ff_record_spend: ReportUsage plus a per-execution ledger
-// that ReleaseBudget can reverse.
-//
-//	KEYS[1] usage  KEYS[2] limits  KEYS[3] def  KEYS[4] by_exec:<eid>  KEYS[5] by_exec:index
-//	ARGV[1] P, then P (dim, delta) pairs, then now_ms, dedup key, execution_id
+// RecordSpend calls ff_record_spend (fcall.UsageParams.RecordSpend):
+// ReportUsage plus a per-execution ledger that ReleaseBudget can reverse.
 func (c *Client) RecordSpend(ctx context.Context, p *ReportUsageParams) (*UsageResult, error) {
-	k := c.budgetKeys(p.BudgetID)
-	keys := []string{k.Usage(), k.Limits(), k.Definition(), k.ByExec(p.ExecutionID), k.ByExecIndex()}
-	args := []string{strconv.Itoa(len(p.Deltas))}
-	for _, d := range p.Deltas {
-		args = append(args, d.Dimension, famItoa(d.Delta))
-	}
-	dedup := ""
-	if p.DedupID != "" {
-		dedup = k.UsageDedup(p.DedupID)
-	}
-	args = append(args, famItoa(p.NowMs), dedup, string(p.ExecutionID))
-	rep, err := c.FCall(ctx, "ff_record_spend", keys, args)
+	call := c.usageParams(p).RecordSpend()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("record spend on budget %s: %w", p.BudgetID, err)
 	}
-	return usageResult(rep), nil
+	return fcall.DecodeUsage(rep), nil
 }
 
 // ReleaseBudget calls ff_release_budget: it subtracts the execution's

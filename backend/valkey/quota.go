@@ -29,23 +29,18 @@ func (c *Client) quotaKeys(id model.UUID) model.QuotaKeys {
 // backend's).
 type CreateQuotaPolicyParams = backend.CreateQuotaPolicyParams
 
-// CreateQuotaPolicy calls ff_create_quota_policy. It reports whether the
-// policy already existed (ALREADY_SATISFIED).
-//
-//	KEYS[1] def  KEYS[2] window:requests_per_window (unused)  KEYS[3] concurrency
-//	KEYS[4] admitted_set (unused)  KEYS[5] ff:idx:{q:K}:quota_policies
-//	ARGV[1] quota_policy_id  ARGV[2] window_seconds  ARGV[3] max_requests_per_window
-//	ARGV[4] max_concurrent  ARGV[5] now_ms
+// CreateQuotaPolicy calls ff_create_quota_policy
+// (fcall.CreateQuotaPolicyParams) on the quota's partition. It reports
+// whether the policy already existed (ALREADY_SATISFIED).
 func (c *Client) CreateQuotaPolicy(ctx context.Context, p *CreateQuotaPolicyParams) (existed bool, err error) {
-	k := c.quotaKeys(p.QuotaID)
-	keys := []string{k.Definition(), k.Window("requests_per_window"), k.Concurrency(), k.AdmittedSet(), k.Policies()}
-	args := []string{p.QuotaID.String(), famItoa(p.WindowSeconds), famItoa(p.MaxRequestsPerWindow),
-		famItoa(p.MaxConcurrent), famItoa(p.NowMs)}
-	rep, err := c.FCall(ctx, "ff_create_quota_policy", keys, args)
+	call := (&fcall.CreateQuotaPolicyParams{Partition: c.parts.QuotaPartition(p.QuotaID), QuotaID: p.QuotaID,
+		WindowSeconds: p.WindowSeconds, MaxRequestsPerWindow: p.MaxRequestsPerWindow, MaxConcurrent: p.MaxConcurrent,
+		NowMs: p.NowMs}).Call()
+	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return false, fmt.Errorf("create quota policy %s: %w", p.QuotaID, err)
 	}
-	return rep.Status == "ALREADY_SATISFIED", nil
+	return fcall.DecodeCreateQuotaPolicy(rep), nil
 }
 
 // CheckAdmissionParams are the inputs of CheckAdmission; it sets

@@ -3,7 +3,6 @@ package valkey
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/model/fcall"
@@ -19,87 +18,19 @@ const (
 	// DefaultRetentionMaxLen is what FlowFabric's backend sends (exact trim).
 	DefaultRetentionMaxLen = 10000
 	// DefaultMaxFramePayloadBytes is the frame payload cap (64 KiB).
-	DefaultMaxFramePayloadBytes = 65536
+	DefaultMaxFramePayloadBytes = fcall.DefaultMaxFramePayloadBytes
 	// SummaryNullSentinel in a summary patch sets the leaf to JSON null.
 	SummaryNullSentinel = "__ff_null__"
 	// VisibilityExcludeBestEffort drops best-effort frames when reading.
 	VisibilityExcludeBestEffort = "exclude_best_effort"
 )
 
-// AppendFrameParams are the inputs of ff_append_frame.
-type AppendFrameParams struct {
-	ExecutionID  model.ExecutionID
-	AttemptIndex int
-	// Fence is the held lease; the attempt id is recorded, not checked.
-	Fence     LeaseFence
-	FrameType string
-	// TS is the frame timestamp in ms; 0 lets the server stamp now.
-	TS      int64
-	Payload string
-	// Encoding defaults to utf8; Source to worker.
-	Encoding      string
-	CorrelationID string
-	Source        string
-	// RetentionMaxLen trims durable streams exactly to this length; 0 trims
-	// approximately to 10000.
-	RetentionMaxLen int64
-	// MaxPayloadBytes caps the payload (DefaultMaxFramePayloadBytes when 0).
-	MaxPayloadBytes int64
-	// Mode is durable (default), summary or best_effort.
-	Mode string
-	// PatchKind is json-merge-patch or "" (summary mode).
-	PatchKind string
-	// TTLMs, MaxLenFloor, MaxLenCeiling and EMAAlpha drive best-effort
-	// retention; zero values take the server defaults (64, 16384, 0.2).
-	TTLMs         int64
-	MaxLenFloor   int64
-	MaxLenCeiling int64
-	EMAAlpha      float64
-}
-
-// Call builds the FCALL of ff_append_frame.
-//
-//	KEYS[1] exec_core  KEYS[2] stream(idx)  KEYS[3] stream_meta(idx)  KEYS[4] stream_summary(idx)
-//	ARGV[1] execution_id  ARGV[2] attempt_index  ARGV[3] lease_id  ARGV[4] lease_epoch
-//	ARGV[5] frame_type  ARGV[6] ts|""  ARGV[7] payload  ARGV[8] encoding
-//	ARGV[9] correlation_id  ARGV[10] source  ARGV[11] retention_maxlen  ARGV[12] attempt_id
-//	ARGV[13] max_payload_bytes  ARGV[14] stream_mode  ARGV[15] patch_kind  ARGV[16] ttl_ms
-//	ARGV[17] maxlen_floor  ARGV[18] maxlen_ceiling  ARGV[19] ema_alpha
-func (p *AppendFrameParams) Call() Call {
-	k := model.KeysFor(p.ExecutionID)
-	enc := p.Encoding
-	if enc == "" {
-		enc = "utf8"
-	}
-	src := p.Source
-	if src == "" {
-		src = "worker"
-	}
-	maxBytes := p.MaxPayloadBytes
-	if maxBytes == 0 {
-		maxBytes = DefaultMaxFramePayloadBytes
-	}
-	return Call{
-		Function: "ff_append_frame",
-		Keys: []string{k.Core(), k.Stream(p.AttemptIndex), k.StreamMeta(p.AttemptIndex),
-			k.StreamSummary(p.AttemptIndex)},
-		Args: []string{string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.Fence.LeaseID,
-			fenceEpoch(p.Fence), p.FrameType, suspOpt(p.TS), p.Payload, enc, p.CorrelationID,
-			src, suspInt(p.RetentionMaxLen), p.Fence.AttemptID, suspInt(maxBytes), p.Mode, p.PatchKind,
-			suspInt(p.TTLMs), suspInt(p.MaxLenFloor), suspInt(p.MaxLenCeiling),
-			strconv.FormatFloat(p.EMAAlpha, 'f', -1, 64)},
-	}
-}
+// AppendFrameParams are the inputs of ff_append_frame
+// (fcall.AppendFrameParams).
+type AppendFrameParams = fcall.AppendFrameParams
 
 // AppendFrameResult is the reply of ff_append_frame.
-type AppendFrameResult struct {
-	EntryID string
-	// FrameCount is the lifetime append count of the attempt stream.
-	FrameCount int64
-	// SummaryVersion is the summary document version after a summary
-	// append; 0 otherwise.
-	SummaryVersion int64
-}
+type AppendFrameResult = fcall.AppendFrameResult
 
 // AppendFrame appends one output frame to the attempt stream
 // (ff_append_frame).
@@ -109,12 +40,7 @@ func (c *Client) AppendFrame(ctx context.Context, p *AppendFrameParams) (*Append
 	if err != nil {
 		return nil, suspWrap("append frame to "+string(p.ExecutionID), err)
 	}
-	n, _ := rep.Int(1)
-	res := &AppendFrameResult{EntryID: rep.Field(0), FrameCount: n}
-	if rep.Field(2) != "" {
-		res.SummaryVersion, _ = rep.Int(2)
-	}
-	return res, nil
+	return fcall.DecodeAppendFrame(rep), nil
 }
 
 // StreamFrame is one stream entry: its id and its field/value pairs.

@@ -16,24 +16,13 @@ import (
 // Defaults FlowFabric's backend sends for the suspension family.
 const (
 	// SuspendDedupMaxTTLMs caps the suspend idempotency window (7 days).
-	SuspendDedupMaxTTLMs = 604800000
+	SuspendDedupMaxTTLMs = fcall.SuspendDedupMaxTTLMs
 	// DefaultLeaseHistoryMaxLen is the lease_history MAXLEN the backend sends.
-	DefaultLeaseHistoryMaxLen = 1000
+	DefaultLeaseHistoryMaxLen = fcall.DefaultLeaseHistoryMaxLen
 	// DefaultHMACKid is the kid the boot step installs when a partition's
 	// keystore is empty.
 	DefaultHMACKid = "k1"
 )
-
-// suspInt renders an integer ARGV.
-func suspInt(v int64) string { return strconv.FormatInt(v, 10) }
-
-// suspOpt renders an optional integer ARGV: 0 is "" (absent).
-func suspOpt(v int64) string {
-	if v == 0 {
-		return ""
-	}
-	return suspInt(v)
-}
 
 // suspWrap names the operation on transport errors; a *LuaError already
 // names its function and keeps its code through %w.
@@ -56,13 +45,6 @@ func (c *Client) suspCoreFields(ctx context.Context, eid model.ExecutionID, fiel
 	return out, nil
 }
 
-func suspLane(lane string) string {
-	if lane == "" {
-		return "default"
-	}
-	return lane
-}
-
 func suspAttemptIndex(s string) int {
 	n, err := strconv.Atoi(s)
 	if err != nil {
@@ -78,118 +60,13 @@ type WaitpointBinding = fcall.WaitpointBinding
 // signals delivered to it.
 type WaitpointGrant = fcall.WaitpointGrant
 
-// SuspendParams are the inputs of ff_suspend_execution.
-type SuspendParams struct {
-	ExecutionID  model.ExecutionID
-	AttemptIndex int
-	// Fence is the held lease; all three parts are required
-	// (fence_required otherwise).
-	Fence LeaseFence
-
-	SuspensionID string
-	WaitpointID  string
-	// WaitpointKey is "" when UsePendingWaitpoint is set (the pending
-	// waitpoint's key is used).
-	WaitpointKey string
-	ReasonCode   string
-	// RequestedBy is worker, operator, policy or system_timeout_policy.
-	RequestedBy string
-	// TimeoutAt is the absolute timeout in server ms; 0 means none.
-	TimeoutAt                   int64
-	ResumeConditionJSON         string
-	ResumePolicyJSON            string
-	ContinuationMetadataPointer string
-	UsePendingWaitpoint         bool
-	// TimeoutBehavior is fail (default), cancel, expire,
-	// auto_resume_with_timeout_signal or escalate.
-	TimeoutBehavior string
-	// IdempotencyKey replays the first outcome for DedupTTLMs; 0 computes
-	// FlowFabric's window min(timeout_at-now+60s, 7d), or 7d without a
-	// timeout.
-	IdempotencyKey string
-	DedupTTLMs     int64
-	// Extra waitpoints bound to the same suspension (fresh suspensions only).
-	Extra []WaitpointBinding
-
-	// Lane and WorkerInstanceID select the lane index and worker lease set;
-	// empty values are pre-read from exec_core.
-	Lane             string
-	WorkerInstanceID string
-}
-
-// Call builds the FCALL of ff_suspend_execution. nowMs is used only for
-// the default dedup TTL.
-//
-//	KEYS[1] exec_core  KEYS[2] attempt_hash(idx)  KEYS[3] lease_current
-//	KEYS[4] lease_history  KEYS[5] lease_expiry  KEYS[6] worker_leases(wiid)
-//	KEYS[7] suspension_current  KEYS[8] waitpoint(wp)  KEYS[9] waitpoint_signals(wp)
-//	KEYS[10] suspension_timeout  KEYS[11] pending_waitpoint_expiry
-//	KEYS[12] lane_active  KEYS[13] lane_suspended  KEYS[14] waitpoints
-//	KEYS[15] waitpoint_condition(wp)  KEYS[16] attempt_timeout  KEYS[17] hmac_secrets
-//	KEYS[18] suspend dedup hash or ff:noop:{fp:N}
-//	KEYS[19..] per extra: waitpoint, waitpoint_signals, waitpoint_condition
-//	ARGV[1] execution_id  ARGV[2] attempt_index  ARGV[3] attempt_id  ARGV[4] lease_id
-//	ARGV[5] lease_epoch  ARGV[6] suspension_id  ARGV[7] waitpoint_id  ARGV[8] waitpoint_key
-//	ARGV[9] reason_code  ARGV[10] requested_by  ARGV[11] timeout_at|""
-//	ARGV[12] resume_condition_json  ARGV[13] resume_policy_json
-//	ARGV[14] continuation_metadata_pointer  ARGV[15] use_pending "1"|""
-//	ARGV[16] timeout_behavior  ARGV[17] lease_history_maxlen  ARGV[18] idempotency_key
-//	ARGV[19] dedup_ttl_ms  ARGV[20] num_extra  ARGV[21..] (waitpoint_id, waitpoint_key)*
-func (p *SuspendParams) Call(nowMs int64) Call {
-	k := model.KeysFor(p.ExecutionID)
-	pk := model.KeysOn(k.Partition())
-	lane := suspLane(p.Lane)
-	dedup, ttl := pk.Noop(), ""
-	if p.IdempotencyKey != "" {
-		dedup = k.SuspendDedup(p.IdempotencyKey)
-		t := p.DedupTTLMs
-		if t <= 0 {
-			t = SuspendDedupMaxTTLMs
-			if p.TimeoutAt > 0 && p.TimeoutAt-nowMs+60000 < t {
-				t = p.TimeoutAt - nowMs + 60000
-			}
-		}
-		ttl = suspInt(t)
-	}
-	pending := ""
-	if p.UsePendingWaitpoint {
-		pending = "1"
-	}
-	behavior := p.TimeoutBehavior
-	if behavior == "" {
-		behavior = "fail"
-	}
-	keys := []string{
-		k.Core(), k.Attempt(p.AttemptIndex), k.LeaseCurrent(), k.LeaseHistory(),
-		pk.LeaseExpiry(), pk.WorkerLeases(p.WorkerInstanceID), k.SuspensionCurrent(),
-		pk.Waitpoint(p.WaitpointID), pk.WaitpointSignals(p.WaitpointID), pk.SuspensionTimeout(),
-		pk.PendingWaitpointExpiry(), pk.LaneActive(lane), pk.LaneSuspended(lane), k.Waitpoints(),
-		pk.WaitpointCondition(p.WaitpointID), pk.AttemptTimeout(), pk.WaitpointHMACSecrets(), dedup,
-	}
-	args := []string{
-		string(p.ExecutionID), strconv.Itoa(p.AttemptIndex), p.Fence.AttemptID, p.Fence.LeaseID,
-		fenceEpoch(p.Fence), p.SuspensionID, p.WaitpointID, p.WaitpointKey,
-		p.ReasonCode, p.RequestedBy, suspOpt(p.TimeoutAt), p.ResumeConditionJSON,
-		p.ResumePolicyJSON, p.ContinuationMetadataPointer, pending, behavior,
-		suspInt(DefaultLeaseHistoryMaxLen), p.IdempotencyKey, ttl, strconv.Itoa(len(p.Extra)),
-	}
-	for _, x := range p.Extra {
-		keys = append(keys, pk.Waitpoint(x.WaitpointID), pk.WaitpointSignals(x.WaitpointID),
-			pk.WaitpointCondition(x.WaitpointID))
-		args = append(args, x.WaitpointID, x.WaitpointKey)
-	}
-	return Call{Function: "ff_suspend_execution", Keys: keys, Args: args}
-}
+// SuspendParams are the inputs of ff_suspend_execution
+// (fcall.SuspendParams); SuspendExecution pre-reads an empty Lane or
+// WorkerInstanceID from exec_core.
+type SuspendParams = fcall.SuspendParams
 
 // SuspendResult is the reply of ff_suspend_execution.
-type SuspendResult struct {
-	// AlreadySatisfied: buffered signals already satisfied the pending
-	// waitpoint; the lease is kept and the execution is still active.
-	AlreadySatisfied bool
-	SuspensionID     string
-	Waitpoint        WaitpointGrant
-	Extra            []WaitpointGrant
-}
+type SuspendResult = fcall.SuspendResult
 
 // SuspendExecution releases the lease and parks the execution on its
 // waitpoint(s) (ff_suspend_execution), returning the waitpoint tokens.
@@ -220,21 +97,7 @@ func (c *Client) SuspendExecution(ctx context.Context, p *SuspendParams) (*Suspe
 	if err != nil {
 		return nil, suspWrap("suspend execution "+string(p.ExecutionID), err)
 	}
-	return parseSuspendReply(rep), nil
-}
-
-func parseSuspendReply(rep *Reply) *SuspendResult {
-	res := &SuspendResult{
-		AlreadySatisfied: rep.Status == StatusAlreadySatisfied,
-		SuspensionID:     rep.Field(0),
-		Waitpoint:        WaitpointGrant{WaitpointID: rep.Field(1), WaitpointKey: rep.Field(2), Token: rep.Field(3)},
-	}
-	n, _ := strconv.Atoi(rep.Field(4))
-	for i := 0; i < n; i++ {
-		b := 5 + 3*i
-		res.Extra = append(res.Extra, WaitpointGrant{WaitpointID: rep.Field(b), WaitpointKey: rep.Field(b + 1), Token: rep.Field(b + 2)})
-	}
-	return res
+	return fcall.DecodeSuspend(rep), nil
 }
 
 // ResumeParams are the inputs of ff_resume_execution; ResumeExecution
