@@ -47,6 +47,8 @@ type Client struct {
 	log   *slog.Logger
 	// completes is the group commit of CompleteExecution.
 	completes completeGroup
+	// hot holds the literal-partition texts of the hot path (hotplan.go).
+	hot hotPlans
 }
 
 // IsUnreachable reports whether err, from Connect, means the server is
@@ -106,7 +108,10 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	// prepared statement prunes only at run time, and Postgres 15 still
 	// locks every partition of it on each execution; custom plans prune
 	// while planning. Measured: several times faster claims.
-	if _, set := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+	// The hot path's statements get generic plans another way
+	// (hotplan.go), unless the URL sets plan_cache_mode itself.
+	_, userPlans := pc.ConnConfig.RuntimeParams["plan_cache_mode"]
+	if !userPlans {
 		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
@@ -118,6 +123,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return nil, redact.Error(fmt.Errorf("postgres: connect: %w", err), secrets...)
 	}
 	c := &Client{pool: pool, parts: cfg.Partitions, now: cfg.Now, log: cfg.Logger}
+	c.hot.off = userPlans
 	if c.parts == (model.PartitionConfig{}) {
 		c.parts = model.DefaultPartitionConfig()
 	}

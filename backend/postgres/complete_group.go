@@ -143,6 +143,24 @@ func (c *Client) flushCompleteBatch(batch []*completeReq) {
 	// on each other in a cycle.
 	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
 	b := &pgx.Batch{}
+	// The batch runs under generic plans when every partition of it has
+	// literal texts (hotplan.go); one without keeps parameter texts and
+	// custom plans for the whole batch.
+	type texts struct{ core, att, complete string }
+	byText := map[int16]texts{}
+	generic := true
+	for _, pk := range parts {
+		var t texts
+		var lc, la, lm bool
+		t.core, lc = c.hot.text(sqlLockCoreMany, pk)
+		t.att, la = c.hot.text(sqlLockAttemptMany, pk)
+		t.complete, lm = c.hot.text(sqlCompleteMany, pk)
+		generic = generic && lc && la && lm
+		byText[pk] = t
+	}
+	if generic {
+		b.Queue(sqlGenericPlans)
+	}
 	for _, pk := range parts {
 		rs := byPart[pk]
 		sort.Slice(rs, func(i, j int) bool { return rs[i].k.id() < rs[j].k.id() })
@@ -150,11 +168,21 @@ func (c *Client) flushCompleteBatch(batch []*completeReq) {
 		for i, r := range rs {
 			ids[i], idxs[i], epochs[i], results[i] = r.k.id(), int32(r.p.Fence.AttemptIndex), int64(r.p.Fence.LeaseEpoch), r.p.Result
 		}
-		b.Queue(sqlLockCoreMany, pk, ids)
-		b.Queue(sqlLockAttemptMany, pk, ids, idxs)
-		b.Queue(sqlCompleteMany, pk, ids, idxs, epochs, now, results)
+		if generic {
+			t := byText[pk]
+			b.Queue(t.core, ids)
+			b.Queue(t.att, ids, idxs)
+			b.Queue(t.complete, ids, idxs, epochs, now, results)
+		} else {
+			b.Queue(sqlLockCoreMany.sql, ids, pk)
+			b.Queue(sqlLockAttemptMany.sql, ids, idxs, pk)
+			b.Queue(sqlCompleteMany.sql, ids, idxs, epochs, now, results, pk)
+		}
 	}
-	outcome, err := c.runCompleteBatch(ctx, b, parts, byPart, now)
+	if generic {
+		b.Queue(sqlResetPlans)
+	}
+	outcome, err := c.runCompleteBatch(ctx, b, parts, byPart, now, generic)
 	for _, r := range batch {
 		if err != nil {
 			r.done <- err
@@ -179,8 +207,29 @@ type lockedAttempt struct {
 // runCompleteBatch sends b and reads each request's outcome: nil when it
 // completed, else the logical error a lone CompleteExecution reports
 // (fenceError on the locked rows). err is a failure of the whole batch.
-func (c *Client) runCompleteBatch(ctx context.Context, b *pgx.Batch, parts []int16, byPart map[int16][]*completeReq, now int64) (map[*completeReq]error, error) {
+func (c *Client) runCompleteBatch(ctx context.Context, b *pgx.Batch, parts []int16, byPart map[int16][]*completeReq, now int64, generic bool) (map[*completeReq]error, error) {
 	br := c.pool.SendBatch(ctx, b)
+	var out map[*completeReq]error
+	var err error
+	if generic {
+		out, err = readGenericBatch(br, func() (map[*completeReq]error, error) {
+			return readCompleteBatch(br, parts, byPart, now)
+		})
+	} else {
+		out, err = readCompleteBatch(br, parts, byPart, now)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return nil, notMigrated(err)
+	}
+	return out, nil
+}
+
+// readCompleteBatch reads the lock and complete statements' results of
+// every partition of a group-commit batch.
+func readCompleteBatch(br pgx.BatchResults, parts []int16, byPart map[int16][]*completeReq, now int64) (map[*completeReq]error, error) {
 	out := map[*completeReq]error{}
 	read := func(pk int16) error {
 		cores := map[string]lockedCore{}
@@ -202,17 +251,10 @@ func (c *Client) runCompleteBatch(ctx context.Context, b *pgx.Batch, parts []int
 		}
 		return nil
 	}
-	var err error
 	for _, pk := range parts {
-		if err = read(pk); err != nil {
-			break
+		if err := read(pk); err != nil {
+			return nil, err
 		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, notMigrated(err)
 	}
 	return out, nil
 }
@@ -261,58 +303,59 @@ func completeOutcome(r *completeReq, cores map[string]lockedCore, atts map[strin
 // waitCompletes waits for the completion flush in flight (Close).
 func (c *Client) waitCompletes() { c.completes.wg.Wait() }
 
-// Group-commit statements on partition $1 over the executions $2 (uuid
-// text), their fenced attempt indexes $3 and lease epochs $4 (same order).
-const (
+// Group-commit statements over the executions $1 (uuid text), their
+// fenced attempt indexes $2 and lease epochs $3 (same order), on
+// partition $N, the last parameter (hotplan.go writes it as a literal).
+var (
 	// sqlLockCoreMany locks the execution rows, in id order.
-	sqlLockCoreMany = `SELECT execution_id, lifecycle_phase, attempt_index FROM ff_exec_core
- WHERE partition_key = $1 AND execution_id = ANY($2::uuid[])
- ORDER BY execution_id FOR UPDATE`
+	sqlLockCoreMany = newHotStmt(`SELECT execution_id, lifecycle_phase, attempt_index FROM ff_exec_core
+ WHERE partition_key = $2::smallint AND execution_id = ANY($1::uuid[])
+ ORDER BY execution_id FOR UPDATE`, 2)
 	// sqlLockAttemptMany locks the fenced attempts, in id order. Every
-	// statement here names its rows by "execution_id = ANY($2)" as well
+	// statement here names its rows by "execution_id = ANY($1)" as well
 	// as by the join: the index lookup then starts from the ids, never
 	// from a scan of the partition (a join alone is planned from the
 	// partition's statistics, which a busy lane outgrows between ANALYZEs).
-	sqlLockAttemptMany = `SELECT a.execution_id, a.lease_epoch, a.lease_expires_at_ms
+	sqlLockAttemptMany = newHotStmt(`SELECT a.execution_id, a.lease_epoch, a.lease_expires_at_ms
   FROM ff_attempt a
-  JOIN unnest($2::uuid[], $3::int[]) AS f(execution_id, attempt_index)
+  JOIN unnest($1::uuid[], $2::int[]) AS f(execution_id, attempt_index)
     ON a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index
- WHERE a.partition_key = $1 AND a.execution_id = ANY($2::uuid[])
- ORDER BY a.execution_id FOR UPDATE OF a`
+ WHERE a.partition_key = $3::smallint AND a.execution_id = ANY($1::uuid[])
+ ORDER BY a.execution_id FOR UPDATE OF a`, 3)
 	// sqlCompleteMany is sqlCompleteFenced over arrays: every row whose
-	// fence (attempt $3, epoch $4, lease unexpired at $5) holds is
-	// completed with its result ($6), its completion event and revoked
+	// fence (attempt $2, epoch $3, lease unexpired at $4) holds is
+	// completed with its result ($5), its completion event and revoked
 	// lease event written; it returns the completed execution ids.
-	sqlCompleteMany = `
+	sqlCompleteMany = newHotStmt(`
 WITH f AS (
-  SELECT * FROM unnest($2::uuid[], $3::int[], $4::bigint[], $6::bytea[]) AS f(execution_id, attempt_index, lease_epoch, result)),
+  SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[], $5::bytea[]) AS f(execution_id, attempt_index, lease_epoch, result)),
 ok AS (
   SELECT a.execution_id, a.attempt_index FROM ff_attempt a
     JOIN f ON a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index AND a.lease_epoch = f.lease_epoch
-   WHERE a.partition_key = $1 AND a.execution_id = ANY($2::uuid[]) AND a.lease_expires_at_ms > $5),
+   WHERE a.partition_key = $6::smallint AND a.execution_id = ANY($1::uuid[]) AND a.lease_expires_at_ms > $4),
 core AS (
   UPDATE ff_exec_core c
      SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
-         public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $5, result = f.result,
-         raw_fields = c.raw_fields || jsonb_build_object('last_mutation_at', $5::bigint::text, 'terminal_outcome', 'success')
+         public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $4, result = f.result,
+         raw_fields = c.raw_fields || jsonb_build_object('last_mutation_at', $4::bigint::text, 'terminal_outcome', 'success')
     FROM f, ok
-   WHERE c.partition_key = $1 AND c.execution_id = ANY($2::uuid[]) AND c.lifecycle_phase = 'active'
+   WHERE c.partition_key = $6::smallint AND c.execution_id = ANY($1::uuid[]) AND c.lifecycle_phase = 'active'
      AND c.execution_id = f.execution_id AND c.attempt_index = f.attempt_index
      AND ok.execution_id = c.execution_id AND ok.attempt_index = c.attempt_index
   RETURNING c.partition_key, c.execution_id, c.attempt_index, c.flow_id, c.raw_fields),
 att AS (
-  UPDATE ff_attempt a SET terminal_at_ms = $5, outcome = 'success', lease_expires_at_ms = NULL
+  UPDATE ff_attempt a SET terminal_at_ms = $4, outcome = 'success', lease_expires_at_ms = NULL
     FROM core
-   WHERE a.partition_key = $1 AND a.execution_id = ANY($2::uuid[])
+   WHERE a.partition_key = $6::smallint AND a.execution_id = ANY($1::uuid[])
      AND a.execution_id = core.execution_id AND a.attempt_index = core.attempt_index),
 done AS (
   INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
-  SELECT partition_key, execution_id, flow_id, 'success', raw_fields->>'namespace', raw_fields->>'instance_tag', $5
+  SELECT partition_key, execution_id, flow_id, 'success', raw_fields->>'namespace', raw_fields->>'instance_tag', $4
     FROM core),
 ev AS (
   INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
-  SELECT execution_id::text, NULL, 'revoked', $5, partition_key::int, raw_fields->>'namespace',
+  SELECT execution_id::text, NULL, 'revoked', $4, partition_key::int, raw_fields->>'namespace',
          raw_fields->'tags'->>'cairn.instance_id'
     FROM core)
-SELECT execution_id FROM core`
+SELECT execution_id FROM core`, 6)
 )

@@ -210,7 +210,7 @@ func (c *Client) ClaimExecution(ctx context.Context, p *ClaimExecutionParams) (*
 		if !subset(caps, p.Capabilities) {
 			return CodeCapabilityMismatch
 		}
-		res, err = c.grantLease(ctx, tx, sqlGrantByID, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, k.part, [16]byte(k.uuid))
+		res, err = c.grantLease(ctx, tx, sqlGrantByID, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, [16]byte(k.uuid), k.part)
 		return err
 	})
 	if err != nil {
@@ -300,7 +300,7 @@ func (c *Client) ClaimForWorkerN(ctx context.Context, p *ClaimForWorkerParams, n
 func (c *Client) claimPass(ctx context.Context, p *ClaimForWorkerParams, parts []int16, caps []string, n int) ([]*ClaimResult, error) {
 	if len(parts) == 1 {
 		// One partition: one statement, its own transaction.
-		res, err := c.grantLeases(ctx, c.pool, sqlGrantNext, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, parts[0], p.LaneID, caps, n)
+		res, err := c.grantNext(ctx, p, parts[0], caps, n)
 		return res, notMigrated(err)
 	}
 	// Several partitions: the row is picked and locked first, then claimed
@@ -335,7 +335,7 @@ SELECT partition_key, execution_id
 		if err != nil {
 			return err
 		}
-		res, err = c.grantLease(ctx, tx, sqlGrantByID, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, part, uuid)
+		res, err = c.grantLease(ctx, tx, sqlGrantByID, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, uuid, part)
 		return err
 	})
 	if err != nil {
@@ -344,35 +344,34 @@ SELECT partition_key, execution_id
 	return []*ClaimResult{res}, nil
 }
 
-// Claim statements: grantSQL around the row that is claimed, on
-// partition $5.
+// Claim statements: grantSQL around the row that is claimed.
 var (
-	// sqlGrantByID claims execution $6, which the caller's transaction
-	// locked.
+	// sqlGrantByID claims execution $5 on partition $6, which the
+	// caller's transaction locked.
 	sqlGrantByID = grantSQL(`
   SELECT partition_key, execution_id, attempt_index, attempt_state
-    FROM ff_exec_core WHERE partition_key = $5::smallint AND execution_id = $6`)
-	// sqlGrantNext claims the $8 best eligible executions of lane $6
-	// whose required capabilities $7 covers (highest priority, then
+    FROM ff_exec_core WHERE partition_key = $6::smallint AND execution_id = $5`, "$6")
+	// sqlGrantNext claims the $7 best eligible executions of lane $5 on
+	// partition $8 whose required capabilities $6 covers (highest priority, then
 	// oldest), skipping rows other claimers hold: a worker with several
 	// free slots claims for all of them in one statement.
-	sqlGrantNext = grantSQL(`
+	sqlGrantNext = newHotStmt(grantSQL(`
   SELECT partition_key, execution_id, attempt_index, attempt_state
     FROM ff_exec_core
-   WHERE partition_key = $5::smallint
-     AND lane_id = $6
+   WHERE partition_key = $8::smallint
+     AND lane_id = $5
      AND lifecycle_phase = 'runnable'
      AND eligibility_state = 'eligible_now'
-     AND required_capabilities <@ $7::text[]
+     AND required_capabilities <@ $6::text[]
    ORDER BY priority DESC, created_at_ms ASC
-   LIMIT $8
-   FOR UPDATE SKIP LOCKED`)
+   LIMIT $7
+   FOR UPDATE SKIP LOCKED`, "$8"), 8)
 )
 
 // grantSQL is one statement that claims the row cand selects on
-// partition $5 (and locks, or that is already locked), with worker $1,
-// instance $2, lease expiry $3 and now $4. The writes repeat the
-// partition as a constant so that planning prunes to its children:
+// partition part, a parameter (and locks, or that is already locked),
+// with worker $1, instance $2, lease expiry $3 and now $4. The writes
+// repeat the partition so that planning prunes to its children:
 //
 //	ff_attempt: upsert (partition, execution, attempt_index): new row lease_epoch 1,
 //	  existing row lease_epoch+1 and outcome NULL; worker ids, lease_expires_at_ms,
@@ -383,7 +382,7 @@ var (
 //
 // It returns the claimed row's execution, attempt, epoch and job fields;
 // no row when cand found none.
-func grantSQL(cand string) string {
+func grantSQL(cand, part string) string {
 	return `
 WITH cand AS (` + cand + `),
 att AS (
@@ -405,7 +404,7 @@ core AS (
              'current_worker_instance_id', $2::text,
              'total_attempt_count', (COALESCE((e.raw_fields->>'total_attempt_count')::bigint, 0) + 1)::text)
     FROM cand
-   WHERE e.partition_key = $5::smallint AND e.partition_key = cand.partition_key AND e.execution_id = cand.execution_id
+   WHERE e.partition_key = ` + part + `::smallint AND e.partition_key = cand.partition_key AND e.execution_id = cand.execution_id
   RETURNING e.partition_key, e.execution_id, e.lane_id, e.raw_fields, e.payload, e.flow_id),
 ev AS (
   INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
@@ -443,6 +442,44 @@ func (c *Client) grantLeases(ctx context.Context, q Querier, stmt, worker, insta
 	if err != nil {
 		return nil, err
 	}
+	return scanLeases(rows, expires)
+}
+
+// grantNext claims up to n executions of p's lane on partition part with
+// sqlGrantNext: in its literal-partition form under a generic plan
+// (hotplan.go) when the partition has one, else in its parameter form.
+func (c *Client) grantNext(ctx context.Context, p *ClaimForWorkerParams, part int16, caps []string, n int) ([]*ClaimResult, error) {
+	text, literal := c.hot.text(sqlGrantNext, part)
+	if !literal {
+		return c.grantLeases(ctx, c.pool, text, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, p.LaneID, caps, n, part)
+	}
+	now := c.nowMs()
+	expires := now + p.LeaseTTLMs
+	b := &pgx.Batch{}
+	b.Queue(sqlGenericPlans)
+	b.Queue(text, p.WorkerID, p.WorkerInstanceID, expires, now, p.LaneID, caps, n)
+	b.Queue(sqlResetPlans)
+	br := c.pool.SendBatch(ctx, b)
+	out, err := readGenericBatch(br, func() ([]*ClaimResult, error) {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		return scanLeases(rows, expires)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, CodeNoEligibleExecution
+	}
+	return out, nil
+}
+
+// scanLeases reads the leases a grantSQL statement granted, in the order
+// it returned them, and closes rows; CodeNoEligibleExecution when none.
+func scanLeases(rows pgx.Rows, expires int64) ([]*ClaimResult, error) {
+	defer rows.Close()
 	var out []*ClaimResult
 	for rows.Next() {
 		var k execKey

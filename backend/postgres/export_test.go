@@ -1,6 +1,10 @@
 package postgres
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // CompleteBatchForTest writes ps as ONE group-commit batch (the flush a
 // group of concurrent CompleteExecution calls shares) and returns each
@@ -20,4 +24,11 @@ func (c *Client) CompleteBatchForTest(ctx context.Context, ps []*CompleteExecuti
 		out[i] = <-r.done
 	}
 	return out
+}
+
+// ReadGenericBatchForTest is readGenericBatch with read reading the
+// batch's middle statements.
+func ReadGenericBatchForTest(br pgx.BatchResults, read func(pgx.BatchResults) error) error {
+	_, err := readGenericBatch(br, func() (struct{}, error) { return struct{}{}, read(br) })
+	return err
 }
