@@ -125,10 +125,26 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	// One statement (one round trip, its own transaction; model/pgsql holds
 	// the one INSERT of an execution, which pg_periodic fires too): the row and,
 	// when it is new, the lane's registration.
+	args := []any{k.part, [16]byte(k.uuid), flow, p.LaneID, caps, eligibility, public,
+		p.Priority, now, deadline, p.Payload, policy, raw}
 	var inserted int64
-	err = notMigrated(c.pool.QueryRow(ctx, pgsql.ExecCreate.SQL,
-		k.part, [16]byte(k.uuid), flow, p.LaneID, caps, eligibility, public,
-		p.Priority, now, deadline, p.Payload, policy, raw).Scan(&inserted))
+	if c.hot.off {
+		err = c.pool.QueryRow(ctx, pgsql.ExecCreate.SQL, args...).Scan(&inserted)
+	} else {
+		// An INSERT names no partition to prune (rows are routed as they
+		// are written), so its generic plan is safe with the partition as
+		// a parameter: it is kept and not planned again (hotplan.go).
+		b := &pgx.Batch{}
+		b.Queue(sqlGenericPlans)
+		b.Queue(pgsql.ExecCreate.SQL, args...)
+		b.Queue(sqlResetPlans)
+		br := c.pool.SendBatch(ctx, b)
+		inserted, err = readGenericBatch(br, func() (int64, error) {
+			var n int64
+			return n, br.QueryRow().Scan(&n)
+		})
+	}
+	err = notMigrated(err)
 	res.Duplicate = err == nil && inserted == 0
 	if err != nil {
 		return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, err)
