@@ -1,4 +1,4 @@
-package sdk
+package valkey
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -159,31 +158,23 @@ func (e *eligibleWatch) take() []model.Partition {
 	return out
 }
 
-// NotificationsUp reports whether the worker is subscribed to
-// eligible-work notifications (false with DisableNotifications, on
-// Postgres, and while the subscription is down). The workers connected
-// through one *valkey.Client share one subscription.
-func (w *Worker) NotificationsUp() bool {
-	return w.wake != nil && w.wake.up.Load()
-}
-
-// watchEligible keeps the worker subscribed to ZADD keyevents until the
-// worker's life ends. The workers of one client share one subscription
+// watchEligible keeps the claimer subscribed to ZADD keyevents until it
+// is closed. The claimers of one client share one subscription
 // (keyeventHub): every ZADD of the database is published to every
 // subscriber, so a subscription per worker made the server send each
 // notification once per worker of the process.
-func (w *Worker) watchEligible() {
-	defer w.bg.Done()
-	h := joinKeyeventHub(w.vc, w.log, w.wake)
-	<-w.life.Done()
-	h.leave(w.wake)
+func (cl *Claimer) watchEligible() {
+	defer close(cl.watchDone)
+	h := joinKeyeventHub(cl.vc, cl.log, cl.wake)
+	<-cl.stop
+	h.leave(cl.wake)
 }
 
 // keyeventHub is the one ZADD keyevent subscription of a client, shared
 // by its workers' eligibleWatches: every notified key goes to each of
 // them, and each is up while the subscription is.
 type keyeventHub struct {
-	vc  *valkey.Client
+	vc  *Client
 	log *slog.Logger
 
 	mu       sync.Mutex
@@ -196,12 +187,12 @@ type keyeventHub struct {
 
 var (
 	hubsMu sync.Mutex
-	hubs   = map[*valkey.Client]*keyeventHub{}
+	hubs   = map[*Client]*keyeventHub{}
 )
 
 // joinKeyeventHub adds e to vc's hub, starting the hub (and its
 // subscription) for the client's first watcher.
-func joinKeyeventHub(vc *valkey.Client, log *slog.Logger, e *eligibleWatch) *keyeventHub {
+func joinKeyeventHub(vc *Client, log *slog.Logger, e *eligibleWatch) *keyeventHub {
 	hubsMu.Lock()
 	defer hubsMu.Unlock()
 	h := hubs[vc]
@@ -284,7 +275,7 @@ func (h *keyeventHub) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, valkey.ErrPrimariesChanged) {
+		if errors.Is(err, ErrPrimariesChanged) {
 			h.log.Info("eligible-work notifications: cluster primaries changed; resubscribing", "error", err)
 			continue
 		}
