@@ -31,7 +31,8 @@ import (
 // exercises, for reports (operations × backends).
 var Operations = []string{"CreateExecution", "CreateExecutions", "ClaimNext", "ClaimExecution", "RenewLease",
 	"CompleteExecution", "FailExecution", "DelayExecution", "CancelExecution", "ExecutionState", "ExecutionResult",
-	"SubscribeCompletions"}
+	"SubscribeCompletions", "NewClaimer", "Claimer.Claim", "Claimer.CompleteAndClaim", "Claimer.ClaimExecution",
+	"Claimer.Wake", "LaneSpread", "SetLaneSpread"}
 
 const ttl = int64(30_000)
 
@@ -163,6 +164,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	runFlows(sub)
 	runAttemptReads(sub)
 	runWorkers(sub)
+	runClaimer(sub)
 }
 
 func testCreateWaiting(e *env) {

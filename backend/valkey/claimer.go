@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -347,5 +346,3 @@ func (d *Driver) SetLaneSpread(ctx context.Context, lane string, s model.LaneSpr
 	}
 	return nil
 }
-
-var _ = errors.Is

@@ -165,7 +165,7 @@ func (cl *Claimer) notifiedFlowParts() []model.Partition {
 }
 
 // soloClaimFor picks the solo partition and lane a completion's
-// pipelined claim asks (completeAndClaim): the finished lease's lane when
+// pipelined claim asks (CompleteAndClaim): the finished lease's lane when
 // it has a solo partition here, else the next lane in rotation. ok is
 // false when the worker reads its solo partitions instead (PromoteDelayed)
 // or has none.
@@ -238,11 +238,11 @@ func (cl *Claimer) claimNextCall(p model.Partition, lane string, n int) Call {
 // again until a notification says otherwise.
 func (cl *Claimer) claimNextLeases(ctx context.Context, p model.Partition, lane string, n int, mark emptyMark, res Result) ([]*backend.ClaimResult, error) {
 	if res.Err != nil {
-		return nil, fmt.Errorf("%w", res.Err)
+		return nil, res.Err
 	}
 	items, err := ParseFabricClaimNext(res.Reply)
 	if err != nil {
-		return nil, fmt.Errorf("%w", err)
+		return nil, err
 	}
 	if cl.wake != nil {
 		cl.wake.markEmpty(p, lane, mark, len(items) == 0, cl.cfg.Clock())
@@ -417,7 +417,7 @@ func (cl *Claimer) headsPerKey() int64 {
 	return int64(min(max(2*cl.cfg.Concurrency, 4), 32))
 }
 
-// windowDue reports whether ClaimNext reads a window now: always without
+// windowDue reports whether Claim reads a window now: always without
 // notifications or after a window that found work (a backlog), else at
 // most every notifiedWindowEvery.
 func (cl *Claimer) windowDue() bool {
@@ -557,7 +557,7 @@ func splitCSV(s string) []string {
 }
 
 // claimCall is the fabric_claim_execution of a candidate: a grant of
-// GrantTTL and the claim in one call, the attempt timeout taken from the
+// ClaimerConfig.GrantTTLMs and the claim in one call, the attempt timeout taken from the
 // stored policy on the server.
 func (cl *Claimer) claimCall(c candidate) Call {
 	p := &FabricClaimParams{Claim: ClaimExecutionParams{ExecutionID: c.id, WorkerID: cl.cfg.WorkerID,
@@ -583,7 +583,7 @@ func (cl *Claimer) claimOutcome(ctx context.Context, c candidate, res Result) (*
 	if res.Err == nil {
 		fr, err := ParseFabricClaim(res.Reply)
 		if err != nil {
-			return nil, fmt.Errorf("%w", err)
+			return nil, err
 		}
 		return cl.leaseFromClaim(c, fr), nil
 	}
@@ -604,7 +604,7 @@ func (cl *Claimer) claimOutcome(ctx context.Context, c candidate, res Result) (*
 	case skippable(err):
 		return nil, nil
 	}
-	return nil, fmt.Errorf("%w", err)
+	return nil, err
 }
 
 // leaseFromClaim is the lease of a successful fabric claim of c.
@@ -635,7 +635,7 @@ func (cl *Claimer) claimWithExistingGrant(ctx context.Context, c candidate) (*ba
 	case skippable(err):
 		return nil, nil
 	}
-	return nil, fmt.Errorf("%w", err)
+	return nil, err
 }
 
 // blockRoute parks an execution this worker cannot run in blocked:route
@@ -666,7 +666,7 @@ const reclaimHeads = 16
 // marked expired (or revoked) on one of its lanes with capabilities it
 // has. A candidate past its reclaim limit is failed terminally by
 // ff_reclaim_execution itself (max_reclaims_exceeded).
-// reclaimPending reports whether the next ClaimBatch would run a reclaim
+// reclaimPending reports whether the next Claim would run a reclaim
 // pass (reclaimDue), without starting one.
 func (cl *Claimer) reclaimPending() bool {
 	if cl.cfg.DisableReclaim {
@@ -763,7 +763,7 @@ func (cl *Claimer) claimResumed(ctx context.Context, c candidate, ji *jobInfo) (
 		if skippable(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("%w", err)
+		return nil, err
 	}
 	return cl.result(c.id, c.lane, ji, &ClaimResult{LeaseID: r.LeaseID, LeaseEpoch: r.LeaseEpoch,
 		ExpiresAt: r.ExpiresAt, AttemptID: r.AttemptID, AttemptIndex: r.AttemptIndex, AttemptType: "resumed"}), nil
@@ -788,7 +788,7 @@ func (cl *Claimer) tryReclaim(ctx context.Context, c candidate) (*backend.ClaimR
 		if skippable(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("%w", err)
+		return nil, err
 	}
 	cr, err := cl.vc.ReclaimExecution(ctx, &ReclaimExecutionParams{ExecutionID: c.id,
 		WorkerID: cl.cfg.WorkerID, WorkerInstanceID: cl.cfg.WorkerInstanceID, LaneID: ji.lane,
@@ -797,7 +797,7 @@ func (cl *Claimer) tryReclaim(ctx context.Context, c candidate) (*backend.ClaimR
 		if skippable(err) || errors.Is(err, CodeMaxRetriesExhausted) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("%w", err)
+		return nil, err
 	}
 	return cl.result(c.id, ji.lane, ji, cr), nil
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/fabric-host/fabric/model"
 )
 
-// spreadWindow is how many of the spread lanes' partitions one ClaimBatch
+// spreadWindow is how many of the spread lanes' partitions one Claim
 // round reads. The window moves on every round (round robin), so the head
 // of every partition is read at least once every ceil(P/spreadWindow)
 // rounds for P spread partitions: no partition waits behind busier ones.

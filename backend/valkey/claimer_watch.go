@@ -17,14 +17,14 @@ import (
 // is retried.
 const eligibleWatchRetry = time.Second
 
-// maxHotPartitions bounds how many notified partitions one ClaimNext
+// maxHotPartitions bounds how many notified partitions one Claim
 // round reads.
 const maxHotPartitions = 64
 
 // eligibleWatch learns which flow partitions just got eligible work on
 // the worker's lanes from ZADD keyevents on lane:eligible, so that
-// ClaimNext reads those partitions instead of polling every window, and
-// an idle Run wakes at once instead of at its next poll. Polling stays as
+// Claim reads those partitions instead of polling every window, and
+// an idle worker wakes at once (Wake) instead of at its next poll. Polling stays as
 // the safety net: notifications are best effort (CONFIG may be refused,
 // a subscription may drop).
 type eligibleWatch struct {
@@ -33,7 +33,7 @@ type eligibleWatch struct {
 
 	mu  sync.Mutex
 	hot map[uint16]struct{}
-	ch  chan struct{} // nudges an idle Run; capacity 1
+	ch  chan struct{} // nudges an idle worker (Wake); capacity 1
 	up  atomic.Bool   // subscribed
 	// seq counts the notifications of each partition; empty holds, per
 	// solo partition and lane, the seq a fabric_claim_next found the lane
