@@ -312,22 +312,20 @@ func (w *Worker) ClaimNext(ctx context.Context) (*Lease, error) {
 	return nil, err
 }
 
-// ClaimBatch claims up to n executions (n < 1 counts as 1), each with one
-// fabric_claim_execution (grant and claim in one call), all of a round
-// pipelined in one round trip. It first tries the eligible heads the
-// previous scan round left over (for up to candidateMaxAge), picked at
-// random so that workers of one lane reading the same heads spread their
-// claims; a lost race moves on to another head rather than reading again
-// (until maxLostRaces in a row). Then it claims from the lanes' solo
-// partitions with fabric_claim_next (claimSolo: the server picks the
-// heads, so workers of one lane do not collide; with PromoteDelayed it
-// reads their heads instead, promoting due delayed ones), then reads
-// notified partitions, and the next window of PartitionScanChunk flow
-// partitions (one pipelined ZRANGEBYSCORE per partition and lane; a
-// window that produced work is read again on the next call, up to 16
-// rounds in a row, because work clusters). At most once per
-// reclaimReadEvery, and unless DisableReclaim, it first takes over an
-// expired lease (reclaimDue).
+// ClaimBatch claims up to n executions (n < 1 counts as 1) through the
+// worker's claim session (backend.Claimer.Claim). On Valkey
+// (backend/valkey.Claimer) each is one fabric_claim_execution (grant and
+// claim in one call), all of a round pipelined in one round trip: it
+// first tries the eligible heads the previous scan round left over,
+// picked at random so that workers of one lane spread their claims, then
+// claims from the lanes' solo partitions with fabric_claim_next (the
+// server picks the heads, so workers of one lane do not collide; with
+// PromoteDelayed it reads their heads instead, promoting due delayed
+// ones), then reads notified partitions, and the next window of
+// PartitionScanChunk flow partitions. At most once a second, and unless
+// DisableReclaim, it first takes over an expired lease. On Postgres
+// (backend/postgres.Claimer) each lane is one SELECT … FOR UPDATE SKIP
+// LOCKED statement claiming up to n.
 //
 // Leases already taken are returned even when a later step fails; the
 // error is then returned beside them.
@@ -338,8 +336,7 @@ func (w *Worker) ClaimBatch(ctx context.Context, n int) ([]*Lease, error) {
 }
 
 // keepN keeps the first n leases and hands the others back. No claim
-// path yields more than it was asked for (claimNextLeases claims refused
-// heads by id only while short), so this is a safety net: a lease beyond
+// session yields more than it was asked for, so this is a safety net: a lease beyond
 // what the caller asked for would stay leased and unrun until it
 // expired, and Run's slots would count one lease too many.
 func (w *Worker) keepN(ctx context.Context, ls []*Lease, n int) []*Lease {
