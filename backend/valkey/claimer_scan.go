@@ -607,11 +607,11 @@ func (cl *Claimer) claimOutcome(ctx context.Context, c candidate, res Result) (*
 	return nil, err
 }
 
-// leaseFromClaim is the lease of a successful fabric claim of c.
+// leaseFromClaim is the claim result of a successful fabric claim of c
+// (the reply carries what the worker needs: no pre-read).
 func (cl *Claimer) leaseFromClaim(c candidate, fr *FabricClaimResult) *backend.ClaimResult {
-	lane := cmp.Or(fr.Lane, c.lane)
-	ji := &jobInfo{kind: fr.Kind, namespace: fr.Namespace, lane: lane, flow: fr.FlowID, payload: string(fr.Payload)}
-	return cl.result(c.id, lane, ji, &fr.ClaimResult)
+	return &backend.ClaimResult{ExecutionID: c.id, Fence: fr.Fence(), ExpiresAt: fr.ExpiresAt, AttemptType: fr.AttemptType,
+		LaneID: cmp.Or(fr.Lane, c.lane), Kind: fr.Kind, Namespace: fr.Namespace, Payload: fr.Payload, FlowID: fr.FlowID}
 }
 
 // claimWithExistingGrant claims with a grant that was already there
