@@ -1,13 +1,58 @@
 package backendtest
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"testing"
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
+
+// claimerUnmigrated are the claim session's operations for RunUnmigrated
+// (opening the session itself reads nothing on a backend without
+// notifications).
+func claimerUnmigrated(ctx context.Context, t *testing.T, d backend.Driver, id model.ExecutionID, f backend.Fence) map[string]func() error {
+	var c backend.Claimer
+	open := func() error {
+		if c != nil {
+			return nil
+		}
+		var err error
+		c, err = d.NewClaimer(ctx, &backend.ClaimerConfig{WorkerID: "w", WorkerInstanceID: "wi", Lanes: []string{"bt-unmigrated"},
+			LeaseTTLMs: ttl})
+		if err == nil {
+			t.Cleanup(c.Close)
+		}
+		return err
+	}
+	return map[string]func() error{
+		"Claimer.Claim": func() error {
+			if err := open(); err != nil {
+				return err
+			}
+			_, err := c.Claim(ctx, 1)
+			return err
+		},
+		"Claimer.CompleteAndClaim": func() error {
+			if err := open(); err != nil {
+				return err
+			}
+			_, err, _ := c.CompleteAndClaim(ctx, &backend.CompleteExecutionParams{ExecutionID: id, Fence: f,
+				Holder: backend.Holder{LaneID: "bt-unmigrated", WorkerInstanceID: "wi"}}, 1)
+			return err
+		},
+		"Claimer.ClaimExecution": func() error {
+			if err := open(); err != nil {
+				return err
+			}
+			_, err := c.ClaimExecution(ctx, id, "bt-unmigrated")
+			return err
+		},
+	}
+}
 
 func runClaimer(sub func(string, func(*env))) {
 	sub("Claimer/Claim", testClaimerClaim)
