@@ -170,12 +170,20 @@ func (cl *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, er
 // eligible execution of the lease's lane on its solo partition
 // (fabric_claim_next; unless a reclaim pass is due, and none when that
 // lane is known to be empty there). Otherwise Claim runs while the
-// completion is in flight (the client pipelines the two).
+// completion is in flight (the client pipelines the two). Without
+// p.Holder's lane and instance id the completion reads them first, as
+// Driver.CompleteExecution does.
 func (cl *Claimer) CompleteAndClaim(ctx context.Context, p *backend.CompleteExecutionParams, n int) ([]*backend.ClaimResult, error, error) {
 	n = max(n, 1)
 	cp := &CompleteExecutionParams{ExecutionID: p.ExecutionID, Fence: p.Fence, Result: string(p.Result)}
-	call := cp.CallFor(cmp.Or(p.Holder.LaneID, cl.cfg.Lanes[0]), p.Fence.AttemptIndex,
-		cmp.Or(p.Holder.WorkerInstanceID, cl.cfg.WorkerInstanceID))
+	if p.Holder.LaneID == "" || p.Holder.WorkerInstanceID == "" {
+		// The KEYS cannot be built without them: the completion reads
+		// them first, then the claim.
+		first := mapErr(cl.vc.CompleteExecution(ctx, cp), true)
+		next, cerr := cl.claimBatch(ctx, n)
+		return next, first, cerr
+	}
+	call := cp.CallFor(p.Holder.LaneID, p.Fence.AttemptIndex, p.Holder.WorkerInstanceID)
 	completeErr := func(err error) error {
 		if err == nil {
 			return nil
