@@ -131,6 +131,11 @@ type Driver interface {
 	// DeploymentDriver: the schema check and partition config a client
 	// starts with (deployment.go).
 	DeploymentDriver
+	// ClaimerDriver: a worker's claim session, its claim and
+	// complete-and-claim hot path (claimer.go).
+	ClaimerDriver
+	// LaneSpreadDriver: a lane's solo-partitioner choice (claimer.go).
+	LaneSpreadDriver
 }
 
 // CreateExecutionParams are the inputs of Driver.CreateExecution. The

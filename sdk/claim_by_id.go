@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/fabric-host/fabric/backend"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -20,8 +19,11 @@ var ErrNotClaimable = errors.New("sdk: execution not claimable")
 // scan finds: for a dispatcher that routes work itself, or to take a
 // claim grant a scheduler issued to this worker (the grant is honoured:
 // ff_claim_execution checks it belongs to this worker id). The execution
-// must be on one of the worker's lanes. On Postgres it is
-// backend.Driver.ClaimExecution (one transaction, the row locked).
+// must be on one of the worker's lanes. Its lane is read, then the
+// worker's claim session claims it (backend.Claimer.ClaimExecution: on
+// Valkey one fabric_claim_execution, and an execution needing a
+// capability the worker lacks is parked for a capable worker; on
+// Postgres one transaction, the row locked).
 func (w *Worker) ClaimExecution(ctx context.Context, id model.ExecutionID) (*Lease, error) {
 	if w.isClosed() {
 		return nil, ErrWorkerClosed
@@ -29,35 +31,8 @@ func (w *Worker) ClaimExecution(ctx context.Context, id model.ExecutionID) (*Lea
 	if _, err := model.ParseExecutionID(string(id)); err != nil {
 		return nil, invalid("id", "%v", err)
 	}
-	if w.pg != nil {
-		return w.claimByIDDriver(ctx, id)
-	}
-	ji, err := w.readJob(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if ji.lane == "" {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	if !w.servesLane(ji.lane) {
-		return nil, invalid("id", "%s is on lane %q, which this worker does not serve", id, ji.lane)
-	}
-	l, err := w.tryClaim(ctx, candidate{id: id, lane: ji.lane})
-	if err != nil {
-		return nil, err
-	}
-	if l == nil {
-		return nil, fmt.Errorf("%w: %s (%s)", ErrNotClaimable, id, ji.phase)
-	}
-	return l, nil
-}
-
-// claimByIDDriver is ClaimExecution through backend.Driver (Postgres):
-// the execution's lane is read and checked, then Driver.ClaimExecution
-// claims it.
-func (w *Worker) claimByIDDriver(ctx context.Context, id model.ExecutionID) (*Lease, error) {
 	st, err := w.drv.ExecutionState(ctx, id)
-	if errors.Is(err, backend.ErrNotFound) {
+	if errors.Is(err, backend.ErrNotFound) || (err == nil && st.LaneID == "") {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
@@ -66,8 +41,7 @@ func (w *Worker) claimByIDDriver(ctx context.Context, id model.ExecutionID) (*Le
 	if !w.servesLane(st.LaneID) {
 		return nil, invalid("id", "%s is on lane %q, which this worker does not serve", id, st.LaneID)
 	}
-	cr, err := w.drv.ClaimExecution(ctx, &backend.ClaimExecutionParams{ExecutionID: id, WorkerID: w.cfg.WorkerID,
-		WorkerInstanceID: w.cfg.InstanceID, Capabilities: w.caps, LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds()})
+	cr, err := w.claimer.ClaimExecution(ctx, id, st.LaneID)
 	switch {
 	case errors.Is(err, backend.ErrNotFound):
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -75,9 +49,8 @@ func (w *Worker) claimByIDDriver(ctx context.Context, id model.ExecutionID) (*Le
 		return nil, fmt.Errorf("%w: %s (%w)", ErrNotClaimable, id, err)
 	case err != nil:
 		return nil, fmt.Errorf("sdk: %w", err)
+	case cr == nil:
+		return nil, fmt.Errorf("%w: %s (%s)", ErrNotClaimable, id, st.LifecyclePhase)
 	}
-	ji := &jobInfo{kind: cr.Kind, namespace: cr.Namespace, lane: cr.LaneID, flow: cr.FlowID, payload: string(cr.Payload)}
-	return w.newLease(cr.ExecutionID, cr.LaneID, ji, &valkey.ClaimResult{LeaseID: cr.Fence.LeaseID,
-		LeaseEpoch: cr.Fence.LeaseEpoch, ExpiresAt: cr.ExpiresAt, AttemptID: cr.Fence.AttemptID,
-		AttemptIndex: cr.Fence.AttemptIndex, AttemptType: cr.AttemptType}), nil
+	return w.newLease(cr), nil
 }

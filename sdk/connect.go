@@ -53,17 +53,18 @@ import (
 //     PromoteDelayed have no effect.
 //   - An unmigrated database is refused with backend.ErrNotMigrated.
 func Connect(ctx context.Context, b backend.Provider, cfg WorkerConfig) (*Worker, error) {
-	vc, pc, err := clientsOf("backend", b)
-	if err != nil {
+	if _, _, err := clientsOf("backend", b); err != nil {
 		return nil, err
 	}
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	if pc != nil {
-		return connectPostgres(ctx, pc, cfg)
+	drv := b.Driver()
+	parts, err := readPartitions(ctx, drv, cfg.Logger)
+	if err != nil {
+		return nil, err
 	}
-	return connectValkey(ctx, vc, cfg)
+	return connectDriver(ctx, drv.BindPartitions(parts), parts, cfg)
 }
 
 // clientsOf resolves a Provider to its backend's client: exactly one of

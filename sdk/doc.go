@@ -65,10 +65,12 @@
 //
 //   - Inputs are validated before any network call: a bad lane, priority,
 //     delay or capability returns an error wrapping [ErrInvalidInput].
-//   - Workers scan partitions themselves (FlowFabric's direct-claim path):
-//     32 partitions per round in one pipelined round trip, starting at an
-//     offset derived from the worker instance id, so idle workers spread
-//     their reads. Budget and quota admission at claim time are the
+//   - A worker claims through its backend's claim session
+//     (backend.Claimer, opened by [Connect]): on Valkey workers scan
+//     partitions themselves (FlowFabric's direct-claim path, in
+//     backend/valkey): 32 partitions per round in one pipelined round
+//     trip, starting at an offset derived from the worker instance id, so
+//     idle workers spread their reads. Budget and quota admission at claim time are the
 //     scheduler's job and are not applied here, as in FlowFabric's SDK;
 //     a handler applies a quota itself with [Job.Admit] or [Admitting].
 //   - A lane's executions outside flows live on one partition (one node of

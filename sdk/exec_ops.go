@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -122,59 +121,6 @@ func (w *Worker) fail(ctx context.Context, l *Lease, cause error, retry bool) er
 		w.stats.failed.Add(1)
 	}
 	return err
-}
-
-// tryReclaim takes over an execution whose lease expired or was revoked:
-// ff_issue_reclaim_grant then ff_reclaim_execution, a new attempt of type
-// "reclaim". Executions whose lease is merely due (not yet marked expired
-// by the lease-expiry scanner) are left alone.
-func (w *Worker) tryReclaim(ctx context.Context, c candidate) (*Lease, error) {
-	ji, err := w.readJob(ctx, c.id)
-	if err != nil {
-		return nil, err
-	}
-	if ji.phase != model.PhaseActive || (ji.ownership != model.OwnershipLeaseExpiredReclaimable &&
-		ji.ownership != model.OwnershipLeaseRevoked) || !w.servesLane(ji.lane) || len(w.missingCaps(ji.required)) > 0 {
-		return nil, nil
-	}
-	if _, err := w.vc.IssueReclaimGrant(ctx, &valkey.IssueClaimGrantParams{ExecutionID: c.id,
-		WorkerID: w.cfg.WorkerID, WorkerInstanceID: w.cfg.InstanceID, Lane: ji.lane,
-		GrantTTLMs: GrantTTL.Milliseconds(), WorkerCapabilities: w.caps}); err != nil {
-		if skippable(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("sdk: %w", err)
-	}
-	cr, err := w.vc.ReclaimExecution(ctx, &valkey.ReclaimExecutionParams{ExecutionID: c.id,
-		WorkerID: w.cfg.WorkerID, WorkerInstanceID: w.cfg.InstanceID, LaneID: ji.lane,
-		LeaseTTLMs: w.cfg.LeaseTTL.Milliseconds()})
-	if err != nil {
-		if skippable(err) || errors.Is(err, valkey.CodeMaxRetriesExhausted) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("sdk: %w", err)
-	}
-	return w.newLease(c.id, ji.lane, ji, cr), nil
-}
-
-func (w *Worker) servesLane(lane string) bool {
-	for _, l := range w.cfg.Lanes {
-		if l == lane {
-			return true
-		}
-	}
-	return false
-}
-
-// promoteDue promotes a due delayed execution (ff_promote_delayed), for
-// workers configured with PromoteDelayed.
-func (w *Worker) promoteDue(ctx context.Context, c candidate, p model.Partition) bool {
-	st, err := w.vc.PromoteDelayed(ctx, &valkey.PromoteDelayedParams{ExecutionID: c.id, Partition: &p,
-		Lane: c.lane, NowMs: w.cfg.Clock().UnixMilli()})
-	if err != nil && ctx.Err() == nil {
-		w.log.Warn("promote delayed failed", "execution_id", c.id, "error", err)
-	}
-	return st == valkey.PromotePromoted
 }
 
 // CancelExecution cancels an execution as an operator

@@ -2,10 +2,12 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -22,7 +24,7 @@ import (
 // and eligible-work notifications cover the rest). The one thing that is
 // not safe across a change is an idempotency key reused within the TTL:
 // the two producers may look for its record on different partitions.
-const LaneSpreadTTL = 30 * time.Second
+const LaneSpreadTTL = backend.LaneSpreadTTL
 
 // laneSpreadCache holds lanes' solo-partitioner choices, each read once
 // per LaneSpreadTTL.
@@ -58,11 +60,8 @@ func (c *laneSpreadCache) put(lane string, s model.LaneSpread, now time.Time) {
 // LaneSpread returns lane's solo-partitioner choice (the zero LaneSpread,
 // FlowFabric's crc16 partition, unless SetLaneSpread chose otherwise),
 // read from the lane's configuration hash at most once per LaneSpreadTTL.
-// On Postgres it is always the default.
+// On Postgres it is always the default (backend.LaneSpreadDriver).
 func (c *Client) LaneSpread(ctx context.Context, lane string) (model.LaneSpread, error) {
-	if c.vc == nil {
-		return model.LaneSpread{}, nil
-	}
 	now := c.clock()
 	if s, ok := c.spreads.get(lane, now); ok {
 		return s, nil
@@ -76,14 +75,9 @@ func (c *Client) LaneSpread(ctx context.Context, lane string) (model.LaneSpread,
 }
 
 func readLaneSpread(ctx context.Context, c *Client, lane string) (model.LaneSpread, error) {
-	raw := c.vc.Raw()
-	m, err := raw.Do(ctx, raw.B().Hgetall().Key(model.LaneConfigKey(lane)).Build()).AsStrMap()
+	s, err := c.drv.LaneSpread(ctx, lane)
 	if err != nil {
-		return model.LaneSpread{}, fmt.Errorf("sdk: read lane %q config: %w", lane, err)
-	}
-	s, err := model.ParseLaneSpread(m)
-	if err != nil {
-		return model.LaneSpread{}, fmt.Errorf("sdk: lane %q: %w", lane, err)
+		return model.LaneSpread{}, fmt.Errorf("sdk: %w", err)
 	}
 	return s, nil
 }
@@ -98,16 +92,12 @@ func (c *Client) SetLaneSpread(ctx context.Context, lane string, s model.LaneSpr
 	if err := ValidateLane(lane); err != nil {
 		return err
 	}
-	if c.vc == nil {
+	err := c.drv.SetLaneSpread(ctx, lane, s)
+	if errors.Is(err, backend.ErrUnsupported) {
 		return invalid("backend", "lane spreading needs Valkey")
 	}
-	raw := c.vc.Raw()
-	cmd := raw.B().Hset().Key(model.LaneConfigKey(lane)).FieldValue()
-	f := s.Fields()
-	cmd = cmd.FieldValue(model.LaneFieldSoloPartitioner, f[model.LaneFieldSoloPartitioner]).
-		FieldValue(model.LaneFieldSpreadPartitions, f[model.LaneFieldSpreadPartitions])
-	if err := raw.Do(ctx, cmd.Build()).Error(); err != nil {
-		return fmt.Errorf("sdk: set lane %q spread: %w", lane, err)
+	if err != nil {
+		return fmt.Errorf("sdk: %w", err)
 	}
 	c.spreads.put(lane, s, c.clock())
 	return nil

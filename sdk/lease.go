@@ -12,7 +12,6 @@ import (
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
-	vk "github.com/valkey-io/valkey-go"
 )
 
 // ErrLeaseLost is the cause of a lease context cancelled because a
@@ -58,9 +57,10 @@ type Lease struct {
 	run      bool // owned by Run (guarded by w.mu)
 }
 
-func (w *Worker) newLease(id model.ExecutionID, lane string, ji *jobInfo, cr *valkey.ClaimResult) *Lease {
-	l := &Lease{w: w, ID: id, Lane: lane, Kind: ji.kind, Namespace: ji.namespace, Payload: []byte(ji.payload),
-		flow: ji.flow, AttemptIndex: cr.AttemptIndex, AttemptType: cr.AttemptType, fence: cr.Fence(), renewDone: make(chan struct{})}
+// newLease is the lease of a claim; it starts renewing.
+func (w *Worker) newLease(cr *backend.ClaimResult) *Lease {
+	l := &Lease{w: w, ID: cr.ExecutionID, Lane: cr.LaneID, Kind: cr.Kind, Namespace: cr.Namespace, Payload: cr.Payload,
+		flow: cr.FlowID, AttemptIndex: cr.Fence.AttemptIndex, AttemptType: cr.AttemptType, fence: cr.Fence, renewDone: make(chan struct{})}
 	l.expiresAt.Store(cr.ExpiresAt)
 	switch cr.AttemptType {
 	case "reclaim":
@@ -91,8 +91,9 @@ func (w *Worker) newLease(id model.ExecutionID, lane string, ji *jobInfo, cr *va
 // ends: the lease can no longer be used.
 func (l *Lease) Context() context.Context { return l.ctx }
 
-// Fence returns the lease's fence (lease id, epoch, attempt id).
-func (l *Lease) Fence() valkey.LeaseFence { return l.fence }
+// Fence returns the lease's fence (lease id, epoch, attempt id and
+// index); valkey.LeaseFence is an alias of backend.Fence.
+func (l *Lease) Fence() backend.Fence { return l.fence }
 
 // ExpiresAt returns the server expiry of the lease as last renewed.
 func (l *Lease) ExpiresAt() time.Time { return time.UnixMilli(l.expiresAt.Load()) }
@@ -290,8 +291,7 @@ func (l *Lease) settle(err error) {
 // stores result when non-empty.
 func (l *Lease) Complete(ctx context.Context, result []byte) error {
 	err := l.finishCall(ctx, "complete", model.OutcomeSuccess, func(ctx context.Context) error {
-		return l.w.drv.CompleteExecution(ctx, &backend.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.fence,
-			Holder: backend.Holder{LaneID: l.Lane, WorkerInstanceID: l.w.cfg.InstanceID}, Result: result})
+		return l.complete(ctx, result)
 	})
 	if err == nil {
 		l.cascade(ctx)
@@ -299,75 +299,30 @@ func (l *Lease) Complete(ctx context.Context, result []byte) error {
 	return err
 }
 
-// completeCall is the lease's ff_complete_execution, its KEYS built from
-// what the lease knows (no pre-read).
-func (l *Lease) completeCall(result []byte) valkey.Call {
-	p := &valkey.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.fence, Result: string(result)}
-	return p.CallFor(l.Lane, l.AttemptIndex, l.w.cfg.InstanceID)
+// complete is the lease's completion through the driver.
+func (l *Lease) complete(ctx context.Context, result []byte) error {
+	return l.w.drv.CompleteExecution(ctx, l.completeParams(result))
 }
 
-// fcall sends one call of the lease.
-func (l *Lease) fcall(ctx context.Context, c valkey.Call) error {
-	if _, err := l.w.vc.FCall(ctx, c.Function, c.Keys, c.Args); err != nil {
-		return fmt.Errorf("%s %s: %w", c.Function, l.ID, err)
-	}
-	return nil
+func (l *Lease) completeParams(result []byte) *backend.CompleteExecutionParams {
+	return &backend.CompleteExecutionParams{ExecutionID: l.ID, Fence: l.fence,
+		Holder: backend.Holder{LaneID: l.Lane, WorkerInstanceID: l.w.cfg.InstanceID}, Result: result}
 }
 
-// completeAndClaim completes the lease (as Complete) and, in the same
-// round trip, claims the next buffered eligible head when there is one
-// (claimBuffered), else the next eligible execution of the lease's lane
-// on its solo partition (fabric_claim_next; unless a reclaim pass is
-// due, and none when that lane is known to be empty there): the
-// completion rides with the next claim. Otherwise ClaimBatch
-// runs while the completion is in flight. It
-// returns the next lease, if one was claimed, and the completion's error.
+// completeAndClaim completes the lease (as Complete) and claims the next
+// execution with it (backend.Claimer.CompleteAndClaim: on Valkey the
+// completion rides with the next claim in one round trip). It returns
+// the next lease, if one was claimed, and the completion's error.
 func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) (*Lease, error) {
-	if w.pg != nil {
-		return nil, l.Complete(ctx, result)
-	}
 	if err := l.begin(); err != nil {
 		return nil, err
 	}
-	call := l.completeCall(result)
-	var next []*Lease
-	var first, cerr error
-	if w.bufferedLen() > 0 {
-		var pre []valkey.Result
-		next, pre, cerr = w.claimBuffered(ctx, 1, []valkey.Call{call})
-		if first = pre[0].Err; first != nil {
-			first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
-		}
-	} else if p, lane, ok := w.soloClaimFor(l.Lane); ok && !w.reclaimPending() {
-		if w.soloKnownEmpty(p, lane) {
-			// Nothing to claim with it: the completion alone, and Run
-			// claims when the slot frees.
-			first = l.fcall(ctx, call)
-		} else {
-			// The completion and a fabric_claim_next on the lane's solo
-			// partition in one round trip.
-			mark := w.soloMark(p)
-			res := w.vc.FCallBatch(ctx, []valkey.Call{call, w.claimNextCall(p, lane, 1)})
-			if first = res[0].Err; first != nil {
-				first = fmt.Errorf("%s %s: %w", call.Function, l.ID, first)
-			}
-			next, cerr = w.claimNextLeases(ctx, p, lane, 1, mark, res[1])
-		}
-	} else {
-		// No head left: the claim reads heads (ClaimBatch) while the
-		// completion is in flight; the client pipelines the two.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			next, cerr = w.ClaimBatch(ctx, 1)
-		}()
-		first = l.fcall(ctx, call)
-		<-done
-	}
+	crs, first, cerr := w.claimer.CompleteAndClaim(ctx, l.completeParams(result), 1)
+	next := w.newLeases(crs)
 	if cerr != nil && !errors.Is(cerr, ErrWorkerClosed) {
 		w.log.Warn("claim failed", "error", cerr)
 	}
-	err := l.finish(ctx, "complete", model.OutcomeSuccess, first, func(ctx context.Context) error { return l.fcall(ctx, call) })
+	err := l.finish(ctx, "complete", model.OutcomeSuccess, first, func(ctx context.Context) error { return l.complete(ctx, result) })
 	if err == nil {
 		l.cascade(ctx)
 	}
@@ -378,36 +333,14 @@ func (w *Worker) completeAndClaim(ctx context.Context, l *Lease, result []byte) 
 }
 
 // cascade resolves a terminal flow member's outgoing edges when the
-// worker is configured to (WorkerConfig.ResolveDependencies). Best
-// effort: the engine's dependency reconciler is the safety net.
-//
-// The flow is read again when the claim saw none: a flow member is
-// created, then added to its flow, and a member without parents is
-// claimable in between; its claim saw no flow_id, and a cascade skipped
-// on that alone left its children blocked forever where no dependency
-// reconciler runs (seen in the demo under load). FlowFabric's completion
-// reads flow_id when the execution completes, too.
+// worker is configured to (WorkerConfig.ResolveDependencies; the claim
+// session's ResolveDependencies, a no-op on Postgres). Best effort: the
+// engine's dependency reconciler is the safety net.
 func (l *Lease) cascade(ctx context.Context) {
-	if !l.w.cfg.ResolveDependencies || l.w.vc == nil {
+	if !l.w.cfg.ResolveDependencies {
 		return
 	}
-	id := l.flow
-	if id == "" {
-		raw := l.w.vc.Raw()
-		f, err := raw.Do(ctx, raw.B().Hget().Key(model.KeysFor(l.ID).Core()).Field("flow_id").Build()).ToString()
-		if err != nil && !vk.IsValkeyNil(err) {
-			l.w.log.Warn("resolve dependencies: read flow_id failed", "execution_id", l.ID, "error", err)
-			return
-		}
-		if id = f; id == "" {
-			return
-		}
-	}
-	flow, err := model.ParseUUID(id)
-	if err != nil {
-		return
-	}
-	if _, err := l.w.vc.CascadeCompletion(ctx, flow, l.ID, l.w.cfg.Clock().UnixMilli()); err != nil {
-		l.w.log.Warn("resolve dependencies failed", "execution_id", l.ID, "flow_id", id, "error", err)
+	if err := l.w.claimer.ResolveDependencies(ctx, l.ID, l.flow); err != nil {
+		l.w.log.Warn("resolve dependencies failed", "execution_id", l.ID, "flow_id", l.flow, "error", err)
 	}
 }

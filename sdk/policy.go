@@ -162,22 +162,3 @@ func policyJSON(priority int, delayUntilMs int64, p *Policy) string {
 	b, _ := json.Marshal(w) // plain structs always marshal
 	return string(b)
 }
-
-// storedPolicy is the part of a stored policy document the worker reads.
-type storedPolicy struct {
-	TimeoutPolicy *struct {
-		AttemptTimeoutMs *int64 `json:"attempt_timeout_ms"`
-	} `json:"timeout_policy"`
-}
-
-// attemptTimeoutMs extracts timeout_policy.attempt_timeout_ms (0: none).
-func attemptTimeoutMs(doc string) int64 {
-	if doc == "" {
-		return 0
-	}
-	var sp storedPolicy
-	if json.Unmarshal([]byte(doc), &sp) != nil || sp.TimeoutPolicy == nil || sp.TimeoutPolicy.AttemptTimeoutMs == nil {
-		return 0
-	}
-	return *sp.TimeoutPolicy.AttemptTimeoutMs
-}

@@ -125,17 +125,17 @@ func (w *Worker) Run(ctx context.Context, handler Handler) error {
 		return invalid("handler", "must not be nil")
 	}
 	var (
-		wg       sync.WaitGroup
-		slots    = make(chan struct{}, w.cfg.Concurrency)
-		hctx     context.Context
-		hcancel  context.CancelCauseFunc
-		idle     = w.cfg.IdlePollMin
-		empty    = 0
-		perSweep = (int(w.parts.Flow) + PartitionScanChunk - 1) / PartitionScanChunk
+		wg      sync.WaitGroup
+		slots   = make(chan struct{}, w.cfg.Concurrency)
+		hctx    context.Context
+		hcancel context.CancelCauseFunc
+		idle    = w.cfg.IdlePollMin
+		empty   = 0
+		// perSweep empty claims in a row cover every partition once
+		// (Valkey: a window of PartitionScanChunk per claim; Postgres:
+		// one claim tries every lane on every partition).
+		perSweep = max(w.claimer.SweepRounds(), 1)
 	)
-	if w.pg != nil {
-		perSweep = 1 // one ClaimNext already tries every lane on every partition
-	}
 	hctx, hcancel = context.WithCancelCause(w.life)
 	defer hcancel(nil)
 	var err error
@@ -176,11 +176,12 @@ loop:
 				}
 				defer free()
 				// A completion claims the next execution in its own round
-				// trip, and this slot runs it. On Postgres the slot is
-				// freed once the handler returns: Run claims the next
-				// execution while the lease-ending call (group-committed
-				// with the other slots') is in flight; Run still waits
-				// for that call before it returns.
+				// trip, and this slot runs it. Where the claim session
+				// frees the slot before the lease-ending call (Postgres)
+				// the slot is freed once the handler returns: Run claims
+				// the next execution while the lease-ending call
+				// (group-committed with the other slots') is in flight;
+				// Run still waits for that call before it returns.
 				for l != nil {
 					l = w.handle(ctx, hctx, l, handler, free)
 				}
@@ -264,22 +265,15 @@ loop:
 
 // wakeCh is the channel that nudges an idle Run (nil, never ready,
 // without notifications): keyevents on Valkey, LISTEN fabric_eligible on
-// Postgres.
-func (w *Worker) wakeCh() <-chan struct{} {
-	if w.pgWake != nil {
-		return w.pgWake.C
-	}
-	if w.wake == nil {
-		return nil
-	}
-	return w.wake.ch
-}
+// Postgres (backend.Claimer.Wake).
+func (w *Worker) wakeCh() <-chan struct{} { return w.claimer.Wake() }
 
 // handle runs one handler and ends the lease by its result. A completion
 // while Run still claims (runCtx live) claims the next execution in the
 // same round trip; that lease is returned for the caller to handle.
 //
-// On Postgres, free is called once the handler has returned, before the
+// Where the claim session says so (backend.Claimer.FreesSlotBeforeEnd:
+// Postgres), free is called once the handler has returned, before the
 // lease-ending call: the slot no longer runs a handler.
 func (w *Worker) handle(runCtx, hctx context.Context, l *Lease, h Handler, free func()) (next *Lease) {
 	w.stats.running.Add(1)
@@ -297,7 +291,7 @@ func (w *Worker) handle(runCtx, hctx context.Context, l *Lease, h Handler, free 
 	if w.life.Err() != nil {
 		return nil // killed
 	}
-	if w.pg != nil {
+	if w.claimer.FreesSlotBeforeEnd() {
 		free()
 	}
 	// Calls that end the lease get their own deadline, not the handler's.

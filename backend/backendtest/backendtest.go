@@ -31,7 +31,7 @@ import (
 // exercises, for reports (operations × backends).
 var Operations = []string{"CreateExecution", "CreateExecutions", "ClaimNext", "ClaimExecution", "RenewLease",
 	"CompleteExecution", "FailExecution", "DelayExecution", "CancelExecution", "ExecutionState", "ExecutionResult",
-	"SubscribeCompletions"}
+	"SubscribeCompletions", "Claimer.Claim", "Claimer.CompleteAndClaim", "Claimer.ClaimExecution"}
 
 const ttl = int64(30_000)
 
@@ -163,6 +163,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	runFlows(sub)
 	runAttemptReads(sub)
 	runWorkers(sub)
+	runClaimer(sub)
 }
 
 func testCreateWaiting(e *env) {
@@ -740,7 +741,8 @@ func RunUnmigrated(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	for name, op := range periodicUnmigrated(ctx, d) {
 		ops[name] = op
 	}
-	for _, more := range []map[string]func() error{flowUnmigrated(ctx, d), attemptUnmigrated(ctx, d, id), workerUnmigrated(ctx, d)} {
+	for _, more := range []map[string]func() error{flowUnmigrated(ctx, d), attemptUnmigrated(ctx, d, id), workerUnmigrated(ctx, d),
+		claimerUnmigrated(ctx, t, d, id, f)} {
 		for name, op := range more {
 			ops[name] = op
 		}

@@ -1,4 +1,4 @@
-package sdk
+package valkey
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
-// spreadWindow is how many of the spread lanes' partitions one ClaimBatch
+// spreadWindow is how many of the spread lanes' partitions one Claim
 // round reads. The window moves on every round (round robin), so the head
 // of every partition is read at least once every ceil(P/spreadWindow)
 // rounds for P spread partitions: no partition waits behind busier ones.
@@ -36,26 +37,26 @@ type spreadLanes struct {
 // readSpreads reads the solo-partitioner choice of every lane of the
 // worker in one round trip. A stored value that does not parse is logged
 // and read as the default.
-func (w *Worker) readSpreads(ctx context.Context) (map[string]model.LaneSpread, error) {
-	raw := w.vc.Raw()
-	cmds := make(vk.Commands, len(w.cfg.Lanes))
-	for i, l := range w.cfg.Lanes {
+func (cl *Claimer) readSpreads(ctx context.Context) (map[string]model.LaneSpread, error) {
+	raw := cl.vc.Raw()
+	cmds := make(vk.Commands, len(cl.cfg.Lanes))
+	for i, l := range cl.cfg.Lanes {
 		cmds[i] = raw.B().Hgetall().Key(model.LaneConfigKey(l)).Build()
 	}
 	out := map[string]model.LaneSpread{}
 	for i, r := range raw.DoMulti(ctx, cmds...) {
 		m, err := r.AsStrMap()
 		if err != nil {
-			return nil, fmt.Errorf("sdk: read lane %q config: %w", w.cfg.Lanes[i], err)
+			return nil, fmt.Errorf("read lane %q config: %w", cl.cfg.Lanes[i], err)
 		}
 		s, err := model.ParseLaneSpread(m)
 		if err != nil {
 			// Producers refuse to enqueue on such a lane; the worker keeps
 			// serving what is there: its home partition and, when the lane
 			// spread before, its spread partitions (setChoice keeps them).
-			w.log.Warn("lane config unreadable; reading the lane as FlowFabric's default", "lane", w.cfg.Lanes[i], "error", err)
+			cl.log.Warn("lane config unreadable; reading the lane as FlowFabric's default", "lane", cl.cfg.Lanes[i], "error", err)
 		}
-		out[w.cfg.Lanes[i]] = s
+		out[cl.cfg.Lanes[i]] = s
 	}
 	return out, nil
 }
@@ -64,28 +65,28 @@ func (w *Worker) readSpreads(ctx context.Context) (map[string]model.LaneSpread, 
 // that spreads leaves the solo scan (its home partition is the first of
 // its spread partitions, read in turn with the others, so it gets no
 // precedence over them).
-func (w *Worker) initSpread(ctx context.Context) error {
-	choice, err := w.readSpreads(ctx)
+func (cl *Claimer) initSpread(ctx context.Context) error {
+	choice, err := cl.readSpreads(ctx)
 	if err != nil {
 		return err
 	}
-	w.spread.setChoice(choice, w.parts, w.cfg.Clock())
+	cl.spread.setChoice(choice, cl.parts, cl.cfg.Clock())
 	// Workers of one lane start their round robin at different windows,
 	// so that they do not read (and race for) the same heads in step.
-	w.spread.mu.Lock()
-	if n := len(w.spread.parts); n > 0 {
-		w.spread.cursor = int(model.FNV1a64(w.cfg.InstanceID) % uint64(n))
+	cl.spread.mu.Lock()
+	if n := len(cl.spread.parts); n > 0 {
+		cl.spread.cursor = int(model.FNV1a64(cl.cfg.WorkerInstanceID) % uint64(n))
 	}
-	w.spread.mu.Unlock()
-	for _, l := range w.cfg.Lanes {
+	cl.spread.mu.Unlock()
+	for _, l := range cl.cfg.Lanes {
 		if !choice[l].Spread {
 			continue
 		}
-		p := w.parts.SoloPartition(l)
-		w.soloLanes[p] = slices.DeleteFunc(w.soloLanes[p], func(x string) bool { return x == l })
-		if len(w.soloLanes[p]) == 0 {
-			delete(w.soloLanes, p)
-			w.soloParts = slices.DeleteFunc(w.soloParts, func(x model.Partition) bool { return x == p })
+		p := cl.parts.SoloPartition(l)
+		cl.soloLanes[p] = slices.DeleteFunc(cl.soloLanes[p], func(x string) bool { return x == l })
+		if len(cl.soloLanes[p]) == 0 {
+			delete(cl.soloLanes, p)
+			cl.soloParts = slices.DeleteFunc(cl.soloParts, func(x model.Partition) bool { return x == p })
 		}
 	}
 	return nil
@@ -149,7 +150,7 @@ func (s *spreadLanes) nextWindow(now time.Time, notified bool) ([]model.Partitio
 func (s *spreadLanes) stale(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return now.Sub(s.at) >= LaneSpreadTTL || now.Before(s.at)
+	return now.Sub(s.at) >= backend.LaneSpreadTTL || now.Before(s.at)
 }
 
 func (s *spreadLanes) foundWork(found bool) {
@@ -158,47 +159,36 @@ func (s *spreadLanes) foundWork(found bool) {
 	s.mu.Unlock()
 }
 
-// SpreadPartitions returns the partitions the worker reads round robin for
-// its spreading lanes (none when no lane of the worker spreads).
-func (w *Worker) SpreadPartitions() []model.Partition {
-	w.spread.mu.Lock()
-	defer w.spread.mu.Unlock()
-	return slices.Clone(w.spread.parts)
-}
-
 // scanSpread reads the heads of the next window of the spread lanes'
 // partitions, promotes due delayed heads (with PromoteDelayed) and
 // buffers the eligible ones for the claim. The lanes' choices are read
-// again every LaneSpreadTTL.
-func (w *Worker) scanSpread(ctx context.Context) error {
-	if w.vc == nil {
-		return nil
-	}
-	now := w.cfg.Clock()
-	if w.spread.stale(now) {
-		choice, err := w.readSpreads(ctx)
+// again every backend.LaneSpreadTTL.
+func (cl *Claimer) scanSpread(ctx context.Context) error {
+	now := cl.cfg.Clock()
+	if cl.spread.stale(now) {
+		choice, err := cl.readSpreads(ctx)
 		if err != nil {
 			return err
 		}
-		w.spread.setChoice(choice, w.parts, now)
+		cl.spread.setChoice(choice, cl.parts, now)
 	}
-	win, only := w.spread.nextWindow(now, w.NotificationsUp())
+	win, only := cl.spread.nextWindow(now, cl.NotificationsUp())
 	if len(win) == 0 {
 		return nil
 	}
-	cands, err := w.scan(ctx, win, w.headsPerKey(), only)
+	cands, err := cl.scan(ctx, win, cl.headsPerKey(), only)
 	if err != nil {
 		return err
 	}
 	var eligible []candidate
 	for _, c := range cands {
 		if c.promote != nil {
-			w.promoteDue(ctx, c, *c.promote)
+			cl.promoteDue(ctx, c, *c.promote)
 			continue
 		}
 		eligible = append(eligible, c)
 	}
-	w.spread.foundWork(len(eligible) > 0)
-	w.keepBuffered(eligible)
+	cl.spread.foundWork(len(eligible) > 0)
+	cl.keepBuffered(eligible)
 	return nil
 }

@@ -1,4 +1,4 @@
-package sdk
+package valkey
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -18,14 +17,14 @@ import (
 // is retried.
 const eligibleWatchRetry = time.Second
 
-// maxHotPartitions bounds how many notified partitions one ClaimNext
+// maxHotPartitions bounds how many notified partitions one Claim
 // round reads.
 const maxHotPartitions = 64
 
 // eligibleWatch learns which flow partitions just got eligible work on
 // the worker's lanes from ZADD keyevents on lane:eligible, so that
-// ClaimNext reads those partitions instead of polling every window, and
-// an idle Run wakes at once instead of at its next poll. Polling stays as
+// Claim reads those partitions instead of polling every window, and
+// an idle worker wakes at once (Wake) instead of at its next poll. Polling stays as
 // the safety net: notifications are best effort (CONFIG may be refused,
 // a subscription may drop).
 type eligibleWatch struct {
@@ -34,7 +33,7 @@ type eligibleWatch struct {
 
 	mu  sync.Mutex
 	hot map[uint16]struct{}
-	ch  chan struct{} // nudges an idle Run; capacity 1
+	ch  chan struct{} // nudges an idle worker (Wake); capacity 1
 	up  atomic.Bool   // subscribed
 	// seq counts the notifications of each partition; empty holds, per
 	// solo partition and lane, the seq a fabric_claim_next found the lane
@@ -159,31 +158,23 @@ func (e *eligibleWatch) take() []model.Partition {
 	return out
 }
 
-// NotificationsUp reports whether the worker is subscribed to
-// eligible-work notifications (false with DisableNotifications, on
-// Postgres, and while the subscription is down). The workers connected
-// through one *valkey.Client share one subscription.
-func (w *Worker) NotificationsUp() bool {
-	return w.wake != nil && w.wake.up.Load()
-}
-
-// watchEligible keeps the worker subscribed to ZADD keyevents until the
-// worker's life ends. The workers of one client share one subscription
+// watchEligible keeps the claimer subscribed to ZADD keyevents until it
+// is closed. The claimers of one client share one subscription
 // (keyeventHub): every ZADD of the database is published to every
 // subscriber, so a subscription per worker made the server send each
 // notification once per worker of the process.
-func (w *Worker) watchEligible() {
-	defer w.bg.Done()
-	h := joinKeyeventHub(w.vc, w.log, w.wake)
-	<-w.life.Done()
-	h.leave(w.wake)
+func (cl *Claimer) watchEligible() {
+	defer close(cl.watchDone)
+	h := joinKeyeventHub(cl.vc, cl.log, cl.wake)
+	<-cl.stop
+	h.leave(cl.wake)
 }
 
 // keyeventHub is the one ZADD keyevent subscription of a client, shared
 // by its workers' eligibleWatches: every notified key goes to each of
 // them, and each is up while the subscription is.
 type keyeventHub struct {
-	vc  *valkey.Client
+	vc  *Client
 	log *slog.Logger
 
 	mu       sync.Mutex
@@ -196,12 +187,12 @@ type keyeventHub struct {
 
 var (
 	hubsMu sync.Mutex
-	hubs   = map[*valkey.Client]*keyeventHub{}
+	hubs   = map[*Client]*keyeventHub{}
 )
 
 // joinKeyeventHub adds e to vc's hub, starting the hub (and its
 // subscription) for the client's first watcher.
-func joinKeyeventHub(vc *valkey.Client, log *slog.Logger, e *eligibleWatch) *keyeventHub {
+func joinKeyeventHub(vc *Client, log *slog.Logger, e *eligibleWatch) *keyeventHub {
 	hubsMu.Lock()
 	defer hubsMu.Unlock()
 	h := hubs[vc]
@@ -284,7 +275,7 @@ func (h *keyeventHub) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, valkey.ErrPrimariesChanged) {
+		if errors.Is(err, ErrPrimariesChanged) {
 			h.log.Info("eligible-work notifications: cluster primaries changed; resubscribing", "error", err)
 			continue
 		}

@@ -1,0 +1,145 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/fabric-host/fabric/backend"
+	"github.com/fabric-host/fabric/model"
+)
+
+// fullScanEvery is how often (in Claim calls) a claimer claims across
+// every partition rather than the lanes' solo partitions.
+const fullScanEvery = 8
+
+// Claimer is the Postgres claim session of one worker (backend.Claimer):
+// a claim is one ClaimNextN statement per lane, a completion is the
+// group-committed CompleteExecution, and Wake is LISTEN fabric_eligible.
+// Create it with Driver.NewClaimer.
+type Claimer struct {
+	d     *Driver
+	cfg   backend.ClaimerConfig
+	parts model.PartitionConfig
+	log   *slog.Logger
+	rr    atomic.Uint64 // lane rotation
+	round atomic.Uint64 // Claim calls, for the full scan
+	wake  *EligibleSubscription
+}
+
+var _ backend.Claimer = (*Claimer)(nil)
+
+// NewClaimer implements backend.ClaimerDriver. With cfg.Notifications it
+// LISTENs for eligible work of the lanes (SubscribeEligible); a LISTEN
+// that fails is logged and the worker polls only.
+func (d *Driver) NewClaimer(ctx context.Context, cfg *backend.ClaimerConfig) (backend.Claimer, error) {
+	if cfg == nil || cfg.WorkerID == "" || cfg.WorkerInstanceID == "" || len(cfg.Lanes) == 0 || cfg.LeaseTTLMs <= 0 {
+		return nil, fmt.Errorf("%w: new claimer: a worker id, an instance id, lanes and lease_ttl_ms > 0 are required", backend.ErrInvalidInput)
+	}
+	c := &Claimer{d: d, cfg: *cfg, parts: d.c.Partitions(), log: cmp.Or(cfg.Logger, slog.Default())}
+	if cfg.Notifications {
+		sub, err := d.c.SubscribeEligible(ctx, cfg.Lanes)
+		if err != nil {
+			c.log.Warn("eligible-work notifications unavailable; polling only", "error", err)
+		} else {
+			c.wake = sub
+		}
+	}
+	return c, nil
+}
+
+// Claim implements backend.Claimer: each lane is tried once, from a
+// rotating lane, until n are claimed; on a lane's solo partition the n
+// are picked and leased in one statement (ClaimNextN). Every
+// fullScanEvery-th call also looks at every partition (flow members of
+// the lane), which costs a probe per partition.
+func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, error) {
+	n = max(n, 1)
+	lanes := c.cfg.Lanes
+	start := c.rr.Add(1)
+	full := c.round.Add(1)%fullScanEvery == 0
+	var out []*backend.ClaimResult
+	for i := range lanes {
+		if len(out) >= n {
+			break
+		}
+		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
+		p := &backend.ClaimNextParams{LaneID: lane, WorkerID: c.cfg.WorkerID, WorkerInstanceID: c.cfg.WorkerInstanceID,
+			Capabilities: c.cfg.Capabilities, LeaseTTLMs: c.cfg.LeaseTTLMs}
+		if !full {
+			p.Partitions = []uint16{c.parts.SoloPartition(lane).Index}
+		}
+		crs, err := c.d.ClaimNextN(ctx, p, n-len(out))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, crs...)
+	}
+	return out, nil
+}
+
+// CompleteAndClaim implements backend.Claimer: the completion alone
+// (group-committed with other completions); it claims nothing, since the
+// run loop frees the slot before the completion (FreesSlotBeforeEnd) and
+// claims while it is in flight.
+func (c *Claimer) CompleteAndClaim(ctx context.Context, p *backend.CompleteExecutionParams, _ int) ([]*backend.ClaimResult, error, error) {
+	return nil, c.d.CompleteExecution(ctx, p), nil
+}
+
+// ClaimExecution implements backend.Claimer: Driver.ClaimExecution (one
+// transaction, the row locked). lane is not needed.
+func (c *Claimer) ClaimExecution(ctx context.Context, id model.ExecutionID, _ string) (*backend.ClaimResult, error) {
+	return c.d.ClaimExecution(ctx, &backend.ClaimExecutionParams{ExecutionID: id, WorkerID: c.cfg.WorkerID,
+		WorkerInstanceID: c.cfg.WorkerInstanceID, Capabilities: c.cfg.Capabilities, LeaseTTLMs: c.cfg.LeaseTTLMs})
+}
+
+// ResolveDependencies implements backend.Claimer: nothing, on Postgres
+// the host's pg_dependency_reconciler resolves a flow member's edges,
+// pushed by LISTEN ff_completion.
+func (c *Claimer) ResolveDependencies(context.Context, model.ExecutionID, string) error { return nil }
+
+// Wake implements backend.Claimer: the LISTEN fabric_eligible
+// subscription's channel, nil without one.
+func (c *Claimer) Wake() <-chan struct{} {
+	if c.wake == nil {
+		return nil
+	}
+	return c.wake.C
+}
+
+// NotificationsUp implements backend.Claimer. It is always false on
+// Postgres: the LISTEN wakes an idle worker but the claim does not rely
+// on it, and its health is not tracked.
+func (c *Claimer) NotificationsUp() bool { return false }
+
+// SweepRounds implements backend.Claimer: one Claim tries every lane.
+func (c *Claimer) SweepRounds() int { return 1 }
+
+// FreesSlotBeforeEnd implements backend.Claimer: true, lease-ending
+// calls are group-committed, and the worker claims while they are in
+// flight.
+func (c *Claimer) FreesSlotBeforeEnd() bool { return true }
+
+// SpreadPartitions implements backend.Claimer: none, lanes do not spread
+// on Postgres.
+func (c *Claimer) SpreadPartitions() []model.Partition { return nil }
+
+// Close implements backend.Claimer: it ends the LISTEN.
+func (c *Claimer) Close() {
+	if c.wake != nil {
+		c.wake.Close()
+	}
+}
+
+// LaneSpread implements backend.LaneSpreadDriver: always the default
+// (lanes do not spread on Postgres).
+func (d *Driver) LaneSpread(context.Context, string) (model.LaneSpread, error) {
+	return model.LaneSpread{}, nil
+}
+
+// SetLaneSpread implements backend.LaneSpreadDriver: backend.ErrUnsupported.
+func (d *Driver) SetLaneSpread(_ context.Context, lane string, _ model.LaneSpread) error {
+	return fmt.Errorf("%w: lane spreading (lane %q) needs Valkey", backend.ErrUnsupported, lane)
+}
