@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/model"
@@ -199,5 +200,50 @@ func TestSubscribeEligible(t *testing.T) {
 	case <-sub.C:
 	case <-ctx.Done():
 		t.Fatal("no wake for a promoted execution")
+	}
+}
+
+// A flow member lives on its flow's partition, not its lane's: the
+// notification names that partition, and the next Claim claims it there
+// — not only the periodic full scan (every eighth call).
+func TestClaimerClaimsNotifiedFlowMember(t *testing.T) {
+	t.Parallel()
+	c := pgtest.Client(t, postgres.ClientConfig{})
+	ctx := pgtest.Context(t, time.Minute)
+	const lane = "flow-lane"
+	flow := model.NewUUID()
+	for parts.FlowPartition(flow) == parts.SoloPartition(lane) {
+		flow = model.NewUUID()
+	}
+	cl, err := postgres.NewDriver(c).NewClaimer(ctx, &backend.ClaimerConfig{WorkerID: "w", WorkerInstanceID: "wi",
+		Lanes: []string{lane}, LeaseTTLMs: 30_000, Notifications: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// Claim once with nothing to claim, so the next call is not a full scan
+	// either way.
+	if got, err := cl.Claim(ctx, 1); err != nil || len(got) != 0 {
+		t.Fatalf("empty lane: %d claimed, %v", len(got), err)
+	}
+	id := newExec(t, c, &execOpts{lane: lane, flow: flow})
+	select {
+	case <-cl.Wake():
+	case <-ctx.Done():
+		t.Fatal("no wake for the flow member")
+	}
+	got, err := cl.Claim(ctx, 2)
+	if err != nil || len(got) != 1 || got[0].ExecutionID != id {
+		t.Fatalf("claim after the wake: %+v, %v; want %s", got, err, id)
+	}
+	// A payload from the trigger before partitions were named is a lane alone.
+	if p, l := postgres.ParseEligibleForTest("flow-lane"); p != -1 || l != "flow-lane" {
+		t.Fatalf("lane-only payload: %d %q", p, l)
+	}
+	if p, l := postgres.ParseEligibleForTest("17:a:b"); p != 17 || l != "a:b" {
+		t.Fatalf("payload 17:a:b: %d %q", p, l)
+	}
+	if p, l := postgres.ParseEligibleForTest("x9:a"); p != -1 || l != "x9:a" {
+		t.Fatalf("payload x9:a: %d %q", p, l)
 	}
 }

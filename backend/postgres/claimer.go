@@ -26,7 +26,10 @@ type Claimer struct {
 	log   *slog.Logger
 	rr    atomic.Uint64 // lane rotation
 	round atomic.Uint64 // Claim calls, for the full scan
-	wake  *EligibleSubscription
+	// fullAgain: the last full scan claimed work, so the next Claim scans
+	// every partition again (work clusters).
+	fullAgain atomic.Bool
+	wake      *EligibleSubscription
 }
 
 var _ backend.Claimer = (*Claimer)(nil)
@@ -52,30 +55,70 @@ func (d *Driver) NewClaimer(ctx context.Context, cfg *backend.ClaimerConfig) (ba
 
 // Claim implements backend.Claimer: each lane is tried once, from a
 // rotating lane, until n are claimed; on a lane's solo partition the n
-// are picked and leased in one statement (ClaimNextN). Every
-// fullScanEvery-th call also looks at every partition (flow members of
-// the lane), which costs a probe per partition.
+// are picked and leased in one statement (ClaimNextN). Then the
+// partitions LISTEN fabric_eligible named for the lanes (flow members,
+// which live on their flow's partition), each a ClaimNextN there. Every
+// fullScanEvery-th call, and the call after a full scan that found work,
+// also looks at every partition (flow members that were not notified:
+// created before the worker listened, or beyond the notified bound),
+// which costs a probe per partition.
 func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, error) {
 	n = max(n, 1)
 	lanes := c.cfg.Lanes
 	start := c.rr.Add(1)
-	full := c.round.Add(1)%fullScanEvery == 0
+	full := c.round.Add(1)%fullScanEvery == 0 || c.fullAgain.Swap(false)
+	claim := func(lane string, parts []uint16) ([]*backend.ClaimResult, error) {
+		return c.d.ClaimNextN(ctx, &backend.ClaimNextParams{LaneID: lane, WorkerID: c.cfg.WorkerID,
+			WorkerInstanceID: c.cfg.WorkerInstanceID, Capabilities: c.cfg.Capabilities, LeaseTTLMs: c.cfg.LeaseTTLMs,
+			Partitions: parts}, n)
+	}
 	var out []*backend.ClaimResult
 	for i := range lanes {
-		if len(out) >= n {
-			break
+		if n <= 0 {
+			return out, nil
 		}
 		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
-		p := &backend.ClaimNextParams{LaneID: lane, WorkerID: c.cfg.WorkerID, WorkerInstanceID: c.cfg.WorkerInstanceID,
-			Capabilities: c.cfg.Capabilities, LeaseTTLMs: c.cfg.LeaseTTLMs}
-		if !full {
-			p.Partitions = []uint16{c.parts.SoloPartition(lane).Index}
-		}
-		crs, err := c.d.ClaimNextN(ctx, p, n-len(out))
+		crs, err := claim(lane, []uint16{c.parts.SoloPartition(lane).Index})
 		if err != nil {
 			return out, err
 		}
-		out = append(out, crs...)
+		n, out = n-len(crs), append(out, crs...)
+	}
+	if c.wake != nil {
+		for _, w := range c.wake.Notified() {
+			if n <= 0 {
+				c.wake.Note(w) // not reached: next time
+				continue
+			}
+			if w.Partition == c.parts.SoloPartition(w.Lane).Index {
+				continue // the solo pass read it
+			}
+			crs, err := claim(w.Lane, []uint16{w.Partition})
+			if err != nil {
+				c.wake.Note(w)
+				return out, err
+			}
+			if len(crs) == n {
+				c.wake.Note(w) // there may be more
+			}
+			n, out = n-len(crs), append(out, crs...)
+		}
+	}
+	if !full {
+		return out, nil
+	}
+	for i := range lanes {
+		if n <= 0 {
+			break
+		}
+		crs, err := claim(lanes[(start+uint64(i))%uint64(len(lanes))], nil)
+		if err != nil {
+			return out, err
+		}
+		if len(crs) > 0 {
+			c.fullAgain.Store(true)
+		}
+		n, out = n-len(crs), append(out, crs...)
 	}
 	return out, nil
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,9 +16,28 @@ import (
 
 // EligibleChannel is the NOTIFY channel of eligible work: the trigger
 // fabric_exec_core_eligible_notify_trg (migrations/fabric/eligible_notify.sql)
-// sends the lane of every execution that becomes runnable and eligible
-// now.
+// sends "<partition>:<lane>" for every execution that becomes runnable
+// and eligible now (a payload without a partition, from a trigger before
+// 2026-12-02, names the lane alone).
 const EligibleChannel = "fabric_eligible"
+
+// maxNotifiedPartitions bounds the (partition, lane) pairs an
+// EligibleSubscription remembers between two Notified calls.
+const maxNotifiedPartitions = 64
+
+// parseEligible splits a fabric_eligible payload into its partition
+// (-1 when it names none) and lane.
+func parseEligible(payload string) (int, string) {
+	head, lane, ok := strings.Cut(payload, ":")
+	if !ok {
+		return -1, payload
+	}
+	p, err := strconv.Atoi(head)
+	if err != nil || p < 0 || p > math.MaxUint16 {
+		return -1, payload
+	}
+	return p, lane
+}
 
 // EligibleSubscription wakes a worker when work becomes eligible on one
 // of its lanes. Create it with SubscribeEligible.
@@ -25,6 +47,9 @@ type EligibleSubscription struct {
 	// It holds one pending wake: many notifications before a receive
 	// fold into one.
 	C <-chan struct{}
+
+	mu       sync.Mutex
+	notified map[NotifiedWork]bool // since the last Notified call
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -38,6 +63,38 @@ func (s *EligibleSubscription) Close() {
 	<-s.done
 }
 
+// NotifiedWork is where work became eligible: a lane on a partition.
+type NotifiedWork struct {
+	Partition uint16
+	Lane      string
+}
+
+// Notified returns, and forgets, where work became eligible (on one of
+// the lanes) since the last call, in no order: a worker claims there
+// before it scans every partition — a flow member lives on its flow's
+// partition, not its lane's.
+func (s *EligibleSubscription) Notified() []NotifiedWork {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]NotifiedWork, 0, len(s.notified))
+	for w := range s.notified {
+		out = append(out, w)
+	}
+	clear(s.notified)
+	return out
+}
+
+// Note remembers w as if it had been notified (a claimer puts back what
+// it did not get to). At most maxNotifiedPartitions are remembered;
+// beyond them a worker finds the work by its full scans.
+func (s *EligibleSubscription) Note(w NotifiedWork) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.notified) < maxNotifiedPartitions {
+		s.notified[w] = true
+	}
+}
+
 // SubscribeEligible LISTENs on EligibleChannel over a dedicated
 // connection and signals C for notifications naming one of lanes. It
 // returns once LISTEN is registered; a lost connection is redialled every
@@ -49,11 +106,11 @@ func (c *Client) SubscribeEligible(ctx context.Context, lanes []string) (*Eligib
 	}
 	wake := make(chan struct{}, 1)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &EligibleSubscription{C: wake, cancel: cancel, done: make(chan struct{})}
+	s := &EligibleSubscription{C: wake, notified: map[NotifiedWork]bool{}, cancel: cancel, done: make(chan struct{})}
 	lanes = slices.Clone(lanes)
 	go func() {
 		defer close(s.done)
-		c.eligibleLoop(sctx, conn, lanes, wake)
+		c.eligibleLoop(sctx, conn, lanes, s, wake)
 	}()
 	return s, nil
 }
@@ -72,7 +129,7 @@ func (c *Client) dialListen(ctx context.Context, channel string) (*pgx.Conn, err
 	return conn, nil
 }
 
-func (c *Client) eligibleLoop(ctx context.Context, conn *pgx.Conn, lanes []string, wake chan<- struct{}) {
+func (c *Client) eligibleLoop(ctx context.Context, conn *pgx.Conn, lanes []string, s *EligibleSubscription, wake chan<- struct{}) {
 	signal := func() {
 		select {
 		case wake <- struct{}{}:
@@ -114,7 +171,10 @@ func (c *Client) eligibleLoop(ctx context.Context, conn *pgx.Conn, lanes []strin
 			}
 			continue
 		}
-		if slices.Contains(lanes, n.Payload) {
+		if p, lane := parseEligible(n.Payload); slices.Contains(lanes, lane) {
+			if p >= 0 {
+				s.Note(NotifiedWork{Partition: uint16(p), Lane: lane})
+			}
 			signal()
 		}
 	}

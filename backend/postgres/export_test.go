@@ -32,3 +32,6 @@ func ReadGenericBatchForTest(br pgx.BatchResults, read func(pgx.BatchResults) er
 	_, err := readGenericBatch(br, func() (struct{}, error) { return struct{}{}, read(br) })
 	return err
 }
+
+// ParseEligibleForTest is parseEligible.
+func ParseEligibleForTest(payload string) (int, string) { return parseEligible(payload) }

@@ -1,5 +1,5 @@
--- fabric: wake idle workers at once. NOTIFY fabric_eligible, payload the
--- lane, when an execution becomes runnable and eligible now: created
+-- fabric: wake idle workers at once. NOTIFY fabric_eligible, payload
+-- "<partition_key>:<lane>", when an execution becomes runnable and eligible now: created
 -- eligible, promoted after a delay or a retry backoff, unblocked by its
 -- dependencies. A wake-up hint only (Postgres folds repeats in one
 -- transaction): a worker that misses one finds the work at its next poll.
@@ -8,7 +8,7 @@
 CREATE OR REPLACE FUNCTION fabric_notify_eligible() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('fabric_eligible', NEW.lane_id);
+    PERFORM pg_notify('fabric_eligible', NEW.partition_key::text || ':' || NEW.lane_id);
     RETURN NULL;
 END
 $$;
