@@ -109,7 +109,7 @@ func (c *Client) ReadBudget(ctx context.Context, id model.UUID) (*BudgetStatus, 
 	st := &BudgetStatus{BudgetID: id, Used: map[string]int64{}}
 	err := c.pool.QueryRow(ctx, `SELECT policy_json, scope_type, scope_id, next_reset_at_ms, breach_count, soft_breach_count,
        (SELECT coalesce(jsonb_object_agg(u.dimensions_key, u.current_value), '{}'::jsonb) FROM ff_budget_usage u
-         WHERE u.partition_key = p.partition_key AND u.budget_id = p.budget_id AND u.dimensions_key <> $3)
+         WHERE u.partition_key = $1 AND u.budget_id = p.budget_id AND u.dimensions_key <> $3)
   FROM ff_budget_policy p WHERE p.partition_key = $1 AND p.budget_id = $2`, c.budgetPK(id), id.String(), usageInitKey).
 		Scan(&doc, &st.ScopeType, &st.ScopeID, &next, &st.BreachCount, &st.SoftBreachCount, &used)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -310,7 +310,7 @@ func (c *Client) ReadQuota(ctx context.Context, p *ReadQuotaParams) (*QuotaStatu
 	st := &QuotaStatus{QuotaID: p.QuotaID}
 	err := c.pool.QueryRow(ctx, `SELECT requests_per_window_seconds, max_requests_per_window, active_concurrency_cap,
        active_concurrency,
-       (SELECT count(*) FROM ff_quota_window w WHERE w.partition_key = q.partition_key
+       (SELECT count(*) FROM ff_quota_window w WHERE w.partition_key = $1
            AND w.quota_policy_id = q.quota_policy_id AND w.dimension = $3
            AND w.admitted_at_ms > $4 - q.requests_per_window_seconds * 1000)
   FROM ff_quota_policy q WHERE q.partition_key = $1 AND q.quota_policy_id = $2`,

@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
-// fullScanEvery is how often (in Claim calls) a claimer claims across
-// every partition rather than the lanes' solo partitions.
-const fullScanEvery = 8
+// fullScanInterval is how often a claimer also claims across every
+// partition, not only the lanes' solo partitions and the notified ones:
+// for flow members no notification named (created before the worker
+// listened, or beyond the notified bound).
+const fullScanInterval = time.Second
 
 // Claimer is the Postgres claim session of one worker (backend.Claimer):
 // a claim is one ClaimNextN statement per lane, a completion is the
@@ -24,10 +27,11 @@ type Claimer struct {
 	cfg   backend.ClaimerConfig
 	parts model.PartitionConfig
 	log   *slog.Logger
-	rr    atomic.Uint64 // lane rotation
-	round atomic.Uint64 // Claim calls, for the full scan
-	// fullAgain: the last full scan claimed work, so the next Claim scans
-	// every partition again (work clusters).
+	rr       atomic.Uint64 // lane rotation
+	lastFull atomic.Int64  // unix ns of the last full scan
+	// fullAgain: the last full scan claimed work and there is no
+	// subscription to note its partition in, so the next Claim scans every
+	// partition again (work clusters).
 	fullAgain atomic.Bool
 	wake      *EligibleSubscription
 }
@@ -57,16 +61,19 @@ func (d *Driver) NewClaimer(ctx context.Context, cfg *backend.ClaimerConfig) (ba
 // rotating lane, until n are claimed; on a lane's solo partition the n
 // are picked and leased in one statement (ClaimNextN). Then the
 // partitions LISTEN fabric_eligible named for the lanes (flow members,
-// which live on their flow's partition), each a ClaimNextN there. Every
-// fullScanEvery-th call, and the call after a full scan that found work,
-// also looks at every partition (flow members that were not notified:
-// created before the worker listened, or beyond the notified bound),
-// which costs a probe per partition.
+// which live on their flow's partition), each a ClaimNextN there. At most
+// once per fullScanInterval it also looks at every partition (one probe
+// per partition under a generic plan), and where that found work is
+// claimed from first at the next call.
 func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, error) {
 	n = max(n, 1)
 	lanes := c.cfg.Lanes
 	start := c.rr.Add(1)
-	full := c.round.Add(1)%fullScanEvery == 0 || c.fullAgain.Swap(false)
+	now := time.Now().UnixNano()
+	full := c.fullAgain.Swap(false)
+	if last := c.lastFull.Load(); now-last >= int64(fullScanInterval) && c.lastFull.CompareAndSwap(last, now) {
+		full = true
+	}
 	claim := func(lane string, parts []uint16) ([]*backend.ClaimResult, error) {
 		return c.d.ClaimNextN(ctx, &backend.ClaimNextParams{LaneID: lane, WorkerID: c.cfg.WorkerID,
 			WorkerInstanceID: c.cfg.WorkerInstanceID, Capabilities: c.cfg.Capabilities, LeaseTTLMs: c.cfg.LeaseTTLMs,
@@ -111,12 +118,19 @@ func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, err
 		if n <= 0 {
 			break
 		}
-		crs, err := claim(lanes[(start+uint64(i))%uint64(len(lanes))], nil)
+		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
+		crs, err := claim(lane, nil)
 		if err != nil {
 			return out, err
 		}
-		if len(crs) > 0 {
-			c.fullAgain.Store(true)
+		// Where the scan found work there may be more: the next Claim
+		// claims there in one statement for every free slot.
+		for _, cr := range crs {
+			if c.wake != nil {
+				c.wake.Note(NotifiedWork{Partition: cr.ExecutionID.Partition().Index, Lane: lane})
+			} else {
+				c.fullAgain.Store(true)
+			}
 		}
 		n, out = n-len(crs), append(out, crs...)
 	}

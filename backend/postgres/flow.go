@@ -171,7 +171,7 @@ func countParents(ctx context.Context, tx pgx.Tx, fp int16, parents [][16]byte) 
 		return cnt, err
 	}
 	rows, err := tx.Query(ctx, `SELECT c.lifecycle_phase IN ('terminal', 'cancelled'), c.public_state,
-       EXISTS (SELECT 1 FROM ff_completion_event e WHERE e.partition_key = c.partition_key
+       EXISTS (SELECT 1 FROM ff_completion_event e WHERE e.partition_key = $1
                   AND e.execution_id = c.execution_id AND e.dispatched_at_ms IS NULL)
   FROM ff_exec_core c WHERE c.partition_key = $1 AND c.execution_id = ANY($2)`, fp, parents)
 	if err != nil {
