@@ -23,10 +23,10 @@ const fullScanInterval = time.Second
 // group-committed CompleteExecution, and Wake is LISTEN fabric_eligible.
 // Create it with Driver.NewClaimer.
 type Claimer struct {
-	d     *Driver
-	cfg   backend.ClaimerConfig
-	parts model.PartitionConfig
-	log   *slog.Logger
+	d        *Driver
+	cfg      backend.ClaimerConfig
+	parts    model.PartitionConfig
+	log      *slog.Logger
 	rr       atomic.Uint64 // lane rotation
 	lastFull atomic.Int64  // unix ns of the last full scan
 	// fullAgain: the last full scan claimed work and there is no
