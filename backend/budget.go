@@ -78,32 +78,24 @@ const BudgetDedupTTLMs = 86_400_000
 // type ff_create_budget's layout sends.
 type BudgetDimension = fcall.BudgetDimension
 
-// CreateBudgetParams are the inputs of BudgetDriver.CreateBudget (and of
-// the Valkey client's ff_create_budget call).
-type CreateBudgetParams struct {
-	BudgetID        model.UUID
-	ScopeType       string
-	ScopeID         string
-	EnforcementMode string
-	OnHardLimit     string
-	OnSoftLimit     string
-	// ResetIntervalMs > 0 schedules periodic resets (the budget_reset
-	// reconcilers zero the usage every interval).
-	ResetIntervalMs int64
-	// NowMs is the caller's clock, stored as created_at; 0 means the
-	// driver's clock.
-	NowMs      int64
-	Dimensions []BudgetDimension
-}
+// CreateBudgetParams are the inputs of BudgetDriver.CreateBudget: the
+// parameters of ff_create_budget, one type for the contract and the call
+// layout (fcall.CreateBudgetParams). ResetIntervalMs > 0 schedules
+// periodic resets (the budget_reset reconcilers zero the usage every
+// interval); NowMs is the caller's clock, stored as created_at, 0 meaning
+// the driver's. Partition is set by the Valkey driver and unused by
+// Postgres: callers leave it zero.
+type CreateBudgetParams = fcall.CreateBudgetParams
 
 // validDimension reports whether name can name a budget dimension: not
 // empty, without ':' (Valkey's limits hash joins "hard:<name>") or NUL.
 func validDimension(name string) bool { return name != "" && !strings.ContainsAny(name, ":\x00") }
 
-// Validate checks p as both drivers do before writing anything: an id,
-// 1..BudgetMaxDimensions distinct valid dimensions, limits not negative,
-// a soft limit not above its hard one, a reset interval not negative.
-func (p *CreateBudgetParams) Validate() error {
+// ValidateCreateBudget checks p as both drivers do before writing
+// anything: an id, 1..BudgetMaxDimensions distinct valid dimensions,
+// limits not negative, a soft limit not above its hard one, a reset
+// interval not negative.
+func ValidateCreateBudget(p *CreateBudgetParams) error {
 	switch {
 	case p.BudgetID.IsZero():
 		return fmt.Errorf("%w: budget id is empty", ErrInvalidInput)

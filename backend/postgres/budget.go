@@ -69,7 +69,7 @@ func (c *Client) orNow(ms int64) int64 { return cmp.Or(ms, c.nowMs()) }
 // reconciler's schedule). Usage rows are created by the first spend. An
 // existing id changes nothing and reports AlreadyExisted.
 func (c *Client) CreateBudget(ctx context.Context, p *CreateBudgetParams) (*CreateBudgetResult, error) {
-	if err := p.Validate(); err != nil {
+	if err := backend.ValidateCreateBudget(p); err != nil {
 		return nil, fmt.Errorf("create budget: %w", err)
 	}
 	now := c.orNow(p.NowMs)

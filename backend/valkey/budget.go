@@ -35,9 +35,9 @@ func (c *Client) budgetKeys(id model.UUID) model.BudgetKeys {
 // CreateBudget calls ff_create_budget (fcall.CreateBudgetParams) on the
 // budget's partition.
 func (c *Client) CreateBudget(ctx context.Context, p *CreateBudgetParams) (*CreateBudgetResult, error) {
-	call := (&fcall.CreateBudgetParams{Partition: c.parts.BudgetPartition(p.BudgetID), BudgetID: p.BudgetID,
-		ScopeType: p.ScopeType, ScopeID: p.ScopeID, EnforcementMode: p.EnforcementMode, OnHardLimit: p.OnHardLimit,
-		OnSoftLimit: p.OnSoftLimit, ResetIntervalMs: p.ResetIntervalMs, NowMs: p.NowMs, Dimensions: p.Dimensions}).Call()
+	q := *p
+	q.Partition = c.parts.BudgetPartition(p.BudgetID)
+	call := q.Call()
 	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {
 		return nil, fmt.Errorf("create budget %s: %w", p.BudgetID, err)

@@ -20,7 +20,7 @@ func orNow(ms int64) int64 { return cmp.Or(ms, nowMs()) }
 // CreateBudget implements backend.BudgetDriver (ff_create_budget), after
 // validating p.
 func (d *Driver) CreateBudget(ctx context.Context, p *backend.CreateBudgetParams) (*backend.CreateBudgetResult, error) {
-	if err := p.Validate(); err != nil {
+	if err := backend.ValidateCreateBudget(p); err != nil {
 		return nil, fmt.Errorf("create budget: %w", err)
 	}
 	q := *p
