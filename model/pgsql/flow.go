@@ -34,13 +34,23 @@ var (
 	// (execution_id, flow_id or '', outcome); no row: another dispatcher
 	// claimed it. The row stays locked until the transaction ends, so a
 	// concurrent claimer waits and then finds it claimed.
+	//
+	// An event without a flow takes the execution's flow as it is now: a
+	// flow member is created, then added to its flow, and one without
+	// parents can be claimed and completed in between — its event then
+	// names no flow, while a child added after it counted it as running
+	// (its event not yet dispatched), and skipping its edges left that
+	// child blocked for good (seen in the Postgres demo).
 	DependencyClaim = Statement{
 		Name: "dependency.claim",
-		SQL: `UPDATE ff_completion_event SET dispatched_at_ms = $3
- WHERE partition_key = $1 AND event_id = $2 AND dispatched_at_ms IS NULL
-RETURNING execution_id::text, COALESCE(flow_id::text, ''), outcome`,
+		SQL: `UPDATE ff_completion_event e SET dispatched_at_ms = $3
+ WHERE e.partition_key = $1 AND e.event_id = $2 AND e.dispatched_at_ms IS NULL
+RETURNING e.execution_id::text,
+          COALESCE(e.flow_id::text, (SELECT c.flow_id::text FROM ff_exec_core c
+                                      WHERE c.partition_key = $1 AND c.execution_id = e.execution_id), ''),
+          e.outcome`,
 		Params: []string{"partition_key", "event_id", "now_ms"},
-		Tables: []string{TCompletion},
+		Tables: []string{TCompletion, TExecCore},
 	}
 	// DependencyOutEdges lists the downstream execution ids of an
 	// execution's outgoing edges, one row per edge, in a stable order (the

@@ -241,3 +241,45 @@ func TestFlowReconcilerPlugins(t *testing.T) {
 		}
 	})
 }
+
+// A flow member is created, then added to its flow; one without parents
+// can be claimed and completed in between, so its completion event names
+// no flow. A child added after that counts the parent as running (its
+// event is not dispatched yet): pg_dependency_reconciler must take the
+// parent's flow as it is at dispatch and release the child (it skipped
+// the event as standalone, and the child stayed blocked for good).
+func TestDependencyReconcilerParentAddedAfterItCompleted(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := pgtest.Context(t, 3*time.Minute)
+	flow := model.NewUUID()
+	if err := c.CreateFlow(ctx, &postgres.CreateFlowParams{FlowID: flow, Kind: "dag", Namespace: "ns"}); err != nil {
+		t.Fatal(err)
+	}
+	parent := parts.NewFlowExecutionID(flow)
+	if _, err := c.CreateExecution(ctx, &postgres.CreateExecutionParams{ExecutionID: parent, Namespace: "ns",
+		LaneID: "late-root", ExecutionKind: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	r := claim(t, c, "late-root")
+	if err := c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: parent, Fence: r.Fence()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, c, `SELECT count(*) FROM ff_completion_event WHERE execution_id = $1::uuid AND flow_id IS NULL`, parent.UUIDString()); n != 1 {
+		t.Fatalf("%d flowless completion events of the parent, want 1", n)
+	}
+	if _, err := c.AddFlowMember(ctx, &postgres.AddFlowMemberParams{FlowID: flow, Child: parent}); err != nil {
+		t.Fatal(err)
+	}
+	child := parts.NewFlowExecutionID(flow)
+	if _, err := c.CreateExecution(ctx, &postgres.CreateExecutionParams{ExecutionID: child, Namespace: "ns",
+		LaneID: "late-child", ExecutionKind: "test", DelayUntil: time.Now().Add(time.Hour).UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.AddFlowMember(ctx, &postgres.AddFlowMemberParams{FlowID: flow, Child: child, Parents: []model.ExecutionID{parent}})
+	if err != nil || st != postgres.MemberBlocked {
+		t.Fatalf("add child: %q, %v; want blocked (the parent's event is not dispatched)", st, err)
+	}
+	startHost(t, c, map[string]host.PluginConfig{"pg_dependency_reconciler": {Interval: 100 * time.Millisecond}})
+	pgtest.Eventually(t, time.Minute, "child released", func() bool { return stateOf(t, c, child).Eligibility == "eligible_now" })
+}
