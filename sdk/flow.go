@@ -148,7 +148,14 @@ func (f *Flow) AddJoin(ctx context.Context, spec ExecutionSpec, join Join, after
 	// is never runnable while one is missing (backend.FlowDriver).
 	if err := f.c.drv.AddFlowMember(ctx, &backend.AddFlowMemberParams{FlowID: f.ID, Child: id, Parents: after,
 		Kind: join.variant, K: join.k, OnSatisfied: string(join.siblings), NowMs: f.c.clock().UnixMilli()}); err != nil {
-		return id, fmt.Errorf("sdk: %w", err)
+		// The execution exists but is no member: cancel it, so it neither
+		// runs outside its flow nor waits forever in its creation hold.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if cerr := f.c.CancelExecution(cctx, id, "flow_member_add_failed"); cerr != nil {
+			return id, fmt.Errorf("sdk: add %s to flow %s: %w (and cancelling it failed: %v)", id, f.ID, err, cerr)
+		}
+		return id, fmt.Errorf("sdk: add %s to flow %s (cancelled): %w", id, f.ID, err)
 	}
 	return id, nil
 }
