@@ -92,7 +92,8 @@ func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, err
 		n, out = n-len(crs), append(out, crs...)
 	}
 	if c.wake != nil {
-		for _, w := range c.wake.Notified() {
+		ws := c.wake.Notified()
+		for i, w := range ws {
 			if n <= 0 {
 				c.wake.Note(w) // not reached: next time
 				continue
@@ -102,7 +103,9 @@ func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, err
 			}
 			crs, err := claim(w.Lane, []uint16{w.Partition})
 			if err != nil {
-				c.wake.Note(w)
+				for _, rest := range ws[i:] { // this one and those not reached: next time
+					c.wake.Note(rest)
+				}
 				return out, err
 			}
 			if len(crs) == n {
