@@ -5,79 +5,179 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 )
 
-// fullScanInterval is how often a claimer also claims across every
-// partition, not only the lanes' solo partitions and the notified ones:
-// for flow members no notification named (created before the worker
-// listened, or beyond the notified bound).
+// fullScanInterval is how often a claimer looks for eligible work of its
+// lanes on every partition, not only the lanes' solo partitions and the
+// notified ones: for flow members no notification named (created before
+// the worker listened, beyond the notified bound, lost in a reconnect) or,
+// without notifications, for every flow member.
 const fullScanInterval = time.Second
 
+// sqlFindWork names the (partition, lane) places holding eligible work
+// of lanes $2 (required capabilities within $3) among partitions 0..$1-1:
+// one probe of the claim index per place. It reads; it locks no row.
+const sqlFindWork = `
+SELECT p::smallint, l
+  FROM generate_series(0, $1::int - 1) AS p, unnest($2::text[]) AS l
+ WHERE EXISTS (SELECT 1 FROM ff_exec_core e
+                WHERE e.partition_key = p AND e.lane_id = l
+                  AND e.lifecycle_phase = 'runnable' AND e.eligibility_state = 'eligible_now'
+                  AND e.required_capabilities <@ $3::text[])`
+
 // Claimer is the Postgres claim session of one worker (backend.Claimer):
-// a claim is one ClaimNextN statement per lane, a completion is the
-// group-committed CompleteExecution, and Wake is LISTEN fabric_eligible.
-// Create it with Driver.NewClaimer.
+// a claim is one ClaimNextN statement per lane and place, a completion is
+// the group-committed CompleteExecution, and Wake is LISTEN
+// fabric_eligible or the claimer's own scan finding work. Create it with
+// Driver.NewClaimer.
 type Claimer struct {
-	d        *Driver
-	cfg      backend.ClaimerConfig
-	parts    model.PartitionConfig
-	log      *slog.Logger
-	rr       atomic.Uint64 // lane rotation
-	lastFull atomic.Int64  // unix ns of the last full scan
-	// fullAgain: the last full scan claimed work and there is no
-	// subscription to note its partition in, so the next Claim scans every
-	// partition again (work clusters).
-	fullAgain atomic.Bool
-	wake      *EligibleSubscription
+	d     *Driver
+	cfg   backend.ClaimerConfig
+	parts model.PartitionConfig
+	log   *slog.Logger
+	rr    atomic.Uint64 // lane rotation
+	// places is where work was notified or found beyond the solo
+	// partitions: the subscription's, or the claimer's own without one.
+	places *workPlaces
+	sub    *EligibleSubscription
+	// The scan for work on every partition runs in the background, on a
+	// connection of its own: stopScan ends it, scanDone closes after.
+	stopScan context.CancelFunc
+	scanDone chan struct{}
+	once     sync.Once
 }
 
 var _ backend.Claimer = (*Claimer)(nil)
 
 // NewClaimer implements backend.ClaimerDriver. With cfg.Notifications it
 // LISTENs for eligible work of the lanes (SubscribeEligible); a LISTEN
-// that fails is logged and the worker polls only.
+// that fails is logged and the worker polls only. Either way a background
+// scan looks at every partition once per fullScanInterval (the first at
+// once), on a connection of its own outside the pool.
 func (d *Driver) NewClaimer(ctx context.Context, cfg *backend.ClaimerConfig) (backend.Claimer, error) {
 	if cfg == nil || cfg.WorkerID == "" || cfg.WorkerInstanceID == "" || len(cfg.Lanes) == 0 || cfg.LeaseTTLMs <= 0 {
 		return nil, fmt.Errorf("%w: new claimer: a worker id, an instance id, lanes and lease_ttl_ms > 0 are required", backend.ErrInvalidInput)
 	}
-	c := &Claimer{d: d, cfg: *cfg, parts: d.c.Partitions(), log: cmp.Or(cfg.Logger, slog.Default())}
+	c := &Claimer{d: d, cfg: *cfg, parts: d.c.Partitions(), log: cmp.Or(cfg.Logger, slog.Default()), places: newWorkPlaces()}
+	c.cfg.Lanes = slices.Clone(cfg.Lanes)
 	if cfg.Notifications {
 		sub, err := d.c.SubscribeEligible(ctx, cfg.Lanes)
 		if err != nil {
 			c.log.Warn("eligible-work notifications unavailable; polling only", "error", err)
 		} else {
-			c.wake = sub
+			c.sub, c.places = sub, sub.places
 		}
 	}
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	c.stopScan, c.scanDone = stop, make(chan struct{})
+	go c.scanLoop(sctx)
 	return c, nil
+}
+
+// scanLoop finds eligible work of the lanes on every partition once per
+// fullScanInterval and notes where (waking the worker when it found
+// any), so that Claim claims there with the one-partition statement. A
+// Claim never waits for a scan: one over 256 partitions is planned once
+// per connection (a generic plan, 0.2-0.5 s) and then costs a few ms.
+func (c *Claimer) scanLoop(ctx context.Context) {
+	defer close(c.scanDone)
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	caps := c.cfg.Capabilities
+	if caps == nil {
+		caps = []string{}
+	}
+	failing := false
+	for {
+		found, err := c.scan(ctx, &conn, caps)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if !failing { // once per outage, not once per second
+				c.log.Warn("claimer: scan for eligible work failed; retrying", "error", err)
+			}
+			failing = true
+			if conn != nil {
+				conn.Close(context.WithoutCancel(ctx))
+				conn = nil
+			}
+		default:
+			failing = false
+			for _, w := range found {
+				if w.Partition != c.parts.SoloPartition(w.Lane).Index { // Claim tries those first anyway
+					c.places.note(w)
+				}
+			}
+			if len(found) > 0 {
+				c.places.signal()
+			}
+		}
+		if !sleepCtx(ctx, fullScanInterval) {
+			return
+		}
+	}
+}
+
+// scan runs sqlFindWork on *conn, dialling it first when nil. The
+// session keeps the statement's generic plan (planning 256 partitions on
+// every call would cost more than the probes).
+func (c *Claimer) scan(ctx context.Context, conn **pgx.Conn, caps []string) ([]NotifiedWork, error) {
+	if *conn == nil {
+		cn, err := c.d.c.dialSession(ctx, "SET plan_cache_mode = force_generic_plan")
+		if err != nil {
+			return nil, fmt.Errorf("claimer scan: %w", err)
+		}
+		*conn = cn
+	}
+	rows, err := (*conn).Query(ctx, sqlFindWork, int(c.parts.Flow), c.cfg.Lanes, caps)
+	if err != nil {
+		return nil, fmt.Errorf("claimer scan: %w", notMigrated(err))
+	}
+	var out []NotifiedWork
+	for rows.Next() {
+		var p int16
+		var lane string
+		if err := rows.Scan(&p, &lane); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claimer scan: %w", err)
+		}
+		out = append(out, NotifiedWork{Partition: uint16(p), Lane: lane})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claimer scan: %w", notMigrated(err))
+	}
+	return out, nil
 }
 
 // Claim implements backend.Claimer: each lane is tried once, from a
 // rotating lane, until n are claimed; on a lane's solo partition the n
-// are picked and leased in one statement (ClaimNextN). Then the
-// partitions LISTEN fabric_eligible named for the lanes (flow members,
-// which live on their flow's partition), each a ClaimNextN there. At most
-// once per fullScanInterval it also looks at every partition (one probe
-// per partition under a generic plan), and where that found work is
-// claimed from first at the next call.
+// are picked and leased in one statement (ClaimNextN). Then the places
+// LISTEN fabric_eligible named for the lanes, or the background scan
+// found (flow members, which live on their flow's partition), each a
+// ClaimNextN there. A place that gave all it was asked for is kept for
+// the next call: there may be more.
 func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, error) {
 	n = max(n, 1)
 	lanes := c.cfg.Lanes
 	start := c.rr.Add(1)
-	now := time.Now().UnixNano()
-	full := c.fullAgain.Swap(false)
-	if last := c.lastFull.Load(); now-last >= int64(fullScanInterval) && c.lastFull.CompareAndSwap(last, now) {
-		full = true
-	}
-	claim := func(lane string, parts []uint16) ([]*backend.ClaimResult, error) {
+	claim := func(lane string, part uint16) ([]*backend.ClaimResult, error) {
 		return c.d.ClaimNextN(ctx, &backend.ClaimNextParams{LaneID: lane, WorkerID: c.cfg.WorkerID,
 			WorkerInstanceID: c.cfg.WorkerInstanceID, Capabilities: c.cfg.Capabilities, LeaseTTLMs: c.cfg.LeaseTTLMs,
-			Partitions: parts}, n)
+			Partitions: []uint16{part}}, n)
 	}
 	var out []*backend.ClaimResult
 	for i := range lanes {
@@ -85,55 +185,30 @@ func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, err
 			return out, nil
 		}
 		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
-		crs, err := claim(lane, []uint16{c.parts.SoloPartition(lane).Index})
+		crs, err := claim(lane, c.parts.SoloPartition(lane).Index)
 		if err != nil {
 			return out, err
 		}
 		n, out = n-len(crs), append(out, crs...)
 	}
-	if c.wake != nil {
-		ws := c.wake.Notified()
-		for i, w := range ws {
-			if n <= 0 {
-				c.wake.Note(w) // not reached: next time
-				continue
-			}
-			if w.Partition == c.parts.SoloPartition(w.Lane).Index {
-				continue // the solo pass read it
-			}
-			crs, err := claim(w.Lane, []uint16{w.Partition})
-			if err != nil {
-				for _, rest := range ws[i:] { // this one and those not reached: next time
-					c.wake.Note(rest)
-				}
-				return out, err
-			}
-			if len(crs) == n {
-				c.wake.Note(w) // there may be more
-			}
-			n, out = n-len(crs), append(out, crs...)
-		}
-	}
-	if !full {
-		return out, nil
-	}
-	for i := range lanes {
+	ws := c.places.take()
+	for i, w := range ws {
 		if n <= 0 {
-			break
+			c.places.note(w) // not reached: next time
+			continue
 		}
-		lane := lanes[(start+uint64(i))%uint64(len(lanes))]
-		crs, err := claim(lane, nil)
+		if w.Partition == c.parts.SoloPartition(w.Lane).Index {
+			continue // the solo pass read it
+		}
+		crs, err := claim(w.Lane, w.Partition)
 		if err != nil {
+			for _, rest := range ws[i:] { // this one and those not reached: next time
+				c.places.note(rest)
+			}
 			return out, err
 		}
-		// Where the scan found work there may be more: the next Claim
-		// claims there in one statement for every free slot.
-		for _, cr := range crs {
-			if c.wake != nil {
-				c.wake.Note(NotifiedWork{Partition: cr.ExecutionID.Partition().Index, Lane: lane})
-			} else {
-				c.fullAgain.Store(true)
-			}
+		if len(crs) == n {
+			c.places.note(w) // there may be more
 		}
 		n, out = n-len(crs), append(out, crs...)
 	}
@@ -160,14 +235,9 @@ func (c *Claimer) ClaimExecution(ctx context.Context, id model.ExecutionID, _ st
 // pushed by LISTEN ff_completion.
 func (c *Claimer) ResolveDependencies(context.Context, model.ExecutionID, string) error { return nil }
 
-// Wake implements backend.Claimer: the LISTEN fabric_eligible
-// subscription's channel, nil without one.
-func (c *Claimer) Wake() <-chan struct{} {
-	if c.wake == nil {
-		return nil
-	}
-	return c.wake.C
-}
+// Wake implements backend.Claimer: signalled by LISTEN fabric_eligible
+// (with notifications) and by the background scan finding work.
+func (c *Claimer) Wake() <-chan struct{} { return c.places.c }
 
 // NotificationsUp implements backend.Claimer. It is always false on
 // Postgres: the LISTEN wakes an idle worker but the claim does not rely
@@ -186,10 +256,13 @@ func (c *Claimer) FreesSlotBeforeEnd() bool { return true }
 // on Postgres.
 func (c *Claimer) SpreadPartitions() []model.Partition { return nil }
 
-// Close implements backend.Claimer: it ends the LISTEN.
+// Close implements backend.Claimer: it ends the background scan and the
+// LISTEN, and waits for both; it is safe to call more than once.
 func (c *Claimer) Close() {
-	if c.wake != nil {
-		c.wake.Close()
+	c.once.Do(c.stopScan)
+	<-c.scanDone
+	if c.sub != nil {
+		c.sub.Close()
 	}
 }
 

@@ -39,6 +39,51 @@ func parseEligible(payload string) (int, string) {
 	return p, lane
 }
 
+// workPlaces is where work became eligible, as a claim session learns it
+// (from notifications, from its own scans), with a one-slot wake channel:
+// many signals before a receive fold into one.
+type workPlaces struct {
+	c  chan struct{}
+	mu sync.Mutex
+	// set is the places noted since the last take, at most
+	// maxNotifiedPartitions.
+	set map[NotifiedWork]bool
+}
+
+func newWorkPlaces() *workPlaces {
+	return &workPlaces{c: make(chan struct{}, 1), set: map[NotifiedWork]bool{}}
+}
+
+// note remembers w; beyond maxNotifiedPartitions it is dropped (a
+// claimer's scan finds that work).
+func (p *workPlaces) note(w NotifiedWork) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.set) < maxNotifiedPartitions {
+		p.set[w] = true
+	}
+}
+
+// take returns, and forgets, the noted places, in no order.
+func (p *workPlaces) take() []NotifiedWork {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]NotifiedWork, 0, len(p.set))
+	for w := range p.set {
+		out = append(out, w)
+	}
+	clear(p.set)
+	return out
+}
+
+// signal wakes the receiver of c, if it is not already due to wake.
+func (p *workPlaces) signal() {
+	select {
+	case p.c <- struct{}{}:
+	default:
+	}
+}
+
 // EligibleSubscription wakes a worker when work becomes eligible on one
 // of its lanes. Create it with SubscribeEligible.
 type EligibleSubscription struct {
@@ -48,9 +93,7 @@ type EligibleSubscription struct {
 	// fold into one.
 	C <-chan struct{}
 
-	mu       sync.Mutex
-	notified map[NotifiedWork]bool // since the last Notified call
-
+	places *workPlaces
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -73,27 +116,12 @@ type NotifiedWork struct {
 // the lanes) since the last call, in no order: a worker claims there
 // before it scans every partition — a flow member lives on its flow's
 // partition, not its lane's.
-func (s *EligibleSubscription) Notified() []NotifiedWork {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]NotifiedWork, 0, len(s.notified))
-	for w := range s.notified {
-		out = append(out, w)
-	}
-	clear(s.notified)
-	return out
-}
+func (s *EligibleSubscription) Notified() []NotifiedWork { return s.places.take() }
 
 // Note remembers w as if it had been notified (a claimer puts back what
 // it did not get to). At most maxNotifiedPartitions are remembered;
-// beyond them a worker finds the work by its full scans.
-func (s *EligibleSubscription) Note(w NotifiedWork) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.notified) < maxNotifiedPartitions {
-		s.notified[w] = true
-	}
-}
+// beyond them a worker finds the work by its scans.
+func (s *EligibleSubscription) Note(w NotifiedWork) { s.places.note(w) }
 
 // SubscribeEligible LISTENs on EligibleChannel over a dedicated
 // connection and signals C for notifications naming one of lanes. It
@@ -104,13 +132,13 @@ func (c *Client) SubscribeEligible(ctx context.Context, lanes []string) (*Eligib
 	if err != nil {
 		return nil, fmt.Errorf("subscribe eligible: %w", err)
 	}
-	wake := make(chan struct{}, 1)
+	places := newWorkPlaces()
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &EligibleSubscription{C: wake, notified: map[NotifiedWork]bool{}, cancel: cancel, done: make(chan struct{})}
+	s := &EligibleSubscription{C: places.c, places: places, cancel: cancel, done: make(chan struct{})}
 	lanes = slices.Clone(lanes)
 	go func() {
 		defer close(s.done)
-		c.eligibleLoop(sctx, conn, lanes, s, wake)
+		c.eligibleLoop(sctx, conn, lanes, places)
 	}()
 	return s, nil
 }
@@ -118,24 +146,25 @@ func (c *Client) SubscribeEligible(ctx context.Context, lanes []string) (*Eligib
 // dialListen opens a dedicated connection (LISTEN needs a session of its
 // own) listening on channel.
 func (c *Client) dialListen(ctx context.Context, channel string) (*pgx.Conn, error) {
+	return c.dialSession(ctx, "LISTEN "+channel)
+}
+
+// dialSession opens a connection of its own, outside the pool, and runs
+// setup on it (session settings, LISTEN).
+func (c *Client) dialSession(ctx context.Context, setup string) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+	if _, err := conn.Exec(ctx, setup); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("listen %s: %w", channel, err)
+		return nil, fmt.Errorf("%s: %w", setup, err)
 	}
 	return conn, nil
 }
 
-func (c *Client) eligibleLoop(ctx context.Context, conn *pgx.Conn, lanes []string, s *EligibleSubscription, wake chan<- struct{}) {
-	signal := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
+func (c *Client) eligibleLoop(ctx context.Context, conn *pgx.Conn, lanes []string, places *workPlaces) {
+	signal := places.signal
 	defer func() {
 		if conn != nil {
 			conn.Close(context.WithoutCancel(ctx))
@@ -173,7 +202,7 @@ func (c *Client) eligibleLoop(ctx context.Context, conn *pgx.Conn, lanes []strin
 		}
 		if p, lane := parseEligible(n.Payload); slices.Contains(lanes, lane) {
 			if p >= 0 {
-				s.Note(NotifiedWork{Partition: uint16(p), Lane: lane})
+				places.note(NotifiedWork{Partition: uint16(p), Lane: lane})
 			}
 			signal()
 		}
