@@ -203,3 +203,48 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// CompletionWakeups subscribes to the completion events committed from
+// now on (SubscribeCompletions from the tail) and sends the partition of
+// every flow member's event: host.CompletionConfig.Wakeups, whose host
+// then sweeps pg_dependency_reconciler on that partition at once instead
+// of at its interval. It returns once LISTEN is registered; stop ends the
+// subscription and closes the channel (the channel's reader may have
+// stopped reading).
+func (c *Client) CompletionWakeups(ctx context.Context) (_ <-chan model.Partition, stop func(), _ error) {
+	sub, err := c.SubscribeCompletions(context.WithoutCancel(ctx), &SubscribeCompletionsParams{AfterEventID: -1})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(chan model.Partition, 1024)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		for {
+			var ev CompletionEvent
+			var ok bool
+			select {
+			case ev, ok = <-sub.C:
+				if !ok {
+					return
+				}
+			case <-quit:
+				return
+			}
+			if ev.FlowID.IsZero() {
+				continue // no flow, nothing to dispatch
+			}
+			select {
+			case out <- ev.ExecutionID.Partition():
+			case <-quit: // the reader stopped reading
+				return
+			}
+		}
+	}()
+	return out, func() {
+		close(quit)
+		<-done
+		sub.Close()
+	}, nil
+}

@@ -12,6 +12,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/model"
@@ -58,8 +59,9 @@ const completionsChannel = "ff:dag:completions"
 // complete call's start to its child appearing in the child's partition
 // eligible index. Modes: fabric's flow engine (completion listener +
 // dependency dispatcher plugin) resolving the edge, and the SDK worker
-// resolving it itself after completing (WorkerConfig.ResolveDependencies).
-// The floor beside them is one lockstep FCALL round trip (scenario 8).
+// resolving it itself after completing (WorkerConfig.ResolveDependencies),
+// then the engine on Postgres (dagPostgres). The floor beside them is one
+// lockstep FCALL round trip (scenario 8), on Postgres one SELECT 1.
 func runDAG(ctx context.Context, e *benchEnv, sc *Scenario) error {
 	sc.Size = fmt.Sprintf("%d flows × %d levels, one level at a time", e.size.DAGFlows, e.size.DAGLevels)
 	floor := nan()
@@ -87,13 +89,25 @@ func runDAG(ctx context.Context, e *benchEnv, sc *Scenario) error {
 		Row{Measure: "worker-side resolution: complete → child eligible, p50", Fabric: p50, Versus: "one lockstep FCALL round trip", Peer: floor, Unit: "ms"},
 		Row{Measure: "worker-side resolution: complete → child eligible, p99", Fabric: p99, Versus: "one lockstep FCALL round trip", Peer: floor, Unit: "ms",
 			Note: fmt.Sprintf("max %s over %d levels", fmtNum(mx, "ms"), len(lat))})
-	sc.Notes = append(sc.Notes, "asynq and River (OSS) have no DAG of jobs, so the comparison is the physical floor: one no-op FCALL round trip in lockstep.",
+	sc.Notes = append(sc.Notes, "asynq and River (OSS) have no DAG of jobs, so the comparison is the physical floor: one no-op FCALL round trip in lockstep (on Postgres one SELECT 1 round trip in lockstep, p50 of 200).",
 		"Latency runs from the start of the worker's complete call (ff_complete_execution) to the arrival of the keyspace notification of the child's ZADD into its eligible index (notify-keyspace-events on for the scenario; until 2026-11-27 the index was polled every 100 µs, which added half a poll period and a round trip on average, and more under load).")
+	pg, err := dagPostgres(ctx, e)
+	if err != nil {
+		return fmt.Errorf("postgres engine: %w", err)
+	}
+	p50, p99, mx = percentiles(pg.lat)
+	sc.Rows = append(sc.Rows,
+		Row{Measure: "Postgres engine: complete → child eligible, p50", Fabric: p50, Versus: "one lockstep SELECT 1 round trip", Peer: pg.floor, Unit: "ms", Goal: "≤ 2 ms/level"},
+		Row{Measure: "Postgres engine: complete → child eligible, p99", Fabric: p99, Versus: "one lockstep SELECT 1 round trip", Peer: pg.floor, Unit: "ms", Goal: "≤ 2 ms/level",
+			Note: fmt.Sprintf("max %s over %d levels", fmtNum(mx, "ms"), len(pg.lat))})
+	sc.Notes = append(sc.Notes,
+		"Postgres engine: the same flows on a fresh database of the throwaway cluster (fsync and synchronous_commit off), driven by `fabric run --backend postgres`'s engine: a host with pg_dependency_reconciler (stale_ms 0; its stock 1 s sweep stays the safety net), swept at once on the flow's partition when LISTEN ff_completion reports a flow member's completion event (postgres.Client.CompletionWakeups → host.CompletionConfig.Wakeups; the bench relays the wake-ups to date them). Latency runs from the start of the worker's complete call to the arrival, on the bench's own connection LISTENing on fabric_eligible, of the NOTIFY the trigger sends when the child's row becomes runnable and eligible_now — delivered at the commit of the reconciler's releasing transaction; a read of the child's state after the arrival confirms it and does not count. Nothing is polled. There is no worker-side row on Postgres: a worker there does not resolve its members' edges (postgres.Claimer.ResolveDependencies is a no-op), the host does.",
+		"Postgres engine: "+pg.summary+".")
 	return nil
 }
 
-// dagLatency runs the flows and returns one latency (ms) per edge, and
-// with the engine where each went.
+// dagLatency runs the flows on Valkey and returns one latency (ms) per
+// edge, and with the engine where each went.
 func dagLatency(ctx context.Context, e *benchEnv, inline bool) ([]float64, *dagStages, error) {
 	stages := &dagStages{}
 	lat, err := dagLevels(ctx, e, inline, stages)
@@ -124,11 +138,42 @@ func dagLevels(ctx context.Context, e *benchEnv, inline bool, stages *dagStages)
 		}
 		defer stop()
 	}
-	cl, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: e.log})
+	return dagFlows(ctx, e, dagTarget{provider: vc, inline: inline, events: eligible,
+		eligible: func(ctx context.Context, ev keyEvent, child model.ExecutionID) bool {
+			key := model.KeysOn(child.Partition()).LaneEligible(benchLane)
+			return ev.key == key && raw.Do(ctx, raw.B().Zscore().Key(key).Member(string(child)).Build()).Error() == nil
+		},
+		level: func(start, _, at time.Time, _ model.ExecutionID) { stages.level(start, at) },
+	})
+}
+
+// dagTarget is what dagFlows runs on: a backend, how it sees a child
+// become eligible, and who is told of each level.
+type dagTarget struct {
+	provider backend.Provider
+	// inline makes the worker resolve its members' edges itself
+	// (WorkerConfig.ResolveDependencies).
+	inline bool
+	// events are the eligibility notifications, each dated on arrival.
+	events <-chan keyEvent
+	// eligible reports whether ev is child's becoming eligible (a check
+	// made after ev arrived: its round trip does not count).
+	eligible func(ctx context.Context, ev keyEvent, child model.ExecutionID) bool
+	// level, when set, receives every level: its complete call started at
+	// start and returned at done, child's notification arrived at at.
+	level func(start, done, at time.Time, child model.ExecutionID)
+}
+
+// dagFlows runs e.size.DAGFlows linear flows of e.size.DAGLevels members
+// on t, one level at a time, and returns one latency (ms) per edge: the
+// complete call's start to the arrival of the child's eligibility
+// notification.
+func dagFlows(ctx context.Context, e *benchEnv, t dagTarget) ([]float64, error) {
+	cl, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: t.provider, Logger: e.log})
 	if err != nil {
 		return nil, err
 	}
-	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "bench-dag", Lanes: []string{benchLane}, ResolveDependencies: inline, Logger: e.log})
+	w, err := sdk.Connect(ctx, t.provider, sdk.WorkerConfig{WorkerID: "bench-dag", Lanes: []string{benchLane}, ResolveDependencies: t.inline, Logger: e.log})
 	if err != nil {
 		return nil, err
 	}
@@ -154,21 +199,24 @@ func dagLevels(ctx context.Context, e *benchEnv, inline bool, stages *dagStages)
 			if err != nil {
 				return nil, fmt.Errorf("flow %d level %d: %w", f, i, err)
 			}
-			drain(eligible)
+			drain(t.events)
 			start := time.Now()
 			if err := l.Complete(ctx, nil); err != nil {
 				return nil, err
 			}
+			done := time.Now()
 			if i == len(ids)-1 {
 				break
 			}
 			child := ids[i+1]
-			at, err := eligibleAt(ctx, raw, eligible, child)
+			at, err := eligibleAt(ctx, t, child)
 			if err != nil {
 				return nil, fmt.Errorf("flow %d level %d: %w", f, i+1, err)
 			}
 			lat = append(lat, float64(at.Sub(start).Microseconds())/1000)
-			stages.level(start, at)
+			if t.level != nil {
+				t.level(start, done, at, child)
+			}
 		}
 	}
 	return lat, nil
@@ -244,20 +292,15 @@ func drain(events <-chan keyEvent) {
 	}
 }
 
-// eligibleAt waits for child's ZADD into its lane's eligible index and
-// returns when its keyspace notification arrived: the first ZADD into
-// that index after which the child is in it (checked with ZSCORE, whose
-// round trip does not count).
-func eligibleAt(ctx context.Context, raw vk.Client, events <-chan keyEvent, child model.ExecutionID) (time.Time, error) {
-	key := model.KeysOn(child.Partition()).LaneEligible(benchLane)
+// eligibleAt waits for the notification that child became eligible and
+// returns when it arrived: the first notification after which
+// t.eligible holds.
+func eligibleAt(ctx context.Context, t dagTarget, child model.ExecutionID) (time.Time, error) {
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
-		case ev := <-events:
-			if ev.key != key {
-				continue
-			}
-			if raw.Do(ctx, raw.B().Zscore().Key(key).Member(string(child)).Build()).Error() == nil {
+		case ev := <-t.events:
+			if t.eligible(ctx, ev, child) {
 				return ev.at, nil
 			}
 		case <-timeout:

@@ -10,6 +10,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/host"
 )
@@ -92,12 +93,21 @@ type hostOpts struct {
 	policy *host.Policy
 	// observer, when set, is the host's Observer.
 	observer host.Observer
+	// pg, when set, is the Postgres deployment the host runs on instead
+	// of Valkey (startHost's vc nil), as `fabric run --backend postgres`
+	// runs it: plugins' sql_query on its PluginSQL, its partition counts.
+	pg *postgres.Client
 }
 
-// startHost starts a host on dir over vc and waits for its initial load.
+// startHost starts a host on dir over vc (or o.pg, vc nil) and waits for
+// its initial load.
 func (e *benchEnv) startHost(ctx context.Context, dir string, vc *valkey.Client, o hostOpts) (*host.Host, error) {
-	h, err := host.New(host.Config{PluginDir: dir, CacheDir: e.cache, Backend: vc, Logger: e.log, Plugins: o.plugins,
-		Records: o.records, Timers: o.timers, Completions: o.completions, Policy: o.policy, Observer: o.observer})
+	cfg := host.Config{PluginDir: dir, CacheDir: e.cache, Backend: vc, Logger: e.log, Plugins: o.plugins,
+		Records: o.records, Timers: o.timers, Completions: o.completions, Policy: o.policy, Observer: o.observer}
+	if o.pg != nil {
+		cfg.Postgres, cfg.Partitions = o.pg.PluginSQL(), o.pg.Partitions()
+	}
+	h, err := host.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,8 @@
 //
 //  1. e2e throughput on Valkey: SDK workers vs raw LPUSH/BRPOP vs asynq
 //  2. e2e throughput on Postgres: backend/postgres ops vs River
-//  3. DAG latency: 10-level linear flow, completion→child eligible
+//  3. DAG latency: 10-level linear flow, completion→child eligible, on
+//     Valkey (engine and worker-side resolution) and Postgres (engine)
 //  4. promotion lateness: delayed executions, due→eligible
 //  5. scanner cost: one 256-partition cycle wasm vs native; idle commands/s
 //  6. hot-swap: file written → new version serving; missed cycles

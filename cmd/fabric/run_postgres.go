@@ -153,7 +153,7 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 	// partition at once; the plugin's own 1 s sweep stays as the safety
 	// net. The host being the dispatcher, stale_ms 0 lets it take fresh
 	// events.
-	wakeups, stop, err := pgCompletionWakeups(ctx, pc)
+	wakeups, stop, err := pc.CompletionWakeups(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -205,49 +205,6 @@ func pgSchema(ctx context.Context, pc *postgres.Client, checkOnly bool, out io.W
 		return 0, fmt.Errorf("%w (or give `fabric run` --migrate)", err)
 	}
 	return postgres.SchemaVersion(ctx, pc.Pool())
-}
-
-// pgCompletionWakeups subscribes to the database's completion events
-// (postgres.Client.SubscribeCompletions: LISTEN ff_completion, from the
-// tail) and sends the flow partition of every flow member's event, for
-// host.CompletionConfig.Wakeups. stop ends the subscription and closes the
-// channel.
-func pgCompletionWakeups(ctx context.Context, pc *postgres.Client) (<-chan model.Partition, func(), error) {
-	sub, err := pc.SubscribeCompletions(context.WithoutCancel(ctx), &postgres.SubscribeCompletionsParams{AfterEventID: -1})
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make(chan model.Partition, 1024)
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(out)
-		for {
-			var ev postgres.CompletionEvent
-			var ok bool
-			select {
-			case ev, ok = <-sub.C:
-				if !ok {
-					return
-				}
-			case <-quit:
-				return
-			}
-			if ev.FlowID.IsZero() {
-				continue // no flow, nothing to dispatch
-			}
-			select {
-			case out <- ev.ExecutionID.Partition():
-			case <-quit: // the host stopped reading
-				return
-			}
-		}
-	}()
-	return out, func() {
-		close(quit)
-		<-done
-		sub.Close()
-	}, nil
 }
 
 // pgStateCounts counts the database's executions by public_state, as

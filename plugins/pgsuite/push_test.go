@@ -37,24 +37,11 @@ func TestDependencyDispatchPushed(t *testing.T) {
 func testDependencyDispatch(t *testing.T, push bool) {
 	c := newClient(t)
 	ctx := pgtest.Context(t, 3*time.Minute)
-	sub, err := c.SubscribeCompletions(ctx, &postgres.SubscribeCompletionsParams{AfterEventID: -1})
+	wake, stopWake, err := c.CompletionWakeups(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wake := make(chan model.Partition, 64)
-	go func() {
-		for ev := range sub.C {
-			if ev.FlowID.IsZero() {
-				continue
-			}
-			select {
-			case wake <- ev.ExecutionID.Partition():
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	t.Cleanup(sub.Close)
+	t.Cleanup(stopWake)
 
 	dir := t.TempDir()
 	b, err := os.ReadFile(fixture(t, "pg_dependency_reconciler"))
