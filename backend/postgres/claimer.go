@@ -235,9 +235,15 @@ func (c *Claimer) ClaimExecution(ctx context.Context, id model.ExecutionID, _ st
 // pushed by LISTEN ff_completion.
 func (c *Claimer) ResolveDependencies(context.Context, model.ExecutionID, string) error { return nil }
 
-// Wake implements backend.Claimer: signalled by LISTEN fabric_eligible
-// (with notifications) and by the background scan finding work.
-func (c *Claimer) Wake() <-chan struct{} { return c.places.c }
+// Wake implements backend.Claimer: with notifications, signalled by
+// LISTEN fabric_eligible and by the background scan finding work; nil
+// without.
+func (c *Claimer) Wake() <-chan struct{} {
+	if c.sub == nil {
+		return nil // the worker polls; the scan's finds wait for its next Claim
+	}
+	return c.places.c
+}
 
 // NotificationsUp implements backend.Claimer. It is always false on
 // Postgres: the LISTEN wakes an idle worker but the claim does not rely
