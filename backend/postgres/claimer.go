@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,16 +24,19 @@ import (
 // without notifications, for every flow member.
 const fullScanInterval = time.Second
 
-// sqlFindWork names the (partition, lane) places holding eligible work
-// of lanes $2 (required capabilities within $3) among partitions 0..$1-1:
-// one probe of the claim index per place. It reads; it locks no row.
-const sqlFindWork = `
-SELECT p::smallint, l
-  FROM generate_series(0, $1::int - 1) AS p, unnest($2::text[]) AS l
+// findWorkSQL returns the statement that names which of lanes $1 hold
+// eligible work (required capabilities within $2) on partition part: one
+// probe of the claim index per lane. The partition is a literal, so each
+// text plans one child (a statement over every partition would plan all
+// 256 children: 0.2 s idle, over a second under load); it reads and locks
+// no row.
+func findWorkSQL(part int) string {
+	return `SELECT l FROM unnest($1::text[]) AS l
  WHERE EXISTS (SELECT 1 FROM ff_exec_core e
-                WHERE e.partition_key = p AND e.lane_id = l
+                WHERE e.partition_key = ` + strconv.Itoa(part) + `::smallint AND e.lane_id = l
                   AND e.lifecycle_phase = 'runnable' AND e.eligibility_state = 'eligible_now'
-                  AND e.required_capabilities <@ $3::text[])`
+                  AND e.required_capabilities <@ $2::text[])`
+}
 
 // Claimer is the Postgres claim session of one worker (backend.Claimer):
 // a claim is one ClaimNextN statement per lane and place, a completion is
@@ -53,6 +57,7 @@ type Claimer struct {
 	// connection of its own: stopScan ends it, scanDone closes after.
 	stopScan context.CancelFunc
 	scanDone chan struct{}
+	findSQL  []string // findWorkSQL per partition; the scan goroutine's
 	once     sync.Once
 }
 
@@ -86,8 +91,8 @@ func (d *Driver) NewClaimer(ctx context.Context, cfg *backend.ClaimerConfig) (ba
 // scanLoop finds eligible work of the lanes on every partition once per
 // fullScanInterval and notes where (waking the worker when it found
 // any), so that Claim claims there with the one-partition statement. A
-// Claim never waits for a scan: one over 256 partitions is planned once
-// per connection (a generic plan, 0.2-0.5 s) and then costs a few ms.
+// Claim never waits for a scan, which costs a pipelined index probe per
+// partition and lane.
 func (c *Claimer) scanLoop(ctx context.Context) {
 	defer close(c.scanDone)
 	var conn *pgx.Conn
@@ -132,9 +137,10 @@ func (c *Claimer) scanLoop(ctx context.Context) {
 	}
 }
 
-// scan runs sqlFindWork on *conn, dialling it first when nil. The
-// session keeps the statement's generic plan (planning 256 partitions on
-// every call would cost more than the probes).
+// scan runs findWorkSQL for every partition, pipelined in one round
+// trip, on *conn, dialling it first when nil. The session keeps each
+// statement prepared with its (one-child) generic plan, so a scan after
+// the first plans nothing.
 func (c *Claimer) scan(ctx context.Context, conn **pgx.Conn, caps []string) ([]NotifiedWork, error) {
 	if *conn == nil {
 		cn, err := c.d.c.dialSession(ctx, "SET plan_cache_mode = force_generic_plan")
@@ -143,21 +149,41 @@ func (c *Claimer) scan(ctx context.Context, conn **pgx.Conn, caps []string) ([]N
 		}
 		*conn = cn
 	}
-	rows, err := (*conn).Query(ctx, sqlFindWork, int(c.parts.Flow), c.cfg.Lanes, caps)
-	if err != nil {
-		return nil, fmt.Errorf("claimer scan: %w", notMigrated(err))
-	}
-	var out []NotifiedWork
-	for rows.Next() {
-		var p int16
-		var lane string
-		if err := rows.Scan(&p, &lane); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("claimer scan: %w", err)
+	n := int(c.parts.Flow)
+	if len(c.findSQL) != n {
+		c.findSQL = make([]string, n)
+		for p := range n {
+			c.findSQL[p] = findWorkSQL(p)
 		}
-		out = append(out, NotifiedWork{Partition: uint16(p), Lane: lane})
 	}
-	if err := rows.Err(); err != nil {
+	b := &pgx.Batch{}
+	for _, q := range c.findSQL {
+		b.Queue(q, c.cfg.Lanes, caps)
+	}
+	br := (*conn).SendBatch(ctx, b)
+	var out []NotifiedWork
+	for p := range n {
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return nil, fmt.Errorf("claimer scan (partition %d): %w", p, notMigrated(err))
+		}
+		for rows.Next() {
+			var lane string
+			if err := rows.Scan(&lane); err != nil {
+				rows.Close()
+				br.Close()
+				return nil, fmt.Errorf("claimer scan (partition %d): %w", p, err)
+			}
+			out = append(out, NotifiedWork{Partition: uint16(p), Lane: lane})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("claimer scan (partition %d): %w", p, notMigrated(err))
+		}
+	}
+	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("claimer scan: %w", notMigrated(err))
 	}
 	return out, nil
