@@ -49,6 +49,9 @@ type Client struct {
 	completes completeGroup
 	// hot holds the literal-partition texts of the hot path (hotplan.go).
 	hot hotPlans
+	// eligible paces the fabric_eligible NOTIFYs of creates
+	// (eligible_notes.go).
+	eligible eligibleNotes
 }
 
 // IsUnreachable reports whether err, from Connect, means the server is
@@ -139,6 +142,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 // Close closes the pool.
 func (c *Client) Close() {
 	c.waitCompletes()
+	c.eligible.close()
 	c.pool.Close()
 }
 

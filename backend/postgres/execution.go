@@ -127,22 +127,51 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	// when it is new, the lane's registration.
 	args := []any{k.part, [16]byte(k.uuid), flow, p.LaneID, caps, eligibility, public,
 		p.Priority, now, deadline, p.Payload, policy, raw}
+	// An execution eligible at once notifies idle workers; a create soon
+	// after another on the same partition and lane runs quiet and leaves
+	// one NOTIFY to follow it (eligible_notes.go).
+	quiet := eligibility == model.EligibleNow && !c.eligible.inline(k.part, p.LaneID, c.now())
 	var inserted int64
-	if c.hot.off {
+	if c.hot.off && !quiet {
 		err = c.pool.QueryRow(ctx, pgsql.ExecCreate.SQL, args...).Scan(&inserted)
 	} else {
 		// An INSERT names no partition to prune (rows are routed as they
 		// are written), so its generic plan is safe with the partition as
-		// a parameter: it is kept and not planned again (hotplan.go).
+		// a parameter: it is kept and not planned again (hotplan.go). The
+		// batch is one implicit transaction: the quieting SET LOCAL ends
+		// with it.
 		b := &pgx.Batch{}
-		b.Queue(sqlGenericPlans)
+		if !c.hot.off {
+			b.Queue(sqlGenericPlans)
+		}
+		if quiet {
+			b.Queue(sqlQuietEligible)
+		}
 		b.Queue(pgsql.ExecCreate.SQL, args...)
-		b.Queue(sqlResetPlans)
+		if !c.hot.off {
+			b.Queue(sqlResetPlans)
+		}
 		br := c.pool.SendBatch(ctx, b)
-		inserted, err = readGenericBatch(br, func() (int64, error) {
+		read := func() (int64, error) {
+			if quiet {
+				if _, err := br.Exec(); err != nil {
+					return 0, err
+				}
+			}
 			var n int64
 			return n, br.QueryRow().Scan(&n)
-		})
+		}
+		if c.hot.off {
+			inserted, err = read()
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+		} else {
+			inserted, err = readGenericBatch(br, read)
+		}
+	}
+	if quiet && err == nil && inserted > 0 {
+		c.eligible.quietDone(k.part, p.LaneID, c.notifyEligible)
 	}
 	err = notMigrated(err)
 	res.Duplicate = err == nil && inserted == 0

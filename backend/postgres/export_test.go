@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -35,3 +36,7 @@ func ReadGenericBatchForTest(br pgx.BatchResults, read func(pgx.BatchResults) er
 
 // ParseEligibleForTest is parseEligible.
 func ParseEligibleForTest(payload string) (int, string) { return parseEligible(payload) }
+
+// SetEligibleNotifyWindowForTest sets the least time between two
+// fabric_eligible NOTIFYs of c's creates on one partition and lane.
+func (c *Client) SetEligibleNotifyWindowForTest(d time.Duration) { c.eligible.window = d }
