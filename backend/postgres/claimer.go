@@ -57,8 +57,11 @@ type Claimer struct {
 	// connection of its own: stopScan ends it, scanDone closes after.
 	stopScan context.CancelFunc
 	scanDone chan struct{}
-	findSQL  []string // findWorkSQL per partition; the scan goroutine's
-	once     sync.Once
+	// The scan goroutine's: findWorkSQL by partition key, and the keys
+	// each of ff_exec_core's hash partitions holds.
+	findSQL   map[int]string
+	childKeys map[int][]int
+	once      sync.Once
 }
 
 var _ backend.Claimer = (*Claimer)(nil)
@@ -137,10 +140,28 @@ func (c *Claimer) scanLoop(ctx context.Context) {
 	}
 }
 
-// scan runs findWorkSQL for every partition, pipelined in one round
-// trip, on *conn, dialling it first when nil. The session keeps each
-// statement prepared with its (one-child) generic plan, so a scan after
-// the first plans nothing.
+// sqlChildKeys maps ff_exec_core's hash partitions (256, by
+// partition_key: FlowFabric's schema) to the partition keys 0..$1-1 each
+// holds.
+const sqlChildKeys = `SELECT r, k FROM generate_series(0, $1::int - 1) AS k, generate_series(0, 255) AS r
+ WHERE satisfies_hash_partition('ff_exec_core'::regclass, 256, r, k::smallint)`
+
+// sqlChildrenInUse names the partitions of ff_exec_core that hold, or
+// ever held, a row by the statistics: a scan skips the others without
+// opening them (the first look at a partition costs a backend several ms
+// of catalog reads; at every worker start, 256 of them were 0.2-1 s of
+// server CPU). Statistics trail the writes by up to some seconds, so new
+// work on a partition in use for the first time is found a few seconds
+// later by the scan (a notification finds it at once).
+const sqlChildrenInUse = `SELECT substr(relname, 15)::int FROM pg_class
+ WHERE relname >= 'ff_exec_core_p' AND relname < 'ff_exec_core_q' AND relname ~ '^ff_exec_core_p[0-9]+$'
+   AND relkind = 'r' AND relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'ff_exec_core'::regclass)
+   AND (pg_stat_get_live_tuples(oid) > 0 OR pg_stat_get_tuples_inserted(oid) > 0)`
+
+// scan runs findWorkSQL for every partition in use (sqlChildrenInUse),
+// pipelined in one round trip, on *conn, dialling it first when nil. The
+// session keeps each statement prepared with its (one-child) generic
+// plan, so a scan after the first plans nothing new.
 func (c *Claimer) scan(ctx context.Context, conn **pgx.Conn, caps []string) ([]NotifiedWork, error) {
 	if *conn == nil {
 		cn, err := c.d.c.dialSession(ctx, "SET plan_cache_mode = force_generic_plan")
@@ -149,20 +170,60 @@ func (c *Claimer) scan(ctx context.Context, conn **pgx.Conn, caps []string) ([]N
 		}
 		*conn = cn
 	}
-	n := int(c.parts.Flow)
-	if len(c.findSQL) != n {
-		c.findSQL = make([]string, n)
-		for p := range n {
-			c.findSQL[p] = findWorkSQL(p)
+	if c.childKeys == nil {
+		m := map[int][]int{}
+		rows, err := (*conn).Query(ctx, sqlChildKeys, int(c.parts.Flow))
+		if err != nil {
+			return nil, fmt.Errorf("claimer scan: partition keys: %w", notMigrated(err))
 		}
+		for rows.Next() {
+			var r, k int
+			if err := rows.Scan(&r, &k); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("claimer scan: partition keys: %w", err)
+			}
+			m[r] = append(m[r], k)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("claimer scan: partition keys: %w", notMigrated(err))
+		}
+		c.childKeys = m
+	}
+	var keys []int
+	rows, err := (*conn).Query(ctx, sqlChildrenInUse)
+	if err != nil {
+		return nil, fmt.Errorf("claimer scan: partitions in use: %w", err)
+	}
+	for rows.Next() {
+		var r int
+		if err := rows.Scan(&r); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claimer scan: partitions in use: %w", err)
+		}
+		keys = append(keys, c.childKeys[r]...)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claimer scan: partitions in use: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	slices.Sort(keys)
+	if c.findSQL == nil {
+		c.findSQL = map[int]string{}
 	}
 	b := &pgx.Batch{}
-	for _, q := range c.findSQL {
+	for _, k := range keys {
+		q, ok := c.findSQL[k]
+		if !ok {
+			q = findWorkSQL(k)
+			c.findSQL[k] = q
+		}
 		b.Queue(q, c.cfg.Lanes, caps)
 	}
 	br := (*conn).SendBatch(ctx, b)
 	var out []NotifiedWork
-	for p := range n {
+	for _, p := range keys {
 		rows, err := br.Query()
 		if err != nil {
 			br.Close()
