@@ -72,7 +72,8 @@ func tagIndex(tag string) (int64, bool) {
 }
 
 // checkPartition refuses a partition_key parameter other than the scanned
-// partition's, unless the grant is cross-partition.
+// partition's (with the whole batch selected, other than one of the
+// batch's partitions), unless the grant is cross-partition.
 func checkPartition(c *Caller, r *sqlRequest) error {
 	if c.Tag == "" || c.Caps.CrossPartition {
 		return nil
@@ -81,12 +82,19 @@ func checkPartition(c *Caller, r *sqlRequest) error {
 	if !ok {
 		return nil
 	}
+	inBatch := func(v abi.SQLValue) bool {
+		if !c.WholeBatch || v.Kind != abi.SQLInt || v.Int < 0 || v.Int > 0xffff {
+			return false
+		}
+		_, ok := c.Batch[uint16(v.Int)]
+		return ok
+	}
 	for i, def := range r.stmts {
 		for j, name := range def.Params {
 			if name != "partition_key" {
 				continue
 			}
-			if v := r.req.Statements[i].Params[j]; v.Kind != abi.SQLInt || v.Int != want {
+			if v := r.req.Statements[i].Params[j]; (v.Kind != abi.SQLInt || v.Int != want) && !inBatch(v) {
 				return abi.Errorf(abi.CodeCrossPartition, fmt.Sprintf("sql %s: partition_key %s is not the scanned partition %s", def.Name, v.String(), c.Tag))
 			}
 		}
