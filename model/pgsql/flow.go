@@ -30,19 +30,6 @@ var (
 		Params: []string{"partition_key", "stale_before_ms", "limit"},
 		Tables: []string{TCompletion},
 	}
-	// DependencyPendingPartitions lists, in one statement, the partitions
-	// between lo and hi (inclusive) holding a completion event no
-	// dispatcher claimed, committed at or before stale_before_ms: a batch
-	// sweep scans only those (ff_completion_event_pending_dispatch_idx is
-	// partial on dispatched_at_ms IS NULL, so an idle partition costs one
-	// probe of an empty index).
-	DependencyPendingPartitions = Statement{
-		Name: "dependency.pending_partitions",
-		SQL: `SELECT DISTINCT partition_key FROM ff_completion_event
- WHERE partition_key BETWEEN $1 AND $2 AND dispatched_at_ms IS NULL AND committed_at_ms <= $3`,
-		Params: []string{"lo", "hi", "stale_before_ms"},
-		Tables: []string{TCompletion},
-	}
 	// DependencyClaim claims one completion event for dispatch and returns
 	// (execution_id, flow_id or '', outcome); no row: another dispatcher
 	// claimed it. The row stays locked until the transaction ends, so a
@@ -250,7 +237,7 @@ RETURNING c.execution_id::text, c.attempt_index`,
 
 // flowStatements are the flow statements of All.
 var flowStatements = []Statement{
-	DependencyScan, DependencyPendingPartitions, DependencyClaim, DependencyOutEdges, EdgeGroupLock, EdgeGroupWriteCounters,
+	DependencyScan, DependencyClaim, DependencyOutEdges, EdgeGroupLock, EdgeGroupWriteCounters,
 	DependencyReleaseChild, DependencySkipChild, EdgeGroupFlagSiblings, PendingCancelEnqueue,
 	EdgeCancelScan, EdgeCancelLockGroup, EdgeCancelGroupExists, EdgeCancelMembers,
 	EdgeCancelReleaseAttempt, EdgeCancelClearGroup, EdgeCancelDequeue, WorkerRegistrySweep,

@@ -111,31 +111,3 @@ func testDependencyDispatch(t *testing.T, push bool) {
 		t.Fatalf("%d completion events of the flow undispatched, want at most the last level's", n)
 	}
 }
-
-// TestDependencySweepSkipsIdlePartitions: a sweep of
-// pg_dependency_reconciler probes its call's partitions for unclaimed
-// events in one statement and scans only those, yet nothing is left
-// behind: a parent's completion whose NOTIFY nobody heard (no wake-ups
-// here) releases its child within a few safety sweeps, and the partitions
-// without events were reported idle rather than scanned.
-func TestDependencySweepSkipsIdlePartitions(t *testing.T) {
-	t.Parallel()
-	c := newClient(t)
-	ctx := pgtest.Context(t, 3*time.Minute)
-	f := &flowFixture{t: t, c: c, flow: model.NewUUID()}
-	parent := f.member("idle-sweep", false)
-	child := f.member("idle-sweep", true)
-	f.group(child, `{"kind":"all_of"}`, parent)
-	r := claim(t, c, "idle-sweep")
-	if err := c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: parent, Fence: r.Fence()}); err != nil {
-		t.Fatal(err)
-	}
-	h, _, _ := startHost(t, c, map[string]host.PluginConfig{"pg_dependency_reconciler": {Interval: 100 * time.Millisecond}})
-	pgtest.Eventually(t, time.Minute, "the child released by the safety sweep", func() bool {
-		return stateOf(t, c, child).Eligibility == model.EligibleNow
-	})
-	pgtest.Eventually(t, time.Minute, "idle partitions reported by a batch sweep", func() bool {
-		st, ok := h.Plugin("pg_dependency_reconciler")
-		return ok && st.Metrics["idle_partitions"] >= float64(parts.Flow-1)
-	})
-}

@@ -11,12 +11,6 @@
 // fabric has no push dispatcher on Postgres, so this plugin is what moves
 // flows there; it runs every second rather than upstream's 15 s.
 //
-// A sweep's call over several partitions (fabric_scan_batch) first asks,
-// in one statement, which of them hold an unclaimed event old enough, and
-// scans only those: an idle sweep of 256 partitions is 8 statements (32
-// partitions a call), not 256 scans. A failed probe scans every partition
-// of the call, as before.
-//
 // Configuration: "stale_ms" (default 1000): how old an unclaimed event
 // must be, leaving a live dispatcher (a FlowFabric engine on the same
 // database) the first chance.
@@ -33,90 +27,32 @@ import (
 
 // Statements is what the plugin runs (its capabilities.sql grant).
 var Statements = []pgsql.Statement{
-	pgsql.DependencyScan, pgsql.DependencyPendingPartitions, pgsql.DependencyClaim, pgsql.DependencyOutEdges, pgsql.EdgeGroupLock,
+	pgsql.DependencyScan, pgsql.DependencyClaim, pgsql.DependencyOutEdges, pgsql.EdgeGroupLock,
 	pgsql.EdgeGroupWriteCounters, pgsql.DependencyReleaseChild, pgsql.DependencySkipChild,
 	pgsql.EdgeGroupFlagSiblings, pgsql.PendingCancelEnqueue, pgsql.CompletionInsert,
 }
 
 // Plugin is the reconciler, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest:  pdk.SQLScanner("pg_dependency_reconciler", 1000, 1000, 20000, pgsql.Grants(Statements...), map[string]string{"stale_ms": "1000"}),
-	Scan:      scan,
-	ScanBatch: scanBatch,
+	Manifest: pdk.SQLScanner("pg_dependency_reconciler", 1000, 1000, 20000, pgsql.Grants(Statements...), map[string]string{"stale_ms": "1000"}),
+	Scan:     scan,
 }
 
 func init() { pdk.Register(Plugin) }
 
 func main() {}
 
-// staleMs is the stale_ms config (default 1000).
-func staleMs(h pdk.Host) int64 {
-	if v, ok := h.Config("stale_ms"); ok {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-			return n
-		}
-	}
-	return 1000
-}
-
-// scanBatch scans the partitions of req that hold an unclaimed event
-// committed at or before now - stale_ms, found by one
-// DependencyPendingPartitions probe over their range; the others are
-// reported idle (counted in the "idle_partitions" metric). When the probe
-// fails, every partition is scanned.
-func scanBatch(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
-	out := make([]abi.ScanResult, len(req.Indexes))
-	if len(req.Indexes) == 0 {
-		return out
-	}
-	pending, ok := pendingPartitions(h, req.Indexes)
-	idle := 0
-	for i, idx := range req.Indexes {
-		if ok && !pending[idx] {
-			idle++
-			continue
-		}
-		out[i] = scan(h, req.Request(i))
-	}
-	if idle > 0 {
-		h.Metric(abi.Metric{Kind: abi.MetricCounter, Name: "idle_partitions", Value: float64(idle)})
-	}
-	return out
-}
-
-// pendingPartitions returns which of idxs hold an unclaimed event old
-// enough to scan; ok false when the probe failed (logged).
-func pendingPartitions(h pdk.Host, idxs []uint16) (map[uint16]bool, bool) {
-	now, err := h.Now()
-	if err != nil {
-		return nil, false
-	}
-	lo, hi := idxs[0], idxs[0]
-	for _, i := range idxs {
-		lo, hi = min(lo, i), max(hi, i)
-	}
-	s, err := pdk.SQLOf(h)
-	if err != nil {
-		return nil, false
-	}
-	rs, err := pdk.Exec(s, pdk.Q(pgsql.DependencyPendingPartitions, int64(lo), int64(hi), now-staleMs(h)))
-	if err != nil {
-		h.Log(abi.LogWarn, "dependency reconciler: pending partitions: "+err.Error()+"; scanning every partition of the call")
-		return nil, false
-	}
-	pending := make(map[uint16]bool, len(rs[0].Rows))
-	for _, row := range rs[0].Rows {
-		pending[uint16(row[0].AsInt())] = true
-	}
-	return pending, true
-}
-
 func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	now, err := h.Now()
 	if err != nil {
 		return abi.ScanResult{Errors: 1}
 	}
-	stale := staleMs(h)
+	stale := int64(1000)
+	if v, ok := h.Config("stale_ms"); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			stale = n
+		}
+	}
 	pk := int64(req.Partition.Index)
 	var released, skipped, groups int
 	res := pdk.RowScan{
