@@ -204,6 +204,19 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// DependencySafetyInterval is pg_dependency_reconciler's sweep interval
+// when CompletionWakeups feeds the host (`fabric run --backend postgres`,
+// the bench's Postgres engine): every flow member's completion already
+// sweeps its partition at once, so the plugin's own sweep of every flow
+// partition (one scan transaction each, 270–630 ms for 256 partitions on
+// 2 cores, and the tail of the DAG latency when it overlaps a level) is
+// only the safety net for an event whose wake-up was lost (one committed
+// out of event-id order while the listener reconnected, or a wake-up
+// sweep that failed): such an event is dispatched within this interval.
+// Ten times the plugin's stock 1 s, as the Valkey host's due-time timers
+// poll for safety (host.TimerSafetyFactorDefault).
+const DependencySafetyInterval = 10 * time.Second
+
 // CompletionWakeups subscribes to the completion events committed from
 // now on (SubscribeCompletions from the tail) and sends the partition of
 // every flow member's event: host.CompletionConfig.Wakeups, whose host
