@@ -163,3 +163,33 @@ func TestDependencySafetySweepLeavesNothingBehind(t *testing.T) {
 	})
 	t.Logf("released by the safety sweep after %s", time.Since(start).Round(time.Millisecond))
 }
+
+// TestDependencyStaleZeroTakesEveryEvent: with stale_ms 0 (the host is
+// the dispatcher) pg_dependency_reconciler takes an unclaimed event
+// whatever its committed_at_ms, the database's clock: one stamped ahead of
+// the plugins' clock (a database clock ahead of the host's, or the
+// millisecond rounding when a wake-up sweep runs right after the commit)
+// is released at once, not left to a later sweep.
+func TestDependencyStaleZeroTakesEveryEvent(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := pgtest.Context(t, 3*time.Minute)
+	f := &flowFixture{t: t, c: c, flow: model.NewUUID()}
+	parent := f.member("stale-zero", false)
+	child := f.member("stale-zero", true)
+	f.group(child, `{"kind":"all_of"}`, parent)
+	r := claim(t, c, "stale-zero")
+	if err := c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: parent, Fence: r.Fence()}); err != nil {
+		t.Fatal(err)
+	}
+	// The plugins' clock runs `ahead`; the event is stamped beyond it.
+	if _, err := c.Pool().Exec(ctx, `UPDATE ff_completion_event SET committed_at_ms = committed_at_ms + $1 WHERE execution_id = $2::uuid`,
+		(2 * ahead).Milliseconds(), parent.UUIDString()); err != nil {
+		t.Fatal(err)
+	}
+	startHost(t, c, map[string]host.PluginConfig{"pg_dependency_reconciler": {Interval: 100 * time.Millisecond,
+		Config: map[string]string{"stale_ms": "0"}}})
+	pgtest.Eventually(t, time.Minute, "the child released", func() bool {
+		return stateOf(t, c, child).Eligibility == model.EligibleNow
+	})
+}
