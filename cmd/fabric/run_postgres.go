@@ -105,7 +105,7 @@ func (f *runPGFlags) opener(fs *flag.FlagSet) (runBackendOpener, error) {
 // with postgres.ErrNotMigrated, naming `fabric migrate`), the census and
 // read-only console over SQL, the host running the pg_* plugins (Valkey
 // plugins load disabled) with completion dispatch pushed by LISTEN
-// ff_completion, and the demo workload (runWorkload) on Postgres workers.
+// fabric_completion, and the demo workload (runWorkload) on Postgres workers.
 func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backendFlags, _ *workloadFlags, o *runFlags, cfg workloadConfig, out io.Writer) (_ *runBackend, err error) {
 	log, err := b.logger(env)
 	if err != nil {
@@ -150,7 +150,7 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 	}
 	fmt.Fprintf(out, "schema version %d; partitions %+v\n", version, pc.Partitions())
 	// Completion dispatch is pushed: every flow member's completion event
-	// (LISTEN ff_completion) sweeps pg_dependency_reconciler on its
+	// (LISTEN fabric_completion) sweeps pg_dependency_reconciler on its
 	// partition at once; the plugin's own sweep stays as the safety net,
 	// every postgres.DependencySafetyInterval rather than its stock 1 s
 	// (a config file's interval wins). The host being the dispatcher,
