@@ -195,6 +195,14 @@ func (s *SQLSession) run(ctx context.Context, r *sqlRequest) (abi.SQLResponse, e
 		}
 		return resp, err
 	}
+	if len(r.stmts) == 1 {
+		// One statement is a transaction of its own: no BEGIN, no COMMIT.
+		res, err := execOne(ctx, alone{s.db}, r.stmts[0], r.req.Statements[0].Params)
+		if err != nil {
+			return abi.SQLResponse{}, err
+		}
+		return abi.SQLResponse{Results: []abi.SQLResult{res}}, nil
+	}
 	var resp abi.SQLResponse
 	err := s.db.InPluginTx(ctx, func(tx backend.PluginTx) error {
 		var err error
@@ -243,7 +251,19 @@ func execAll(ctx context.Context, tx backend.PluginTx, r *sqlRequest) (abi.SQLRe
 	return out, nil
 }
 
-func execOne(ctx context.Context, tx backend.PluginTx, def pgsql.Statement, params []abi.SQLValue) (abi.SQLResult, error) {
+// querier runs one statement: an open backend.PluginTx, or alone.
+type querier interface {
+	Query(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error)
+}
+
+// alone runs a statement outside any transaction (SQLDB.QueryAlone).
+type alone struct{ db SQLDB }
+
+func (a alone) Query(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error) {
+	return a.db.QueryAlone(ctx, sql, params, maxRows)
+}
+
+func execOne(ctx context.Context, tx querier, def pgsql.Statement, params []abi.SQLValue) (abi.SQLResult, error) {
 	res, err := tx.Query(ctx, def.SQL, params, SQLMaxRows)
 	if errors.Is(err, backend.ErrRowLimit) {
 		return abi.SQLResult{}, abi.Errorf(abi.CodeLimit, fmt.Sprintf("sql %s returned more than %d rows", def.Name, SQLMaxRows))
