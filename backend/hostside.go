@@ -77,6 +77,10 @@ type PluginSQL interface {
 	// InPluginTx runs fn in a transaction of its own: committed when fn
 	// returns nil, rolled back (and fn's error returned) otherwise.
 	InPluginTx(ctx context.Context, fn func(PluginTx) error) error
+	// QueryAlone runs one statement outside any transaction the caller
+	// opens (as PluginTx.Query does): the statement is its own
+	// transaction, one round trip without BEGIN and COMMIT.
+	QueryAlone(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error)
 }
 
 // PluginTx is one open transaction of PluginSQL. Not safe for concurrent

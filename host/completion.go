@@ -32,8 +32,8 @@ type CompletionConfig struct {
 	RetryDelay time.Duration
 	// Wakeups, on a host without a Valkey Backend (Postgres), pushes the
 	// flow partitions whose completion events wait for dispatch;
-	// cmd/fabric feeds it from postgres.Client.SubscribeCompletions
-	// (LISTEN ff_completion). The host sweeps the PushScanners on each
+	// cmd/fabric feeds it from postgres.Client.CompletionWakeups
+	// (LISTEN fabric_completion). The host sweeps the PushScanners on each
 	// such partition at once instead of waiting for their interval, which
 	// stays the safety net for a wake-up lost with the connection.
 	Wakeups <-chan model.Partition

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fabric-host/fabric/model"
 )
@@ -204,47 +207,208 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// CompletionWakeups subscribes to the completion events committed from
-// now on (SubscribeCompletions from the tail) and sends the partition of
-// every flow member's event: host.CompletionConfig.Wakeups, whose host
+// DependencySafetyInterval is pg_dependency_reconciler's sweep interval
+// when CompletionWakeups feeds the host (`fabric run --backend postgres`,
+// the bench's Postgres engine): every flow member's completion already
+// sweeps its partition at once, so the plugin's own sweep of every flow
+// partition (one scan transaction each, 270–630 ms for 256 partitions on
+// 2 cores, and the tail of the DAG latency when it overlaps a level) is
+// only the safety net for an event whose wake-up was lost (one committed
+// out of event-id order while the listener reconnected, or a wake-up
+// sweep that failed): such an event is dispatched within this interval.
+// Ten times the plugin's stock 1 s, as the Valkey host's due-time timers
+// poll for safety (host.TimerSafetyFactorDefault).
+const DependencySafetyInterval = 10 * time.Second
+
+// CompletionWakeupChannel is the NOTIFY channel of fabric's own trigger
+// on ff_completion_event (migrations/fabric/completion_notify.sql): one
+// notification per flow member's event, payload
+// "<partition_key>:<event_id>". FlowFabric's ff_completion (payload the
+// event id) is left as it is.
+const CompletionWakeupChannel = "fabric_completion"
+
+// completionWakeupTrigger is the trigger that sends CompletionWakeupChannel.
+const completionWakeupTrigger = "fabric_completion_event_notify_trg"
+
+// CompletionWakeups sends the partition of every flow member's completion
+// event committed from now on: host.CompletionConfig.Wakeups, whose host
 // then sweeps pg_dependency_reconciler on that partition at once instead
-// of at its interval. It returns once LISTEN is registered; stop ends the
-// subscription and closes the channel (the channel's reader may have
-// stopped reading).
+// of at its interval. It returns once LISTEN is registered; stop ends it
+// and closes the channel (the channel's reader may have stopped reading).
+//
+// # Notes
+//
+//   - It LISTENs on CompletionWakeupChannel, whose payload names the
+//     partition: no query per event. On a database migrated before that
+//     trigger existed (only FlowFabric's ff_completion), it LISTENs there
+//     and reads the partitions of the events after its cursor on each
+//     notification, as SubscribeCompletions does.
+//   - One dedicated connection; a lost one is redialled after 200 ms and
+//     the events committed after the cursor (the highest event id handed
+//     over) are read from the table before listening again, so no wake-up
+//     of an event committed in id order is lost. One committed out of id
+//     order while disconnected is left to the reconciler's own sweep
+//     (DependencySafetyInterval).
 func (c *Client) CompletionWakeups(ctx context.Context) (_ <-chan model.Partition, stop func(), _ error) {
-	sub, err := c.SubscribeCompletions(context.WithoutCancel(ctx), &SubscribeCompletionsParams{AfterEventID: -1})
+	conn, direct, err := c.wakeupConn(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
+	var cursor int64
+	if err := conn.QueryRow(ctx, "SELECT COALESCE(MAX(event_id), 0) FROM ff_completion_event").Scan(&cursor); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, nil, fmt.Errorf("completion wake-ups: %w", err)
+	}
 	out := make(chan model.Partition, 1024)
-	quit, done := make(chan struct{}), make(chan struct{})
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer close(out)
-		for {
-			var ev CompletionEvent
-			var ok bool
-			select {
-			case ev, ok = <-sub.C:
-				if !ok {
-					return
-				}
-			case <-quit:
-				return
-			}
-			if ev.FlowID.IsZero() {
-				continue // no flow, nothing to dispatch
-			}
-			select {
-			case out <- ev.ExecutionID.Partition():
-			case <-quit: // the reader stopped reading
-				return
-			}
-		}
+		c.wakeupLoop(wctx, conn, direct, cursor, out)
 	}()
 	return out, func() {
-		close(quit)
+		cancel()
 		<-done
-		sub.Close()
 	}, nil
+}
+
+// wakeupConn dials CompletionWakeups' connection: LISTEN
+// CompletionWakeupChannel when fabric's trigger exists (direct), else
+// LISTEN ff_completion.
+func (c *Client) wakeupConn(ctx context.Context) (_ *pgx.Conn, direct bool, _ error) {
+	if err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger
+ WHERE tgname = $1 AND tgrelid = 'ff_completion_event'::regclass)`, completionWakeupTrigger).Scan(&direct); err != nil {
+		return nil, false, fmt.Errorf("completion wake-ups: %w", err)
+	}
+	if !direct {
+		conn, err := c.listenConn(ctx)
+		return conn, false, err
+	}
+	conn, err := c.dialListen(ctx, CompletionWakeupChannel)
+	if err != nil {
+		return nil, false, fmt.Errorf("completion wake-ups: %w", err)
+	}
+	// The catch-up after a redial reads every partition by event id (see
+	// listenConn).
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, false, fmt.Errorf("completion wake-ups: %w", err)
+	}
+	return conn, true, nil
+}
+
+// wakeupLoop hands wake-ups to out until ctx ends: each
+// CompletionWakeupChannel notification's partition at once; on an
+// ff_completion notification, and after every redial, the partitions of
+// the events after cursor, read from the table.
+func (c *Client) wakeupLoop(ctx context.Context, conn *pgx.Conn, direct bool, cursor int64, out chan<- model.Partition) {
+	defer func() {
+		if conn != nil {
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	send := func(pk int64) bool {
+		select {
+		case out <- model.Partition{Family: model.FamilyFlow, Index: uint16(pk)}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	// After a redial, the events committed while disconnected are read
+	// from the table (and on ff_completion, on each notification).
+	first := true
+	for {
+		var err error
+		if conn == nil {
+			if conn, direct, err = c.wakeupConn(ctx); err != nil {
+				c.log.Warn("completion wake-ups: redial failed", "error", err)
+				if !sleepCtx(ctx, 200*time.Millisecond) {
+					return
+				}
+				continue
+			}
+		}
+		if !first || !direct {
+			cursor, err = catchUpPartitions(ctx, conn, cursor, send)
+		}
+		first = false
+		for err == nil {
+			var n *pgconn.Notification
+			if n, err = conn.WaitForNotification(ctx); err != nil {
+				break
+			}
+			if n.Channel != CompletionWakeupChannel {
+				cursor, err = catchUpPartitions(ctx, conn, cursor, send)
+				continue
+			}
+			pk, eid, ok := parseWakeup(n.Payload)
+			if !ok {
+				c.log.Warn("completion wake-ups: bad payload dropped", "payload", n.Payload)
+				continue
+			}
+			if !send(pk) {
+				return
+			}
+			cursor = max(cursor, eid)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("completion wake-ups: connection lost", "error", err)
+		conn.Close(context.WithoutCancel(ctx))
+		conn = nil
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// parseWakeup parses a CompletionWakeupChannel payload
+// "<partition_key>:<event_id>".
+func parseWakeup(payload string) (pk, eid int64, ok bool) {
+	a, b, found := strings.Cut(payload, ":")
+	if !found {
+		return 0, 0, false
+	}
+	pk, err1 := strconv.ParseInt(a, 10, 64)
+	eid, err2 := strconv.ParseInt(b, 10, 64)
+	return pk, eid, err1 == nil && err2 == nil && pk >= 0 && pk <= 0xffff
+}
+
+// catchUpPartitions sends the partition of every flow member's event
+// after cursor, 256 events at a time, and returns the new cursor.
+func catchUpPartitions(ctx context.Context, conn *pgx.Conn, cursor int64, send func(pk int64) bool) (int64, error) {
+	for {
+		rows, err := conn.Query(ctx, `
+SELECT event_id, partition_key, flow_id IS NOT NULL
+  FROM ff_completion_event WHERE event_id > $1 ORDER BY event_id LIMIT 256`, cursor)
+		if err != nil {
+			return cursor, err
+		}
+		type ev struct {
+			id, pk int64
+			flow   bool
+		}
+		evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ev, error) {
+			var e ev
+			var pk int16
+			err := r.Scan(&e.id, &pk, &e.flow)
+			e.pk = int64(pk)
+			return e, err
+		})
+		if err != nil {
+			return cursor, err
+		}
+		for _, e := range evs {
+			if e.flow && !send(e.pk) {
+				return cursor, ctx.Err()
+			}
+			cursor = e.id
+		}
+		if len(evs) < 256 {
+			return cursor, nil
+		}
+	}
 }

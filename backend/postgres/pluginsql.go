@@ -43,6 +43,12 @@ func (s PluginSQL) InPluginTx(ctx context.Context, fn func(backend.PluginTx) err
 	return sqlError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return fn(pluginTx{tx}) }))
 }
 
+// QueryAlone implements backend.PluginSQL on a pooled connection: the
+// statement runs in Postgres's implicit transaction of its own.
+func (s PluginSQL) QueryAlone(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error) {
+	return query(ctx, s.Pool, sql, params, maxRows)
+}
+
 // pluginTx is backend.PluginTx on a pgx transaction.
 type pluginTx struct{ tx pgx.Tx }
 
@@ -55,6 +61,14 @@ func (t pluginTx) Rollback(ctx context.Context) error { return sqlError(t.tx.Rol
 // Query implements backend.PluginTx: params bind as int8, text, bool and
 // float8; cells come back through sqlValue.
 func (t pluginTx) Query(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error) {
+	return query(ctx, t.tx, sql, params, maxRows)
+}
+
+// query runs sql on q (a transaction or the pool) with params bound as
+// int8, text, bool and float8; cells come back through sqlValue.
+func query(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error) {
 	args := make([]any, len(params))
 	for i, p := range params {
 		switch p.Kind {
@@ -68,7 +82,7 @@ func (t pluginTx) Query(ctx context.Context, sql string, params []abi.SQLValue, 
 			args[i] = p.F
 		}
 	}
-	rows, err := t.tx.Query(ctx, sql, args...)
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return abi.SQLResult{}, sqlError(err)
 	}

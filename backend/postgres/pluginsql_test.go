@@ -77,3 +77,38 @@ func TestPluginSQL(t *testing.T) {
 		t.Fatalf("the table of a rolled-back transaction: %v, want SQLSTATE 42P01", err)
 	}
 }
+
+// TestPluginSQLQueryAlone: QueryAlone runs one statement as its own
+// transaction (a write is committed when it returns), with Query's
+// binding, row cap and errors.
+func TestPluginSQLQueryAlone(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	db := postgres.PluginSQL{Pool: pool}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := db.QueryAlone(ctx, `SELECT $1::int8 + 1`, []abi.SQLValue{abi.Int64(41)}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 1 || res.Rows[0][0].AsInt() != 42 {
+		t.Fatalf("result %+v", res)
+	}
+	if _, err := db.QueryAlone(ctx, `CREATE TABLE alone_t (n int)`, nil, 10); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := db.QueryAlone(ctx, `INSERT INTO alone_t VALUES (1), (2)`, nil, 10); err != nil || res.RowsAffected != 2 {
+		t.Fatalf("insert: %+v, %v", res, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM alone_t`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("committed rows %d, %v; want 2", n, err)
+	}
+	if _, err := db.QueryAlone(ctx, `SELECT generate_series(1, 3)`, nil, 2); !errors.Is(err, backend.ErrRowLimit) {
+		t.Fatalf("over the row cap: %v, want ErrRowLimit", err)
+	}
+	var se *backend.SQLError
+	if _, err := db.QueryAlone(ctx, `SELECT 1/0`, nil, 10); !errors.As(err, &se) || se.Code != "22012" {
+		t.Fatalf("division by zero: %v, want SQLSTATE 22012", err)
+	}
+}

@@ -81,9 +81,10 @@ func pgEligiblePayload(child model.ExecutionID) string {
 
 // pgEngine is fabric's flow engine on Postgres as `fabric run --backend
 // postgres` runs it: a host on the database with pg_dependency_reconciler
-// (stale_ms 0: the host is the dispatcher; its stock 1 s sweep stays the
-// safety net), swept at once on a flow's partition when LISTEN
-// ff_completion reports a flow member's completion event
+// (stale_ms 0: the host is the dispatcher; its own sweep stays the safety
+// net, every postgres.DependencySafetyInterval), swept at once on a flow's
+// partition when LISTEN fabric_completion reports a flow member's
+// completion event
 // (postgres.Client.CompletionWakeups → host.CompletionConfig.Wakeups).
 // The bench relays the wake-ups to the host to date each one.
 type pgEngine struct {
@@ -140,7 +141,7 @@ func startPGEngine(ctx context.Context, e *benchEnv, pc *postgres.Client) (*pgEn
 	}()
 	endWake := func() { close(quit); stopWake(); <-relayed; os.RemoveAll(dir) }
 	g.h, err = e.startHost(ctx, dir, nil, hostOpts{pg: pc, records: 1 << 16,
-		plugins:     map[string]host.PluginConfig{pgReconciler: {Config: map[string]string{"stale_ms": "0"}}},
+		plugins:     map[string]host.PluginConfig{pgReconciler: {Interval: postgres.DependencySafetyInterval, Config: map[string]string{"stale_ms": "0"}}},
 		completions: host.CompletionConfig{Enabled: true, Wakeups: relay}})
 	if err != nil {
 		endWake()
@@ -272,7 +273,7 @@ func (d *pgDAGStages) summary(wakes []time.Time, recs []host.CycleRecord, flowPa
 		p50, p99, _ := percentiles(ms[n])
 		parts = append(parts, fmt.Sprintf("%s %s / %s", n, fmtNum(p50, "ms"), fmtNum(p99, "ms")))
 	}
-	return fmt.Sprintf("per-stage p50 / p99 over %d of %d levels, %d of them dispatched by a wake-up sweep, the rest by the reconciler's own 1 s sweep (complete = the worker's complete call, listen = its return → the flow's partition relayed from LISTEN ff_completion (the NOTIFY, the listener's catch-up SELECT; negative when the relay overtook the call's return), handoff = → the reconciler's call on the partition started, release = → the child's fabric_eligible NOTIFY arrived (the plugin's scan, claim and release statements and their commit), call = the whole reconciler call, for reference): %s. %s",
+	return fmt.Sprintf("per-stage p50 / p99 over %d of %d levels, %d of them dispatched by a wake-up sweep, the rest by the reconciler's own safety sweep (every postgres.DependencySafetyInterval, 10 s, since 2026-12-02; 1 s before) (complete = the worker's complete call, listen = its return → the flow's partition relayed from LISTEN fabric_completion (the NOTIFY, whose payload names the partition; negative when the relay overtook the call's return), handoff = → the reconciler's call on the partition started, release = → the child's fabric_eligible NOTIFY arrived (the plugin's scan, claim and release statements and their commit), call = the whole reconciler call, for reference): %s. %s",
 		matched, len(d.levels), pushed, strings.Join(parts, "; "), d.sweepOverlap(recs, flowPartitions))
 }
 
@@ -309,7 +310,7 @@ func (d *pgDAGStages) sweepOverlap(recs []host.CycleRecord, n int) string {
 	s50, _, smx := percentiles(spans)
 	d50, d99, _ := percentiles(during)
 	o50, o99, _ := percentiles(others)
-	return fmt.Sprintf("The reconciler's own sweeps of the %d flow partitions (%d in the run, one a second) took %s each (p50; max %s); the %d levels that overlapped one took %s / %s (p50 / p99), the other %d %s / %s",
+	return fmt.Sprintf("The reconciler's own sweeps of the %d flow partitions (%d in the run, one every safety interval) took %s each (p50; max %s); the %d levels that overlapped one took %s / %s (p50 / p99), the other %d %s / %s",
 		n, len(spans), fmtNum(s50, "ms"), fmtNum(smx, "ms"), len(during), fmtNum(d50, "ms"), fmtNum(d99, "ms"), len(others), fmtNum(o50, "ms"), fmtNum(o99, "ms"))
 }
 

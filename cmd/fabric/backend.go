@@ -76,6 +76,9 @@ type runBackend struct {
 	// pluginDefaults are config entries the backend sets for its plugins
 	// (hostOptions.defaults).
 	pluginDefaults map[string]map[string]string
+	// pluginIntervals are sweep intervals the backend sets for its
+	// plugins (hostOptions.intervals).
+	pluginIntervals map[string]time.Duration
 	// sampler, server and consoleNote are observeConfig's.
 	sampler     admin.SamplerConfig
 	server      admin.ServerConfig

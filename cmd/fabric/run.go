@@ -155,7 +155,7 @@ func runHost(ctx context.Context, env *cliEnv, open runBackendOpener, b *backend
 	hc := be.host
 	hc.Logger, hc.IdleRelease = be.logger, *o.idle
 	h, err := startHost(ctx, out, hc, hostOptions{dir: *o.pluginDir, cacheDir: *o.cacheDir, statusFile: *o.statusFile,
-		plugins: o.pluginCfg, defaults: be.pluginDefaults, observer: metrics, trust: o.trust,
+		plugins: o.pluginCfg, defaults: be.pluginDefaults, intervals: be.pluginIntervals, observer: metrics, trust: o.trust,
 		leases: partlease.Config{Disabled: !*o.leases, HostID: *o.hostID, TTL: *o.leaseTTL}})
 	if err != nil {
 		return err
@@ -462,7 +462,11 @@ type hostOptions struct {
 	// push dispatcher); the config file's entries win, and a plugin the
 	// directory lacks is no error.
 	defaults map[string]map[string]string
-	observer host.Observer
+	// intervals are sweep intervals the run sets for its backend (on
+	// Postgres with completion wake-ups, pg_dependency_reconciler's
+	// postgres.DependencySafetyInterval); the config file's interval wins.
+	intervals map[string]time.Duration
+	observer  host.Observer
 	// leases configures partition leases.
 	leases partlease.Config
 	// trust sets the host's Policy and trusted keys (policy.go).
@@ -490,26 +494,8 @@ func startHost(ctx context.Context, out io.Writer, base host.Config, o hostOptio
 			return nil, fmt.Errorf("--cache-dir: %w", err)
 		}
 	}
-	// Lane-scanning plugins scan the lane registry unless the config file
-	// gives them a "lanes" entry (pdk.Lanes).
-	plugins := map[string]host.PluginConfig{}
-	for name, pc := range o.plugins {
-		plugins[name] = pc
-	}
-	for name, entries := range o.defaults {
-		pc := plugins[name]
-		merged := map[string]string{}
-		for k, v := range entries {
-			merged[k] = v
-		}
-		for k, v := range pc.Config {
-			merged[k] = v
-		}
-		pc.Config = merged
-		plugins[name] = pc
-	}
 	hc := base
-	hc.PluginDir, hc.CacheDir, hc.StatusFile, hc.Plugins, hc.Observer, hc.Leases = dir, cacheDir, statusFile, plugins, o.observer, o.leases
+	hc.PluginDir, hc.CacheDir, hc.StatusFile, hc.Plugins, hc.Observer, hc.Leases = dir, cacheDir, statusFile, o.pluginConfigs(), o.observer, o.leases
 	if err := o.trust.apply(&hc); err != nil {
 		return nil, err
 	}
@@ -620,4 +606,33 @@ func (o *runFlags) applyGCPercent() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(*o.gcPercent)
 	}
+}
+
+// pluginConfigs is the host's per-plugin configuration: the config
+// file's, the backend's config entries (defaults) under its own, and the
+// backend's sweep intervals (intervals) where it sets none.
+func (o hostOptions) pluginConfigs() map[string]host.PluginConfig {
+	plugins := map[string]host.PluginConfig{}
+	for name, pc := range o.plugins {
+		plugins[name] = pc
+	}
+	for name, entries := range o.defaults {
+		pc := plugins[name]
+		merged := map[string]string{}
+		for k, v := range entries {
+			merged[k] = v
+		}
+		for k, v := range pc.Config {
+			merged[k] = v
+		}
+		pc.Config = merged
+		plugins[name] = pc
+	}
+	for name, d := range o.intervals {
+		if pc := plugins[name]; pc.Interval == 0 {
+			pc.Interval = d
+			plugins[name] = pc
+		}
+	}
+	return plugins
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/host"
@@ -104,7 +105,7 @@ func (f *runPGFlags) opener(fs *flag.FlagSet) (runBackendOpener, error) {
 // with postgres.ErrNotMigrated, naming `fabric migrate`), the census and
 // read-only console over SQL, the host running the pg_* plugins (Valkey
 // plugins load disabled) with completion dispatch pushed by LISTEN
-// ff_completion, and the demo workload (runWorkload) on Postgres workers.
+// fabric_completion, and the demo workload (runWorkload) on Postgres workers.
 func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backendFlags, _ *workloadFlags, o *runFlags, cfg workloadConfig, out io.Writer) (_ *runBackend, err error) {
 	log, err := b.logger(env)
 	if err != nil {
@@ -149,10 +150,11 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 	}
 	fmt.Fprintf(out, "schema version %d; partitions %+v\n", version, pc.Partitions())
 	// Completion dispatch is pushed: every flow member's completion event
-	// (LISTEN ff_completion) sweeps pg_dependency_reconciler on its
-	// partition at once; the plugin's own 1 s sweep stays as the safety
-	// net. The host being the dispatcher, stale_ms 0 lets it take fresh
-	// events.
+	// (LISTEN fabric_completion) sweeps pg_dependency_reconciler on its
+	// partition at once; the plugin's own sweep stays as the safety net,
+	// every postgres.DependencySafetyInterval rather than its stock 1 s
+	// (a config file's interval wins). The host being the dispatcher,
+	// stale_ms 0 lets it take fresh events.
 	wakeups, stop, err := pc.CompletionWakeups(ctx)
 	if err != nil {
 		return nil, err
@@ -163,12 +165,13 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 		private: t.Server != nil,
 		host: host.Config{Postgres: pc.PluginSQL(), Partitions: pc.Partitions(),
 			Completions: host.CompletionConfig{Enabled: true, Wakeups: wakeups}},
-		pluginDefaults: map[string]map[string]string{"pg_dependency_reconciler": {"stale_ms": "0"}},
-		sampler:        admin.SamplerConfig{Take: admin.PGCensus(pc)},
-		server:         admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
-		consoleNote:    "read-only on Postgres: writes answer 501",
-		demoNote:       "demo workload running on Postgres; Ctrl-C stops submitting, drains and exits",
-		provider:       pc,
+		pluginDefaults:  map[string]map[string]string{"pg_dependency_reconciler": {"stale_ms": "0"}},
+		pluginIntervals: map[string]time.Duration{"pg_dependency_reconciler": postgres.DependencySafetyInterval},
+		sampler:         admin.SamplerConfig{Take: admin.PGCensus(pc)},
+		server:          admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
+		consoleNote:     "read-only on Postgres: writes answer 501",
+		demoNote:        "demo workload running on Postgres; Ctrl-C stops submitting, drains and exits",
+		provider:        pc,
 		prepareDemo: func(h *host.Host, _ *workloadConfig, say io.Writer) {
 			// On Postgres a worker neither promotes delayed work nor
 			// resolves flow edges: the host's scanners do.

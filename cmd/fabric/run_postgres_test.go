@@ -269,3 +269,25 @@ func TestRunPostgresDemoEveryKind(t *testing.T) {
 		t.Errorf("output:\n%s", out)
 	}
 }
+
+// TestRunPostgresSafetyInterval: with completion wake-ups, the run sweeps
+// pg_dependency_reconciler every postgres.DependencySafetyInterval, not
+// at its stock 1 s, unless the config file sets an interval; the
+// backend's config entries stay under the file's.
+func TestRunPostgresSafetyInterval(t *testing.T) {
+	t.Parallel()
+	const name = "pg_dependency_reconciler"
+	o := hostOptions{
+		defaults:  map[string]map[string]string{name: {"stale_ms": "0"}},
+		intervals: map[string]time.Duration{name: postgres.DependencySafetyInterval},
+	}
+	got := o.pluginConfigs()[name]
+	if got.Interval != postgres.DependencySafetyInterval || got.Config["stale_ms"] != "0" {
+		t.Fatalf("no config file: %+v, want interval %s and stale_ms 0", got, postgres.DependencySafetyInterval)
+	}
+	o.plugins = map[string]host.PluginConfig{name: {Interval: 2 * time.Second, Config: map[string]string{"stale_ms": "50"}}}
+	got = o.pluginConfigs()[name]
+	if got.Interval != 2*time.Second || got.Config["stale_ms"] != "50" {
+		t.Fatalf("config file's interval 2s, stale_ms 50: %+v", got)
+	}
+}

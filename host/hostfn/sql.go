@@ -72,7 +72,8 @@ func tagIndex(tag string) (int64, bool) {
 }
 
 // checkPartition refuses a partition_key parameter other than the scanned
-// partition's, unless the grant is cross-partition.
+// partition's (with the whole batch selected, other than one of the
+// batch's partitions), unless the grant is cross-partition.
 func checkPartition(c *Caller, r *sqlRequest) error {
 	if c.Tag == "" || c.Caps.CrossPartition {
 		return nil
@@ -81,12 +82,19 @@ func checkPartition(c *Caller, r *sqlRequest) error {
 	if !ok {
 		return nil
 	}
+	inBatch := func(v abi.SQLValue) bool {
+		if !c.WholeBatch || v.Kind != abi.SQLInt || v.Int < 0 || v.Int > 0xffff {
+			return false
+		}
+		_, ok := c.Batch[uint16(v.Int)]
+		return ok
+	}
 	for i, def := range r.stmts {
 		for j, name := range def.Params {
 			if name != "partition_key" {
 				continue
 			}
-			if v := r.req.Statements[i].Params[j]; v.Kind != abi.SQLInt || v.Int != want {
+			if v := r.req.Statements[i].Params[j]; (v.Kind != abi.SQLInt || v.Int != want) && !inBatch(v) {
 				return abi.Errorf(abi.CodeCrossPartition, fmt.Sprintf("sql %s: partition_key %s is not the scanned partition %s", def.Name, v.String(), c.Tag))
 			}
 		}
@@ -187,6 +195,14 @@ func (s *SQLSession) run(ctx context.Context, r *sqlRequest) (abi.SQLResponse, e
 		}
 		return resp, err
 	}
+	if len(r.stmts) == 1 {
+		// One statement is a transaction of its own: no BEGIN, no COMMIT.
+		res, err := execOne(ctx, alone{s.db}, r.stmts[0], r.req.Statements[0].Params)
+		if err != nil {
+			return abi.SQLResponse{}, err
+		}
+		return abi.SQLResponse{Results: []abi.SQLResult{res}}, nil
+	}
 	var resp abi.SQLResponse
 	err := s.db.InPluginTx(ctx, func(tx backend.PluginTx) error {
 		var err error
@@ -235,7 +251,19 @@ func execAll(ctx context.Context, tx backend.PluginTx, r *sqlRequest) (abi.SQLRe
 	return out, nil
 }
 
-func execOne(ctx context.Context, tx backend.PluginTx, def pgsql.Statement, params []abi.SQLValue) (abi.SQLResult, error) {
+// querier runs one statement: an open backend.PluginTx, or alone.
+type querier interface {
+	Query(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error)
+}
+
+// alone runs a statement outside any transaction (SQLDB.QueryAlone).
+type alone struct{ db SQLDB }
+
+func (a alone) Query(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error) {
+	return a.db.QueryAlone(ctx, sql, params, maxRows)
+}
+
+func execOne(ctx context.Context, tx querier, def pgsql.Statement, params []abi.SQLValue) (abi.SQLResult, error) {
 	res, err := tx.Query(ctx, def.SQL, params, SQLMaxRows)
 	if errors.Is(err, backend.ErrRowLimit) {
 		return abi.SQLResult{}, abi.Errorf(abi.CodeLimit, fmt.Sprintf("sql %s returned more than %d rows", def.Name, SQLMaxRows))

@@ -111,3 +111,85 @@ func testDependencyDispatch(t *testing.T, push bool) {
 		t.Fatalf("%d completion events of the flow undispatched, want at most the last level's", n)
 	}
 }
+
+// TestDependencySafetySweepLeavesNothingBehind: with wake-ups on,
+// pg_dependency_reconciler sweeps only every
+// postgres.DependencySafetyInterval, as `fabric run --backend postgres`
+// runs it; a completion whose wake-up never came (here the wake-up
+// channel stays silent, as for a NOTIFY lost with the listener's
+// connection) still releases its child within that interval.
+func TestDependencySafetySweepLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := pgtest.Context(t, 3*time.Minute)
+	dir := t.TempDir()
+	b, err := os.ReadFile(fixture(t, "pg_dependency_reconciler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pg_dependency_reconciler.wasm"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sig := &host.TestSignals{}
+	sig.Init()
+	silent := make(chan model.Partition) // every wake-up lost
+	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir(), Postgres: c.PluginSQL(), Partitions: parts,
+		Logger: pgtest.Logger(), TestSignals: sig,
+		Plugins: map[string]host.PluginConfig{"pg_dependency_reconciler": {Interval: postgres.DependencySafetyInterval,
+			Config: map[string]string{"stale_ms": "0"}}},
+		Completions: host.CompletionConfig{Enabled: true, Wakeups: silent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Stop(); h.Close(context.Background()) })
+	for range parts.Flow {
+		wait(t, sig.PartitionDone.C(), time.Minute, "the first sweep's partition call")
+	}
+	f := &flowFixture{t: t, c: c, flow: model.NewUUID()}
+	parent := f.member("safety", false)
+	child := f.member("safety", true)
+	f.group(child, `{"kind":"all_of"}`, parent)
+	r := claim(t, c, "safety")
+	start := time.Now()
+	if err := c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: parent, Fence: r.Fence()}); err != nil {
+		t.Fatal(err)
+	}
+	// Within the interval, with room for a loaded machine's sweep.
+	pgtest.Eventually(t, postgres.DependencySafetyInterval+20*time.Second, "the child released by the safety sweep", func() bool {
+		return stateOf(t, c, child).Eligibility == model.EligibleNow
+	})
+	t.Logf("released by the safety sweep after %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestDependencyStaleZeroTakesEveryEvent: with stale_ms 0 (the host is
+// the dispatcher) pg_dependency_reconciler takes an unclaimed event
+// whatever its committed_at_ms, the database's clock: one stamped ahead of
+// the plugins' clock (a database clock ahead of the host's, or the
+// millisecond rounding when a wake-up sweep runs right after the commit)
+// is released at once, not left to a later sweep.
+func TestDependencyStaleZeroTakesEveryEvent(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := pgtest.Context(t, 3*time.Minute)
+	f := &flowFixture{t: t, c: c, flow: model.NewUUID()}
+	parent := f.member("stale-zero", false)
+	child := f.member("stale-zero", true)
+	f.group(child, `{"kind":"all_of"}`, parent)
+	r := claim(t, c, "stale-zero")
+	if err := c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: parent, Fence: r.Fence()}); err != nil {
+		t.Fatal(err)
+	}
+	// The plugins' clock runs `ahead`; the event is stamped beyond it.
+	if _, err := c.Pool().Exec(ctx, `UPDATE ff_completion_event SET committed_at_ms = committed_at_ms + $1 WHERE execution_id = $2::uuid`,
+		(2 * ahead).Milliseconds(), parent.UUIDString()); err != nil {
+		t.Fatal(err)
+	}
+	startHost(t, c, map[string]host.PluginConfig{"pg_dependency_reconciler": {Interval: 100 * time.Millisecond,
+		Config: map[string]string{"stale_ms": "0"}}})
+	pgtest.Eventually(t, time.Minute, "the child released", func() bool {
+		return stateOf(t, c, child).Eligibility == model.EligibleNow
+	})
+}

@@ -13,10 +13,15 @@
 //
 // Configuration: "stale_ms" (default 1000): how old an unclaimed event
 // must be, leaving a live dispatcher (a FlowFabric engine on the same
-// database) the first chance.
+// database) the first chance. 0 takes every unclaimed event, whatever its
+// committed_at_ms: that column is the database's clock, rounded to the
+// millisecond, and a wake-up sweep running within a millisecond of the
+// commit (or on a host whose clock lags the database's) would otherwise
+// find the event not yet old enough and leave it to the next sweep.
 package main
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/fabric-host/fabric/abi"
@@ -53,10 +58,14 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			stale = n
 		}
 	}
+	before := now - stale
+	if stale == 0 {
+		before = math.MaxInt64
+	}
 	pk := int64(req.Partition.Index)
 	var released, skipped, groups int
 	res := pdk.RowScan{
-		Candidates: pdk.Q(pgsql.DependencyScan, pk, now-stale, int64(req.BatchSize)),
+		Candidates: pdk.Q(pgsql.DependencyScan, pk, before, int64(req.BatchSize)),
 		Handle: func(s pdk.SQLHost, row []abi.SQLValue) (bool, error) {
 			d, err := pgflow.DispatchCompletion(s, pk, row[0].AsInt(), now)
 			if err == nil {
