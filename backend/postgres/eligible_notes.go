@@ -129,12 +129,15 @@ func (e *eligibleNotes) quietDone(part int16, lane string, send func(ctx context
 	e.wg.Add(1)
 	n.fire = func() {
 		defer e.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		send(ctx, part, lane)
+		// No longer pending from here: a quiet create that commits from
+		// now on may commit after this NOTIFY, so it makes a trailer of
+		// its own.
 		e.mu.Lock()
 		n.last, n.trailer, n.fire = time.Now(), nil, nil
 		e.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		send(ctx, part, lane)
 	}
 	n.trailer = time.AfterFunc(wait, n.fire)
 }
