@@ -26,7 +26,7 @@ type runPGFlags struct {
 func addRunPostgresFlags(fs *flag.FlagSet) *runPGFlags {
 	return &runPGFlags{
 		backend: fs.String("backend", "valkey", "valkey or postgres; --postgres-url implies postgres"),
-		migrate: fs.Bool("migrate", false, "with --postgres-url, apply the schema migrations before running (as `fabric migrate` does); "+
+		migrate: fs.Bool("migrate", false, "with --postgres-url, apply the schema migrations before running (as fabric migrate does); "+
 			"without it a database not migrated is refused (a throwaway cluster is always migrated)"),
 		pg: addPostgresFlags(fs),
 	}

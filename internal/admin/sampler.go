@@ -104,7 +104,7 @@ func (s *Sampler) Sample(ctx context.Context) {
 	defer s.mu.Unlock()
 	if err != nil {
 		if s.err == nil {
-			s.cfg.Logger.Warn("keyspace census failed", "error", err)
+			s.cfg.Logger.Warn("census failed; the live view shows no execution counts until it answers", "error", err)
 		}
 		s.err = err
 	} else {
