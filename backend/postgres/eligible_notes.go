@@ -67,16 +67,8 @@ type eligibleNotes struct {
 func (e *eligibleNotes) inline(part int16, lane string, now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	k := eligibleKey{part, lane}
-	n := e.keys[k]
-	if n == nil {
-		if e.keys == nil || len(e.keys) >= maxEligibleNoteKeys {
-			e.forgetIdle()
-		}
-		e.keys[k] = &eligibleNote{last: now}
-		return true
-	}
-	if now.Sub(n.last) >= e.windowLen() && n.trailer == nil {
+	n := e.entry(eligibleKey{part, lane})
+	if now.Sub(n.last) >= e.windowLen() && n.trailer == nil { // a new pair's last is the zero time
 		n.last = now
 		return true
 	}
@@ -90,18 +82,26 @@ func (e *eligibleNotes) windowLen() time.Duration {
 	return eligibleNotifyWindow
 }
 
-// forgetIdle drops the pairs with no trailing NOTIFY pending (all of
-// them, most of the time); e.mu is held.
-func (e *eligibleNotes) forgetIdle() {
+// entry returns k's record, a new one (never notified) if there is none;
+// at maxEligibleNoteKeys the pairs with no trailing NOTIFY pending (all
+// of them, most of the time) are forgotten first. e.mu is held.
+func (e *eligibleNotes) entry(k eligibleKey) *eligibleNote {
+	if n := e.keys[k]; n != nil {
+		return n
+	}
 	if e.keys == nil {
 		e.keys = map[eligibleKey]*eligibleNote{}
-		return
 	}
-	for k, n := range e.keys {
-		if n.trailer == nil {
-			delete(e.keys, k)
+	if len(e.keys) >= maxEligibleNoteKeys {
+		for k, n := range e.keys {
+			if n.trailer == nil {
+				delete(e.keys, k)
+			}
 		}
 	}
+	n := &eligibleNote{}
+	e.keys[k] = n
+	return n
 }
 
 // quietDone is called once a quiet create on (part, lane) committed: a
@@ -113,15 +113,7 @@ func (e *eligibleNotes) quietDone(part int16, lane string, send func(ctx context
 	if e.closed {
 		return
 	}
-	k := eligibleKey{part, lane}
-	n := e.keys[k]
-	if n == nil {
-		if e.keys == nil || len(e.keys) >= maxEligibleNoteKeys {
-			e.forgetIdle()
-		}
-		n = &eligibleNote{}
-		e.keys[k] = n
-	}
+	n := e.entry(eligibleKey{part, lane})
 	if n.trailer != nil {
 		return // pending: it is sent after this create committed
 	}
