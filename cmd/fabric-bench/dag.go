@@ -23,14 +23,7 @@ import (
 // completion listener on and the dependency dispatcher plugin loaded. It
 // returns once the listener is subscribed to ff:dag:completions.
 func startEngine(ctx context.Context, e *benchEnv, vc *valkey.Client, obs host.Observer) (stop func(), err error) {
-	f, err := e.pluginFile("dependency")
-	if err != nil {
-		return nil, err
-	}
-	if err := e.prewarm(ctx, f); err != nil {
-		return nil, err
-	}
-	dir, err := pluginDir(f)
+	dir, err := e.stockPluginDir(ctx, "dependency")
 	if err != nil {
 		return nil, err
 	}

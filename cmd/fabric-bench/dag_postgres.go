@@ -105,14 +105,7 @@ func (g *pgEngine) woken() []time.Time {
 // startPGEngine starts the engine on pc and returns once the reconciler
 // runs.
 func startPGEngine(ctx context.Context, e *benchEnv, pc *postgres.Client) (*pgEngine, error) {
-	f, err := e.pluginFile(pgReconciler)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.prewarm(ctx, f); err != nil {
-		return nil, err
-	}
-	dir, err := pluginDir(f)
+	dir, err := e.stockPluginDir(ctx, pgReconciler)
 	if err != nil {
 		return nil, err
 	}

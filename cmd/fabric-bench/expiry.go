@@ -81,14 +81,7 @@ func expiryLateness(ctx context.Context, e *benchEnv, m expiryMode, n int, sprea
 	if err != nil {
 		return nil, "", err
 	}
-	f, err := e.pluginFile(m.plugin)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := e.prewarm(ctx, f); err != nil {
-		return nil, "", err
-	}
-	dir, err := pluginDir(f)
+	dir, err := e.stockPluginDir(ctx, m.plugin)
 	if err != nil {
 		return nil, "", err
 	}

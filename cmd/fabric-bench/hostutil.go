@@ -99,6 +99,20 @@ type hostOpts struct {
 	pg *postgres.Client
 }
 
+// stockPluginDir prewarms the compilation cache with the stock plugin
+// name and returns a fresh plugin directory holding only it (the caller
+// removes it).
+func (e *benchEnv) stockPluginDir(ctx context.Context, name string) (string, error) {
+	f, err := e.pluginFile(name)
+	if err != nil {
+		return "", err
+	}
+	if err := e.prewarm(ctx, f); err != nil {
+		return "", err
+	}
+	return pluginDir(f)
+}
+
 // startHost starts a host on dir over vc (or o.pg, vc nil) and waits for
 // its initial load.
 func (e *benchEnv) startHost(ctx context.Context, dir string, vc *valkey.Client, o hostOpts) (*host.Host, error) {

@@ -91,14 +91,7 @@ func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode, stages *
 	if err != nil {
 		return nil, "", err
 	}
-	f, err := e.pluginFile("delayed_promoter")
-	if err != nil {
-		return nil, "", err
-	}
-	if err := e.prewarm(ctx, f); err != nil {
-		return nil, "", err
-	}
-	dir, err := pluginDir(f)
+	dir, err := e.stockPluginDir(ctx, "delayed_promoter")
 	if err != nil {
 		return nil, "", err
 	}

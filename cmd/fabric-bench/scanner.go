@@ -116,14 +116,7 @@ func runScannerCost(ctx context.Context, e *benchEnv, sc *Scenario) error {
 // the plugin calls per cycle (fabric_scan_batch scans several partitions
 // per call).
 func wasmCycle(ctx context.Context, e *benchEnv, vc *valkey.Client) (cycleMs, callMs, callsPerCycle float64, err error) {
-	f, err := e.pluginFile("delayed_promoter")
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	if err := e.prewarm(ctx, f); err != nil {
-		return 0, 0, 0, err
-	}
-	dir, err := pluginDir(f)
+	dir, err := e.stockPluginDir(ctx, "delayed_promoter")
 	if err != nil {
 		return 0, 0, 0, err
 	}
