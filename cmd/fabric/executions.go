@@ -10,6 +10,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/internal/audit"
+	"github.com/fabric-host/fabric/model"
 )
 
 // errStuck is returned when `fabric executions stuck` found violations,
@@ -37,6 +38,12 @@ func init() {
 				}
 				if (*url == "") == (pgf.url == "") {
 					return fmt.Errorf("%w: give one of --valkey-url and --postgres-url (the deployment to check)", errUsage)
+				}
+				if err := pgf.checkPasswordFile(fs); err != nil {
+					return err
+				}
+				if pgf.url != "" && partitions.PartitionConfig != (model.PartitionConfig{}) {
+					return fmt.Errorf("%w: --partitions does not apply with --postgres-url: a database's partition counts are FlowFabric's 256/32/32", errUsage)
 				}
 				if *limit <= 0 {
 					return fmt.Errorf("%w: --limit must be positive, got %d", errUsage, *limit)

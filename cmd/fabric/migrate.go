@@ -23,6 +23,9 @@ func init() {
 				if *target < 0 {
 					return fmt.Errorf("%w: --target must be >= 0", errUsage)
 				}
+				if err := pf.checkPasswordFile(fs); err != nil {
+					return err
+				}
 				if *list {
 					for _, m := range postgres.Migrations() {
 						tx := "tx"

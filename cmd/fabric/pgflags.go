@@ -32,6 +32,25 @@ func addPostgresFlags(fs *flag.FlagSet) *pgFlags {
 	return p
 }
 
+// givenFlags is the set of fs's flags given on the command line (or, in
+// `fabric run`, by its --config file, which sets them through fs.Set).
+func givenFlags(fs *flag.FlagSet) map[string]bool {
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	return given
+}
+
+// checkPasswordFile refuses --postgres-password-file without
+// --postgres-url (where the command would read no password: the
+// throwaway cluster takes none, and Valkey has its own flags) rather than
+// ignore it.
+func (p *pgFlags) checkPasswordFile(fs *flag.FlagSet) error {
+	if p.url == "" && givenFlags(fs)["postgres-password-file"] {
+		return fmt.Errorf("%w: --postgres-password-file applies with --postgres-url only (the password of that database): give --postgres-url or drop it", errUsage)
+	}
+	return nil
+}
+
 // pgTarget is the database a command works on and, without --postgres-url,
 // the throwaway cluster holding it.
 type pgTarget struct {

@@ -32,15 +32,33 @@ func addRunPostgresFlags(fs *flag.FlagSet) *runPGFlags {
 	}
 }
 
-// enabled reports whether the run targets Postgres.
-func (f *runPGFlags) enabled() (bool, error) {
+// enabled reports whether the run targets Postgres: --backend postgres,
+// or --postgres-url without --backend. A --postgres-url with --backend
+// valkey given too is a usage error (one of them is a mistake, and
+// picking either would surprise), as is --postgres-password-file without
+// --postgres-url and --migrate on Valkey.
+func (f *runPGFlags) enabled(fs *flag.FlagSet) (bool, error) {
+	given := givenFlags(fs)
+	var on bool
 	switch *f.backend {
 	case "postgres":
-		return true, nil
+		on = true
 	case "valkey":
-		return f.pg.url != "", nil
+		if f.pg.url != "" && given["backend"] {
+			return false, fmt.Errorf("%w: --postgres-url names a Postgres database but --backend is valkey: "+
+				"drop --backend valkey (--postgres-url implies postgres) or drop --postgres-url", errUsage)
+		}
+		on = f.pg.url != ""
+	default:
+		return false, fmt.Errorf("%w: --backend %q: want valkey or postgres", errUsage, *f.backend)
 	}
-	return false, fmt.Errorf("%w: --backend %q: want valkey or postgres", errUsage, *f.backend)
+	if !on && *f.migrate {
+		return false, fmt.Errorf("%w: --migrate applies on Postgres only (with --postgres-url or --backend postgres)", errUsage)
+	}
+	if err := f.pg.checkPasswordFile(fs); err != nil {
+		return false, err
+	}
+	return on, nil
 }
 
 // pgRefused are the `fabric run` flags that do not apply on Postgres, with
@@ -65,8 +83,7 @@ var pgRefused = []struct{ flag, why string }{
 // new deployment: Postgres stores no partition config to check a
 // database's against).
 func (f *runPGFlags) refuse(fs *flag.FlagSet) error {
-	given := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	given := givenFlags(fs)
 	for _, r := range pgRefused {
 		if given[r.flag] {
 			return fmt.Errorf("%w: --%s does not apply on Postgres: %s", errUsage, r.flag, r.why)
@@ -81,16 +98,13 @@ func (f *runPGFlags) refuse(fs *flag.FlagSet) error {
 
 // opener picks `fabric run`'s backend from --backend and --postgres-url.
 // Postgres is refused with a flag that does not apply there (refuse),
-// Valkey with --migrate.
+// Valkey with a Postgres flag (enabled).
 func (f *runPGFlags) opener(fs *flag.FlagSet) (runBackendOpener, error) {
-	on, err := f.enabled()
+	on, err := f.enabled(fs)
 	if err != nil {
 		return nil, err
 	}
 	if !on {
-		if *f.migrate {
-			return nil, fmt.Errorf("%w: --migrate applies on Postgres only (with --postgres-url or --backend postgres)", errUsage)
-		}
 		return openValkeyRun, nil
 	}
 	if err := f.refuse(fs); err != nil {

@@ -34,6 +34,14 @@ func TestRunPostgresFlags(t *testing.T) {
 		{args: []string{"--backend", "postgres"}, on: true},
 		{args: []string{"--postgres-url", "postgres://x/db"}, on: true},
 		{args: []string{"--backend", "mysql"}, bad: true},
+		// A Postgres URL with Valkey chosen is a mistake either way.
+		{args: []string{"--postgres-url", "postgres://x/db", "--backend", "valkey"}, bad: true},
+		{args: []string{"--migrate"}, bad: true},
+		{args: []string{"--backend", "valkey", "--migrate"}, bad: true},
+		{args: []string{"--postgres-password-file", "pw"}, bad: true},
+		{args: []string{"--backend", "postgres", "--postgres-password-file", "pw"}, bad: true},
+		{args: []string{"--postgres-url", "postgres://x/db", "--postgres-password-file", "pw"}, on: true},
+		{args: []string{"--postgres-url", "postgres://x/db", "--migrate"}, on: true},
 	} {
 		fs := flag.NewFlagSet("run", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -41,7 +49,7 @@ func TestRunPostgresFlags(t *testing.T) {
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		on, err := f.enabled()
+		on, err := f.enabled(fs)
 		if tc.bad {
 			if !errors.Is(err, errUsage) {
 				t.Fatalf("%v: err = %v", tc.args, err)
@@ -77,6 +85,40 @@ func TestRunPostgresRefusesValkeyFlags(t *testing.T) {
 		code, out, errOut := runCmd(t, args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: code %d, want 2 and %q\nstdout:\n%s\nstderr:\n%s", tc.args, code, tc.want, out, errOut)
+		}
+	}
+}
+
+// TestPostgresFlagConflicts: a Postgres flag that a command would not use
+// as given — a Postgres URL with Valkey chosen, --migrate on Valkey, a
+// password file without the URL it is for, --partitions on a database —
+// is a usage error (exit 2, one line saying what to do), on every
+// command that takes them, before anything is started or dialled.
+func TestPostgresFlagConflicts(t *testing.T) {
+	t.Parallel()
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const url = "postgres://fabric@127.0.0.1:1/db"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--postgres-url", url, "--backend", "valkey"}, "--postgres-url names a Postgres database but --backend is valkey: drop --backend valkey"},
+		{[]string{"run", "--backend", "valkey", "--postgres-url", url}, "--postgres-url names a Postgres database but --backend is valkey"},
+		{[]string{"run", "--migrate"}, "--migrate applies on Postgres only"},
+		{[]string{"run", "--postgres-password-file", pw}, "--postgres-password-file applies with --postgres-url only"},
+		{[]string{"run", "--backend", "postgres", "--postgres-password-file", pw}, "--postgres-password-file applies with --postgres-url only"},
+		{[]string{"status", "--postgres-password-file", pw}, "--postgres-password-file applies with --postgres-url only"},
+		{[]string{"migrate", "--postgres-password-file", pw}, "--postgres-password-file applies with --postgres-url only"},
+		{[]string{"executions", "stuck", "--valkey-url", "redis://127.0.0.1:1", "--postgres-password-file", pw}, "--postgres-password-file applies with --postgres-url only"},
+		{[]string{"executions", "stuck", "--postgres-url", url, "--partitions", "flow=8"}, "--partitions does not apply with --postgres-url"},
+	} {
+		code, out, errOut := runCmd(t, tc.args...)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if code != 2 || !strings.Contains(lines[0], tc.want) || len(lines) != 2 || out != "" {
+			t.Errorf("%v: code %d, want 2 and one line with %q\nstdout:\n%s\nstderr:\n%s", tc.args, code, tc.want, out, errOut)
 		}
 	}
 }

@@ -53,6 +53,9 @@ func init() {
 				if *url != "" && pg.url != "" {
 					return fmt.Errorf("%w: --valkey-url and --postgres-url: give one backend", errUsage)
 				}
+				if err := pg.checkPasswordFile(fs); err != nil {
+					return err
+				}
 				if pg.url != "" && partitions.PartitionConfig != (model.PartitionConfig{}) {
 					return fmt.Errorf("%w: --partitions does not apply with --postgres-url: a database's partition counts are FlowFabric's 256/32/32", errUsage)
 				}
