@@ -189,7 +189,9 @@ func postgresReport(ctx context.Context, env *cliEnv, pg *pgFlags, statusFile st
 // plugins did not change between the reads, as a status file written
 // before the sample); where names the deployment in the report.
 func censusReport(ctx context.Context, sc admin.SamplerConfig, where, statusFile string, hc *http.Client, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
-	// plugins reads the plugin list and when it was taken.
+	// plugins reads the plugin list and when it was taken; unknown says
+	// why there is none when no host answered.
+	var unknown string
 	plugins := func() ([]host.PluginStatus, time.Time, error) {
 		if statusFile != "" {
 			b, err := os.ReadFile(statusFile)
@@ -208,10 +210,14 @@ func censusReport(ctx context.Context, sc admin.SamplerConfig, where, statusFile
 			}
 			return append(snap.Plugins, admin.RejectedRows(rejected)...), snap.At, nil
 		}
-		if rep, err := fetchReport(ctx, hc, strings.TrimSuffix(addr, "/")+"/status"); err == nil {
-			return rep.Plugins, rep.At, nil
+		rep, err := fetchReport(ctx, hc, strings.TrimSuffix(addr, "/")+"/status")
+		if err != nil {
+			unknown = "no host answered at " + redact.URL(addr) + "; the executions below are read from the backend directly " +
+				"(give --admin of a running host, or --status-file, for its plugins)"
+			return nil, time.Time{}, nil
 		}
-		return nil, time.Time{}, nil
+		unknown = ""
+		return rep.Plugins, rep.At, nil
 	}
 	prev, prevAt, err := plugins()
 	if err != nil {
@@ -234,6 +240,9 @@ func censusReport(ctx context.Context, sc admin.SamplerConfig, where, statusFile
 		src = staticPlugins(cur)
 	}
 	rep := admin.BuildReport(time.Now(), where, src, s)
+	if cur == nil {
+		rep.PluginsUnknown = unknown
+	}
 	if rep.Census == nil && rep.Error != "" {
 		return rep, nil, errors.New(rep.Error)
 	}

@@ -88,7 +88,9 @@ func TestStatusFromPostgres(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status: code %d\n%s\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"fabric status · postgres: database ", "executions  eligible 1 · delayed 1 ·", "(no plugins loaded)", "throughput  0.0"} {
+	// No host answered: the plugins are unknown, not "none loaded".
+	for _, want := range []string{"fabric status · postgres: database ", "executions  eligible 1 · delayed 1 ·",
+		"(plugins unknown: no host answered at http://127.0.0.1:1;", "throughput  0.0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
@@ -96,7 +98,7 @@ func TestStatusFromPostgres(t *testing.T) {
 	code, out, errOut = runCmd(t, "status", "--postgres-url", url, "--sample", "0", "--json", "--admin", "http://127.0.0.1:1")
 	var rep admin.Report
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Census == nil || !strings.HasPrefix(rep.Backend, "postgres: database ") ||
-		!slices.Contains(rep.Census.Lanes, "status-pg") {
+		!slices.Contains(rep.Census.Lanes, "status-pg") || !strings.HasPrefix(rep.PluginsUnknown, "no host answered at http://127.0.0.1:1") {
 		t.Fatalf("status --json: code %d, census %+v\n%s\n%s", code, rep.Census, out, errOut)
 	}
 
@@ -104,6 +106,9 @@ func TestStatusFromPostgres(t *testing.T) {
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(out, "no plugins loaded") {
+		t.Errorf("status says no plugins loaded where no host answered:\n%s", out)
 	}
 	for _, tc := range []struct {
 		name string

@@ -27,6 +27,11 @@ type Report struct {
 	Throughput float64 `json:"throughput"`
 	// Error is the latest census failure ("" when it succeeded).
 	Error string `json:"error,omitempty"`
+	// PluginsUnknown, when set, says why Plugins is empty although a host
+	// may run some: no host was asked or none answered (`fabric status`
+	// reading a database or keyspace directly). Empty: Plugins is what
+	// the host reported.
+	PluginsUnknown string `json:"plugins_unknown,omitempty"`
 }
 
 // BuildReport assembles a report from src's plugins and s's latest

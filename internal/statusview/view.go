@@ -242,7 +242,11 @@ func pluginTable(f Frame) (string, []string) {
 	}
 	titles := line(func(j int) string { return cols[j].title })
 	var rows []string
-	if len(f.Report.Plugins) == 0 {
+	switch {
+	case len(f.Report.Plugins) > 0:
+	case f.Report.PluginsUnknown != "":
+		rows = append(rows, "  (plugins unknown: "+f.Report.PluginsUnknown+")")
+	default:
 		rows = append(rows, "  (no plugins loaded)")
 	}
 	for i, p := range f.Report.Plugins {
