@@ -94,6 +94,9 @@ type runBackend struct {
 	// audit checks the deployment after the demo's drain; runHost uses
 	// it on a private server (workloadConfig.Audit).
 	audit func(ctx context.Context) (*audit.Report, error)
+	// auditOnly checks the demo's executions not terminal after its
+	// drain (workloadConfig.AuditOnly), on any deployment.
+	auditOnly func(ctx context.Context, ids map[string]bool) (*audit.Report, error)
 	// stateCounts counts the deployment's executions by public_state.
 	stateCounts func(ctx context.Context) (string, error)
 	// close closes the client and stops the server child, if any.
@@ -159,6 +162,7 @@ func openValkeyRun(ctx context.Context, env *cliEnv, b *backendFlags, wf *worklo
 			cfg.PromoteInline, cfg.ResolveInline = !promoter, !resolver
 		},
 		audit:       valkeyAudit(conn.Client),
+		auditOnly:   valkeyAuditOnly(conn.Client),
 		stateCounts: func(ctx context.Context) (string, error) { return stateCounts(ctx, conn.Client) },
 		close:       conn.Close,
 	}, nil

@@ -58,6 +58,7 @@ func init() {
 				if conn.Server != nil {
 					cfg.Audit = valkeyAudit(conn.Client)
 				}
+				cfg.AuditOnly = valkeyAuditOnly(conn.Client)
 				sum, err := runWorkload(ctx, conn.Client, cfg, env.stdout)
 				fmt.Fprintf(env.stdout, "demo: %s\n", sum)
 				return err
@@ -173,11 +174,22 @@ type workloadConfig struct {
 	// or states why it waits. Set for a private server or cluster, whose
 	// executions are all the demo's.
 	Audit func(ctx context.Context) (*audit.Report, error)
+	// AuditOnly, when set, checks the given executions (the demo's own
+	// not terminal after the drain) on any deployment, shared or not:
+	// each must state why it waits (audit.Options.Only).
+	AuditOnly func(ctx context.Context, ids map[string]bool) (*audit.Report, error)
 }
 
 // valkeyAudit is workloadConfig.Audit on a Valkey deployment.
 func valkeyAudit(c *valkey.Client) func(context.Context) (*audit.Report, error) {
 	return func(ctx context.Context) (*audit.Report, error) { return audit.Valkey(ctx, c, audit.Options{}) }
+}
+
+// valkeyAuditOnly is workloadConfig.AuditOnly on a Valkey deployment.
+func valkeyAuditOnly(c *valkey.Client) func(context.Context, map[string]bool) (*audit.Report, error) {
+	return func(ctx context.Context, ids map[string]bool) (*audit.Report, error) {
+		return audit.Valkey(ctx, c, audit.Options{Only: ids})
+	}
 }
 
 func defaultWorkloadConfig() workloadConfig {
@@ -474,9 +486,55 @@ drain:
 	}
 	if sum.Unfinished > 0 {
 		wl.describePending(context.WithoutCancel(ctx), 5)
-		return sum, fmt.Errorf("demo: %d executions not terminal after the %s drain (none is leased)", sum.Unfinished, cfg.DrainTimeout)
+		return sum, wl.judgeUnfinished(context.WithoutCancel(ctx), sum.Unfinished)
 	}
 	return sum, nil
+}
+
+// judgeUnfinished says what the n executions still not terminal after the
+// drain are, by kind of wait (audit.Report.Waiting: delayed until a time,
+// eligible but unclaimed once the workers stopped, blocked on a flow
+// edge, suspended, leased), and whether that is a failure: it is not when
+// every one states a live reason to wait — a later run's workers on the
+// lanes finish them (the drain ended first: a slow machine, a scanner
+// behind) — and it is when one does not (an execution left behind), or
+// when there is no audit to tell.
+func (wl *workload) judgeUnfinished(ctx context.Context, n int) error {
+	if wl.cfg.AuditOnly == nil {
+		return fmt.Errorf("demo: %d executions not terminal after the %s drain (their states above)", n, wl.cfg.DrainTimeout)
+	}
+	wl.mu.Lock()
+	ids := make(map[string]bool, len(wl.pending))
+	for id := range wl.pending {
+		ids[string(id)] = true
+	}
+	wl.mu.Unlock()
+	rep, err := wl.cfg.AuditOnly(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("demo: %d executions not terminal after the %s drain; checking them: %w", n, wl.cfg.DrainTimeout, err)
+	}
+	waits := "none (they ended since)"
+	if len(rep.Waiting) > 0 {
+		kinds := make([]string, 0, len(rep.Waiting))
+		for k, c := range rep.Waiting {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, c))
+		}
+		sort.Strings(kinds)
+		waits = strings.Join(kinds, ", ")
+	}
+	if !rep.OK() {
+		for _, v := range rep.Violations[:min(5, len(rep.Violations))] {
+			fmt.Fprintf(wl.out, "demo: left behind: %s\n", v)
+		}
+		return fmt.Errorf("demo: %d executions not terminal after the %s drain (waiting: %s); %d left behind (neither ended nor waiting for a stated reason)",
+			n, wl.cfg.DrainTimeout, waits, len(rep.Violations)+rep.More)
+	}
+	msg := fmt.Sprintf("demo: %d executions not terminal after the %s drain, each waiting for a stated reason (%s): "+
+		"nothing is left behind; a later run's workers on these lanes finish them (a longer --drain-timeout waits for them)",
+		n, wl.cfg.DrainTimeout, waits)
+	fmt.Fprintln(wl.out, msg)
+	wl.cfg.Logger.Warn(msg)
+	return nil
 }
 
 func (wl *workload) pendingCount() int {

@@ -188,6 +188,7 @@ func runHost(ctx context.Context, env *cliEnv, open runBackendOpener, b *backend
 	if be.private {
 		cfg.Audit = be.audit
 	}
+	cfg.AuditOnly = be.auditOnly
 	if be.prepareDemo != nil {
 		be.prepareDemo(h, &cfg, out)
 	}

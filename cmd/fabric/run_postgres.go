@@ -201,6 +201,9 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 		audit: func(ctx context.Context) (*audit.Report, error) {
 			return audit.Postgres(ctx, pc.Pool(), audit.Options{})
 		},
+		auditOnly: func(ctx context.Context, ids map[string]bool) (*audit.Report, error) {
+			return audit.Postgres(ctx, pc.Pool(), audit.Options{Only: ids})
+		},
 		stateCounts: func(ctx context.Context) (string, error) { return pgStateCounts(ctx, pc) },
 		close:       closeAll,
 	}, nil

@@ -35,6 +35,12 @@ type Options struct {
 	// Limit caps the violations reported (0: 1000); Checked still counts
 	// every execution.
 	Limit int
+	// Only, when set, restricts the check to these execution ids
+	// ("{fp:N}:uuid", as the SDK gives them: a demo run's own on a shared
+	// deployment); the rest are skipped, uncounted.
+	// On Postgres the terminal ones among them are not read: Checked and
+	// Terminal then count only the non-terminal ones.
+	Only map[string]bool
 }
 
 func (o Options) withDefaults() Options {

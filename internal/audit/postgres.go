@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fabric-host/fabric/model"
 )
 
 // pgNonTerminal reads every non-terminal execution with its current
@@ -38,11 +40,23 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool, o Options) (*Report, erro
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	var nowMs int64
 	var terminal int
-	if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
-       (SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'terminal')`).Scan(&nowMs, &terminal); err != nil {
+	countTerminal := `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+       (SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'terminal')`
+	if o.Only != nil {
+		countTerminal = `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint, 0`
+	}
+	if err := tx.QueryRow(ctx, countTerminal).Scan(&nowMs, &terminal); err != nil {
 		return nil, fmt.Errorf("audit: count terminal executions: %w", err)
 	}
 	rep := &Report{At: time.UnixMilli(nowMs), Checked: terminal, Terminal: terminal}
+	// Postgres stores the id's uuid alone (the partition is a column).
+	var only map[string]bool
+	if o.Only != nil {
+		only = make(map[string]bool, len(o.Only))
+		for id := range o.Only {
+			only[model.ExecutionID(id).UUIDString()] = true
+		}
+	}
 	if betweenReads != nil {
 		betweenReads()
 	}
@@ -56,6 +70,9 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool, o Options) (*Report, erro
 		if err := rows.Scan(&r.id, &r.lane, &r.phase, &r.own, &r.elig, &r.reason, &r.dueAt, &r.inFlow,
 			&r.worker, &r.leaseExp); err != nil {
 			return nil, fmt.Errorf("audit: read executions: %w", err)
+		}
+		if only != nil && !only[r.id] {
+			continue
 		}
 		rep.Checked++
 		classify(o, rep, r, nowMs)

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -67,6 +68,9 @@ func Valkey(ctx context.Context, c *valkey.Client, o Options) (*Report, error) {
 }
 
 func checkPage(ctx context.Context, raw vk.Client, o Options, rep *Report, p model.Partition, pk model.PartitionKeys, members []string, nowMs int64) error {
+	if o.Only != nil {
+		members = slices.DeleteFunc(slices.Clone(members), func(m string) bool { return !o.Only[m] })
+	}
 	if len(members) == 0 {
 		return nil
 	}
