@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/internal/admin"
@@ -20,7 +21,15 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 )
 
-func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
+// TestMain shares one Valkey server among the package's tests, and the
+// pgtest cluster when a test starts it, and stops them at the end.
+func TestMain(m *testing.M) {
+	code := valkeytest.Run(m)
+	if pgtest.Stop() != 0 {
+		code = 1
+	}
+	os.Exit(code)
+}
 
 // cacheDir is the compilation cache `make plugins` prewarms.
 func cacheDir(t *testing.T) string {

@@ -25,20 +25,12 @@ func (p pgProbe) Ready(ctx context.Context) error { return postgres.CheckSchema(
 // SamplerConfig.Take: executions by state from ff_exec_core (the states of
 // census.States, as the Postgres console's lane counts map them), the
 // lanes, and pg_delayed_promoter's lag (the oldest due delayed
-// execution). Partition leases do not exist on Postgres: no Ownership.
+// execution), all from one statement (pgLaneCensus: cheap from the first
+// sample, exact). Partition leases do not exist on Postgres: no Ownership.
 func PGCensus(c *postgres.Client) func(ctx context.Context) (*census.Census, error) {
 	pc := NewPGConsole(c)
 	return func(ctx context.Context) (*census.Census, error) {
-		var nowMs, oldestDue int64
-		err := c.Pool().QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms,
-       coalesce((SELECT min(deadline_at_ms) FROM ff_exec_core
-                  WHERE lifecycle_phase = 'runnable' AND eligibility_state = 'not_eligible_until_time'
-                    AND deadline_at_ms IS NOT NULL
-                    AND deadline_at_ms <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint), 0)`).Scan(&nowMs, &oldestDue)
-		if err != nil {
-			return nil, fmt.Errorf("census: postgres clock and delayed lag: %w", err)
-		}
-		lanes, err := pc.Lanes(ctx)
+		lanes, nowMs, earliestDelayed, err := pc.laneCensus(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("census: %w", err)
 		}
@@ -56,8 +48,8 @@ func PGCensus(c *postgres.Client) func(ctx context.Context) (*census.Census, err
 				}
 			}
 		}
-		if oldestDue > 0 {
-			cen.LagMs["pg_delayed_promoter"] = max(0, nowMs-oldestDue)
+		if earliestDelayed > 0 && earliestDelayed <= nowMs {
+			cen.LagMs["pg_delayed_promoter"] = nowMs - earliestDelayed
 		}
 		return cen, nil
 	}
