@@ -492,9 +492,9 @@ drain:
 }
 
 // judgeUnfinished says what the n executions still not terminal after the
-// drain are, by kind of wait (audit.Report.Waiting: delayed until a time,
-// eligible but unclaimed once the workers stopped, blocked on a flow
-// edge, suspended, leased), and whether that is a failure: it is not when
+// drain are, by kind of wait (audit.Report.Waiting: delayed until a time
+// to come, due but not yet promoted, eligible but unclaimed once the
+// workers stopped, blocked on a flow edge, suspended, leased), and whether that is a failure: it is not when
 // every one states a live reason to wait — a later run's workers on the
 // lanes finish them (the drain ended first: a slow machine, a scanner
 // behind) — and it is when one does not (an execution left behind), or
@@ -529,9 +529,13 @@ func (wl *workload) judgeUnfinished(ctx context.Context, n int) error {
 		return fmt.Errorf("demo: %d executions not terminal after the %s drain (waiting: %s); %d left behind (neither ended nor waiting for a stated reason)",
 			n, wl.cfg.DrainTimeout, waits, len(rep.Violations)+rep.More)
 	}
-	msg := fmt.Sprintf("demo: %d executions not terminal after the %s drain, each waiting for a stated reason (%s): "+
+	why := ""
+	if rep.Waiting["awaiting promotion"] > 0 {
+		why = "; awaiting promotion: their delay has ended and the delayed promoter has yet to reach them, being behind"
+	}
+	msg := fmt.Sprintf("demo: %d executions not terminal after the %s drain, each waiting for a stated reason (%s%s): "+
 		"nothing is left behind; a later run's workers on these lanes finish them (a longer --drain-timeout waits for them)",
-		n, wl.cfg.DrainTimeout, waits)
+		n, wl.cfg.DrainTimeout, waits, why)
 	fmt.Fprintln(wl.out, msg)
 	wl.cfg.Logger.Warn(msg)
 	return nil

@@ -171,7 +171,7 @@ func TestRunWorkloadDrainEndsWithWaiters(t *testing.T) {
 	if err != nil || sum.Unfinished == 0 {
 		t.Fatalf("err %v, unfinished %d\n%s", err, sum.Unfinished, out.String())
 	}
-	want := regexp.MustCompile(`demo: \d+ executions not terminal after the 1ns drain, each waiting for a stated reason \(delayed \d+\): nothing is left behind`)
+	want := regexp.MustCompile(`demo: \d+ executions not terminal after the 1ns drain, each waiting for a stated reason \(((awaiting promotion|delayed) \d+(, )?)+[^)]*\): nothing is left behind`)
 	if !want.MatchString(out.String()) {
 		t.Fatalf("output lacks %s:\n%s", want, out.String())
 	}

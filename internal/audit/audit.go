@@ -87,7 +87,8 @@ type Report struct {
 	// Checked counts executions read; Terminal those that ended.
 	Checked, Terminal int
 	// Waiting counts non-terminal executions by kind of wait ("leased",
-	// "eligible", "delayed", "blocked:<reason>", "suspended",
+	// "eligible", "delayed" (not yet due), "awaiting promotion" (due, the
+	// promoter not there yet), "blocked:<reason>", "suspended",
 	// "awaiting reclaim").
 	Waiting map[string]int
 	// Violations are executions that neither ended nor state a live
@@ -221,6 +222,12 @@ func classify(o Options, rep *Report, r record, nowMs int64) {
 			e.Waiting = "delayed until " + fmtAt(r.dueAt)
 			if nowMs-r.dueAt > grace {
 				bad("delay ended at %s and was not promoted within %s (is delayed_promoter running?)", fmtAt(r.dueAt), o.Grace)
+				return
+			}
+			if nowMs > r.dueAt {
+				// Due, within the grace: the promoter has yet to reach it.
+				e.Waiting += ", awaiting promotion"
+				rep.wait("awaiting promotion")
 				return
 			}
 			rep.wait("delayed")
