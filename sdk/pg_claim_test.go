@@ -2,7 +2,9 @@ package sdk_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,5 +121,54 @@ func TestPostgresRunWakesOnNotify(t *testing.T) {
 	}
 	if s := w.Stats(); s.Completed != 3 || s.Claimed != 3 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestPostgresRunStopLeavesNoLease: a Run stopped while it claims (its
+// context cancelled by a handler, as the demo's drain and Ctrl-C do)
+// leaves nothing leased once it returns: a claim the server committed as
+// the context ended is run, not lost to the client with its leases held
+// by nobody until they expire.
+func TestPostgresRunStopLeavesNoLease(t *testing.T) {
+	t.Parallel()
+	pc := pgtest.Client(t, postgres.ClientConfig{Partitions: model.PartitionConfig{Flow: 8, Budget: 2, Quota: 2}})
+	ctx := pgtest.Context(t, 2*time.Minute)
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: pgtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		lane := fmt.Sprintf("pg-stop-%d", round)
+		for range 40 {
+			if _, err := c.CreateExecution(ctx, sdk.ExecutionSpec{Lane: lane, Payload: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w, err := sdk.Connect(ctx, pc, sdk.WorkerConfig{WorkerID: "stop", Lanes: []string{lane}, Concurrency: 8,
+			ShutdownTimeout: 5 * time.Second, Logger: pgtest.Logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		var ran atomic.Int32
+		err = w.Run(runCtx, func(context.Context, *sdk.Job) error {
+			if ran.Add(1) == 10 {
+				stop()
+			}
+			return nil
+		})
+		stop()
+		if err != nil {
+			t.Fatalf("round %d: Run: %v", round, err)
+		}
+		var leased int
+		if err := pc.Pool().QueryRow(ctx, `SELECT count(*) FROM ff_exec_core WHERE lane_id = $1 AND ownership_state = 'leased'`,
+			lane).Scan(&leased); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Close(ctx)
+		if leased != 0 {
+			t.Fatalf("round %d: %d executions left leased after Run returned (%d handled)", round, leased, ran.Load())
+		}
 	}
 }

@@ -110,6 +110,10 @@ func (w *Worker) Stats() Stats {
 		InFlight: s.running.Load()}
 }
 
+// claimCallTimeout bounds one claim round trip of Run, which ctx does not
+// cancel.
+const claimCallTimeout = 10 * time.Second
+
 // Run claims executions and runs handler on them, at most
 // WorkerConfig.Concurrency at a time, until ctx ends or the worker is
 // closed. Idle polling backs off from IdlePollMin to IdlePollMax once a
@@ -159,7 +163,16 @@ loop:
 				break grab
 			}
 		}
-		ls, cerr := w.ClaimBatch(ctx, n)
+		// The claim is not cut short by ctx: a claim the server committed
+		// as ctx ended would be lost to the client, its leases held by
+		// nobody until they expired (every graceful stop stranding work
+		// for a lease TTL). What it claimed runs as any claim does; only
+		// the worker's end (Close, kill) and claimCallTimeout cut it.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), claimCallTimeout)
+		unwatch := context.AfterFunc(w.life, ccancel)
+		ls, cerr := w.ClaimBatch(cctx, n)
+		unwatch()
+		ccancel()
 		for range n - len(ls) {
 			<-slots
 		}
