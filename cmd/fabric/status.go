@@ -212,8 +212,8 @@ func censusReport(ctx context.Context, sc admin.SamplerConfig, where, statusFile
 		}
 		rep, err := fetchReport(ctx, hc, strings.TrimSuffix(addr, "/")+"/status")
 		if err != nil {
-			unknown = "no host answered at " + redact.URL(addr) + "; the executions below are read from the backend directly " +
-				"(give --admin of a running host, or --status-file, for its plugins)"
+			unknown = "no host answered at " + redact.URL(addr) + "; the executions below are read from the backend directly; " +
+				"give --admin of a running host or --status-file for its plugins"
 			return nil, time.Time{}, nil
 		}
 		unknown = ""
