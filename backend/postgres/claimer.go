@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,7 +62,10 @@ type Claimer struct {
 	// each of ff_exec_core's hash partitions holds.
 	findSQL   map[int]string
 	childKeys map[int][]int
-	once      sync.Once
+	// analyzed: the lanes' solo children the scan has seen analyzed
+	// (analyzeFresh), or gave up on.
+	analyzed map[string]bool
+	once     sync.Once
 }
 
 var _ backend.Claimer = (*Claimer)(nil)
@@ -125,6 +129,7 @@ func (c *Claimer) scanLoop(ctx context.Context) {
 			}
 		default:
 			failing = false
+			c.analyzeFresh(ctx, conn)
 			for _, w := range found {
 				if w.Partition != c.parts.SoloPartition(w.Lane).Index { // Claim tries those first anyway
 					c.places.note(w)
@@ -137,6 +142,78 @@ func (c *Claimer) scanLoop(ctx context.Context) {
 		if !sleepCtx(ctx, fullScanInterval) {
 			return
 		}
+	}
+}
+
+// freshAnalyzeRows is how many rows a lane's solo partition has taken
+// (inserted, by the statistics) before the claimer analyzes it, when
+// nothing has yet.
+const freshAnalyzeRows = 100
+
+// sqlFreshChildren names which of the tables $1 (in ff_exec_core's
+// schema) no ANALYZE, manual or automatic, has visited since they took
+// $2 rows.
+const sqlFreshChildren = `SELECT c.relname::text FROM pg_class c
+ WHERE c.relname = ANY($1::text[])
+   AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'ff_exec_core'::regclass)
+   AND pg_stat_get_last_analyze_time(c.oid) IS NULL AND pg_stat_get_last_autoanalyze_time(c.oid) IS NULL
+   AND pg_stat_get_tuples_inserted(c.oid) >= $2`
+
+// analyzeFresh analyzes the children of ff_exec_core and ff_attempt that
+// hold the lanes' solo partitions once they took freshAnalyzeRows rows
+// and nothing analyzed them yet. A fresh partition's statistics say it is
+// empty until autovacuum gets to it — on a server with several databases
+// that can take longer than a whole burst of work — and the plans made
+// under them (kept as generic plans by every connection) read the claimed
+// rows' whole partition to update them, a scan per claim that grows with
+// the partition. ANALYZE ends those plans (it invalidates them). A table
+// the user may not analyze is logged once and left to autovacuum.
+func (c *Claimer) analyzeFresh(ctx context.Context, conn *pgx.Conn) {
+	if conn == nil || c.childKeys == nil {
+		return
+	}
+	var names []string
+	for _, lane := range c.cfg.Lanes {
+		k := int(c.parts.SoloPartition(lane).Index)
+		for r, keys := range c.childKeys {
+			if !slices.Contains(keys, k) {
+				continue
+			}
+			// ff_attempt is hashed as ff_exec_core is (partition_key, 256
+			// ways, FlowFabric's schema): the same child holds the key.
+			for _, n := range []string{fmt.Sprintf("ff_exec_core_p%d", r), fmt.Sprintf("ff_attempt_p%d", r)} {
+				if !c.analyzed[n] && !slices.Contains(names, n) {
+					names = append(names, n)
+				}
+			}
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	rows, err := conn.Query(ctx, sqlFreshChildren, names, freshAnalyzeRows)
+	if err != nil {
+		return // the scan's own statements report a broken connection
+	}
+	fresh, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(fresh) == 0 {
+		return
+	}
+	idents := make([]string, len(fresh))
+	for i, n := range fresh {
+		idents[i] = pgx.Identifier{n}.Sanitize()
+	}
+	if c.analyzed == nil {
+		c.analyzed = map[string]bool{}
+	}
+	start := time.Now()
+	if _, err := conn.Exec(ctx, "ANALYZE "+strings.Join(idents, ", ")); err != nil {
+		c.log.Info("claimer: could not analyze the lanes' fresh partitions; their plans wait for autovacuum", "tables", fresh, "error", err)
+	} else {
+		c.log.Debug("claimer: analyzed the lanes' fresh partitions", "tables", fresh, "took", time.Since(start))
+	}
+	for _, n := range fresh {
+		c.analyzed[n] = true
 	}
 }
 

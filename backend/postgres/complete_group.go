@@ -179,9 +179,6 @@ func (c *Client) flushCompleteBatch(batch []*completeReq) {
 			b.Queue(sqlCompleteMany.sql, ids, idxs, epochs, now, results, pk)
 		}
 	}
-	if generic {
-		b.Queue(sqlResetPlans)
-	}
 	outcome, err := c.runCompleteBatch(ctx, b, parts, byPart, now, generic)
 	for _, r := range batch {
 		if err != nil {

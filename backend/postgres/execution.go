@@ -132,43 +132,31 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	// one NOTIFY to follow it (eligible_notes.go).
 	quiet := eligibility == model.EligibleNow && !c.eligible.inline(k.part, p.LaneID, c.now())
 	var inserted int64
-	if c.hot.off && !quiet {
+	// An INSERT names no partition to prune (rows are routed as they are
+	// written), so its generic plan is safe with the partition as a
+	// parameter: it is kept and not planned again (hotplan.go). The batch
+	// is one implicit transaction: the settings its first statement makes
+	// (generic plans, the quieted NOTIFY) end with it.
+	var set string
+	switch {
+	case !c.hot.off && quiet:
+		set = sqlGenericPlansQuiet
+	case !c.hot.off:
+		set = sqlGenericPlans
+	case quiet:
+		set = sqlQuietEligible
+	}
+	if set == "" {
 		err = c.pool.QueryRow(ctx, pgsql.ExecCreate.SQL, args...).Scan(&inserted)
 	} else {
-		// An INSERT names no partition to prune (rows are routed as they
-		// are written), so its generic plan is safe with the partition as
-		// a parameter: it is kept and not planned again (hotplan.go). The
-		// batch is one implicit transaction: the quieting SET LOCAL ends
-		// with it.
 		b := &pgx.Batch{}
-		if !c.hot.off {
-			b.Queue(sqlGenericPlans)
-		}
-		if quiet {
-			b.Queue(sqlQuietEligible)
-		}
+		b.Queue(set)
 		b.Queue(pgsql.ExecCreate.SQL, args...)
-		if !c.hot.off {
-			b.Queue(sqlResetPlans)
-		}
 		br := c.pool.SendBatch(ctx, b)
-		read := func() (int64, error) {
-			if quiet {
-				if _, err := br.Exec(); err != nil {
-					return 0, err
-				}
-			}
+		inserted, err = readGenericBatch(br, func() (int64, error) {
 			var n int64
 			return n, br.QueryRow().Scan(&n)
-		}
-		if c.hot.off {
-			inserted, err = read()
-			if cerr := br.Close(); err == nil {
-				err = cerr
-			}
-		} else {
-			inserted, err = readGenericBatch(br, read)
-		}
+		})
 	}
 	if quiet && err == nil && inserted > 0 {
 		c.eligible.quietDone(k.part, p.LaneID, c.notifyEligible)
@@ -358,6 +346,9 @@ func (c *Client) claimPass(ctx context.Context, p *ClaimForWorkerParams, parts [
 		// pick over 256 children took 100-230 ms per claim under the demo,
 		// while the kept generic plan costs an index probe per child (and
 		// its locks) per execution. SET LOCAL ends with the transaction.
+		// (Sorts stay allowed here: over several partition keys the claim
+		// index gives no order, and planning the pick with them off took
+		// 8-17 s.)
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 			return err
 		}
@@ -505,15 +496,18 @@ func (c *Client) grantLeases(ctx context.Context, q Querier, stmt, worker, insta
 // (hotplan.go) when the partition has one, else in its parameter form.
 func (c *Client) grantNext(ctx context.Context, p *ClaimForWorkerParams, part int16, caps []string, n int) ([]*ClaimResult, error) {
 	text, literal := c.hot.text(sqlGrantNext, part)
-	if !literal {
-		return c.grantLeases(ctx, c.pool, text, p.WorkerID, p.WorkerInstanceID, p.LeaseTTLMs, p.LaneID, caps, n, part)
-	}
 	now := c.nowMs()
 	expires := now + p.LeaseTTLMs
+	// The claim runs without sorts (hotplan.go): its partial index is read
+	// in order, whatever a fresh partition's statistics say.
 	b := &pgx.Batch{}
-	b.Queue(sqlGenericPlans)
-	b.Queue(text, p.WorkerID, p.WorkerInstanceID, expires, now, p.LaneID, caps, n)
-	b.Queue(sqlResetPlans)
+	if literal {
+		b.Queue(sqlClaimPlans)
+		b.Queue(text, p.WorkerID, p.WorkerInstanceID, expires, now, p.LaneID, caps, n)
+	} else {
+		b.Queue(sqlClaimPlansNoGeneric)
+		b.Queue(text, p.WorkerID, p.WorkerInstanceID, expires, now, p.LaneID, caps, n, part)
+	}
 	br := c.pool.SendBatch(ctx, b)
 	out, err := readGenericBatch(br, func() ([]*ClaimResult, error) {
 		rows, err := br.Query()

@@ -23,29 +23,49 @@ import (
 // (sqlLockCoreMany, sqlLockAttemptMany, sqlCompleteMany) — have a second
 // form: the partition written into the text as a literal, so that
 // planning prunes to its children whatever the plan, and the statement is
-// sent in a pipeline that switches the connection to plan_cache_mode =
-// auto for it and back:
+// sent in a pipeline that first switches the connection to
+// plan_cache_mode = auto for its implicit transaction alone:
 //
-//	SET plan_cache_mode = auto; <statement>; RESET plan_cache_mode
+//	SELECT set_config('plan_cache_mode', 'auto', true); <statement>
 //
-// one round trip and one implicit transaction (an error rolls the SET
-// back with it). After five custom plans Postgres keeps the statement's
-// generic plan when it costs no more, and the statement is no longer
-// planned at all (measured on the claim: planning 0.4–0.6 ms → 0.02 ms,
-// execution unchanged). Every (statement, partition) is its own prepared
-// statement on every connection, so only the first hotPartitionCap
-// partitions a Client sees get literal texts; the others keep the
-// parameter form and custom plans. A worker's lanes live on their solo
-// partitions, which are the ones a busy client meets first.
+// one round trip and one implicit transaction, whose end (commit or
+// rollback) restores force_custom_plan: no RESET statement follows. After
+// five custom plans Postgres keeps the statement's generic plan when it
+// costs no more, and the statement is no longer planned at all (measured
+// on the claim: planning 0.4–0.6 ms → 0.02 ms, execution unchanged).
+// Every (statement, partition) is its own prepared statement on every
+// connection, so only the first hotPartitionCap partitions a Client sees
+// get literal texts; the others keep the parameter form and custom plans.
+// A worker's lanes live on their solo partitions, which are the ones a
+// busy client meets first.
+//
+// A claim also turns enable_sort off for its transaction (sqlClaimPlans):
+// the claim index is partial and ordered as the claim reads it, but a
+// fresh partition's statistics say it is empty until autovacuum analyzes
+// it — on a database with several others that can take longer than a
+// whole burst of work — and under those statistics the planner prefers
+// FlowFabric's (partition, lane, phase) index and a sort of every
+// runnable row of the lane. That plan cost 6–20 ms per claim with a
+// backlog of 300–1,500 executions (0.1–0.5 ms with the claim index), and
+// a generic plan made under it is kept until the next analyze: measured
+// at W=8 in runs of 6,000 executions, 356–747/s with sorts allowed
+// against 989–1,339/s without, alternating runs.
 
 // hotPartitionCap bounds the partitions a Client writes literal
 // statement texts for.
 const hotPartitionCap = 16
 
-// The pipeline around a literal-partition statement.
+// The statements that open the pipeline of a hot statement, each setting
+// its implicit transaction alone (set_config with is_local): the generic
+// plans of a literal-partition statement; a claim's plans without sorts,
+// with generic plans (literal partition) or under the connection's mode
+// (parameter form); and a create's generic plans with its eligible
+// NOTIFY quieted (eligible_notes.go).
 const (
-	sqlGenericPlans = `SET plan_cache_mode = auto`
-	sqlResetPlans   = `RESET plan_cache_mode`
+	sqlGenericPlans        = `SELECT set_config('plan_cache_mode', 'auto', true)`
+	sqlClaimPlans          = `SELECT set_config('plan_cache_mode', 'auto', true), set_config('enable_sort', 'off', true)`
+	sqlClaimPlansNoGeneric = `SELECT set_config('enable_sort', 'off', true)`
+	sqlGenericPlansQuiet   = `SELECT set_config('plan_cache_mode', 'auto', true), set_config('fabric.eligible_notify', 'off', true)`
 )
 
 // hotStmt is a hot-path statement whose last parameter, $N::smallint, is
@@ -103,11 +123,11 @@ func (h *hotPlans) text(s *hotStmt, part int16) (string, bool) {
 	return t, true
 }
 
-// readGenericBatch reads a batch sent as sqlGenericPlans, the hot
-// statements, sqlResetPlans: read reads the statements' results (it may
-// report CodeNoEligibleExecution, which is not a failure of the batch).
-// Every result is read and the batch closed — its implicit transaction
-// committed — before the outcome is returned.
+// readGenericBatch reads a batch sent as one of the set_config
+// statements above, then the hot statements: read reads the statements'
+// results (it may report CodeNoEligibleExecution, which is not a failure
+// of the batch). Every result is read and the batch closed — its implicit
+// transaction committed — before the outcome is returned.
 func readGenericBatch[T any](br pgx.BatchResults, read func() (T, error)) (T, error) {
 	var out T
 	_, err := br.Exec()
@@ -115,9 +135,6 @@ func readGenericBatch[T any](br pgx.BatchResults, read func() (T, error)) (T, er
 		if out, err = read(); errors.Is(err, CodeNoEligibleExecution) {
 			err = nil
 		}
-	}
-	if err == nil {
-		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
