@@ -61,9 +61,12 @@ type Size struct {
 	E2EJobs   int
 	Workers   []int
 	Producers int
-	// PGJobs and PGWorkers size scenario 2.
+	// PGJobs and PGWorkers size scenario 2; PGRounds is how many times
+	// fabric and River (at its 1 ms cooldown) each run per W, alternating
+	// (the rows report the medians).
 	PGJobs    int
 	PGWorkers []int
+	PGRounds  int
 	// DAGFlows linear flows of DAGLevels levels (scenario 3).
 	DAGFlows, DAGLevels int
 	// PromoteJobs delayed executions due over PromoteSpread (scenario 4).
@@ -93,12 +96,12 @@ type Size struct {
 
 var sizes = map[string]Size{
 	"full": {Name: "full", E2EJobs: 20_000, Workers: []int{1, 8}, Producers: 4,
-		PGJobs: 2000, PGWorkers: []int{1, 8}, DAGFlows: 20, DAGLevels: 10,
+		PGJobs: 2000, PGWorkers: []int{1, 8}, PGRounds: 3, DAGFlows: 20, DAGLevels: 10,
 		PromoteJobs: 10_000, PromoteSpread: 5 * time.Second, AsynqCheck: 5 * time.Second, ScanCycles: 10, IdleHold: 5 * time.Second, DemoHold: 60 * time.Second,
 		Swaps: 20, LimitFor: 3 * time.Second, RunCap: 40 * time.Second, ScenarioCap: 3 * time.Minute,
 		GoBench: true, GoBenchTime: "1s"},
 	"smoke": {Name: "smoke", E2EJobs: 60, Workers: []int{2}, Producers: 2,
-		PGJobs: 40, PGWorkers: []int{2}, DAGFlows: 1, DAGLevels: 3,
+		PGJobs: 40, PGWorkers: []int{2}, PGRounds: 1, DAGFlows: 1, DAGLevels: 3,
 		PromoteJobs: 40, PromoteSpread: 300 * time.Millisecond, AsynqCheck: 200 * time.Millisecond, ScanCycles: 1, IdleHold: 300 * time.Millisecond, DemoHold: 5 * time.Second,
 		Swaps: 2, LimitFor: 200 * time.Millisecond, RunCap: 60 * time.Second, ScenarioCap: 4 * time.Minute,
 		Plugins: []string{"delayed_promoter", "lease_expiry"}},
