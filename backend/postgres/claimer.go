@@ -152,10 +152,12 @@ const freshAnalyzeRows = 100
 
 // sqlFreshChildren names which of the tables $1 (in ff_exec_core's
 // schema) no ANALYZE, manual or automatic, has visited since they took
-// $2 rows.
+// $2 rows, among those the session may analyze (its role owns them, or is
+// a superuser: for any other, ANALYZE skips the table with a warning).
 const sqlFreshChildren = `SELECT c.relname::text FROM pg_class c
  WHERE c.relname = ANY($1::text[])
    AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'ff_exec_core'::regclass)
+   AND (pg_has_role(c.relowner, 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user))
    AND pg_stat_get_last_analyze_time(c.oid) IS NULL AND pg_stat_get_last_autoanalyze_time(c.oid) IS NULL
    AND pg_stat_get_tuples_inserted(c.oid) >= $2`
 
@@ -166,8 +168,9 @@ const sqlFreshChildren = `SELECT c.relname::text FROM pg_class c
 // that can take longer than a whole burst of work — and the plans made
 // under them (kept as generic plans by every connection) read the claimed
 // rows' whole partition to update them, a scan per claim that grows with
-// the partition. ANALYZE ends those plans (it invalidates them). A table
-// the user may not analyze is logged once and left to autovacuum.
+// the partition. ANALYZE ends those plans (it invalidates them). Tables
+// the session's role may not analyze are left to autovacuum; an ANALYZE
+// that fails is logged once and not tried again.
 func (c *Claimer) analyzeFresh(ctx context.Context, conn *pgx.Conn) {
 	if conn == nil || c.childKeys == nil {
 		return
