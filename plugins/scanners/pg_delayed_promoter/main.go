@@ -5,6 +5,14 @@
 // eligible_now) and executions upstream's create left "submitted"
 // (→ runnable). Each promotion is one conditional UPDATE that re-checks the
 // state, so a row changed since the scan is left alone.
+//
+// A batch call (fabric_scan_batch, the host's sweep) promotes on all its
+// partitions at once, in one statement (pgsql.PromoteBatch: the same
+// conditional writes, set-based): a sweep over 256 partitions is 8
+// statements rather than two scans per partition and three round trips
+// per promotion, so it runs every 200 ms and a delayed execution waits
+// about that long past its due time at most, not the seconds a sweep took
+// on a loaded machine.
 package main
 
 import (
@@ -14,12 +22,13 @@ import (
 )
 
 // Statements is what the plugin runs (its capabilities.sql grant).
-var Statements = []pgsql.Statement{pgsql.DelayedScan, pgsql.PromoteDelayed, pgsql.SubmittedScan, pgsql.PromoteSubmitted}
+var Statements = []pgsql.Statement{pgsql.DelayedScan, pgsql.PromoteDelayed, pgsql.SubmittedScan, pgsql.PromoteSubmitted, pgsql.PromoteBatch}
 
 // Plugin is the promoter, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: pdk.SQLScanner("pg_delayed_promoter", 750, 1000, 10000, pgsql.Grants(Statements...), nil),
-	Scan:     scan,
+	Manifest:  pdk.SQLScanner("pg_delayed_promoter", 200, 1000, 10000, pgsql.Grants(Statements...), nil),
+	Scan:      scan,
+	ScanBatch: scanBatch,
 }
 
 func init() { pdk.Register(Plugin) }
@@ -31,6 +40,45 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	if err != nil {
 		return abi.ScanResult{Errors: 1}
 	}
+	return promote(h, req, now)
+}
+
+// scanBatch promotes on the partitions of a batch call with
+// PromoteBatch: each promoted row counts as scanned and acted on its
+// partition. A statement that fails counts one error on each partition
+// it named (it rolled back) and on those after them.
+func scanBatch(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
+	out := make([]abi.ScanResult, len(req.Indexes))
+	pos := make(map[uint16]int, len(req.Indexes))
+	for i, idx := range req.Indexes {
+		pos[idx] = i
+	}
+	done := 0
+	now, err := h.Now()
+	if err == nil {
+		var s pdk.SQLHost
+		if s, err = pdk.SQLOf(h); err == nil {
+			var rows [][]abi.SQLValue
+			rows, done, err = pdk.PartitionBatch(s, pgsql.PromoteBatch, req.Indexes, now, int64(req.BatchSize))
+			for _, row := range rows {
+				if i, ok := pos[uint16(row[0].AsInt())]; ok {
+					out[i].Scanned++
+					out[i].Acted++
+				}
+			}
+		}
+	}
+	if err != nil {
+		h.Log(abi.LogWarn, "promote: "+err.Error())
+		for i := done; i < len(out); i++ {
+			out[i].Errors = 1
+		}
+	}
+	return out
+}
+
+// promote promotes what is due by now on req's partition.
+func promote(h pdk.Host, req abi.ScanRequest, now int64) abi.ScanResult {
 	pk := int64(req.Partition.Index)
 	var res abi.ScanResult
 	for _, pass := range []struct{ scan, promote pgsql.Statement }{
