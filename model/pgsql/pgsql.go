@@ -283,6 +283,23 @@ var (
 		Params: []string{"partition_key", "now_ms", "limit"},
 		Tables: []string{TExecCore},
 	}
+	// PromoteProbe names, of up to ProbePartitions partitions (a batch
+	// call's; a shorter list repeats one of them), those where DelayedScan
+	// or SubmittedScan would find something: a read that costs a few
+	// milliseconds for 32 partitions, where PromoteBatch's planning alone
+	// costs several times that, so a sweep that finds nothing due stays
+	// cheap and PromoteBatch runs on the partitions with work only.
+	PromoteProbe = Statement{
+		Name: "promote.probe",
+		SQL: `SELECT partition_key::int8 FROM ff_exec_core
+ WHERE partition_key IN (` + probeList + `) AND deadline_at_ms IS NOT NULL AND deadline_at_ms <= $` + probeNow + `
+   AND lifecycle_phase = 'runnable' AND eligibility_state = 'not_eligible_until_time'
+UNION
+SELECT partition_key::int8 FROM ff_exec_core
+ WHERE partition_key IN (` + probeList + `) AND lifecycle_phase = 'submitted' AND created_at_ms <= $` + probeNow,
+		Params: probeParams("now_ms"),
+		Tables: []string{TExecCore},
+	}
 	// PromoteBatch is DelayedScan + PromoteDelayed and SubmittedScan +
 	// PromoteSubmitted over up to ProbePartitions partitions at once (a
 	// batch call's; a shorter list repeats one of them), in one statement:
@@ -472,14 +489,14 @@ var All = append(append([]Statement{
 	ExecCoreLock, AttemptLockLease, CompletionInsert, LeaseEventInsert,
 	AttemptTimeoutScan, AttemptInterrupt, ExecCoreRetryAfterTimeout, ExecCoreExpireAfterTimeout,
 	LeaseExpiryScan, AttemptReleaseExpired, ExecCoreReleaseExpired,
-	DelayedScan, PromoteDelayed, SubmittedScan, PromoteSubmitted, PromoteBatch,
+	DelayedScan, PromoteDelayed, SubmittedScan, PromoteSubmitted, PromoteProbe, PromoteBatch,
 	SuspensionTimeoutScan, SuspensionLock, SuspensionAutoResume, SuspensionClearTimeout,
 	ExecCoreTerminateSuspended, SuspensionDelete,
 	RetentionScan, RetentionDeleteExecCore,
 }, RetentionDeleteChildren...), append(append(flowStatements, maintStatements...), periodicStatements...)...)
 
 // ProbePartitions is how many partitions one batch statement
-// (PromoteBatch, DependencyProbe) names: its first ProbePartitions
+// (PromoteProbe, PromoteBatch, DependencyProbe) names: its first ProbePartitions
 // parameters, each a "partition_key" the host checks as any other (the
 // scanned partition, or one of the batch's).
 const ProbePartitions = 32

@@ -14,9 +14,10 @@ import (
 	"github.com/fabric-host/fabric/model/pgsql"
 )
 
-// TestPromoteBatchWritesWhatPerRowWrites: pgsql.PromoteBatch, the
-// statement pg_delayed_promoter's batch calls run over many partitions
-// at once, changes a due delayed execution and a submitted one exactly as
+// TestPromoteBatchWritesWhatPerRowWrites: pgsql.PromoteProbe names the
+// partitions with something to promote, and pgsql.PromoteBatch, the
+// statement pg_delayed_promoter's batch calls then run over them at once,
+// changes a due delayed execution and a submitted one exactly as
 // the per-row statements (PromoteDelayed, PromoteSubmitted) change their
 // twins — every column and every raw_fields key — promotes what is due
 // and only that, and returns one row per promotion naming its partition.
@@ -38,6 +39,11 @@ func TestPromoteBatchWritesWhatPerRowWrites(t *testing.T) {
 		if _, err := pool.Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'submitted' WHERE execution_id = $1::uuid`, id.UUIDString()); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Upstream's create leaves a delayed execution blocked for its delay:
+	// both paths clear it.
+	if _, err := pool.Exec(ctx, `UPDATE ff_exec_core SET blocking_reason = 'waiting_for_delay' WHERE lane_id = 'pb'`); err != nil {
+		t.Fatal(err)
 	}
 	now = time.Now().UnixMilli() // the promotions' now: after every create
 	all := append(append([]model.ExecutionID{notDue, subPerRow, subBatch}, perRow...), batch...)
@@ -66,6 +72,31 @@ func TestPromoteBatchWritesWhatPerRowWrites(t *testing.T) {
 	}
 	for len(keys) < pgsql.ProbePartitions {
 		keys = append(keys, keys[len(keys)-1])
+	}
+	// PromoteProbe names the partitions with something to promote: the
+	// batch twins' and the submitted twin's, not the not-due execution's
+	// (unless it shares one).
+	want := map[int64]bool{}
+	for _, id := range append([]model.ExecutionID{subBatch}, batch...) {
+		want[int64(id.Partition().Index)] = true
+	}
+	probed := map[int64]bool{}
+	prows, err := pool.Query(ctx, pgsql.PromoteProbe.SQL, append(keys, now)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for prows.Next() {
+		var part int64
+		if err := prows.Scan(&part); err != nil {
+			t.Fatal(err)
+		}
+		probed[part] = true
+	}
+	if err := prows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(probed, want) {
+		t.Fatalf("PromoteProbe named %v, want %v", probed, want)
 	}
 	rows, err := pool.Query(ctx, pgsql.PromoteBatch.SQL, append(keys, now, int64(1000))...)
 	if err != nil {
