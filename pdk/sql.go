@@ -148,3 +148,34 @@ func (r RowScan) Run(h Host) abi.ScanResult {
 	}
 	return res
 }
+
+// PartitionBatch runs stmt, a catalog statement whose first parameters
+// are partition keys and whose others are rest (pgsql.PromoteBatch,
+// pgsql.DependencyProbe), over the partitions idxs: one statement per as
+// many partitions as it names, each in a transaction of its own, the
+// last list padded by repeating its last partition. It returns every row
+// the statements returned, in order, and how many of idxs (a prefix) the
+// statements that succeeded covered: all of them, or those before the
+// statement that failed with err.
+func PartitionBatch(s SQLHost, stmt sqlstmt.Statement, idxs []uint16, rest ...any) (rows [][]abi.SQLValue, done int, err error) {
+	width := 0
+	for width < len(stmt.Params) && stmt.Params[width] == "partition_key" {
+		width++
+	}
+	if width == 0 {
+		return nil, 0, abi.Errorf(abi.CodeBadRequest, "pdk.PartitionBatch: "+stmt.Name+" takes no partition keys")
+	}
+	for off := 0; off < len(idxs); off += width {
+		chunk := idxs[off:min(off+width, len(idxs))]
+		args := make([]any, 0, width+len(rest))
+		for i := range width {
+			args = append(args, chunk[min(i, len(chunk)-1)])
+		}
+		rs, err := Exec(s, Q(stmt, append(args, rest...)...))
+		if err != nil {
+			return rows, off, err
+		}
+		rows = append(rows, rs[0].Rows...)
+	}
+	return rows, len(idxs), nil
+}

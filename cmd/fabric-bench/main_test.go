@@ -25,7 +25,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"bin/plugins/delayed_promoter.wasm", "bin/plugins/dependency.wasm", "bin/plugins/pg_dependency_reconciler.wasm", "testdata/plugins/swap_v1.wasm", "testdata/plugins/swap_v2.wasm"} {
+	for _, f := range []string{"bin/plugins/delayed_promoter.wasm", "bin/plugins/dependency.wasm", "bin/plugins/pg_dependency_reconciler.wasm", "bin/plugins/pg_delayed_promoter.wasm", "testdata/plugins/swap_v1.wasm", "testdata/plugins/swap_v2.wasm"} {
 		if _, err := os.Stat(filepath.Join(repo, f)); err != nil {
 			t.Fatalf("%s is missing: run `make plugins` first", f)
 		}

@@ -65,6 +65,9 @@ func runPromotion(ctx context.Context, e *benchEnv, sc *Scenario) error {
 			Row{Measure: m.name + ": due → eligible, p99", Fabric: p99, Versus: v99, Peer: pp99, Unit: "ms", Goal: goal,
 				Note: fmt.Sprintf("max %s, %d of %d observed%s", fmtNum(mx, "ms"), len(lat), n, note)})
 	}
+	if err := pgPromotionRows(ctx, e, sc); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
 	if perr != nil {
 		sc.Notes = append(sc.Notes, "asynq failed: "+perr.Error())
 	} else {

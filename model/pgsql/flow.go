@@ -30,6 +30,17 @@ var (
 		Params: []string{"partition_key", "stale_before_ms", "limit"},
 		Tables: []string{TCompletion},
 	}
+	// DependencyProbe names, of up to ProbePartitions partitions (a batch
+	// call's; a shorter list repeats one of them), those with a completion
+	// event DependencyScan would list: one indexed statement for a batch,
+	// so a sweep scans only the partitions with work.
+	DependencyProbe = Statement{
+		Name: "dependency.probe",
+		SQL: `SELECT DISTINCT partition_key::int8 FROM ff_completion_event
+ WHERE partition_key IN (` + probeList + `) AND dispatched_at_ms IS NULL AND committed_at_ms <= $` + probeNow,
+		Params: probeParams("stale_before_ms"),
+		Tables: []string{TCompletion},
+	}
 	// DependencyClaim claims one completion event for dispatch and returns
 	// (execution_id, flow_id or '', outcome); no row: another dispatcher
 	// claimed it. The row stays locked until the transaction ends, so a
@@ -237,7 +248,7 @@ RETURNING c.execution_id::text, c.attempt_index`,
 
 // flowStatements are the flow statements of All.
 var flowStatements = []Statement{
-	DependencyScan, DependencyClaim, DependencyOutEdges, EdgeGroupLock, EdgeGroupWriteCounters,
+	DependencyScan, DependencyProbe, DependencyClaim, DependencyOutEdges, EdgeGroupLock, EdgeGroupWriteCounters,
 	DependencyReleaseChild, DependencySkipChild, EdgeGroupFlagSiblings, PendingCancelEnqueue,
 	EdgeCancelScan, EdgeCancelLockGroup, EdgeCancelGroupExists, EdgeCancelMembers,
 	EdgeCancelReleaseAttempt, EdgeCancelClearGroup, EdgeCancelDequeue, WorkerRegistrySweep,

@@ -9,7 +9,11 @@
 // cancels for pg_edge_cancel_reconciler.
 //
 // fabric has no push dispatcher on Postgres, so this plugin is what moves
-// flows there; it runs every second rather than upstream's 15 s.
+// flows there; it runs every second rather than upstream's 15 s. A batch
+// call (fabric_scan_batch, the host's sweep) first asks one indexed
+// statement (pgsql.DependencyProbe) which of its partitions have such
+// events, and scans only those: a sweep over 256 partitions is a handful
+// of statements rather than one scan per partition.
 //
 // Configuration: "stale_ms" (default 1000): how old an unclaimed event
 // must be, leaving a live dispatcher (a FlowFabric engine on the same
@@ -32,15 +36,16 @@ import (
 
 // Statements is what the plugin runs (its capabilities.sql grant).
 var Statements = []pgsql.Statement{
-	pgsql.DependencyScan, pgsql.DependencyClaim, pgsql.DependencyOutEdges, pgsql.EdgeGroupLock,
+	pgsql.DependencyScan, pgsql.DependencyProbe, pgsql.DependencyClaim, pgsql.DependencyOutEdges, pgsql.EdgeGroupLock,
 	pgsql.EdgeGroupWriteCounters, pgsql.DependencyReleaseChild, pgsql.DependencySkipChild,
 	pgsql.EdgeGroupFlagSiblings, pgsql.PendingCancelEnqueue, pgsql.CompletionInsert,
 }
 
 // Plugin is the reconciler, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: pdk.SQLScanner("pg_dependency_reconciler", 1000, 1000, 20000, pgsql.Grants(Statements...), map[string]string{"stale_ms": "1000"}),
-	Scan:     scan,
+	Manifest:  pdk.SQLScanner("pg_dependency_reconciler", 1000, 1000, 20000, pgsql.Grants(Statements...), map[string]string{"stale_ms": "1000"}),
+	Scan:      scan,
+	ScanBatch: scanBatch,
 }
 
 func init() { pdk.Register(Plugin) }
@@ -52,16 +57,63 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	if err != nil {
 		return abi.ScanResult{Errors: 1}
 	}
+	return dispatch(h, req, now, staleBefore(h, now))
+}
+
+// staleBefore is the committed_at_ms bound of the events to take: now
+// less stale_ms, or every event when stale_ms is 0.
+func staleBefore(h pdk.Host, now int64) int64 {
 	stale := int64(1000)
 	if v, ok := h.Config("stale_ms"); ok {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
 			stale = n
 		}
 	}
-	before := now - stale
 	if stale == 0 {
-		before = math.MaxInt64
+		return math.MaxInt64
 	}
+	return now - stale
+}
+
+// scanBatch dispatches on the partitions of a batch call that the probe
+// names (all of them, each with Errors 1, when the probe fails).
+func scanBatch(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
+	out := make([]abi.ScanResult, len(req.Indexes))
+	fail := func(what string, err error) []abi.ScanResult {
+		h.Log(abi.LogWarn, "dependency reconciler: "+what+": "+err.Error())
+		for i := range out {
+			out[i].Errors = 1
+		}
+		return out
+	}
+	now, err := h.Now()
+	if err != nil {
+		return fail("now", err)
+	}
+	s, err := pdk.SQLOf(h)
+	if err != nil {
+		return fail("sql", err)
+	}
+	before := staleBefore(h, now)
+	rows, _, err := pdk.PartitionBatch(s, pgsql.DependencyProbe, req.Indexes, before)
+	if err != nil {
+		return fail("probe", err)
+	}
+	due := make(map[uint16]bool, len(rows))
+	for _, row := range rows {
+		due[uint16(row[0].AsInt())] = true
+	}
+	for i, idx := range req.Indexes {
+		if due[idx] {
+			out[i] = dispatch(h, req.Request(i), now, before)
+		}
+	}
+	return out
+}
+
+// dispatch handles req's partition's unclaimed events committed at or
+// before before.
+func dispatch(h pdk.Host, req abi.ScanRequest, now, before int64) abi.ScanResult {
 	pk := int64(req.Partition.Index)
 	var released, skipped, groups int
 	res := pdk.RowScan{
