@@ -61,7 +61,9 @@ type Size struct {
 	E2EJobs   int
 	Workers   []int
 	Producers int
-	// PGJobs and PGWorkers size scenario 2; PGRounds is how many times
+	// PGJobs and PGWorkers size scenario 2 (6,000 jobs, 2,000 until
+	// 2026-12-02: a run of 1-2 s was a third start-up — the first plans and
+	// catalog loads of each new connection); PGRounds is how many times
 	// fabric and River (at its 1 ms cooldown) each run per W, alternating
 	// (the rows report the medians).
 	PGJobs    int
@@ -96,7 +98,7 @@ type Size struct {
 
 var sizes = map[string]Size{
 	"full": {Name: "full", E2EJobs: 20_000, Workers: []int{1, 8}, Producers: 4,
-		PGJobs: 2000, PGWorkers: []int{1, 8}, PGRounds: 3, DAGFlows: 20, DAGLevels: 10,
+		PGJobs: 6000, PGWorkers: []int{1, 8}, PGRounds: 3, DAGFlows: 20, DAGLevels: 10,
 		PromoteJobs: 10_000, PromoteSpread: 5 * time.Second, AsynqCheck: 5 * time.Second, ScanCycles: 10, IdleHold: 5 * time.Second, DemoHold: 60 * time.Second,
 		Swaps: 20, LimitFor: 3 * time.Second, RunCap: 40 * time.Second, ScenarioCap: 3 * time.Minute,
 		GoBench: true, GoBenchTime: "1s"},
