@@ -470,25 +470,17 @@ SELECT core.partition_key, core.execution_id, cand.attempt_index, cand.attempt_s
 // returns the lease it granted; CodeNoEligibleExecution when it claimed
 // nothing.
 func (c *Client) grantLease(ctx context.Context, q Querier, stmt, worker, instance string, ttl int64, cand ...any) (*ClaimResult, error) {
-	res, err := c.grantLeases(ctx, q, stmt, worker, instance, ttl, cand...)
+	now := c.nowMs()
+	expires := now + ttl
+	rows, err := q.Query(ctx, stmt, append([]any{worker, instance, expires, now}, cand...)...)
+	if err != nil {
+		return nil, err
+	}
+	res, err := scanLeases(rows, expires)
 	if err != nil {
 		return nil, err
 	}
 	return res[0], nil
-}
-
-// grantLeases is grantLease for a statement that may claim several rows
-// (sqlGrantNext with a limit above 1): every lease it granted, in the
-// order the statement returned them; CodeNoEligibleExecution when none.
-func (c *Client) grantLeases(ctx context.Context, q Querier, stmt, worker, instance string, ttl int64, cand ...any) ([]*ClaimResult, error) {
-	now := c.nowMs()
-	expires := now + ttl
-	args := append([]any{worker, instance, expires, now}, cand...)
-	rows, err := q.Query(ctx, stmt, args...)
-	if err != nil {
-		return nil, err
-	}
-	return scanLeases(rows, expires)
 }
 
 // grantNext claims up to n executions of p's lane on partition part with
@@ -500,14 +492,13 @@ func (c *Client) grantNext(ctx context.Context, p *ClaimForWorkerParams, part in
 	expires := now + p.LeaseTTLMs
 	// The claim runs without sorts (hotplan.go): its partial index is read
 	// in order, whatever a fresh partition's statistics say.
-	b := &pgx.Batch{}
-	if literal {
-		b.Queue(sqlClaimPlans)
-		b.Queue(text, p.WorkerID, p.WorkerInstanceID, expires, now, p.LaneID, caps, n)
-	} else {
-		b.Queue(sqlClaimPlansNoGeneric)
-		b.Queue(text, p.WorkerID, p.WorkerInstanceID, expires, now, p.LaneID, caps, n, part)
+	set, args := sqlClaimPlans, []any{p.WorkerID, p.WorkerInstanceID, expires, now, p.LaneID, caps, n}
+	if !literal {
+		set, args = sqlClaimPlansNoGeneric, append(args, part)
 	}
+	b := &pgx.Batch{}
+	b.Queue(set)
+	b.Queue(text, args...)
 	br := c.pool.SendBatch(ctx, b)
 	out, err := readGenericBatch(br, func() ([]*ClaimResult, error) {
 		rows, err := br.Query()
