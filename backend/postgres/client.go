@@ -127,6 +127,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	c := &Client{pool: pool, parts: cfg.Partitions, now: cfg.Now, log: cfg.Logger}
 	c.hot.off = userPlans
+	c.hot.child = c.childOf
 	if c.parts == (model.PartitionConfig{}) {
 		c.parts = model.DefaultPartitionConfig()
 	}

@@ -134,7 +134,8 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	var inserted int64
 	// An INSERT names no partition to prune (rows are routed as they are
 	// written), so its generic plan is safe with the partition as a
-	// parameter: it is kept and not planned again (hotplan.go). The batch
+	// parameter: it is kept and not planned again (hotplan.go), and its
+	// literal form inserts into the partition's child. The batch
 	// is one implicit transaction: the settings its first statement makes
 	// (generic plans, the quieted NOTIFY) end with it.
 	var set string
@@ -146,12 +147,13 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	case quiet:
 		set = sqlQuietEligible
 	}
+	text, _ := c.hot.text(sqlCreate, k.part)
 	if set == "" {
-		err = c.pool.QueryRow(ctx, pgsql.ExecCreate.SQL, args...).Scan(&inserted)
+		err = c.pool.QueryRow(ctx, text, args...).Scan(&inserted)
 	} else {
 		b := &pgx.Batch{}
 		b.Queue(set)
-		b.Queue(pgsql.ExecCreate.SQL, args...)
+		b.Queue(text, args...)
 		br := c.pool.SendBatch(ctx, b)
 		inserted, err = readGenericBatch(br, func() (int64, error) {
 			var n int64
@@ -411,7 +413,12 @@ var (
      AND required_capabilities <@ $6::text[]
    ORDER BY priority DESC, created_at_ms ASC
    LIMIT $7
-   FOR UPDATE SKIP LOCKED`, "$8"), 8)
+   FOR UPDATE SKIP LOCKED`, "$8"), 8, "ff_attempt")
+
+	// sqlCreate is pgsql.ExecCreate, whose literal form (hotplan.go)
+	// inserts into the partition's child of ff_exec_core; the partition
+	// stays its first parameter.
+	sqlCreate = newHotStmt(pgsql.ExecCreate.SQL, 0, "ff_exec_core")
 )
 
 // grantSQL is one statement that claims the row cand selects on
@@ -432,12 +439,12 @@ func grantSQL(cand, part string) string {
 	return `
 WITH cand AS (` + cand + `),
 att AS (
-  INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
-                          lease_epoch, lease_expires_at_ms, started_at_ms)
+  INSERT INTO ff_attempt AS a (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+                               lease_epoch, lease_expires_at_ms, started_at_ms)
   SELECT partition_key, execution_id, attempt_index, $1, $2, 1, $3, $4 FROM cand
   ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
      SET worker_id = EXCLUDED.worker_id, worker_instance_id = EXCLUDED.worker_instance_id,
-         lease_epoch = ff_attempt.lease_epoch + 1, lease_expires_at_ms = EXCLUDED.lease_expires_at_ms,
+         lease_epoch = a.lease_epoch + 1, lease_expires_at_ms = EXCLUDED.lease_expires_at_ms,
          started_at_ms = EXCLUDED.started_at_ms, outcome = NULL
   RETURNING partition_key, execution_id, lease_epoch),
 core AS (

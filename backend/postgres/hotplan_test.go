@@ -201,3 +201,82 @@ func TestClaimPlanOnFreshPartition(t *testing.T) {
 		t.Fatalf("the kept claim plan still reads the whole partition after the claimer's analyze:\n%s", plan)
 	}
 }
+
+// The hot statements insert into the partition's own child: a create
+// into ff_exec_core_p<r>, a claim's attempt into ff_attempt_p<r>, where
+// r is the hash partition the rows land in (a completion event goes
+// through ff_completion_event, whose identity column its children lack). A database whose children are laid out
+// otherwise (here one renamed) gets the texts that insert through the
+// partitioned tables, and works as before.
+func TestHotInsertsIntoChildren(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Context(t, time.Minute)
+	run := func(t *testing.T, c *postgres.Client) (child string, texts []string) {
+		t.Helper()
+		var ids []string
+		for range 3 {
+			id := newExec(t, c, &execOpts{lane: "kids"}).String()
+			ids = append(ids, id[strings.Index(id, "}:")+2:])
+		}
+		for range 3 {
+			r := claim(t, c, "kids")
+			if err := c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: r.ExecutionID, Fence: r.Fence()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var n int
+		if err := c.Pool().QueryRow(ctx, `SELECT min(tableoid::regclass::text), count(*) FROM ff_exec_core
+ WHERE execution_id::text = ANY($1) AND lifecycle_phase = 'terminal'`, ids).Scan(&child, &n); err != nil || n != 3 {
+			t.Fatalf("completed executions: %d, %v", n, err)
+		}
+		rows, err := c.Pool().Query(ctx, "SELECT statement FROM pg_prepared_statements")
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return child, texts
+	}
+	inserts := func(texts []string) map[string]bool {
+		into := map[string]bool{}
+		for _, s := range texts {
+			for _, m := range regexp.MustCompile(`INSERT INTO (ff_(?:exec_core|attempt|completion_event)(?:_p\d+)?) `).FindAllStringSubmatch(s, -1) {
+				into[m[1]] = true
+			}
+		}
+		return into
+	}
+
+	child, texts := run(t, pgtest.Client(t, postgres.ClientConfig{MaxConns: 1}))
+	r := strings.TrimPrefix(child, "ff_exec_core_p")
+	into := inserts(texts)
+	for _, want := range []string{"ff_exec_core_p" + r, "ff_attempt_p" + r, "ff_completion_event"} {
+		if !into[want] {
+			t.Errorf("no prepared statement inserts into %s (rows are in %s); inserts into %v", want, child, into)
+		}
+	}
+
+	// Another layout: a child of ff_attempt renamed.
+	url := pgtest.NewDatabase(t, true)
+	admin := pgtest.Dial(t, url)
+	probe := pgtest.Client(t, postgres.ClientConfig{URL: url, MaxConns: 1})
+	probeChild, _ := run(t, probe)
+	r = strings.TrimPrefix(probeChild, "ff_exec_core_p")
+	if _, err := admin.Exec(ctx, "ALTER TABLE ff_attempt_p"+r+" RENAME TO ff_attempt_elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	_, texts = run(t, pgtest.Client(t, postgres.ClientConfig{URL: url, MaxConns: 1}))
+	into = inserts(texts)
+	for _, want := range []string{"ff_exec_core", "ff_attempt", "ff_completion_event"} {
+		if !into[want] {
+			t.Errorf("renamed child: no prepared statement inserts into %s; inserts into %v", want, into)
+		}
+	}
+	for table := range into {
+		if strings.Contains(table, "_p") {
+			t.Errorf("renamed child: a statement inserts into %s", table)
+		}
+	}
+}

@@ -223,7 +223,7 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 // Other errors pass unchanged.
 func notMigrated(err error) error {
 	var pe *pgconn.PgError
-	if err == nil || !errors.As(err, &pe) || pe.Code != "42P01" || !(strings.Contains(pe.Message, `"ff_`) || strings.Contains(pe.Message, `"fabric_`)) {
+	if err == nil || !errors.As(err, &pe) || pe.Code != "42P01" || !(strings.HasPrefix(pe.Message, `relation "ff_`) || strings.HasPrefix(pe.Message, `relation "fabric_`)) {
 		return err
 	}
 	return fmt.Errorf("%w: %w; run `fabric migrate --postgres-url URL` (or postgres.Migrate)", ErrNotMigrated, err)
