@@ -150,6 +150,17 @@ func (c *Claimer) scanLoop(ctx context.Context) {
 // nothing has yet.
 const freshAnalyzeRows = 100
 
+// freshAnalyzeColumns are the columns analyzeFresh analyzes, of
+// ff_exec_core's children (false) and ff_attempt's (true): those the hot
+// path's statements filter, join and order by. The wide ones (payload,
+// result, raw_fields, policy) are left to autovacuum's full ANALYZE:
+// measured on a 6,000-row child, 72–91 ms for every column against 36
+// ms for these (ff_attempt's 20 ms against 6 ms).
+var freshAnalyzeColumns = map[bool]string{
+	false: " (partition_key, execution_id, lane_id, lifecycle_phase, eligibility_state, required_capabilities, priority, created_at_ms, attempt_index)",
+	true:  " (partition_key, execution_id, attempt_index, lease_epoch, lease_expires_at_ms, worker_id)",
+}
+
 // sqlFreshChildren names which of the tables $1 (in ff_exec_core's
 // schema) no ANALYZE, manual or automatic, has visited since they took
 // $2 rows, among those the session may analyze (its role owns them, or is
@@ -204,7 +215,7 @@ func (c *Claimer) analyzeFresh(ctx context.Context, conn *pgx.Conn) {
 	}
 	idents := make([]string, len(fresh))
 	for i, n := range fresh {
-		idents[i] = pgx.Identifier{n}.Sanitize()
+		idents[i] = pgx.Identifier{n}.Sanitize() + freshAnalyzeColumns[strings.HasPrefix(n, "ff_attempt_")]
 	}
 	if c.analyzed == nil {
 		c.analyzed = map[string]bool{}
