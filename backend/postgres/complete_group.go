@@ -14,9 +14,9 @@ import (
 //
 // CompleteExecution does not run its statements alone: calls that arrive
 // while a flush is in flight wait for it, and the next flush writes all of
-// them together — per partition, three statements (lock the execution
-// rows, lock the fenced attempts, complete every row whose fence holds)
-// over arrays, all partitions pipelined in one round trip, which Postgres
+// them together — per partition, one statement over arrays (lock the
+// execution rows, lock the fenced attempts, complete every row whose
+// fence holds: sqlCompleteMany), all partitions pipelined in one round trip, which Postgres
 // runs as one implicit transaction. Each caller still gets its own
 // outcome: the fence is checked per row from the locked rows, exactly as
 // a lone CompleteExecution checks it (a stale fence in a batch is
@@ -144,19 +144,14 @@ func (c *Client) flushCompleteBatch(batch []*completeReq) {
 	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
 	b := &pgx.Batch{}
 	// The batch runs under generic plans when every partition of it has
-	// literal texts (hotplan.go); one without keeps parameter texts and
+	// a literal text (hotplan.go); one without keeps parameter texts and
 	// custom plans for the whole batch.
-	type texts struct{ core, att, complete string }
-	byText := map[int16]texts{}
+	texts := map[int16]string{}
 	generic := true
 	for _, pk := range parts {
-		var t texts
-		var lc, la, lm bool
-		t.core, lc = c.hot.text(sqlLockCoreMany, pk)
-		t.att, la = c.hot.text(sqlLockAttemptMany, pk)
-		t.complete, lm = c.hot.text(sqlCompleteMany, pk)
-		generic = generic && lc && la && lm
-		byText[pk] = t
+		text, literal := c.hot.text(sqlCompleteMany, pk)
+		generic = generic && literal
+		texts[pk] = text
 	}
 	if generic {
 		b.Queue(sqlGenericPlans)
@@ -169,13 +164,8 @@ func (c *Client) flushCompleteBatch(batch []*completeReq) {
 			ids[i], idxs[i], epochs[i], results[i] = r.k.id(), int32(r.p.Fence.AttemptIndex), int64(r.p.Fence.LeaseEpoch), r.p.Result
 		}
 		if generic {
-			t := byText[pk]
-			b.Queue(t.core, ids)
-			b.Queue(t.att, ids, idxs)
-			b.Queue(t.complete, ids, idxs, epochs, now, results)
+			b.Queue(texts[pk], ids, idxs, epochs, now, results)
 		} else {
-			b.Queue(sqlLockCoreMany.sql, ids, pk)
-			b.Queue(sqlLockAttemptMany.sql, ids, idxs, pk)
 			b.Queue(sqlCompleteMany.sql, ids, idxs, epochs, now, results, pk)
 		}
 	}
@@ -189,7 +179,7 @@ func (c *Client) flushCompleteBatch(batch []*completeReq) {
 	}
 }
 
-// lockedCore and lockedAttempt are what the batch's lock statements read
+// lockedCore and lockedAttempt are what the batch's statement locked and read
 // of one execution and its fenced attempt.
 type lockedCore struct {
 	phase string
@@ -224,23 +214,49 @@ func (c *Client) runCompleteBatch(ctx context.Context, b *pgx.Batch, parts []int
 	return out, nil
 }
 
-// readCompleteBatch reads the lock and complete statements' results of
-// every partition of a group-commit batch.
+// readCompleteBatch reads the complete statement's rows of every
+// partition of a group-commit batch: the locked execution rows, the
+// locked fenced attempts and the completed ids, told apart by their
+// first column.
 func readCompleteBatch(br pgx.BatchResults, parts []int16, byPart map[int16][]*completeReq, now int64) (map[*completeReq]error, error) {
 	out := map[*completeReq]error{}
 	read := func(pk int16) error {
-		cores := map[string]lockedCore{}
-		var lc lockedCore
-		if err := eachRow(br, pk, []any{&lc.phase, &lc.idx}, func(id string) { cores[id] = lc }); err != nil {
+		rows, err := br.Query()
+		if err != nil {
 			return err
 		}
-		atts := map[string]lockedAttempt{}
-		var la lockedAttempt
-		if err := eachRow(br, pk, []any{&la.epoch, &la.expires}, func(id string) { atts[id] = la }); err != nil {
-			return err
+		defer rows.Close()
+		cores, atts, done := map[string]lockedCore{}, map[string]lockedAttempt{}, map[string]bool{}
+		for rows.Next() {
+			var (
+				kind  int16
+				uuid  [16]byte
+				phase *string
+				idx   *int32
+				epoch *int64
+				la    lockedAttempt
+			)
+			if err := rows.Scan(&kind, &uuid, &phase, &idx, &epoch, &la.expires); err != nil {
+				return err
+			}
+			id := execKey{part: pk, uuid: uuid}.id()
+			switch kind {
+			case completeRowCore:
+				if phase == nil || idx == nil {
+					return fmt.Errorf("complete: execution row %s without phase or attempt", id)
+				}
+				cores[id] = lockedCore{phase: *phase, idx: int(*idx)}
+			case completeRowAttempt:
+				if epoch == nil {
+					return fmt.Errorf("complete: attempt row %s without lease epoch", id)
+				}
+				la.epoch = *epoch
+				atts[id] = la
+			case completeRowDone:
+				done[id] = true
+			}
 		}
-		done := map[string]bool{}
-		if err := eachRow(br, pk, nil, func(id string) { done[id] = true }); err != nil {
+		if err := rows.Err(); err != nil {
 			return err
 		}
 		for _, r := range byPart[pk] {
@@ -254,26 +270,6 @@ func readCompleteBatch(br pgx.BatchResults, parts []int16, byPart map[int16][]*c
 		}
 	}
 	return out, nil
-}
-
-// eachRow reads the next result of br: each row's execution id (on
-// partition pk) into keep, after scanning the row's other columns into
-// dest.
-func eachRow(br pgx.BatchResults, pk int16, dest []any, keep func(id string)) error {
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	var id [16]byte
-	targets := append([]any{&id}, dest...)
-	for rows.Next() {
-		if err := rows.Scan(targets...); err != nil {
-			return err
-		}
-		keep(execKey{part: pk, uuid: id}.id())
-	}
-	return rows.Err()
 }
 
 // completeOutcome is one request's outcome from its partition's locked
@@ -300,45 +296,52 @@ func completeOutcome(r *completeReq, cores map[string]lockedCore, atts map[strin
 // waitCompletes waits for the completion flush in flight (Close).
 func (c *Client) waitCompletes() { c.completes.wg.Wait() }
 
-// Group-commit statements over the executions $1 (uuid text), their
-// fenced attempt indexes $2 and lease epochs $3 (same order), on
-// partition $N, the last parameter (hotplan.go writes it as a literal).
-var (
-	// sqlLockCoreMany locks the execution rows, in id order.
-	sqlLockCoreMany = newHotStmt(`SELECT execution_id, lifecycle_phase, attempt_index FROM ff_exec_core
- WHERE partition_key = $2::smallint AND execution_id = ANY($1::uuid[])
- ORDER BY execution_id FOR UPDATE`, 2)
-	// sqlLockAttemptMany locks the fenced attempts, in id order. Every
-	// statement here names its rows by "execution_id = ANY($1)" as well
-	// as by the join: the index lookup then starts from the ids, never
-	// from a scan of the partition (a join alone is planned from the
-	// partition's statistics, which a busy lane outgrows between ANALYZEs).
-	sqlLockAttemptMany = newHotStmt(`SELECT a.execution_id, a.lease_epoch, a.lease_expires_at_ms
-  FROM ff_attempt a
-  JOIN unnest($1::uuid[], $2::int[]) AS f(execution_id, attempt_index)
-    ON a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index
- WHERE a.partition_key = $3::smallint AND a.execution_id = ANY($1::uuid[])
- ORDER BY a.execution_id FOR UPDATE OF a`, 3)
-	// sqlCompleteMany is sqlCompleteFenced over arrays: every row whose
-	// fence (attempt $2, epoch $3, lease unexpired at $4) holds is
-	// completed with its result ($5), its completion event and revoked
-	// lease event written; it returns the completed execution ids.
-	sqlCompleteMany = newHotStmt(`
+// The kinds of row sqlCompleteMany returns (its first column).
+const (
+	completeRowCore    = 0 // a locked execution: phase, attempt index
+	completeRowAttempt = 1 // a locked fenced attempt: lease epoch, expiry
+	completeRowDone    = 2 // a completed execution
+)
+
+// sqlCompleteMany is the group commit of one partition's completions, in
+// one statement: the executions $1 (uuid text), their fenced attempt
+// indexes $2, lease epochs $3 (same order) and results $5, at now $4, on
+// partition $6, the last parameter (hotplan.go writes it as a literal).
+//
+// It locks the execution rows in id order (lc), then the fenced attempts
+// in id order (la: its one-time filter on lc runs lc to the end first,
+// so rows are locked exec_core before ff_attempt as every fenced
+// operation locks them); completes every row whose fence (attempt,
+// epoch, lease unexpired at $4) holds on the locked rows, with its result,
+// its completion event and its revoked lease event; and returns the
+// locked rows and the completed ids, each row tagged by its kind
+// (completeRow*), from which each caller's outcome is read as a lone
+// CompleteExecution reads it. Until 2026-12-02 the two locks were
+// statements of their own in the same pipeline.
+var sqlCompleteMany = newHotStmt(`
 WITH f AS (
   SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[], $5::bytea[]) AS f(execution_id, attempt_index, lease_epoch, result)),
-ok AS (
-  SELECT a.execution_id, a.attempt_index FROM ff_attempt a
-    JOIN f ON a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index AND a.lease_epoch = f.lease_epoch
-   WHERE a.partition_key = $6::smallint AND a.execution_id = ANY($1::uuid[]) AND a.lease_expires_at_ms > $4),
+lc AS MATERIALIZED (
+  SELECT execution_id, lifecycle_phase, attempt_index FROM ff_exec_core
+   WHERE partition_key = $6::smallint AND execution_id = ANY($1::uuid[])
+   ORDER BY execution_id FOR UPDATE),
+la AS MATERIALIZED (
+  SELECT a.execution_id, a.attempt_index, a.lease_epoch, a.lease_expires_at_ms
+    FROM ff_attempt a
+    JOIN f ON a.execution_id = f.execution_id AND a.attempt_index = f.attempt_index
+   WHERE a.partition_key = $6::smallint AND a.execution_id = ANY($1::uuid[])
+     AND (SELECT count(*) FROM lc) >= 0
+   ORDER BY a.execution_id FOR UPDATE OF a),
 core AS (
   UPDATE ff_exec_core c
      SET lifecycle_phase = 'terminal', ownership_state = 'unowned', eligibility_state = 'not_applicable',
          public_state = 'completed', attempt_state = 'attempt_terminal', terminal_at_ms = $4, result = f.result,
          raw_fields = c.raw_fields || jsonb_build_object('last_mutation_at', $4::bigint::text, 'terminal_outcome', 'success')
-    FROM f, ok
+    FROM f, la
    WHERE c.partition_key = $6::smallint AND c.execution_id = ANY($1::uuid[]) AND c.lifecycle_phase = 'active'
      AND c.execution_id = f.execution_id AND c.attempt_index = f.attempt_index
-     AND ok.execution_id = c.execution_id AND ok.attempt_index = c.attempt_index
+     AND la.execution_id = c.execution_id AND la.attempt_index = c.attempt_index
+     AND la.lease_epoch = f.lease_epoch AND la.lease_expires_at_ms > $4
   RETURNING c.partition_key, c.execution_id, c.attempt_index, c.flow_id, c.raw_fields),
 att AS (
   UPDATE ff_attempt a SET terminal_at_ms = $4, outcome = 'success', lease_expires_at_ms = NULL
@@ -354,5 +357,8 @@ ev AS (
   SELECT execution_id::text, NULL, 'revoked', $4, partition_key::int, raw_fields->>'namespace',
          raw_fields->'tags'->>'cairn.instance_id'
     FROM core)
-SELECT execution_id FROM core`, 6)
-)
+SELECT 0::smallint, execution_id, lifecycle_phase, attempt_index, NULL::bigint, NULL::bigint FROM lc
+UNION ALL
+SELECT 1::smallint, execution_id, NULL, attempt_index, lease_epoch, lease_expires_at_ms FROM la
+UNION ALL
+SELECT 2::smallint, execution_id, NULL, NULL, NULL, NULL FROM core`, 6)
