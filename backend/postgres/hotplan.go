@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/singleflight"
 )
 
 // Generic plans for the hot path.
@@ -21,21 +22,30 @@ import (
 // execution, which measured about half of the Postgres time of a claim
 // and of a group completion.
 //
-// The statements of the hot path — a worker's claim on one partition
-// (sqlGrantNext) and the group completion of one partition's executions
-// (sqlLockCoreMany, sqlLockAttemptMany, sqlCompleteMany) — have a second
-// form: the partition written into the text as a literal, so that
-// planning prunes to its children whatever the plan, and the statement is
-// sent in a pipeline that first switches the connection to
-// plan_cache_mode = auto for its implicit transaction alone:
+// The statements of the hot path — a create (sqlCreate), a worker's
+// claim on one partition (sqlGrantNext) and the group completion of one
+// partition's executions (sqlCompleteMany) — have a second form: the
+// partition written into the text as a literal, so that planning prunes
+// to its children whatever the plan (a create keeps its partition as a
+// parameter: an INSERT prunes nothing), and the statement is sent in a
+// pipeline that first switches the connection to plan_cache_mode =
+// force_generic_plan for its implicit transaction alone:
 //
-//	SELECT set_config('plan_cache_mode', 'auto', true); <statement>
+//	SELECT set_config('plan_cache_mode', 'force_generic_plan', true); <statement>
 //
 // one round trip and one implicit transaction, whose end (commit or
-// rollback) restores force_custom_plan: no RESET statement follows. After
-// five custom plans Postgres keeps the statement's generic plan when it
-// costs no more, and the statement is no longer planned at all (measured
-// on the claim: planning 0.4–0.6 ms → 0.02 ms, execution unchanged).
+// rollback) restores force_custom_plan: no RESET statement follows. The
+// first execution on a connection makes the generic plan, which the
+// connection keeps until an ANALYZE or a schema change invalidates it:
+// the statement is no longer planned (measured on the claim: planning
+// 0.4–0.6 ms → 0.02 ms, execution unchanged). Until 2026-12-02 the mode
+// was auto, which plans five custom plans per connection before it
+// settles on the generic one, and five more after every invalidation:
+// on a fresh database (the claimer's first ANALYZE invalidates every
+// plan) that was 40–50 plans of the group completion per 6,000
+// executions over six connections, 5–8 ms each on a connection's cold
+// catalog caches, and as many of the claim — about 100 µs of planning
+// per execution.
 // Every (statement, partition) is its own prepared statement on every
 // connection, so only the first hotPartitionCap partitions a Client sees
 // for a statement get its literal text; the others keep the parameter
@@ -66,10 +76,10 @@ const hotPartitionCap = 16
 // (parameter form); and a create's generic plans with its eligible
 // NOTIFY quieted (eligible_notes.go).
 const (
-	sqlGenericPlans        = `SELECT set_config('plan_cache_mode', 'auto', true)`
-	sqlClaimPlans          = `SELECT set_config('plan_cache_mode', 'auto', true), set_config('enable_sort', 'off', true)`
+	sqlGenericPlans        = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+	sqlClaimPlans          = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_sort', 'off', true)`
 	sqlClaimPlansNoGeneric = `SELECT set_config('enable_sort', 'off', true)`
-	sqlGenericPlansQuiet   = `SELECT set_config('plan_cache_mode', 'auto', true), set_config('fabric.eligible_notify', 'off', true)`
+	sqlGenericPlansQuiet   = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('fabric.eligible_notify', 'off', true)`
 )
 
 // hotStmt is a hot-path statement whose last parameter, $N::smallint, is
@@ -103,9 +113,43 @@ type hotPlans struct {
 	// (Client.childOf); nil: the literal texts insert through the
 	// partitioned tables.
 	child func(part int16) (remainder int, ok bool, err error)
-	mu    sync.Mutex
-	parts map[*hotStmt]map[int16]bool
-	texts map[hotKey]string
+	// resolving makes one child call per partition at a time; kids keeps
+	// its answer (the remainder, -1 for none) for every statement.
+	resolving singleflight.Group
+	mu        sync.Mutex
+	parts     map[*hotStmt]map[int16]bool
+	texts     map[hotKey]string
+	kids      map[int16]int
+}
+
+// childOf is child, asked once per partition (an error is not kept).
+func (h *hotPlans) childOf(part int16) (int, bool, error) {
+	h.mu.Lock()
+	r, known := h.kids[part]
+	h.mu.Unlock()
+	if !known {
+		v, err, _ := h.resolving.Do(strconv.Itoa(int(part)), func() (any, error) {
+			r, ok, err := h.child(part)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				r = -1
+			}
+			h.mu.Lock()
+			if h.kids == nil {
+				h.kids = map[int16]int{}
+			}
+			h.kids[part] = r
+			h.mu.Unlock()
+			return r, nil
+		})
+		if err != nil {
+			return 0, false, err
+		}
+		r = v.(int)
+	}
+	return r, r >= 0, nil
 }
 
 type hotKey struct {
@@ -149,7 +193,7 @@ func (h *hotPlans) text(s *hotStmt, part int16) (string, bool) {
 	}
 	keep := true
 	if len(s.into) > 0 && h.child != nil {
-		r, ok, err := h.child(part)
+		r, ok, err := h.childOf(part)
 		switch {
 		case err != nil:
 			keep = false // resolved again next time; this text inserts through the tables

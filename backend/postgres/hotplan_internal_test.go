@@ -34,7 +34,8 @@ func TestHotPlansCap(t *testing.T) {
 
 // A literal text inserts into the child the resolver names, for each
 // table the statement inserts into; a statement without a partition
-// parameter keeps its parameters; a failed resolution is not kept.
+// parameter keeps its parameters; a partition's child is resolved once
+// for every statement, and a failed resolution is not kept.
 func TestHotPlansChild(t *testing.T) {
 	calls := 0
 	fail := true
@@ -60,6 +61,9 @@ func TestHotPlansChild(t *testing.T) {
 	text, _ = h.text(sqlCreate, 7)
 	if !strings.Contains(text, "INSERT INTO ff_exec_core_p107 (") || !strings.Contains(text, "$1::smallint") {
 		t.Fatalf("create text:\n%s", text)
+	}
+	if calls != 2 {
+		t.Fatalf("the partition's child resolved %d times, want once after the failure", calls)
 	}
 	if text, _ = h.text(sqlCompleteMany, 7); !strings.Contains(text, "INSERT INTO ff_completion_event (") {
 		t.Fatalf("complete text (its identity column is the partitioned table's):\n%s", text)
