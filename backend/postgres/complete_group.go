@@ -361,4 +361,4 @@ SELECT 0::smallint, execution_id, lifecycle_phase, attempt_index, NULL::bigint, 
 UNION ALL
 SELECT 1::smallint, execution_id, NULL, attempt_index, lease_epoch, lease_expires_at_ms FROM la
 UNION ALL
-SELECT 2::smallint, execution_id, NULL, NULL, NULL, NULL FROM core`, 6)
+SELECT 2::smallint, execution_id, NULL, NULL, NULL, NULL FROM core`, 6, "ff_exec_core", "ff_attempt")

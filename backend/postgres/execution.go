@@ -413,7 +413,7 @@ var (
      AND required_capabilities <@ $6::text[]
    ORDER BY priority DESC, created_at_ms ASC
    LIMIT $7
-   FOR UPDATE SKIP LOCKED`, "$8"), 8, "ff_attempt")
+   FOR UPDATE SKIP LOCKED`, "$8"), 8, "ff_exec_core", "ff_attempt")
 
 	// sqlCreate is pgsql.ExecCreate, whose literal form (hotplan.go)
 	// inserts into the partition's child of ff_exec_core; the partition

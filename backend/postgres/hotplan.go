@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,26 +84,30 @@ const (
 )
 
 // hotStmt is a hot-path statement whose last parameter, $N::smallint, is
-// the partition (N = 0: the partition stays a parameter), and which
-// inserts into the partitioned tables into.
+// the partition (N = 0: the partition stays a parameter), and which reads
+// and writes the partitioned tables tables.
 type hotStmt struct {
-	sql  string
-	last int // N
-	into []string
+	sql    string
+	last   int // N
+	tables []string
 }
 
 // newHotStmt returns the statement whose partition parameter is $last
-// (0: none is written as a literal) and which inserts, with one
-// "INSERT INTO <table> " each, into the partitioned tables into (an ON
-// CONFLICT clause names the row by an alias, not by the table).
-func newHotStmt(sql string, last int, into ...string) *hotStmt {
-	for _, t := range into {
-		if strings.Count(sql, "INSERT INTO "+t+" ") != 1 {
-			panic("postgres: hot statement inserts into " + t + " other than once")
+// (0: none is written as a literal) and which names the partitioned
+// tables tables (each where it names a table: an ON CONFLICT clause names
+// the row by an alias).
+func newHotStmt(sql string, last int, tables ...string) *hotStmt {
+	for _, t := range tables {
+		if !tableName(t).MatchString(sql) {
+			panic("postgres: hot statement names no " + t)
 		}
 	}
-	return &hotStmt{sql: sql, last: last, into: into}
+	return &hotStmt{sql: sql, last: last, tables: tables}
 }
+
+// tableName matches table t named as a whole word (not ff_exec_core in
+// ff_exec_core_p7).
+func tableName(t string) *regexp.Regexp { return regexp.MustCompile(`\b` + t + `\b`) }
 
 // hotPlans holds a Client's literal-partition texts.
 type hotPlans struct {
@@ -162,13 +167,17 @@ type hotKey struct {
 // the parameter form and false (the caller then passes part as the last
 // argument, if s has one).
 //
-// The literal form also inserts into the partition's own child of each
-// table of s.into (FlowFabric's schema names them <table>_p<remainder>):
-// an INSERT through the partitioned table routes every row, and with ON
-// CONFLICT looks up each index's ancestors in the catalog per statement
-// — measured, a create through ff_exec_core cost 305–397 µs of server
-// CPU under four producers against 255–273 µs into its child. Where the
-// child cannot be resolved (another layout), the text keeps the table.
+// The literal form also names the partition's own child of each table
+// of s.tables (FlowFabric's schema names them <table>_p<remainder>)
+// instead of the table: an INSERT through the partitioned table routes
+// every row, and with ON CONFLICT looks up each index's ancestors in the
+// catalog per statement — measured, a create through ff_exec_core cost
+// 305–397 µs of server CPU under four producers against 255–273 µs into
+// its child; and a statement that names the partitioned table makes a
+// connection read the bounds of all 256 children at its first plan
+// (12–27 ms per hot statement per connection, measured on fresh
+// connections). Where the child cannot be resolved (another layout), the
+// text keeps the table.
 func (h *hotPlans) text(s *hotStmt, part int16) (string, bool) {
 	if h.off {
 		return s.sql, false
@@ -192,14 +201,14 @@ func (h *hotPlans) text(s *hotStmt, part int16) (string, bool) {
 		t = strings.ReplaceAll(t, "$"+strconv.Itoa(s.last)+"::smallint", strconv.Itoa(int(part))+"::smallint")
 	}
 	keep := true
-	if len(s.into) > 0 && h.child != nil {
+	if len(s.tables) > 0 && h.child != nil {
 		r, ok, err := h.childOf(part)
 		switch {
 		case err != nil:
-			keep = false // resolved again next time; this text inserts through the tables
+			keep = false // resolved again next time; this text names the tables
 		case ok:
-			for _, table := range s.into {
-				t = strings.Replace(t, "INSERT INTO "+table+" ", "INSERT INTO "+table+"_p"+strconv.Itoa(r)+" ", 1)
+			for _, table := range s.tables {
+				t = tableName(table).ReplaceAllLiteralString(t, table+"_p"+strconv.Itoa(r))
 			}
 		}
 	}
@@ -236,8 +245,8 @@ const sqlChildOf = `SELECT r FROM generate_series(0, 255) AS r
                                        AND (ca.atthasdef OR ca.attidentity <> '')))
        ) = cardinality($2::text[])`
 
-// hotTables are the partitioned tables hot statements insert into
-// through their children. Not ff_completion_event: its event_id is an
+// hotTables are the partitioned tables hot statements name by their
+// children. Not ff_completion_event: its event_id is an
 // identity column of the partitioned table alone, which a row written
 // into a child would leave NULL.
 var hotTables = []string{"ff_exec_core", "ff_attempt"}

@@ -68,6 +68,16 @@ func TestHotPlansChild(t *testing.T) {
 	if text, _ = h.text(sqlCompleteMany, 7); !strings.Contains(text, "INSERT INTO ff_completion_event (") {
 		t.Fatalf("complete text (its identity column is the partitioned table's):\n%s", text)
 	}
+	// Every reference names the child: no statement reads the partitioned
+	// table's bounds.
+	for _, s := range []*hotStmt{sqlGrantNext, sqlCompleteMany, sqlCreate} {
+		text, _ := h.text(s, 7)
+		for _, table := range []string{"ff_exec_core", "ff_attempt"} {
+			if tableName(table).MatchString(text) {
+				t.Fatalf("a literal text names %s:\n%s", table, text)
+			}
+		}
+	}
 	// Caps are per statement: a create on partitions the claim never saw
 	// leaves the claim's literal texts to the claim's partitions.
 	for p := range int16(hotPartitionCap) {
