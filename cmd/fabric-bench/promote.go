@@ -145,40 +145,12 @@ func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode, stages *
 	}
 	defer stopHost(h)
 
-	// Calibrate the create rate so every execution is created before its
-	// due time (one created late would count its creation as lateness).
-	parts := int(cl.Partitions().Flow)
-	const calib = 200
-	t0 := time.Now()
-	if err := produce(ctx, calib, 8, func(i int) error {
-		_, err := cl.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "calib", Payload: []byte("x"), Delay: time.Hour})
-		return err
-	}); err != nil {
-		return nil, "", err
-	}
-	perItem := time.Since(t0) / calib
-
 	// Create the executions in due order, round-robin over partitions, so
 	// within a partition eligible-index order is due order.
-	lead := 500*time.Millisecond + 2*time.Duration(n)*perItem
-	base := time.Now().Add(lead).Truncate(time.Millisecond)
-	due := make(map[string]int64, n)
-	var dmu sync.Mutex
-	err = produce(ctx, n, 8, func(i int) error {
-		at := base.Add(time.Duration(int64(spread) * int64(i) / int64(n)))
-		id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: uint16(i % parts)}, model.NewUUID())
-		dmu.Lock()
-		due[string(id)] = at.UnixMilli()
-		dmu.Unlock()
-		_, err := cl.CreateExecution(ctx, sdk.ExecutionSpec{ID: id, Lane: benchLane, Payload: []byte("x"), Delay: time.Until(at)})
-		return err
-	})
+	due, base, note, err := createDelayedBurst(ctx, cl, n, int(cl.Partitions().Flow), 200, 500*time.Millisecond, spread,
+		func(id model.ExecutionID) string { return string(id) })
 	if err != nil {
 		return nil, "", err
-	}
-	note := fmt.Sprintf("; all created %s before the first due time", time.Until(base).Round(time.Millisecond))
-	if late := time.Since(base); late > 0 {
-		note = fmt.Sprintf("; creating ran %s past the first due time (those early ones count creation as lateness)", late.Round(time.Millisecond))
 	}
 
 	stages.start() // the due window: creation's wake-ups are not promotions
@@ -192,7 +164,7 @@ func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode, stages *
 				continue
 			}
 			if d, ok := due[r2[0].Member]; ok {
-				lat = append(lat, float64(ev.at.UnixMicro()-d*1000)/1000)
+				lat = append(lat, float64(ev.at.UnixMicro()-d.UnixMilli()*1000)/1000)
 			}
 		case <-deadline:
 			return lat, note + "; capped", nil
@@ -201,4 +173,43 @@ func promotionLateness(ctx context.Context, e *benchEnv, m promoteMode, stages *
 		}
 	}
 	return lat, note, nil
+}
+
+// createDelayedBurst creates n delayed executions of benchLane with cl,
+// round-robin over the first parts flow partitions, their due times
+// spread evenly over spread from a base far enough ahead that each is
+// created before it is due (lead plus twice the time of creating them
+// all, measured on calib creates first: one created late would count
+// its creation as lateness). It returns each execution's due time by
+// key(id), the base, and a note on how far ahead of it creating ended.
+func createDelayedBurst(ctx context.Context, cl *sdk.Client, n, parts, calib int, lead, spread time.Duration,
+	key func(model.ExecutionID) string) (map[string]time.Time, time.Time, string, error) {
+	t0 := time.Now()
+	if err := produce(ctx, calib, 8, func(int) error {
+		_, err := cl.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "calib", Payload: []byte("x"), Delay: time.Hour})
+		return err
+	}); err != nil {
+		return nil, time.Time{}, "", err
+	}
+	perItem := time.Since(t0) / time.Duration(calib)
+	base := time.Now().Add(lead + 2*time.Duration(n)*perItem).Truncate(time.Millisecond)
+	due := make(map[string]time.Time, n)
+	var dmu sync.Mutex
+	err := produce(ctx, n, 8, func(i int) error {
+		at := base.Add(time.Duration(int64(spread) * int64(i) / int64(n)))
+		id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: uint16(i % parts)}, model.NewUUID())
+		dmu.Lock()
+		due[key(id)] = at
+		dmu.Unlock()
+		_, err := cl.CreateExecution(ctx, sdk.ExecutionSpec{ID: id, Lane: benchLane, Payload: []byte("x"), Delay: time.Until(at)})
+		return err
+	})
+	if err != nil {
+		return nil, time.Time{}, "", err
+	}
+	note := fmt.Sprintf("; all created %s before the first due time", time.Until(base).Round(time.Millisecond))
+	if late := time.Since(base); late > 0 {
+		note = fmt.Sprintf("; creating ran %s past the first due time (those early ones count creation as lateness)", late.Round(time.Millisecond))
+	}
+	return due, base, note, nil
 }

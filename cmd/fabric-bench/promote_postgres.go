@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/postgres"
@@ -71,37 +70,10 @@ func promotionPostgres(ctx context.Context, e *benchEnv) ([]float64, int, string
 	}
 	defer stopHost(h)
 
-	// Calibrate the create rate so every execution is created before its
-	// due time.
-	parts := int(pc.Partitions().Flow)
-	const calib = 100
-	t0 := time.Now()
-	if err := produce(ctx, calib, 8, func(int) error {
-		_, err := cl.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "calib", Payload: []byte("x"), Delay: time.Hour})
-		return err
-	}); err != nil {
-		return nil, 0, "", err
-	}
-	perItem := time.Since(t0) / calib
-	lead := time.Second + 2*time.Duration(n)*perItem
-	base := time.Now().Add(lead).Truncate(time.Millisecond)
-	due := make(map[string]int64, n)
-	var dmu sync.Mutex
-	err = produce(ctx, n, 8, func(i int) error {
-		at := base.Add(time.Duration(int64(spread) * int64(i) / int64(n)))
-		id := model.NewExecutionID(model.Partition{Family: model.FamilyFlow, Index: uint16(i % parts)}, model.NewUUID())
-		dmu.Lock()
-		due[id.UUIDString()] = at.UnixMicro()
-		dmu.Unlock()
-		_, err := cl.CreateExecution(ctx, sdk.ExecutionSpec{ID: id, Lane: benchLane, Payload: []byte("x"), Delay: time.Until(at)})
-		return err
-	})
+	due, base, note, err := createDelayedBurst(ctx, cl, n, int(pc.Partitions().Flow), 100, time.Second, spread,
+		func(id model.ExecutionID) string { return id.UUIDString() })
 	if err != nil {
 		return nil, 0, "", err
-	}
-	note := fmt.Sprintf("; all created %s before the first due time", time.Until(base).Round(time.Millisecond))
-	if late := time.Since(base); late > 0 {
-		note = fmt.Sprintf("; creating ran %s past the first due time (those early ones count creation as lateness)", late.Round(time.Millisecond))
 	}
 	created := time.Now()
 	var got int
@@ -126,7 +98,7 @@ func promotionPostgres(ctx context.Context, e *benchEnv) ([]float64, int, string
 			return nil, 0, "", err
 		}
 		if d, ok := due[id]; ok {
-			lat = append(lat, float64(at-d)/1000)
+			lat = append(lat, float64(at-d.UnixMicro())/1000)
 		}
 	}
 	return lat, n, note, rows.Err()
