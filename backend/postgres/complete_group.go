@@ -16,8 +16,8 @@ import (
 // while a flush is in flight wait for it, and the next flush writes all of
 // them together — per partition, one statement over arrays (lock the
 // execution rows, lock the fenced attempts, complete every row whose
-// fence holds: sqlCompleteMany), all partitions pipelined in one round trip, which Postgres
-// runs as one implicit transaction. Each caller still gets its own
+// fence holds: sqlCompleteMany), all partitions pipelined in one round
+// trip, which Postgres runs as one implicit transaction. Each caller still gets its own
 // outcome: the fence is checked per row from the locked rows, exactly as
 // a lone CompleteExecution checks it (a stale fence in a batch is
 // CodeStaleLease for that caller alone, the others complete). Nothing is

@@ -90,6 +90,7 @@ type hotStmt struct {
 	sql    string
 	last   int // N
 	tables []string
+	names  []*regexp.Regexp // tableName of each of tables
 }
 
 // newHotStmt returns the statement whose partition parameter is $last
@@ -97,12 +98,15 @@ type hotStmt struct {
 // tables tables (each where it names a table: an ON CONFLICT clause names
 // the row by an alias).
 func newHotStmt(sql string, last int, tables ...string) *hotStmt {
+	s := &hotStmt{sql: sql, last: last, tables: tables}
 	for _, t := range tables {
-		if !tableName(t).MatchString(sql) {
+		name := tableName(t)
+		if !name.MatchString(sql) {
 			panic("postgres: hot statement names no " + t)
 		}
+		s.names = append(s.names, name)
 	}
-	return &hotStmt{sql: sql, last: last, tables: tables}
+	return s
 }
 
 // tableName matches table t named as a whole word (not ff_exec_core in
@@ -115,8 +119,8 @@ type hotPlans struct {
 	// alone (every statement in its parameter form).
 	off bool
 	// child resolves the hash partition that holds a partition key
-	// (Client.childOf); nil: the literal texts insert through the
-	// partitioned tables.
+	// (Client.childOf); nil: the literal texts name the partitioned
+	// tables.
 	child func(part int16) (remainder int, ok bool, err error)
 	// resolving makes one child call per partition at a time; kids keeps
 	// its answer (the remainder, -1 for none) for every statement.
@@ -207,8 +211,8 @@ func (h *hotPlans) text(s *hotStmt, part int16) (string, bool) {
 		case err != nil:
 			keep = false // resolved again next time; this text names the tables
 		case ok:
-			for _, table := range s.tables {
-				t = tableName(table).ReplaceAllLiteralString(t, table+"_p"+strconv.Itoa(r))
+			for i, table := range s.tables {
+				t = s.names[i].ReplaceAllLiteralString(t, table+"_p"+strconv.Itoa(r))
 			}
 		}
 	}
@@ -261,7 +265,7 @@ func (c *Client) childOf(part int16) (int, bool, error) {
 	err := c.pool.QueryRow(ctx, sqlChildOf, part, hotTables).Scan(&r)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		c.log.Debug("postgres: hot statements insert through the partitioned tables", "partition", part)
+		c.log.Debug("postgres: hot statements name the partitioned tables", "partition", part)
 		return 0, false, nil
 	case err != nil:
 		return 0, false, fmt.Errorf("resolve the child of partition %d: %w", part, err)
