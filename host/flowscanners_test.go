@@ -174,6 +174,43 @@ func TestFlowScannersActOnRealState(t *testing.T) {
 	}
 }
 
+// flow_projector reads the members of a page of flows in one batch: five
+// flows over four flow partitions (two share a page at least), each with
+// its own member count and completed members, and a member whose core is
+// gone, get each their own summary.
+func TestFlowProjectorSummariesPerFlow(t *testing.T) {
+	t.Parallel()
+	e := setupFlowEnv(t, flowOpts{plugins: []string{"flow_projector"}, config: fast("flow_projector")})
+	type want struct {
+		flow                       model.UUID
+		total, completed, unknown int
+	}
+	var wants []want
+	for i := 0; i < 5; i++ {
+		flow := e.flow()
+		m := e.members(flow, 2+i)
+		for _, eid := range m[:i%3] {
+			e.complete(eid)
+		}
+		w := want{flow: flow, total: 2 + i, completed: i % 3}
+		if i == 3 { // a member whose core is gone reads "unknown"
+			e.do("DEL", model.KeysFor(m[len(m)-1]).Core())
+			w.unknown = 1
+		}
+		wants = append(wants, w)
+	}
+	for _, w := range wants {
+		fk := model.FlowKeysFor(flowParts.FlowPartition(w.flow), w.flow)
+		waiting := w.total - w.completed - w.unknown
+		valkeytest.Eventually(t, 20*time.Second, "summary of "+w.flow.String(), func() bool {
+			s := e.hgetall(fk.Summary())
+			return s["total_members"] == strconv.Itoa(w.total) && s["sampled_members"] == strconv.Itoa(w.total) &&
+				s["members_completed"] == strconv.Itoa(w.completed) && s["members_waiting"] == strconv.Itoa(waiting) &&
+				s["members_unknown"] == "" && s["public_flow_state"] == "open"
+		})
+	}
+}
+
 // dependency_reconciler rotates through a blocked set larger than its
 // batch: executions blocked for long at the head of the set (their
 // upstream still runs) do not starve a later one whose upstream finished
