@@ -182,7 +182,7 @@ func TestFlowProjectorSummariesPerFlow(t *testing.T) {
 	t.Parallel()
 	e := setupFlowEnv(t, flowOpts{plugins: []string{"flow_projector"}, config: fast("flow_projector")})
 	type want struct {
-		flow                       model.UUID
+		flow                      model.UUID
 		total, completed, unknown int
 	}
 	var wants []want
