@@ -14,6 +14,8 @@
 package main
 
 import (
+	"slices"
+
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/model/fcall"
@@ -63,16 +65,7 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			continue
 		}
 		res.Scanned += uint32(len(blocked.Members))
-		for _, m := range blocked.Members {
-			eid := model.ExecutionID(m)
-			n, err := reconcile(h, req.Partition, lane, eid, outcomes, &now)
-			if err != nil {
-				h.Log(abi.LogWarn, "reconcile "+m+": "+err.Error())
-				res.Errors++
-				continue
-			}
-			res.Acted += uint32(n)
-		}
+		reconcilePage(h, req.Partition, lane, blocked.Members, outcomes, &now, &res)
 	}
 	return res
 }
@@ -96,83 +89,184 @@ func window(h pdk.Host, key string, batch uint32, cycle uint64) uint32 {
 	return uint32(((cycle - 1) % pages) * uint64(batch))
 }
 
-// upstreamOutcome returns the upstream's terminal outcome, or "" while it
-// is not terminal (cached per partition call).
-func upstreamOutcome(h pdk.Host, up string, cache map[string]string) string {
-	if o, ok := cache[up]; ok {
-		return o
-	}
-	o := ""
-	if eid, err := model.ParseExecutionID(up); err == nil {
-		f, err := h.HMGet(model.KeysFor(eid).Core(), "lifecycle_phase", "terminal_outcome")
-		if err == nil && f[0].Value == "terminal" && f[1].Value != "" && f[1].Value != "none" {
-			o = f[1].Value
-		}
-	}
-	cache[up] = o
-	return o
+// blockedExec is one blocked execution of a page on its way to its
+// ff_resolve_dependency calls.
+type blockedExec struct {
+	eid   model.ExecutionID
+	edges []string // its first MaxEdgesPerExec unresolved edges
+	ups   []string // each edge's upstream id ("" when the edge names none)
+	first int      // index of its first edge's read in the page's batch
+	err   error    // a read that aborts the execution (spec §9.12)
 }
 
-func reconcile(h pdk.Host, part model.Partition, lane string, eid model.ExecutionID, cache map[string]string, now *int64) (int, error) {
-	ek := model.KeysFor(eid)
-	edges, err := h.SMembers(ek.DepsUnresolved())
-	if err != nil || len(edges) == 0 {
-		return 0, nil // an error reads as empty, as upstream
+// reconcilePage resolves the edges of one page of a lane's blocked
+// executions whose upstream is already terminal. It makes FlowFabric's
+// reads (engine spec §9.12) with their per-command fallbacks, gathered
+// into pipelined batches a page at a time: the unresolved sets, then every
+// edge's upstream, then the upstreams' outcomes not cached yet, then the
+// cores of the executions with an edge to resolve, then one
+// ff_resolve_dependency batch — five host calls a page instead of about
+// four per execution. As upstream, an unreadable set reads as empty, an
+// unreadable upstream core as not terminal, and an unreadable edge or
+// core aborts its execution (one error).
+func reconcilePage(h pdk.Host, part model.Partition, lane string, members []string, cache map[string]string, now *int64, res *abi.ScanResult) {
+	if len(members) == 0 {
+		return
 	}
-	if len(edges) > MaxEdgesPerExec {
-		edges = edges[:MaxEdgesPerExec]
+	execs := make([]blockedExec, len(members))
+	ops := make([]abi.ReadOp, len(members))
+	for i, m := range members {
+		execs[i].eid = model.ExecutionID(m)
+		ops[i] = abi.ReadOp{Cmd: "SMEMBERS", Key: model.KeysFor(execs[i].eid).DepsUnresolved()}
 	}
-	var calls []abi.Call
-	var core []abi.Field
-	for _, edge := range edges {
-		f, err := h.HMGet(ek.DepEdge(edge), "upstream_execution_id")
+	sets, err := h.ReadBatch(ops)
+	if err != nil || len(sets) != len(ops) {
+		return // every set reads as empty
+	}
+	var edgeReads []abi.ReadOp
+	for i := range execs {
+		e := &execs[i]
+		if sets[i].Err != "" {
+			continue
+		}
+		e.edges = sets[i].Values
+		if len(e.edges) > MaxEdgesPerExec {
+			e.edges = e.edges[:MaxEdgesPerExec]
+		}
+		e.first = len(edgeReads)
+		ek := model.KeysFor(e.eid)
+		for _, edge := range e.edges {
+			edgeReads = append(edgeReads, abi.ReadOp{Cmd: "HMGET", Key: ek.DepEdge(edge), Args: []string{"upstream_execution_id"}})
+		}
+	}
+	defer func() {
+		for _, e := range execs {
+			if e.err != nil {
+				h.Log(abi.LogWarn, "reconcile "+string(e.eid)+": "+e.err.Error())
+				res.Errors++
+			}
+		}
+	}()
+	if len(edgeReads) == 0 {
+		return
+	}
+	edgeOut, err := readAll(h, edgeReads)
+	var upReads []abi.ReadOp
+	var upIDs []string
+	for i := range execs {
+		e := &execs[i]
+		if len(e.edges) == 0 {
+			continue
+		}
 		if err != nil {
-			return 0, err
-		}
-		up := f[0].Value
-		if up == "" {
+			e.err = err
 			continue
 		}
-		outcome := upstreamOutcome(h, up, cache)
-		if outcome == "" {
-			continue
-		}
-		if *now == 0 {
-			if *now, err = h.Now(); err != nil {
-				*now = 0
+		e.ups = make([]string, len(e.edges))
+		for j := range e.edges {
+			r := edgeOut[e.first+j]
+			if r.Err != "" {
+				e.err, e.ups = abi.Errorf(abi.CodeBackend, r.Err), nil
+				break
+			}
+			up := pdk.FieldOr(r, 0, "")
+			e.ups[j] = up
+			if _, known := cache[up]; known || up == "" {
 				continue
 			}
+			uid, perr := model.ParseExecutionID(up)
+			if perr != nil {
+				cache[up] = ""
+				continue
+			}
+			cache[up] = "" // until read below; read once
+			upIDs = append(upIDs, up)
+			upReads = append(upReads, abi.ReadOp{Cmd: "HMGET", Key: model.KeysFor(uid).Core(), Args: []string{"lifecycle_phase", "terminal_outcome"}})
 		}
-		if core == nil {
-			if core, err = h.HMGet(ek.Core(), "current_attempt_index", "flow_id"); err != nil {
-				return 0, err
+	}
+	if len(upReads) > 0 {
+		if outs, err := readAll(h, upReads); err == nil {
+			for k, r := range outs {
+				if o := pdk.FieldOr(r, 1, ""); pdk.FieldOr(r, 0, "") == "terminal" && o != "" && o != "none" {
+					cache[upIDs[k]] = o
+				}
 			}
 		}
-		att := 0
-		if a, perr := atoi(core[0].Value); perr == nil {
-			att = a
+	}
+	var coreReads []abi.ReadOp
+	var resolving []int
+	for i, e := range execs {
+		if e.err == nil && slices.ContainsFunc(e.ups, func(up string) bool { return up != "" && cache[up] != "" }) {
+			resolving = append(resolving, i)
+			coreReads = append(coreReads, abi.ReadOp{Cmd: "HMGET", Key: model.KeysFor(e.eid).Core(), Args: []string{"current_attempt_index", "flow_id"}})
 		}
-		r := fcall.ResolveDependencyParams{Downstream: eid, Upstream: model.ExecutionID(up), EdgeID: edge, Lane: lane,
-			AttemptIndex: att, UpstreamOutcome: outcome, Flow: fcall.Flow{Partition: part, ID: core[1].Value}, NowMs: *now}
-		calls = append(calls, pdk.CallOf(r.Call()))
+	}
+	if len(resolving) == 0 {
+		return
+	}
+	if *now == 0 {
+		if *now, err = h.Now(); err != nil {
+			*now = 0
+			return // no edge resolves without the time (silently, as upstream)
+		}
+	}
+	cores, cerr := readAll(h, coreReads)
+	var calls []abi.Call
+	var owners []model.ExecutionID
+	for k, i := range resolving {
+		e := &execs[i]
+		switch {
+		case cerr != nil:
+			e.err = cerr
+			continue
+		case cores[k].Err != "":
+			e.err = abi.Errorf(abi.CodeBackend, cores[k].Err)
+			continue
+		}
+		att, perr := atoi(pdk.FieldOr(cores[k], 0, ""))
+		if perr != nil {
+			att = 0
+		}
+		flow := fcall.Flow{Partition: part, ID: pdk.FieldOr(cores[k], 1, "")}
+		for j, edge := range e.edges {
+			outcome := cache[e.ups[j]]
+			if e.ups[j] == "" || outcome == "" {
+				continue
+			}
+			r := fcall.ResolveDependencyParams{Downstream: e.eid, Upstream: model.ExecutionID(e.ups[j]), EdgeID: edge, Lane: lane,
+				AttemptIndex: att, UpstreamOutcome: outcome, Flow: flow, NowMs: *now}
+			calls = append(calls, pdk.CallOf(r.Call()))
+			owners = append(owners, e.eid)
+		}
 	}
 	if len(calls) == 0 {
-		return 0, nil
+		return
 	}
 	out, err := h.FCall(calls)
 	if err != nil {
-		h.Log(abi.LogWarn, "resolve batch of "+string(eid)+": "+err.Error())
-		return 0, nil
+		h.Log(abi.LogWarn, "resolve batch of lane "+lane+": "+err.Error())
+		return
 	}
-	n := 0
 	for i, r := range out {
 		if r.Result == abi.StatusError {
-			h.Log(abi.LogWarn, "resolve edge "+calls[i].Args[0]+" of "+string(eid)+": "+r.Status)
+			h.Log(abi.LogWarn, "resolve edge "+calls[i].Args[0]+" of "+string(owners[i])+": "+r.Status)
 			continue
 		}
-		n++ // any reply counts, Lua error tuples included (spec §9.12)
+		res.Acted++ // any reply counts, Lua error tuples included (spec §9.12)
 	}
-	return n, nil
+}
+
+// readAll runs ops as one read batch; a refused batch or a short reply is
+// an error for every op.
+func readAll(h pdk.Host, ops []abi.ReadOp) ([]abi.ReadResult, error) {
+	out, err := h.ReadBatch(ops)
+	if err == nil && len(out) != len(ops) {
+		err = abi.Errorf(abi.CodeBackend, "short read batch")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func atoi(s string) (int, error) {
