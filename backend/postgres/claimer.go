@@ -183,22 +183,22 @@ const sqlFreshChildren = `SELECT c.relname::text FROM pg_class c
 // the session's role may not analyze are left to autovacuum; an ANALYZE
 // that fails is logged once and not tried again.
 func (c *Claimer) analyzeFresh(ctx context.Context, conn *pgx.Conn) {
-	if conn == nil || c.childKeys == nil {
+	if conn == nil {
 		return
 	}
 	var names []string
 	for _, lane := range c.cfg.Lanes {
-		k := int(c.parts.SoloPartition(lane).Index)
-		for r, keys := range c.childKeys {
-			if !slices.Contains(keys, k) {
-				continue
-			}
-			// ff_attempt is hashed as ff_exec_core is (partition_key, 256
-			// ways, FlowFabric's schema): the same child holds the key.
-			for _, n := range []string{fmt.Sprintf("ff_exec_core_p%d", r), fmt.Sprintf("ff_attempt_p%d", r)} {
-				if !c.analyzed[n] && !slices.Contains(names, n) {
-					names = append(names, n)
-				}
+		// The child the hot statements name (hotPlans.childOf: checked
+		// against FlowFabric's layout, asked once per partition);
+		// ff_attempt is hashed as ff_exec_core is, so the same remainder
+		// names both. Another layout is left to autovacuum.
+		r, ok, err := c.d.c.hot.childOf(int16(c.parts.SoloPartition(lane).Index))
+		if err != nil || !ok {
+			continue
+		}
+		for _, t := range hotTables {
+			if n := t + "_p" + strconv.Itoa(r); !c.analyzed[n] && !slices.Contains(names, n) {
+				names = append(names, n)
 			}
 		}
 	}
