@@ -3,17 +3,17 @@ package sdk
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/fabric-host/fabric/backend/postgres"
 )
 
-// ErrNotOnPostgres is returned (wrapped) by SDK calls the Postgres backend
-// does not offer yet (pending and extra waitpoints, WaitForChildren,
-// periodic schedules).
+// ErrNotOnPostgres was returned by SDK calls the Postgres backend did not
+// offer.
+//
+// Deprecated: no SDK call returns it: every operation goes through the
+// backend contract on both backends, and the one a backend lacks answers
+// backend.ErrUnsupported (lane spreading on Postgres).
 var ErrNotOnPostgres = errors.New("sdk: not available on the Postgres backend")
-
-func errNotOnPostgres(op string) error { return fmt.Errorf("%w: %s", ErrNotOnPostgres, op) }
 
 // ConnectPostgres is Connect(ctx, pc, cfg).
 //

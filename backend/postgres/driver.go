@@ -191,8 +191,9 @@ func (d *Driver) DelayExecution(ctx context.Context, p *backend.DelayExecutionPa
 // CancelExecution implements backend.Driver (cancelled_by
 // operator_override).
 func (d *Driver) CancelExecution(ctx context.Context, p *backend.CancelExecutionParams) error {
-	return mapErr(d.c.CancelExecution(ctx, &CancelExecutionParams{ExecutionID: p.ExecutionID, Reason: p.Reason,
-		Source: "operator_override"}), false)
+	_, err := d.c.CancelExecution(ctx, &CancelExecutionParams{ExecutionID: p.ExecutionID, Reason: p.Reason,
+		Source: "operator_override"})
+	return mapErr(err, false)
 }
 
 // ExecutionState implements backend.Driver (ExecutionFields).

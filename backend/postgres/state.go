@@ -138,14 +138,17 @@ type CancelExecutionParams struct {
 // items 3 and 5), so its flows never learn of it and a lease holder can
 // still complete; fabric ends it the way every other terminal path does,
 // and the holder's next fenced call finds it not active.
-func (c *Client) CancelExecution(ctx context.Context, p *CancelExecutionParams) error {
+//
+// It returns the lifecycle phase the execution was cancelled from, as
+// ff_cancel_execution's reply does.
+func (c *Client) CancelExecution(ctx context.Context, p *CancelExecutionParams) (string, error) {
 	k, err := splitExecID(p.ExecutionID)
 	if err != nil {
-		return fmt.Errorf("cancel execution %s: %w", p.ExecutionID, err)
+		return "", fmt.Errorf("cancel execution %s: %w", p.ExecutionID, err)
 	}
+	var phase string
 	err = c.inTx(ctx, func(tx pgx.Tx) error {
 		now := c.nowMs()
-		var phase string
 		var idx int
 		err := tx.QueryRow(ctx, `SELECT lifecycle_phase, attempt_index FROM ff_exec_core
  WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, k.part, [16]byte(k.uuid)).Scan(&phase, &idx)
@@ -161,9 +164,9 @@ func (c *Client) CancelExecution(ctx context.Context, p *CancelExecutionParams) 
 		return cancelLocked(ctx, tx, k, phase, idx, p.Reason, p.Source, now)
 	})
 	if err != nil {
-		return fmt.Errorf("cancel execution %s: %w", p.ExecutionID, err)
+		return "", fmt.Errorf("cancel execution %s: %w", p.ExecutionID, err)
 	}
-	return nil
+	return phase, nil
 }
 
 // cancelLocked ends a locked, non-terminal execution cancelled (see

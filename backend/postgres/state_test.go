@@ -26,8 +26,8 @@ func TestCancelExecution(t *testing.T) {
 	if cr.ExecutionID != id {
 		t.Fatalf("claimed %s, want %s", cr.ExecutionID, id)
 	}
-	if err := c.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: id, Reason: "why", Source: "operator_override"}); err != nil {
-		t.Fatal(err)
+	if from, err := c.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: id, Reason: "why", Source: "operator_override"}); err != nil || from != model.PhaseActive {
+		t.Fatalf("cancel of a leased execution: from %q, %v; want from %q", from, err, model.PhaseActive)
 	}
 	f, err := c.ExecutionFields(ctx, id)
 	if err != nil {
@@ -50,11 +50,11 @@ func TestCancelExecution(t *testing.T) {
 	if ev := leaseEvents(t, c, id); !strings.HasSuffix(ev, ",revoked:ns") {
 		t.Fatalf("lease events %q: want the last one revoked", ev)
 	}
-	if err := c.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: id}); !errors.Is(err, postgres.CodeExecutionNotActive) {
+	if _, err := c.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: id}); !errors.Is(err, postgres.CodeExecutionNotActive) {
 		t.Fatalf("second cancel: %v", err)
 	}
 	missing := parts.NewSoloExecutionID("lane-a")
-	if err := c.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: missing}); !errors.Is(err, postgres.CodeExecutionNotFound) {
+	if _, err := c.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: missing}); !errors.Is(err, postgres.CodeExecutionNotFound) {
 		t.Fatalf("cancel of a missing execution: %v", err)
 	}
 	if _, err := c.ExecutionFields(ctx, missing); !errors.Is(err, postgres.CodeExecutionNotFound) {

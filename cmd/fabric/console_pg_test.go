@@ -16,7 +16,7 @@ import (
 // TestConsolePostgresRun runs `fabric run --backend postgres` (its own
 // throwaway cluster, the demo workload) and reads its console: the URL
 // it prints, lanes and executions of the demo, an execution's detail
-// through the CLI, and the 501 a write gets on Postgres.
+// through the CLI, and a write refused without the admin token.
 func TestConsolePostgresRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Postgres cluster")

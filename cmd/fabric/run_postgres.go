@@ -117,7 +117,7 @@ func (f *runPGFlags) opener(fs *flag.FlagSet) (runBackendOpener, error) {
 // or a throwaway cluster, migrated (the cluster always, the given
 // database with --migrate; without it a database not migrated is refused
 // with postgres.ErrNotMigrated, naming `fabric migrate`), the census and
-// read-only console over SQL, the host running the pg_* plugins (Valkey
+// console over SQL, the host running the pg_* plugins (Valkey
 // plugins load disabled) with completion dispatch pushed by LISTEN
 // fabric_completion, and the demo workload (runWorkload) on Postgres workers.
 func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backendFlags, _ *workloadFlags, o *runFlags, cfg workloadConfig, out io.Writer) (_ *runBackend, err error) {
@@ -183,7 +183,7 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 		pluginIntervals: map[string]time.Duration{"pg_dependency_reconciler": postgres.DependencySafetyInterval},
 		sampler:         admin.SamplerConfig{Take: admin.PGCensus(pc)},
 		server:          admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
-		consoleNote:     "read-only on Postgres: writes answer 501",
+		consoleNote:     "writes need the admin token; replay and priority answer 501 on Postgres",
 		demoNote:        "demo workload running on Postgres; Ctrl-C stops submitting, drains and exits",
 		provider:        pc,
 		prepareDemo: func(h *host.Host, _ *workloadConfig, say io.Writer) {

@@ -17,9 +17,9 @@ import (
 )
 
 // PGConsole is the console over a Postgres deployment: the same API as
-// Console, read from the ff_* tables. The Postgres backend has no
-// operator cancel, replay, priority change or signal delivery yet, so
-// its writes answer ErrUnsupported.
+// Console, read from the ff_* tables. Its operator cancel and signal
+// delivery go through the Postgres client; the backend has no replay or
+// priority change yet, so those answer ErrUnsupported.
 type PGConsole struct {
 	c   *postgres.Client
 	now func() time.Time
@@ -588,9 +588,37 @@ func (pc *PGConsole) pgUnsupported(ctx context.Context, id, action string) (*Act
 	return nil, fmt.Errorf("%w: %s on the Postgres backend: fabric's Postgres backend has no operator %s yet", ErrUnsupported, action, action)
 }
 
-// Cancel is not supported on Postgres (ErrUnsupported).
-func (pc *PGConsole) Cancel(ctx context.Context, id, _ string) (*ActionResult, error) {
-	return pc.pgUnsupported(ctx, id, "cancel")
+// pgConflict turns a logical error of the Postgres backend into the
+// console's errors: an unknown execution ErrNotFound, a refusal by the
+// execution's state ErrConflict (409 with its code, as on Valkey).
+func pgConflict(action string, eid model.ExecutionID, err error) error {
+	var code postgres.ErrorCode
+	switch {
+	case errors.Is(err, postgres.CodeExecutionNotFound):
+		return fmt.Errorf("%w: execution %s", ErrNotFound, eid)
+	case errors.As(err, &code):
+		return fmt.Errorf("%w: %s refused: %s (%v)", ErrConflict, action, code, err)
+	}
+	return fmt.Errorf("console: %s: %w", action, err)
+}
+
+// Cancel cancels an execution as an operator (cancelled_by
+// operator_override), leased or not; the detail names the phase it was
+// cancelled from. A terminal execution is ErrConflict.
+func (pc *PGConsole) Cancel(ctx context.Context, id, reason string) (*ActionResult, error) {
+	_, _, eid, err := pgKey(id)
+	if err != nil {
+		return nil, err
+	}
+	if reason == "" {
+		reason = "operator_cancel"
+	}
+	from, err := pc.c.CancelExecution(ctx, &postgres.CancelExecutionParams{ExecutionID: eid, Reason: reason,
+		Source: "operator_override"})
+	if err != nil {
+		return nil, pgConflict("cancel", eid, err)
+	}
+	return &ActionResult{ID: string(eid), Action: "cancel", Detail: map[string]any{"from": from, "reason": reason}}, nil
 }
 
 // Replay is not supported on Postgres (ErrUnsupported).
@@ -603,9 +631,62 @@ func (pc *PGConsole) Priority(ctx context.Context, id string, _ int) (*ActionRes
 	return pc.pgUnsupported(ctx, id, "priority")
 }
 
-// Signal is not supported on Postgres (ErrUnsupported).
-func (pc *PGConsole) Signal(ctx context.Context, id string, _ SignalRequest) (*ActionResult, error) {
-	return pc.pgUnsupported(ctx, id, "signal")
+// Signal delivers a signal to an execution's waitpoint (its current one
+// unless the request names another). As on Valkey the console reads the
+// waitpoint's token itself: the operator needs the admin token, not the
+// waitpoint's.
+func (pc *PGConsole) Signal(ctx context.Context, id string, s SignalRequest) (*ActionResult, error) {
+	if s.Name == "" {
+		return nil, fmt.Errorf("%w: a signal needs a name", ErrBadRequest)
+	}
+	part, u, eid, err := pgKey(id)
+	if err != nil {
+		return nil, err
+	}
+	var phase string
+	var current *string
+	err = pc.c.Pool().QueryRow(ctx, `SELECT lifecycle_phase, raw_fields->>'current_waitpoint_id' FROM ff_exec_core
+ WHERE partition_key = $1 AND execution_id = $2`, part, u).Scan(&phase, &current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: execution %s", ErrNotFound, eid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("console: read %s: %w", eid, err)
+	}
+	wp := s.WaitpointID
+	if wp == "" {
+		// current_waitpoint_id outlives the suspension (its waitpoint is
+		// closed on resume): only a suspended execution has one to signal.
+		if phase != model.PhaseSuspended || current == nil || *current == "" {
+			return nil, fmt.Errorf("%w: signal refused: execution %s has no current waitpoint (not suspended; phase %s)", ErrConflict, eid, phase)
+		}
+		wp = *current
+	}
+	wu, err := model.ParseUUID(wp)
+	if err != nil {
+		return nil, fmt.Errorf("%w: waitpoint id %q: %v", ErrBadRequest, wp, err)
+	}
+	var token string
+	err = pc.c.Pool().QueryRow(ctx, `SELECT token FROM ff_waitpoint_pending
+ WHERE partition_key = $1 AND waitpoint_id = $2 AND execution_id = $3`, part, [16]byte(wu), u).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: waitpoint %s of %s", ErrNotFound, wp, eid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("console: read waitpoint %s of %s: %w", wp, eid, err)
+	}
+	payload := s.Payload
+	if payload == "" {
+		payload = "{}"
+	}
+	r, err := pc.c.DeliverSignal(ctx, &postgres.DeliverSignalParams{ExecutionID: eid, WaitpointID: wp, Token: token,
+		SignalID: model.NewUUID().String(), Name: s.Name, Payload: []byte(payload), Source: "fabric-admin",
+		IdempotencyKey: s.IdempotencyKey})
+	if err != nil {
+		return nil, pgConflict("signal", eid, err)
+	}
+	return &ActionResult{ID: string(eid), Action: "signal", Detail: map[string]any{"signal_id": r.SignalID,
+		"effect": r.Effect, "duplicate": r.Duplicate, "waitpoint_id": wp}}, nil
 }
 
 // SetLaneState checks the lane and refuses, as on Valkey.

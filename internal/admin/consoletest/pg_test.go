@@ -39,9 +39,31 @@ func getJSON[T any](t *testing.T, method, u string, out *T) int {
 	return resp.StatusCode
 }
 
+// postJSON sends an authorized POST of body and decodes the answer into
+// out, which it zeroes first.
+func postJSON[T any](t *testing.T, u, body string, out *T) int {
+	t.Helper()
+	var zero T
+	*out = zero
+	req, _ := http.NewRequest("POST", u, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("POST %s: %s: %v", u, b, err)
+	}
+	return resp.StatusCode
+}
+
 // TestPGConsole serves the console API over a real Postgres deployment
-// that an SDK worker filled: listing, detail, lanes, workers, a flow, and
-// the refusals (bad ids, unknown lanes, writes the backend lacks).
+// that an SDK worker filled: listing, detail, lanes, workers, a flow, an
+// operator's cancel and signal, and the refusals (bad ids, unknown lanes,
+// a signal to an execution not suspended, writes the backend lacks).
 func TestPGConsole(t *testing.T) {
 	pc := pgtest.Client(t, postgres.ClientConfig{})
 	ctx := pgtest.Context(t, time.Minute)
@@ -83,6 +105,21 @@ func TestPGConsole(t *testing.T) {
 	claim(active)
 	waiting := create(sdk.ExecutionSpec{Lane: "pg-a", Kind: "resize", Priority: 3})
 	delayed := create(sdk.ExecutionSpec{Lane: "pg-b", Kind: "report", Delay: time.Hour})
+	// Suspended on a signal an operator sends; a worker of its own lane.
+	sw, err := sdk.Connect(ctx, pc, sdk.WorkerConfig{WorkerID: "pgs", InstanceID: "pgs-1", Lanes: []string{"pg-s"},
+		Logger: pgtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sw.Close(ctx) })
+	suspended := create(sdk.ExecutionSpec{Lane: "pg-s", Kind: "approve"})
+	sl, err := sw.ClaimNext(ctx)
+	if err != nil || sl == nil || sl.ID != suspended {
+		t.Fatalf("claim the execution to suspend: %v %v", sl, err)
+	}
+	if _, err := sl.Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approved"}}); err != nil {
+		t.Fatal(err)
+	}
 
 	// A flow of two members, root -> child, written as the engine does.
 	flow := model.NewUUID()
@@ -134,7 +171,7 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 		t.Fatalf("page 1: %+v", p)
 	}
 	getJSON(t, "GET", base+"/api/executions?limit=5&cursor=5", &p)
-	if len(p.Executions) != 2 || p.NextCursor != "" {
+	if len(p.Executions) != 3 || p.NextCursor != "" {
 		t.Fatalf("last page: %+v", p)
 	}
 
@@ -180,7 +217,11 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 	}
 	var ws struct{ Workers []admin.WorkerInfo }
 	getJSON(t, "GET", base+"/api/workers", &ws)
-	if len(ws.Workers) != 1 || ws.Workers[0].InstanceID != "pgw-1" || !ws.Workers[0].Alive || ws.Workers[0].Leases != 1 {
+	byInstance := map[string]admin.WorkerInfo{}
+	for _, x := range ws.Workers {
+		byInstance[x.InstanceID] = x
+	}
+	if wi := byInstance["pgw-1"]; len(ws.Workers) != 2 || !wi.Alive || wi.Leases != 1 || byInstance["pgs-1"].Leases != 0 {
 		t.Fatalf("workers %+v", ws)
 	}
 
@@ -195,12 +236,48 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 		{"GET", "/api/executions?lane=nope", 404, `unknown lane "nope"`},
 		{"GET", "/api/executions?state=sleepy", 400, "unknown state"},
 		{"GET", "/api/flows/" + model.NewUUID().String(), 404, "flow"},
-		{"POST", "/api/executions/" + string(waiting) + "/cancel", 501, "no operator cancel"},
+		{"POST", "/api/executions/" + string(done) + "/cancel", 409, "execution_not_active"},
 		{"POST", "/api/executions/{fp:1}:" + model.NewUUID().String() + "/cancel", 404, "execution"},
+		{"POST", "/api/executions/" + string(waiting) + "/replay", 501, "no operator replay"},
 		{"POST", "/api/lanes/pg-a/pause", 501, "no lane state"},
 	} {
 		if code := getJSON(t, tc.method, base+tc.path, &e); code != tc.code || !strings.Contains(e.Error, tc.says) {
 			t.Errorf("%s %s: %d %q, want %d containing %q", tc.method, tc.path, code, e.Error, tc.code, tc.says)
 		}
+	}
+
+	// An operator's writes: a signal to a suspended execution resumes it
+	// (the console reads the waitpoint's token itself), a second signal
+	// finds it no longer suspended, a cancel of a waiting execution ends
+	// it, and priority is refused with what the backend lacks.
+	var a admin.ActionResult
+	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/signal", `{"name":"approved"}`, &e); code != 409 ||
+		!strings.Contains(e.Error, "no current waitpoint") {
+		t.Fatalf("signal to an execution not suspended: %d %q", code, e.Error)
+	}
+	if code := postJSON(t, base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved","payload":"{\"ok\":true}"}`, &a); code != 200 ||
+		a.Detail["effect"] != "resume_condition_satisfied" || a.Detail["duplicate"] != false {
+		t.Fatalf("signal to a suspended execution: %d %+v", code, a)
+	}
+	st, err := c.State(ctx, suspended)
+	if err != nil || st.PublicState != model.PublicResumable || st.LifecyclePhase != model.PhaseRunnable || st.EligibilityState != model.EligibleNow {
+		t.Fatalf("after the operator's signal: %+v %v, want %s and eligible", st, err, model.PublicResumable)
+	}
+	if code := postJSON(t, base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved"}`, &e); code != 409 {
+		t.Fatalf("second signal: %d %q, want 409", code, e.Error)
+	}
+	if code := postJSON(t, base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved","waitpoint_id":"nope"}`, &e); code != 400 {
+		t.Fatalf("signal to a malformed waitpoint id: %d %q, want 400", code, e.Error)
+	}
+	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/cancel", `{"reason":"operator says no"}`, &a); code != 200 ||
+		a.Detail["from"] != model.PhaseRunnable || a.Detail["reason"] != "operator says no" {
+		t.Fatalf("cancel of a waiting execution: %d %+v", code, a)
+	}
+	if st, err := c.State(ctx, waiting); err != nil || st.PublicState != model.PublicCancelled {
+		t.Fatalf("after the operator's cancel: %+v %v", st, err)
+	}
+	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/priority", `{"priority":5}`, &e); code != 501 ||
+		!strings.Contains(e.Error, "no operator priority") {
+		t.Fatalf("priority on postgres: %d %q, want 501", code, e.Error)
 	}
 }
