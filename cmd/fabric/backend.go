@@ -79,10 +79,9 @@ type runBackend struct {
 	// pluginIntervals are sweep intervals the backend sets for its
 	// plugins (hostOptions.intervals).
 	pluginIntervals map[string]time.Duration
-	// sampler, server and consoleNote are observeConfig's.
-	sampler     admin.SamplerConfig
-	server      admin.ServerConfig
-	consoleNote string
+	// sampler and server are observeConfig's.
+	sampler admin.SamplerConfig
+	server  admin.ServerConfig
 	// demoNote announces the demo off the live view.
 	demoNote string
 	// provider is the backend the demo workload runs on (the client the

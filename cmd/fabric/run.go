@@ -172,7 +172,7 @@ func runHost(ctx context.Context, env *cliEnv, open runBackendOpener, b *backend
 	obs, err := rs.observe(ctx, env, o, observeConfig{
 		title: fmt.Sprintf("fabric %s · %s", Version, be.title), where: be.where,
 		src: src, metrics: metrics, logger: be.logger, addr: addr, tls: b.waitTLS,
-		sampler: be.sampler, server: be.server, consoleNote: be.consoleNote})
+		sampler: be.sampler, server: be.server})
 	if err != nil {
 		return err
 	}
@@ -295,9 +295,6 @@ type observeConfig struct {
 	// rest.
 	sampler admin.SamplerConfig
 	server  admin.ServerConfig
-	// consoleNote replaces the console line's note on writes ("" : the
-	// admin token's).
-	consoleNote string
 }
 
 // runObservers are a run's census sampler, admin server and status view.
@@ -359,8 +356,6 @@ func (rs *runSession) observe(ctx context.Context, env *cliEnv, o *runFlags, oc 
 			writes := "writes need the admin token"
 			if token == "" {
 				writes = "read-only: no admin token (--admin-token-file or " + adminTokenEnv + ")"
-			} else if oc.consoleNote != "" {
-				writes = oc.consoleNote
 			}
 			fmt.Fprintf(out, "console: %s/ui/ (%s)\n", adminURL, writes)
 		}

@@ -183,7 +183,6 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 		pluginIntervals: map[string]time.Duration{"pg_dependency_reconciler": postgres.DependencySafetyInterval},
 		sampler:         admin.SamplerConfig{Take: admin.PGCensus(pc)},
 		server:          admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
-		consoleNote:     "writes need the admin token; replay and priority answer 501 on Postgres",
 		demoNote:        "demo workload running on Postgres; Ctrl-C stops submitting, drains and exits",
 		provider:        pc,
 		prepareDemo: func(h *host.Host, _ *workloadConfig, say io.Writer) {

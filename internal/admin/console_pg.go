@@ -17,9 +17,10 @@ import (
 )
 
 // PGConsole is the console over a Postgres deployment: the same API as
-// Console, read from the ff_* tables. Its operator cancel and signal
-// delivery go through the Postgres client; the backend has no replay or
-// priority change yet, so those answer ErrUnsupported.
+// Console, read from the ff_* tables. Its operator writes (cancel,
+// replay, priority change, signal delivery) go through the Postgres
+// client; lane pause answers ErrUnsupported as on Valkey, and so does the
+// replay of a skipped flow member.
 type PGConsole struct {
 	c   *postgres.Client
 	now func() time.Time
@@ -571,23 +572,6 @@ func (pc *PGConsole) Workers(ctx context.Context, ns string) ([]WorkerInfo, erro
 	return out, nil
 }
 
-// pgUnsupported checks id names an execution, then refuses the action.
-func (pc *PGConsole) pgUnsupported(ctx context.Context, id, action string) (*ActionResult, error) {
-	part, u, eid, err := pgKey(id)
-	if err != nil {
-		return nil, err
-	}
-	var one int
-	err = pc.c.Pool().QueryRow(ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2`, part, u).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: execution %s", ErrNotFound, eid)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("console: read %s: %w", eid, err)
-	}
-	return nil, fmt.Errorf("%w: %s on the Postgres backend: fabric's Postgres backend has no operator %s yet", ErrUnsupported, action, action)
-}
-
 // pgConflict turns a logical error of the Postgres backend into the
 // console's errors: an unknown execution ErrNotFound, a refusal by the
 // execution's state ErrConflict (409 with its code, as on Valkey).
@@ -621,14 +605,40 @@ func (pc *PGConsole) Cancel(ctx context.Context, id, reason string) (*ActionResu
 	return &ActionResult{ID: string(eid), Action: "cancel", Detail: map[string]any{"from": from, "reason": reason}}, nil
 }
 
-// Replay is not supported on Postgres (ErrUnsupported).
+// Replay re-runs an ended execution (the Postgres backend's replay: back
+// to waiting, its replay count up one). A skipped flow member is refused
+// with ErrUnsupported; one not ended is ErrConflict.
 func (pc *PGConsole) Replay(ctx context.Context, id string) (*ActionResult, error) {
-	return pc.pgUnsupported(ctx, id, "replay")
+	_, _, eid, err := pgKey(id)
+	if err != nil {
+		return nil, err
+	}
+	r, err := pc.c.ReplayExecution(ctx, eid)
+	if errors.Is(err, postgres.CodeInvalidInput) {
+		return nil, fmt.Errorf("%w: replay on the Postgres backend: %v", ErrUnsupported, err)
+	}
+	if err != nil {
+		return nil, pgConflict("replay", eid, err)
+	}
+	return &ActionResult{ID: string(eid), Action: "replay", Detail: map[string]any{"replay_count": r.ReplayCount,
+		"public_state": r.PublicState}}, nil
 }
 
-// Priority is not supported on Postgres (ErrUnsupported).
-func (pc *PGConsole) Priority(ctx context.Context, id string, _ int) (*ActionResult, error) {
-	return pc.pgUnsupported(ctx, id, "priority")
+// Priority changes an eligible execution's priority (0..9000); one not
+// runnable and eligible now is ErrConflict.
+func (pc *PGConsole) Priority(ctx context.Context, id string, priority int) (*ActionResult, error) {
+	if priority < 0 || priority > model.PriorityMax {
+		return nil, fmt.Errorf("%w: priority must be 0..%d, got %d", ErrBadRequest, model.PriorityMax, priority)
+	}
+	_, _, eid, err := pgKey(id)
+	if err != nil {
+		return nil, err
+	}
+	r, err := pc.c.ChangePriority(ctx, eid, priority)
+	if err != nil {
+		return nil, pgConflict("priority", eid, err)
+	}
+	return &ActionResult{ID: string(eid), Action: "priority", Detail: map[string]any{"old": r.Old, "new": r.New}}, nil
 }
 
 // Signal delivers a signal to an execution's waitpoint (its current one

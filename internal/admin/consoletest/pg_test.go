@@ -238,7 +238,7 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 		{"GET", "/api/flows/" + model.NewUUID().String(), 404, "flow"},
 		{"POST", "/api/executions/" + string(done) + "/cancel", 409, "execution_not_active"},
 		{"POST", "/api/executions/{fp:1}:" + model.NewUUID().String() + "/cancel", 404, "execution"},
-		{"POST", "/api/executions/" + string(waiting) + "/replay", 501, "no operator replay"},
+		{"POST", "/api/executions/" + string(waiting) + "/replay", 409, "execution_not_terminal"},
 		{"POST", "/api/lanes/pg-a/pause", 501, "no lane state"},
 	} {
 		if code := getJSON(t, tc.method, base+tc.path, &e); code != tc.code || !strings.Contains(e.Error, tc.says) {
@@ -248,8 +248,9 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 
 	// An operator's writes: a signal to a suspended execution resumes it
 	// (the console reads the waitpoint's token itself), a second signal
-	// finds it no longer suspended, a cancel of a waiting execution ends
-	// it, and priority is refused with what the backend lacks.
+	// finds it no longer suspended; a waiting execution's priority
+	// changes (a leased one's is refused), a completed execution replays
+	// to waiting, and a cancel of a waiting execution ends it.
 	var a admin.ActionResult
 	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/signal", `{"name":"approved"}`, &e); code != 409 ||
 		!strings.Contains(e.Error, "no current waitpoint") {
@@ -269,6 +270,24 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 	if code := postJSON(t, base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved","waitpoint_id":"nope"}`, &e); code != 400 {
 		t.Fatalf("signal to a malformed waitpoint id: %d %q, want 400", code, e.Error)
 	}
+	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/priority", `{"priority":7}`, &a); code != 200 ||
+		a.Detail["old"] != float64(3) || a.Detail["new"] != float64(7) {
+		t.Fatalf("priority of a waiting execution: %d %+v", code, a)
+	}
+	if code := postJSON(t, base+"/api/executions/"+string(active)+"/priority", `{"priority":7}`, &e); code != 409 ||
+		!strings.Contains(e.Error, "execution_not_eligible") {
+		t.Fatalf("priority of a leased execution: %d %q, want 409", code, e.Error)
+	}
+	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/priority", `{"priority":9001}`, &e); code != 400 {
+		t.Fatalf("priority out of range: %d %q, want 400", code, e.Error)
+	}
+	if code := postJSON(t, base+"/api/executions/"+string(done)+"/replay", ``, &a); code != 200 ||
+		a.Detail["replay_count"] != float64(1) || a.Detail["public_state"] != model.PublicWaiting {
+		t.Fatalf("replay of a completed execution: %d %+v", code, a)
+	}
+	if st, err := c.State(ctx, done); err != nil || st.PublicState != model.PublicWaiting || st.LifecyclePhase != model.PhaseRunnable {
+		t.Fatalf("after the operator's replay: %+v %v", st, err)
+	}
 	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/cancel", `{"reason":"operator says no"}`, &a); code != 200 ||
 		a.Detail["from"] != model.PhaseRunnable || a.Detail["reason"] != "operator says no" {
 		t.Fatalf("cancel of a waiting execution: %d %+v", code, a)
@@ -276,8 +295,7 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 	if st, err := c.State(ctx, waiting); err != nil || st.PublicState != model.PublicCancelled {
 		t.Fatalf("after the operator's cancel: %+v %v", st, err)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/priority", `{"priority":5}`, &e); code != 501 ||
-		!strings.Contains(e.Error, "no operator priority") {
-		t.Fatalf("priority on postgres: %d %q, want 501", code, e.Error)
+	if code := postJSON(t, base+"/api/executions/"+string(child)+"/replay", ``, &e); code != 409 {
+		t.Fatalf("replay of a flow member not ended: %d %q, want 409", code, e.Error)
 	}
 }
