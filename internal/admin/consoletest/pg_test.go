@@ -19,14 +19,24 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-// getJSON sends an authorized request and decodes the answer into out,
-// which it zeroes first.
+// getJSON sends an authorized request without a body and decodes the
+// answer into out, which it zeroes first.
 func getJSON[T any](t *testing.T, method, u string, out *T) int {
+	t.Helper()
+	return sendJSON(t, method, u, "", out)
+}
+
+// sendJSON sends an authorized request with body (none when empty) and
+// decodes the answer into out, which it zeroes first.
+func sendJSON[T any](t *testing.T, method, u, body string, out *T) int {
 	t.Helper()
 	var zero T
 	*out = zero
-	req, _ := http.NewRequest(method, u, nil)
+	req, _ := http.NewRequest(method, u, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer tok")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -35,27 +45,6 @@ func getJSON[T any](t *testing.T, method, u string, out *T) int {
 	b, _ := io.ReadAll(resp.Body)
 	if err := json.Unmarshal(b, out); err != nil {
 		t.Fatalf("%s %s: %s: %v", method, u, b, err)
-	}
-	return resp.StatusCode
-}
-
-// postJSON sends an authorized POST of body and decodes the answer into
-// out, which it zeroes first.
-func postJSON[T any](t *testing.T, u, body string, out *T) int {
-	t.Helper()
-	var zero T
-	*out = zero
-	req, _ := http.NewRequest("POST", u, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer tok")
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(b, out); err != nil {
-		t.Fatalf("POST %s: %s: %v", u, b, err)
 	}
 	return resp.StatusCode
 }
@@ -252,11 +241,11 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 	// changes (a leased one's is refused), a completed execution replays
 	// to waiting, and a cancel of a waiting execution ends it.
 	var a admin.ActionResult
-	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/signal", `{"name":"approved"}`, &e); code != 409 ||
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(waiting)+"/signal", `{"name":"approved"}`, &e); code != 409 ||
 		!strings.Contains(e.Error, "no current waitpoint") {
 		t.Fatalf("signal to an execution not suspended: %d %q", code, e.Error)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved","payload":"{\"ok\":true}"}`, &a); code != 200 ||
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved","payload":"{\"ok\":true}"}`, &a); code != 200 ||
 		a.Detail["effect"] != "resume_condition_satisfied" || a.Detail["duplicate"] != false {
 		t.Fatalf("signal to a suspended execution: %d %+v", code, a)
 	}
@@ -264,38 +253,38 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 	if err != nil || st.PublicState != model.PublicResumable || st.LifecyclePhase != model.PhaseRunnable || st.EligibilityState != model.EligibleNow {
 		t.Fatalf("after the operator's signal: %+v %v, want %s and eligible", st, err, model.PublicResumable)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved"}`, &e); code != 409 {
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved"}`, &e); code != 409 {
 		t.Fatalf("second signal: %d %q, want 409", code, e.Error)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved","waitpoint_id":"nope"}`, &e); code != 400 {
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(suspended)+"/signal", `{"name":"approved","waitpoint_id":"nope"}`, &e); code != 400 {
 		t.Fatalf("signal to a malformed waitpoint id: %d %q, want 400", code, e.Error)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/priority", `{"priority":7}`, &a); code != 200 ||
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(waiting)+"/priority", `{"priority":7}`, &a); code != 200 ||
 		a.Detail["old"] != float64(3) || a.Detail["new"] != float64(7) {
 		t.Fatalf("priority of a waiting execution: %d %+v", code, a)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(active)+"/priority", `{"priority":7}`, &e); code != 409 ||
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(active)+"/priority", `{"priority":7}`, &e); code != 409 ||
 		!strings.Contains(e.Error, "execution_not_eligible") {
 		t.Fatalf("priority of a leased execution: %d %q, want 409", code, e.Error)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/priority", `{"priority":9001}`, &e); code != 400 {
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(waiting)+"/priority", `{"priority":9001}`, &e); code != 400 {
 		t.Fatalf("priority out of range: %d %q, want 400", code, e.Error)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(done)+"/replay", ``, &a); code != 200 ||
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(done)+"/replay", ``, &a); code != 200 ||
 		a.Detail["replay_count"] != float64(1) || a.Detail["public_state"] != model.PublicWaiting {
 		t.Fatalf("replay of a completed execution: %d %+v", code, a)
 	}
 	if st, err := c.State(ctx, done); err != nil || st.PublicState != model.PublicWaiting || st.LifecyclePhase != model.PhaseRunnable {
 		t.Fatalf("after the operator's replay: %+v %v", st, err)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(waiting)+"/cancel", `{"reason":"operator says no"}`, &a); code != 200 ||
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(waiting)+"/cancel", `{"reason":"operator says no"}`, &a); code != 200 ||
 		a.Detail["from"] != model.PhaseRunnable || a.Detail["reason"] != "operator says no" {
 		t.Fatalf("cancel of a waiting execution: %d %+v", code, a)
 	}
 	if st, err := c.State(ctx, waiting); err != nil || st.PublicState != model.PublicCancelled {
 		t.Fatalf("after the operator's cancel: %+v %v", st, err)
 	}
-	if code := postJSON(t, base+"/api/executions/"+string(child)+"/replay", ``, &e); code != 409 {
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(child)+"/replay", ``, &e); code != 409 {
 		t.Fatalf("replay of a flow member not ended: %d %q, want 409", code, e.Error)
 	}
 }
