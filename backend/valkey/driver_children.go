@@ -89,8 +89,12 @@ func (d *Driver) WaitForChildren(ctx context.Context, p *backend.WaitForChildren
 	}
 	res := &backend.WaitForChildrenResult{}
 	if st == "eligible" {
+		// Already eligible (a dependency resolver promoted it after the
+		// resolve above: not_blocked_by_deps), or already claimed again
+		// by another of the worker's slots (not_runnable): either way
+		// the wait is over.
 		err := d.c.PromoteBlockedToEligible(ctx, p.ExecutionID, p.NowMs)
-		if err != nil && CodeOf(err) != "not_blocked_by_deps" { // already eligible: resolved above
+		if err != nil && CodeOf(err) != "not_blocked_by_deps" && CodeOf(err) != "not_runnable" {
 			return nil, mapControlErr(err, false)
 		}
 		res.Eligible = true
