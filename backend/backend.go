@@ -13,7 +13,12 @@
 //
 // A driver's errors match the sentinels below with errors.Is, and still
 // wrap the driver's own error (a *valkey.LuaError, a postgres.ErrorCode, a
-// pgconn.PgError), so callers that need a driver's detail keep it.
+// pgconn.PgError), so callers that need a driver's detail keep it. A
+// refusal by the stored state carries its FlowFabric code (CodeOf,
+// CodedError); Driver.IsTransient tells a call worth sending again; and
+// EndedBy tells the repeat of a lease-ending call whose reply was lost.
+// The SDK classifies errors through these alone, so it imports no
+// driver.
 package backend
 
 import (
@@ -62,6 +67,11 @@ type Driver interface {
 	// Partitions is the deployment's partition config the driver routes
 	// with (a lane's solo partition, a flow's partition).
 	Partitions() model.PartitionConfig
+	// IsTransient reports whether err, answered by one of the driver's
+	// operations, is a transport failure or the server's passing bad
+	// moment (busy, loading, failing over) worth sending the same call
+	// again for, rather than a refusal (CodedError) or a context's end.
+	IsTransient(err error) bool
 
 	// CreateExecution creates one execution, runnable at once (or delayed
 	// until DelayUntil). It is idempotent by id and, with an

@@ -31,10 +31,20 @@ func isDriver(path string) bool {
 // drivers implement (config.go, backends.go), and nothing host depends on
 // imports one either: host/hostfn's plugin data and sql_query run on
 // backend.PluginData and backend.PluginSQL, which backend/valkey and
-// backend/postgres implement.
+// backend/postgres implement. The SDK is held to the same: it works
+// through backend.Driver (errors classified by backend.CodeOf,
+// Driver.IsTransient and backend.EndedBy), and cmd/fabric or the user
+// wires a driver in.
 func TestHostImportsNoDriver(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}",
-		"github.com/fabric-host/fabric/host").CombinedOutput()
+	for _, root := range []string{"github.com/fabric-host/fabric/host", "github.com/fabric-host/fabric/sdk"} {
+		t.Run(root[strings.LastIndex(root, "/")+1:], func(t *testing.T) { checkNoDriver(t, root) })
+	}
+}
+
+// checkNoDriver fails for every package root depends on that is or
+// imports a driver.
+func checkNoDriver(t *testing.T, root string) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", root).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
@@ -42,7 +52,7 @@ func TestHostImportsNoDriver(t *testing.T) {
 	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
 		pkg, imports, _ := strings.Cut(line, " ")
 		if isDriver(pkg) {
-			t.Errorf("host depends on %s: no package host depends on may import a driver", pkg)
+			t.Errorf("%s depends on %s: no package it depends on may import a driver", root, pkg)
 			continue
 		}
 		if !strings.HasPrefix(pkg, "github.com/fabric-host/fabric/") {
@@ -53,10 +63,10 @@ func TestHostImportsNoDriver(t *testing.T) {
 			if !isDriver(imp) {
 				continue
 			}
-			t.Errorf("%s imports %s: the host reaches a backend only through interfaces (host.Backend, backend.PluginData, backend.PluginSQL)", pkg, imp)
+			t.Errorf("%s imports %s: %s reaches a backend only through the contract's interfaces (backend.Driver, backend.PluginData, backend.PluginSQL)", pkg, imp, root)
 		}
 	}
 	if seen < 2 {
-		t.Fatalf("go list -deps listed %d fabric packages; want host and its dependencies:\n%s", seen, out)
+		t.Fatalf("go list -deps listed %d fabric packages; want %s and its dependencies:\n%s", seen, root, out)
 	}
 }

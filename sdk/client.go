@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
-	"github.com/fabric-host/fabric/backend/postgres"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -24,10 +22,11 @@ type ClientConfig struct {
 	// Backend is the backend (required): a connected *valkey.Client or
 	// *postgres.Client, or its backend.Driver. The SDK does not close it.
 	Backend backend.Provider
-	// Postgres is the Postgres client when Backend is nil.
+	// Postgres is the backend when Backend is nil (once the Postgres
+	// client's own field).
 	//
 	// Deprecated: set Backend to the *postgres.Client.
-	Postgres *postgres.Client
+	Postgres backend.Provider
 	// Namespace is the default namespace of created executions
 	// (DefaultNamespace when empty).
 	Namespace string
@@ -43,9 +42,6 @@ type ClientConfig struct {
 // Client creates, inspects and cancels executions and flows. It is safe
 // for concurrent use; create one per process and share it.
 type Client struct {
-	// vc is the Valkey client (nil on Postgres), for the Valkey-only lane
-	// spread (lane_spread.go) and Backend.
-	vc *valkey.Client
 	// drv is the backend contract, bound to the deployment's partition
 	// config: every operation of the client goes through it.
 	drv   backend.Driver
@@ -68,11 +64,11 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if prov == nil && cfg.Postgres != nil {
 		prov = cfg.Postgres
 	}
-	vc, _, err := clientsOf("ClientConfig.Backend", prov)
+	drv, err := driverOf("ClientConfig.Backend", prov)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{vc: vc, ns: cmp.Or(cfg.Namespace, DefaultNamespace),
+	c := &Client{ns: cmp.Or(cfg.Namespace, DefaultNamespace),
 		who: cmp.Or(cfg.Creator, "fabric-sdk"), clock: cfg.Clock, log: cfg.Logger}
 	if c.clock == nil {
 		c.clock = time.Now
@@ -80,7 +76,6 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	drv := prov.Driver()
 	if c.parts, err = readPartitions(ctx, drv, c.log); err != nil {
 		return nil, err
 	}
@@ -105,9 +100,6 @@ func readPartitions(ctx context.Context, drv backend.Driver, log *slog.Logger) (
 
 // Partitions returns the partition config the client mints ids with.
 func (c *Client) Partitions() model.PartitionConfig { return c.parts }
-
-// Backend returns the underlying Valkey client (nil on Postgres).
-func (c *Client) Backend() *valkey.Client { return c.vc }
 
 // ExecutionSpec describes an execution to create. Only Lane is required.
 type ExecutionSpec struct {

@@ -4,8 +4,6 @@ import (
 	"context"
 
 	"github.com/fabric-host/fabric/backend"
-	"github.com/fabric-host/fabric/backend/postgres"
-	"github.com/fabric-host/fabric/backend/valkey"
 )
 
 // Connect validates cfg, registers the worker instance on the backend b
@@ -53,13 +51,13 @@ import (
 //     PromoteDelayed have no effect.
 //   - An unmigrated database is refused with backend.ErrNotMigrated.
 func Connect(ctx context.Context, b backend.Provider, cfg WorkerConfig) (*Worker, error) {
-	if _, _, err := clientsOf("backend", b); err != nil {
+	drv, err := driverOf("backend", b)
+	if err != nil {
 		return nil, err
 	}
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	drv := b.Driver()
 	parts, err := readPartitions(ctx, drv, cfg.Logger)
 	if err != nil {
 		return nil, err
@@ -67,25 +65,17 @@ func Connect(ctx context.Context, b backend.Provider, cfg WorkerConfig) (*Worker
 	return connectDriver(ctx, drv.BindPartitions(parts), parts, cfg)
 }
 
-// clientsOf resolves a Provider to its backend's client: exactly one of
-// vc and pc is set, or the error names field.
-func clientsOf(field string, b backend.Provider) (*valkey.Client, *postgres.Client, error) {
+// driverOf resolves a Provider to its backend.Driver, or an error naming
+// field when there is none (no provider, or a nil client or driver).
+func driverOf(field string, b backend.Provider) (backend.Driver, error) {
 	if b == nil {
-		return nil, nil, invalid(field, "is required (a *valkey.Client or a *postgres.Client)")
+		return nil, invalid(field, "is required (a *valkey.Client or a *postgres.Client, or a backend.Driver)")
 	}
-	switch d := b.Driver().(type) {
-	case *valkey.Driver:
-		if d != nil && d.Client() != nil {
-			return d.Client(), nil, nil
-		}
-	case *postgres.Driver:
-		if d != nil && d.Client() != nil {
-			return nil, d.Client(), nil
-		}
-	default:
-		return nil, nil, invalid(field, "unsupported backend %T (want a *valkey.Client or a *postgres.Client)", d)
+	d := b.Driver()
+	if d == nil {
+		return nil, invalid(field, "is required (got a nil %T)", b)
 	}
-	return nil, nil, invalid(field, "is required (a *valkey.Client or a *postgres.Client, got a nil %T)", b)
+	return d, nil
 }
 
 // BackendName is the name of the backend the worker runs on: "valkey" or

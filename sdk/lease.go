@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -92,20 +90,21 @@ func (w *Worker) newLease(cr *backend.ClaimResult) *Lease {
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Fence returns the lease's fence (lease id, epoch, attempt id and
-// index); valkey.LeaseFence is an alias of backend.Fence.
+// index).
+
 func (l *Lease) Fence() backend.Fence { return l.fence }
 
 // ExpiresAt returns the server expiry of the lease as last renewed.
 func (l *Lease) ExpiresAt() time.Time { return time.UnixMilli(l.expiresAt.Load()) }
 
-// leaseGone reports renewal errors that mean the lease cannot come back.
+// leaseGone reports renewal errors that mean the lease cannot come back:
+// the drivers' backend.ErrLeaseGone, or a FlowFabric code that says so.
 func leaseGone(err error) bool {
-	if errors.Is(err, backend.ErrLeaseGone) || pgLeaseGone(err) {
+	if errors.Is(err, backend.ErrLeaseGone) {
 		return true
 	}
-	switch valkey.CodeOf(err) {
-	case valkey.CodeStaleLease, valkey.CodeLeaseExpired, valkey.CodeLeaseRevoked,
-		valkey.CodeExecutionNotActive, valkey.CodeNoActiveLease, valkey.CodeExecutionNotFound:
+	switch backend.CodeOf(err) {
+	case "stale_lease", "lease_expired", "lease_revoked", "execution_not_active", "no_active_lease", "execution_not_found":
 		return true
 	}
 	return false
@@ -209,7 +208,7 @@ func (l *Lease) end() {
 
 // finishCall runs a lease-ending call: it stops renewal first (so no
 // renew races the release), retries transport failures up to 3 times,
-// waits out a server's transient errors (valkey.IsTransient) while the
+// waits out a server's transient errors (backend.Driver.IsTransient) while the
 // lease lasts,
 // and treats an execution_not_active reply that shows this very lease's
 // epoch and attempt with the expected outcome as success (the replay of
@@ -237,14 +236,14 @@ func (l *Lease) finish(ctx context.Context, op string, outcome string, err error
 			l.end()
 			return nil
 		}
-		if valkey.CodeOf(err) != "" || pgCode(err) || ctx.Err() != nil {
+		if backend.CodeOf(err) != "" || ctx.Err() != nil {
 			break
 		}
 		// A transport error is sent again at once, up to 3 times; a
 		// server's passing bad moment (BUSY under a long script, LOADING,
 		// a failover, a reset connection) is waited out with a doubling
 		// pause while the lease is still ours.
-		if !valkey.IsTransient(err) {
+		if !l.w.drv.IsTransient(err) {
 			if try >= 2 {
 				break
 			}
@@ -262,10 +261,7 @@ func (l *Lease) finish(ctx context.Context, op string, outcome string, err error
 		}
 		err = call(ctx)
 	}
-	var le *valkey.LuaError
-	if errors.As(err, &le) && le.Code == valkey.CodeExecutionNotActive && outcome != "" &&
-		le.Detail(0) == outcome && le.Detail(1) == strconv.FormatUint(l.fence.LeaseEpoch, 10) &&
-		le.Detail(3) == l.fence.AttemptID {
+	if backend.EndedBy(err, l.fence, outcome) {
 		l.end()
 		return nil
 	}

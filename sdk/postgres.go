@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/backend"
 )
 
 // ErrNotOnPostgres was returned by SDK calls the Postgres backend did not
@@ -15,31 +15,9 @@ import (
 // backend.ErrUnsupported (lane spreading on Postgres).
 var ErrNotOnPostgres = errors.New("sdk: not available on the Postgres backend")
 
-// ConnectPostgres is Connect(ctx, pc, cfg).
+// ConnectPostgres is Connect(ctx, pc, cfg); pc is the *postgres.Client.
 //
 // Deprecated: call Connect, which takes either backend's client.
-func ConnectPostgres(ctx context.Context, pc *postgres.Client, cfg WorkerConfig) (*Worker, error) {
-	if pc == nil {
-		return nil, invalid("backend", "a *postgres.Client is required")
-	}
+func ConnectPostgres(ctx context.Context, pc backend.Provider, cfg WorkerConfig) (*Worker, error) {
 	return Connect(ctx, pc, cfg)
-}
-
-// pgCode reports a logical error of the Postgres backend (not worth
-// retrying as a transport failure).
-func pgCode(err error) bool {
-	var code postgres.ErrorCode
-	return errors.As(err, &code)
-}
-
-// pgLeaseGone reports Postgres errors that mean the lease cannot come
-// back.
-func pgLeaseGone(err error) bool {
-	for _, c := range []postgres.ErrorCode{postgres.CodeStaleLease, postgres.CodeLeaseExpired,
-		postgres.CodeExecutionNotActive, postgres.CodeExecutionNotFound} {
-		if errors.Is(err, c) {
-			return true
-		}
-	}
-	return false
 }

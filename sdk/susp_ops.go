@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend"
-	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 )
 
 func newID() string { return model.NewUUID().String() }
@@ -234,8 +234,8 @@ func (l *Lease) AppendFrame(ctx context.Context, f Frame) (string, error) {
 	if f.Type == "" {
 		return "", invalid("frame.type", "must not be empty")
 	}
-	if len(f.Payload) > valkey.DefaultMaxFramePayloadBytes {
-		return "", invalid("frame.payload", "%d bytes exceed %d", len(f.Payload), valkey.DefaultMaxFramePayloadBytes)
+	if len(f.Payload) > fcall.DefaultMaxFramePayloadBytes {
+		return "", invalid("frame.payload", "%d bytes exceed %d", len(f.Payload), fcall.DefaultMaxFramePayloadBytes)
 	}
 	switch f.Mode {
 	case "", FrameDurable, FrameBestEffort:

@@ -16,10 +16,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,6 +151,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	sub("ClaimNext/Concurrent", testClaimNextConcurrent)
 	sub("ClaimExecution", testClaimByID)
 	sub("RenewLease", testRenew)
+	sub("IsTransient", testErrorClasses)
 	sub("CompleteExecution", testComplete)
 	sub("CompleteExecution/Holder", testCompleteHolder)
 	sub("FailExecution/Terminal", testFailTerminal)
@@ -445,6 +449,48 @@ func testRenew(e *env) {
 	e.complete(c, nil)
 	_, err = e.d.RenewLease(e.ctx, &backend.RenewLeaseParams{ExecutionID: c.ExecutionID, Fence: c.Fence, LeaseTTLMs: ttl})
 	wantErr(e.t, "renew after complete", err, backend.ErrLeaseGone)
+}
+
+// testErrorClasses: a refusal carries its FlowFabric code and is not
+// transient, a transport failure is, a context's end is not; a repeat of
+// a completion says it ended the execution only for its own fence and
+// outcome (a driver may not tell at all).
+func testErrorClasses(e *env) {
+	e.create(e.spec())
+	c := e.mustClaim()
+	stale := c.Fence
+	stale.LeaseEpoch++
+	stale.LeaseID = model.NewUUID().String()
+	_, err := e.d.RenewLease(e.ctx, &backend.RenewLeaseParams{ExecutionID: c.ExecutionID, Fence: stale, LeaseTTLMs: ttl})
+	if err == nil || backend.CodeOf(err) != "stale_lease" || e.d.IsTransient(err) {
+		e.t.Fatalf("renew with a stale fence: %v (code %q, transient %v), want a stale_lease refusal, not transient",
+			err, backend.CodeOf(err), e.d.IsTransient(err))
+	}
+	for _, x := range []error{nil, context.Canceled, context.DeadlineExceeded, errors.New("something else")} {
+		if e.d.IsTransient(x) {
+			e.t.Errorf("IsTransient(%v) = true, want false", x)
+		}
+	}
+	for _, x := range []error{fmt.Errorf("read: %w", io.ErrUnexpectedEOF), fmt.Errorf("write: %w", net.ErrClosed),
+		fmt.Errorf("dial: %w", syscall.ECONNREFUSED)} {
+		if !e.d.IsTransient(x) {
+			e.t.Errorf("IsTransient(%v) = false, want true", x)
+		}
+	}
+	cancelled, cancel := context.WithCancel(e.ctx)
+	cancel()
+	_, err = e.d.RenewLease(cancelled, &backend.RenewLeaseParams{ExecutionID: c.ExecutionID, Fence: c.Fence, LeaseTTLMs: ttl})
+	if err == nil || e.d.IsTransient(err) || backend.CodeOf(err) != "" {
+		e.t.Fatalf("renew on a cancelled context: %v, want an error neither transient nor coded", err)
+	}
+	e.complete(c, nil)
+	err = e.d.CompleteExecution(e.ctx, &backend.CompleteExecutionParams{ExecutionID: c.ExecutionID, Fence: c.Fence})
+	wantErr(e.t, "complete twice", err, backend.ErrLeaseGone)
+	if backend.EndedBy(err, stale, model.OutcomeSuccess) || backend.EndedBy(err, c.Fence, model.OutcomeFailed) ||
+		backend.EndedBy(err, c.Fence, "") {
+		e.t.Fatalf("complete twice: %v says another fence or outcome ended the execution", err)
+	}
+	e.t.Logf("%s: the repeat of a completion tells its own ending: %v", e.d.Name(), backend.EndedBy(err, c.Fence, model.OutcomeSuccess))
 }
 
 func testComplete(e *env) {

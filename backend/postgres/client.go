@@ -172,6 +172,9 @@ type ErrorCode string
 // Error returns the code.
 func (e ErrorCode) Error() string { return string(e) }
 
+// FlowFabricCode implements backend.CodedError: the code itself.
+func (e ErrorCode) FlowFabricCode() string { return string(e) }
+
 // Logical errors of the Postgres operations.
 const (
 	CodeExecutionNotFound    ErrorCode = "execution_not_found"

@@ -27,6 +27,25 @@ func NewDriver(c *Client) *Driver { return &Driver{c: c} }
 // Client returns the client the driver runs on.
 func (d *Driver) Client() *Client { return d.c }
 
+// IsTransient implements backend.Driver: a transport failure
+// (backend.NetworkTransient), or a transaction Postgres aborted for a
+// moment — a serialization failure or a deadlock (SQLSTATE 40001,
+// 40P01), an administrator's or a crash's shutdown of the connection
+// (57P01, 57P02, 57P03) — a call a retry may pass.
+func (d *Driver) IsTransient(err error) bool {
+	if backend.NetworkTransient(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01", "57P01", "57P02", "57P03":
+			return true
+		}
+	}
+	return false
+}
+
 // Name implements backend.Driver.
 func (d *Driver) Name() string { return "postgres" }
 

@@ -8,6 +8,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model/fcall"
 )
 
@@ -24,6 +25,9 @@ type ErrorCode string
 
 // Error returns the code.
 func (c ErrorCode) Error() string { return string(c) }
+
+// FlowFabricCode implements backend.CodedError: the code itself.
+func (c ErrorCode) FlowFabricCode() string { return string(c) }
 
 // LuaError is a logical error reply from an ff_* function.
 type LuaError struct {
@@ -45,6 +49,15 @@ func (e *LuaError) Error() string {
 
 // Unwrap returns the code, so errors.Is(err, CodeX) works.
 func (e *LuaError) Unwrap() error { return e.Code }
+
+// EndedBy implements backend.EndedError: an execution_not_active reply
+// names the outcome, lease epoch and attempt id that ended the execution
+// (details 0, 1 and 3), so a repeat of a lease-ending call whose first
+// reply was lost can tell its own ending.
+func (e *LuaError) EndedBy(f backend.Fence, outcome string) bool {
+	return e.Code == CodeExecutionNotActive && outcome != "" && e.Detail(0) == outcome &&
+		e.Detail(1) == strconv.FormatUint(f.LeaseEpoch, 10) && e.Detail(3) == f.AttemptID
+}
 
 // Detail returns detail i or "".
 func (e *LuaError) Detail(i int) string {

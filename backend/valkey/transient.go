@@ -3,12 +3,11 @@ package valkey
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 
 	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/fabric-host/fabric/backend"
 )
 
 // transientPrefixes are the error replies a server gives while it cannot
@@ -31,12 +30,7 @@ func IsTransient(err error) bool {
 		}
 		return false
 	}
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if backend.NetworkTransient(err) {
 		return true
 	}
 	// Wrapped as text by a layer that did not keep the reply's type.
@@ -56,3 +50,6 @@ func asValkeyError(err error) (*vk.ValkeyError, bool) {
 	}
 	return nil, false
 }
+
+// IsTransient implements backend.Driver (IsTransient).
+func (d *Driver) IsTransient(err error) bool { return IsTransient(err) }
