@@ -377,7 +377,7 @@ func runWorkload(ctx context.Context, b backend.Provider, cfg workloadConfig, ou
 	if err != nil {
 		return workloadSummary{}, err
 	}
-	wl := &workload{cfg: cfg, c: client, out: out, pending: map[model.ExecutionID]struct{}{},
+	wl := &workload{cfg: cfg, c: client, out: out, transient: transientLog{isTransient: b.Driver().IsTransient}, pending: map[model.ExecutionID]struct{}{},
 		submitted: map[string]int64{}, terminal: map[string]int64{}, signals: make(chan *sdk.Suspension, 1024)}
 
 	// Workers live until the drain is over, not until ctx ends.

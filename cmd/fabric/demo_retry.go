@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
+	"github.com/fabric-host/fabric/backend"
 )
 
 // Transient-error retry of the demo workload's submissions: a backend
@@ -27,6 +27,9 @@ const (
 // transientLog counts and reports the transient errors the workload met.
 type transientLog struct {
 	retried, dropped atomic.Int64
+	// isTransient classifies an error: the backend's
+	// (backend.Driver.IsTransient); backend.NetworkTransient when nil.
+	isTransient func(error) bool
 }
 
 // retry runs op until it succeeds, fails for good, or has failed
@@ -38,7 +41,11 @@ func (t *transientLog) retry(ctx context.Context, what string, report func(strin
 	var deadline time.Time
 	for {
 		err := op()
-		if err == nil || !valkey.IsTransient(err) {
+		transient := backend.NetworkTransient
+		if t.isTransient != nil {
+			transient = t.isTransient
+		}
+		if err == nil || !transient(err) {
 			return err
 		}
 		now := time.Now()
