@@ -156,9 +156,20 @@ type record struct {
 	checkID bool
 }
 
+// scannerNames name the scanner plugin that moves each timer on a
+// backend, for the hint of a missed one: the stock Valkey set's, and the
+// pg_* set's on Postgres.
+type scannerNames struct{ leaseExpiry, promoter, suspensionTimeout string }
+
+var (
+	valkeyScanners   = scannerNames{"lease_expiry", "delayed_promoter", "suspension_timeout"}
+	postgresScanners = scannerNames{"pg_lease_expiry", "pg_delayed_promoter", "pg_suspension_timeout"}
+)
+
 // classify books one execution: terminal, waiting with its reason, or a
-// violation.
-func classify(o Options, rep *Report, r record, nowMs int64) {
+// violation; sc names the backend's scanners in the hint of a missed
+// timer.
+func classify(o Options, rep *Report, r record, nowMs int64, sc scannerNames) {
 	e := Execution{ID: r.id, Lane: r.lane, Phase: r.phase, Ownership: r.own, Eligibility: r.elig}
 	grace := o.Grace.Milliseconds()
 	bad := func(format string, a ...any) {
@@ -188,7 +199,7 @@ func classify(o Options, rep *Report, r record, nowMs int64) {
 		case model.OwnershipLeased:
 			e.Waiting = fmt.Sprintf("leased by worker %s until %s", r.worker, fmtAt(r.leaseExp))
 			if r.leaseExp > 0 && nowMs-r.leaseExp > grace {
-				bad("lease expired at %s and was not marked expired within %s (is lease_expiry running?)", fmtAt(r.leaseExp), o.Grace)
+				bad("lease expired at %s and was not marked expired within %s (is %s running?)", fmtAt(r.leaseExp), o.Grace, sc.leaseExpiry)
 				return
 			}
 			rep.wait("leased")
@@ -221,7 +232,7 @@ func classify(o Options, rep *Report, r record, nowMs int64) {
 			}
 			e.Waiting = "delayed until " + fmtAt(r.dueAt)
 			if nowMs-r.dueAt > grace {
-				bad("delay ended at %s and was not promoted within %s (is delayed_promoter running?)", fmtAt(r.dueAt), o.Grace)
+				bad("delay ended at %s and was not promoted within %s (is %s running?)", fmtAt(r.dueAt), o.Grace, sc.promoter)
 				return
 			}
 			if nowMs > r.dueAt {
@@ -256,7 +267,7 @@ func classify(o Options, rep *Report, r record, nowMs int64) {
 		if r.dueAt != 0 && r.dueAt != model.SuspendedNoTimeoutScore {
 			e.Waiting += " until " + fmtAt(r.dueAt)
 			if nowMs-r.dueAt > grace {
-				bad("suspension timed out at %s and was not expired within %s (is suspension_timeout running?)", fmtAt(r.dueAt), o.Grace)
+				bad("suspension timed out at %s and was not expired within %s (is %s running?)", fmtAt(r.dueAt), o.Grace, sc.suspensionTimeout)
 				return
 			}
 		}

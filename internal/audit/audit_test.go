@@ -99,7 +99,7 @@ func TestValkeyAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[model.ExecutionID]string{eligible: "missing from", delayed: "not promoted", leased: "not marked expired",
+	want := map[model.ExecutionID]string{eligible: "missing from", delayed: "not promoted within 30s (is delayed_promoter running?)", leased: "not marked expired",
 		odd: "unknown lifecycle phase"}
 	if len(rep.Violations) != len(want) {
 		t.Fatalf("violations %v, want %d", rep.Violations, len(want))

@@ -75,7 +75,7 @@ func Postgres(ctx context.Context, pool *pgxpool.Pool, o Options) (*Report, erro
 			continue
 		}
 		rep.Checked++
-		classify(o, rep, r, nowMs)
+		classify(o, rep, r, nowMs, postgresScanners)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("audit: read executions: %w", err)

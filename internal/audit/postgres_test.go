@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,5 +41,32 @@ func TestPostgresAuditOneSnapshot(t *testing.T) {
 	}
 	if rep.Checked != 1 {
 		t.Fatalf("audit checked %d executions of 1 (%s)", rep.Checked, rep.Summary())
+	}
+}
+
+// TestPostgresAuditNamesPostgresScanners: a delay long past that nothing
+// promoted is a violation whose hint names the Postgres promoter
+// (pg_delayed_promoter), not the Valkey plugin.
+func TestPostgresAuditNamesPostgresScanners(t *testing.T) {
+	pc := pgtest.Client(t, postgres.ClientConfig{Logger: pgtest.Logger()})
+	ctx := pgtest.Context(t, 3*time.Minute)
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: pgtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "a", Kind: "k", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Pool().Exec(ctx, `UPDATE ff_exec_core SET deadline_at_ms = 1000`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := audit.Postgres(ctx, pc.Pool(), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) != 1 || rep.Violations[0].ID != id.UUIDString() ||
+		!strings.Contains(rep.Violations[0].Problem, "not promoted within 30s (is pg_delayed_promoter running?)") {
+		t.Fatalf("violations %v, want %s not promoted, naming pg_delayed_promoter", rep.Violations, id)
 	}
 }

@@ -139,7 +139,7 @@ func checkPage(ctx context.Context, raw vk.Client, o Options, rep *Report, p mod
 			r.dueAt = int64(*scores[i]) // the delay's end or the suspension's timeout, where they apply
 		}
 		rep.Checked++
-		classify(o, rep, r, nowMs)
+		classify(o, rep, r, nowMs, valkeyScanners)
 	}
 	return nil
 }
