@@ -3,7 +3,9 @@
 // partitioning, applied by Migrate), typed operations for the worker path
 // (CreateExecution, ClaimExecution/ClaimForWorker, CompleteExecution,
 // FailExecution, RenewLease, DelayExecution) named as their backend/valkey
-// counterparts, the reconcilers as plain functions (ReconcileAttemptTimeouts,
+// counterparts, the operator's (CancelExecution, ChangePriority and
+// ReplayExecution, the last two with their ff_operator_event rows;
+// DeliverSignal), the reconcilers as plain functions (ReconcileAttemptTimeouts,
 // PromoteDelayedDue, PromoteSubmitted), the worker registry
 // (RegisterWorker, HeartbeatWorker, MarkWorkerDead, ListWorkers), the
 // ff_completion_event outbox with a LISTEN subscriber, and a launcher for

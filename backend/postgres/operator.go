@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -102,11 +103,17 @@ type ReplayResult struct {
 //	ff_operator_event: replayed {"branch": "normal"}
 //
 // A missing execution is CodeExecutionNotFound, one not ended
-// CodeExecutionNotTerminal. A skipped flow member is refused
-// (CodeInvalidInput) and nothing is written: upstream's skipped branch
-// zeroes its edge groups' running counts, which fabric's dependency
-// resolution reads as "no parent left to wait for", so the member would
-// wait for good; fabric does not offer it on Postgres yet.
+// CodeExecutionNotTerminal. Two kinds of flow member are refused
+// (CodeInvalidInput) and nothing is written:
+//   - a skipped one: upstream's skipped branch zeroes its edge groups'
+//     running counts, which fabric's dependency resolution reads as "no
+//     parent left to wait for", so the member would wait for good;
+//   - one with downstream members: the edge groups count completions,
+//     not edges, so its second completion would count again and could
+//     release a downstream before its other parents end (upstream's
+//     replay has the same hazard; Valkey's per-edge states do not).
+//
+// A standalone execution and a flow's leaf replay.
 func (c *Client) ReplayExecution(ctx context.Context, id model.ExecutionID) (*ReplayResult, error) {
 	k, err := splitExecID(id)
 	if err != nil {
@@ -130,13 +137,23 @@ func (c *Client) ReplayExecution(ctx context.Context, id model.ExecutionID) (*Re
 		if phase != model.PhaseTerminal {
 			return fmt.Errorf("%w: phase %s", CodeExecutionNotTerminal, phase)
 		}
-		if public == model.PublicSkipped && flow != nil {
-			return fmt.Errorf("%w: %s is a skipped flow member; its replay is not offered on Postgres", CodeInvalidInput, id)
+		if flow != nil {
+			if public == model.PublicSkipped {
+				return fmt.Errorf("%w: %s is a skipped flow member; its replay is not offered on Postgres", CodeInvalidInput, id)
+			}
+			var downstream bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ff_edge WHERE partition_key = $1 AND flow_id = $2 AND upstream_eid = $3)`,
+				k.part, *flow, [16]byte(k.uuid)).Scan(&downstream); err != nil {
+				return err
+			}
+			if downstream {
+				return fmt.Errorf("%w: %s has downstream flow members, whose edge groups would count its next completion again; its replay is not offered on Postgres",
+					CodeInvalidInput, id)
+			}
 		}
 		res.ReplayCount = 1
 		if replays != nil {
-			var n int
-			if _, err := fmt.Sscan(*replays, &n); err == nil && n > 0 {
+			if n, err := strconv.Atoi(*replays); err == nil && n > 0 {
 				res.ReplayCount = n + 1
 			}
 		}

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,8 +73,8 @@ func TestChangePriority(t *testing.T) {
 // TestReplayExecution: a completed execution replays to waiting (its
 // attempt reset, replay_count 1, one replayed operator event), is claimed
 // and completes again with a second completion event; a replay of one
-// not ended, missing or a skipped flow member is refused and writes
-// nothing.
+// not ended, missing, a skipped flow member or a member with a downstream
+// is refused and writes nothing; a flow's leaf replays.
 func TestReplayExecution(t *testing.T) {
 	t.Parallel()
 	c := pgtest.Client(t, postgres.ClientConfig{})
@@ -142,5 +143,25 @@ func TestReplayExecution(t *testing.T) {
 	}
 	if ev := operatorEvents(t, c, member); len(ev) != 0 {
 		t.Fatalf("a refused replay wrote operator events: %q", ev)
+	}
+	// root -> leaf, both ended: the root's replay is refused (its next
+	// completion would count again in the leaf's edge group), the leaf's
+	// runs.
+	root := newExec(t, c, &execOpts{lane: "replay-flow", flow: flow})
+	leaf := newExec(t, c, &execOpts{lane: "replay-flow", flow: flow})
+	pk := int16(root.Partition().Index)
+	execSQL(t, c, `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
+VALUES ($1, $2::uuid, $3::uuid, $4::uuid, $5::uuid, '{"dependency_kind":"success_only"}')`,
+		pk, flow.String(), model.NewUUID().String(), root.UUIDString(), leaf.UUIDString())
+	execSQL(t, c, `UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed', eligibility_state = 'not_applicable'
+ WHERE partition_key = $1 AND execution_id IN ($2::uuid, $3::uuid)`, pk, root.UUIDString(), leaf.UUIDString())
+	if _, err := c.ReplayExecution(ctx, root); !errors.Is(err, postgres.CodeInvalidInput) || !strings.Contains(err.Error(), "downstream") {
+		t.Fatalf("replay of a flow member with a downstream: %v", err)
+	}
+	if got := core(t, c, root); got.Phase != model.PhaseTerminal {
+		t.Fatalf("root after a refused replay: %+v", got)
+	}
+	if rr, err := c.ReplayExecution(ctx, leaf); err != nil || rr.ReplayCount != 1 {
+		t.Fatalf("replay of a flow's leaf: %+v %v", rr, err)
 	}
 }

@@ -20,7 +20,7 @@ import (
 // Console, read from the ff_* tables. Its operator writes (cancel,
 // replay, priority change, signal delivery) go through the Postgres
 // client; lane pause answers ErrUnsupported as on Valkey, and so does the
-// replay of a skipped flow member.
+// replay of a flow member that was skipped or has downstream members.
 type PGConsole struct {
 	c   *postgres.Client
 	now func() time.Time
@@ -606,8 +606,9 @@ func (pc *PGConsole) Cancel(ctx context.Context, id, reason string) (*ActionResu
 }
 
 // Replay re-runs an ended execution (the Postgres backend's replay: back
-// to waiting, its replay count up one). A skipped flow member is refused
-// with ErrUnsupported; one not ended is ErrConflict.
+// to waiting, its replay count up one). A flow member that was skipped or
+// has downstream members is refused with ErrUnsupported (see
+// postgres.Client.ReplayExecution); one not ended is ErrConflict.
 func (pc *PGConsole) Replay(ctx context.Context, id string) (*ActionResult, error) {
 	_, _, eid, err := pgKey(id)
 	if err != nil {

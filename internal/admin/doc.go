@@ -26,8 +26,8 @@
 // JSON in, JSON out; the CLI verbs (fabric executions, flows, lanes,
 // workers) and the web UI call these same routes. NewConsoleHandler
 // serves them over a ConsoleBackend: Console (Valkey, mounted by Server)
-// or PGConsole (Postgres: the same writes; the replay of a skipped flow
-// member answers 501). Every error answers
+// or PGConsole (Postgres: the same writes; the replay of a flow member
+// that was skipped or has downstream members answers 501). Every error answers
 // an APIError {"error": "...", "status": N}: 400 for a malformed id,
 // state, limit, cursor or body; 404 for an unknown execution, flow, lane
 // or route; 403 for a write without the admin token; 409 when the
