@@ -287,4 +287,12 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 	if code := sendJSON(t, "POST", base+"/api/executions/"+string(child)+"/replay", ``, &e); code != 409 {
 		t.Fatalf("replay of a flow member not ended: %d %q, want 409", code, e.Error)
 	}
+	if _, err := pc.Pool().Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed'
+ WHERE partition_key = $1 AND execution_id = $2`, int16(part.Index), u(root)); err != nil {
+		t.Fatal(err)
+	}
+	if code := sendJSON(t, "POST", base+"/api/executions/"+string(root)+"/replay", ``, &e); code != 501 ||
+		!strings.Contains(e.Error, "downstream flow members") {
+		t.Fatalf("replay of an ended flow member with a downstream: %d %q, want 501", code, e.Error)
+	}
 }
