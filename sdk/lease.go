@@ -91,7 +91,6 @@ func (l *Lease) Context() context.Context { return l.ctx }
 
 // Fence returns the lease's fence (lease id, epoch, attempt id and
 // index).
-
 func (l *Lease) Fence() backend.Fence { return l.fence }
 
 // ExpiresAt returns the server expiry of the lease as last renewed.
@@ -208,9 +207,8 @@ func (l *Lease) end() {
 
 // finishCall runs a lease-ending call: it stops renewal first (so no
 // renew races the release), retries transport failures up to 3 times,
-// waits out a server's transient errors (backend.Driver.IsTransient) while the
-// lease lasts,
-// and treats an execution_not_active reply that shows this very lease's
+// waits out a server's transient errors (backend.Driver.IsTransient)
+// while the lease lasts, and treats an execution_not_active reply that shows this very lease's
 // epoch and attempt with the expected outcome as success (the replay of
 // a call whose reply was lost), as FlowFabric's SDK does.
 //
