@@ -96,6 +96,7 @@ func roundTrip(fn func(uint64) uint64, req marshaler, resp unmarshaler) error {
 	if err != nil {
 		return err
 	}
+	collectIfGrown()
 	in, ptr := sendBlock(b)
 	out := fn(ptr)
 	freeLarge(in)
