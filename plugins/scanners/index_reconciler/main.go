@@ -33,9 +33,19 @@ import (
 
 // Plugin is the index reconciler, registered in init.
 var Plugin = pdk.Plugin{
-	Manifest: pdk.Scanner("index_reconciler", 45000, 100, []string{reconcileFunction},
-		[]string{"ff:idx:*:all_executions", "ff:idx:*:lane:*"}, map[string]string{"mode": modeRepair}),
-	Scan: scan,
+	Manifest: manifest(),
+	Scan:     scan,
+}
+
+// manifest asks a 20 s call timeout: a sweep reads every execution of its
+// partitions, terminal ones included, and one call over ~130,000
+// executions on a loaded 2-core machine ran past the default 5 s (as the
+// other whole-keyspace reconcilers ask, cancel_reconciler among them).
+func manifest() abi.Manifest {
+	m := pdk.Scanner("index_reconciler", 45000, 100, []string{reconcileFunction},
+		[]string{"ff:idx:*:all_executions", "ff:idx:*:lane:*"}, map[string]string{"mode": modeRepair})
+	m.TimeoutMs = 20000
+	return m
 }
 
 // reconcileFunction is fabric's one-execution index repair.
