@@ -441,9 +441,7 @@ func testRenew(e *env) {
 	if exp < c.ExpiresAt+ttl/2 {
 		e.t.Fatalf("renewed to %d, the claim expired at %d: want about %d ms later", exp, c.ExpiresAt, ttl)
 	}
-	stale := c.Fence
-	stale.LeaseEpoch++
-	stale.LeaseID = model.NewUUID().String()
+	stale := stale(c.Fence)
 	_, err = e.d.RenewLease(e.ctx, &backend.RenewLeaseParams{ExecutionID: c.ExecutionID, Fence: stale, LeaseTTLMs: ttl})
 	wantErr(e.t, "renew with a stale fence", err, backend.ErrLeaseGone)
 	e.complete(c, nil)
@@ -458,9 +456,7 @@ func testRenew(e *env) {
 func testErrorClasses(e *env) {
 	e.create(e.spec())
 	c := e.mustClaim()
-	stale := c.Fence
-	stale.LeaseEpoch++
-	stale.LeaseID = model.NewUUID().String()
+	stale := stale(c.Fence)
 	_, err := e.d.RenewLease(e.ctx, &backend.RenewLeaseParams{ExecutionID: c.ExecutionID, Fence: stale, LeaseTTLMs: ttl})
 	if err == nil || backend.CodeOf(err) != "stale_lease" || e.d.IsTransient(err) {
 		e.t.Fatalf("renew with a stale fence: %v (code %q, transient %v), want a stale_lease refusal, not transient",
@@ -496,9 +492,7 @@ func testErrorClasses(e *env) {
 func testComplete(e *env) {
 	e.create(e.spec())
 	c := e.mustClaim()
-	stale := c.Fence
-	stale.LeaseEpoch++
-	stale.LeaseID = model.NewUUID().String()
+	stale := stale(c.Fence)
 	err := e.d.CompleteExecution(e.ctx, &backend.CompleteExecutionParams{ExecutionID: c.ExecutionID, Fence: stale})
 	wantErr(e.t, "complete with a stale fence", err, backend.ErrLeaseGone)
 	wantState(e.t, e.state(c.ExecutionID), model.PhaseActive, model.PublicActive)
@@ -587,9 +581,7 @@ func testDelay(e *env) {
 	e.create(e.spec())
 	c := e.mustClaim()
 	until := time.Now().Add(time.Hour).UnixMilli()
-	stale := c.Fence
-	stale.LeaseEpoch++
-	stale.LeaseID = model.NewUUID().String()
+	stale := stale(c.Fence)
 	err := e.d.DelayExecution(e.ctx, &backend.DelayExecutionParams{ExecutionID: c.ExecutionID, Fence: stale, DelayUntil: until})
 	wantErr(e.t, "delay with a stale fence", err, backend.ErrLeaseGone)
 	if err := e.d.DelayExecution(e.ctx, &backend.DelayExecutionParams{ExecutionID: c.ExecutionID, Fence: c.Fence,
