@@ -124,9 +124,18 @@ func (f *scannerFixture) waitCore(eid model.ExecutionID, what string, cond func(
 
 func (f *scannerFixture) waitActed(name string, n uint32) host.PluginStatus {
 	f.t.Helper()
+	return waitActed(f.t, f.host, name, n)
+}
+
+// waitActed polls until the plugin's totals count at least n actions and
+// returns its status then. A plugin's work is visible in the store before
+// the call that did it returns and the host adds it to the totals, so a
+// test that saw the effect reads the count through this.
+func waitActed(t *testing.T, h *host.Host, name string, n uint32) host.PluginStatus {
+	t.Helper()
 	var st host.PluginStatus
-	valkeytest.Eventually(f.t, 15*time.Second, name+" counted its work", func() bool {
-		st, _ = f.host.Plugin(name)
+	valkeytest.Eventually(t, 15*time.Second, name+" counted its work", func() bool {
+		st, _ = h.Plugin(name)
 		return st.Totals.Acted >= n
 	})
 	return st

@@ -108,9 +108,7 @@ func TestLeaseExpiryWithSDKWorkers(t *testing.T) {
 	if res, err := raw.Do(ctx, raw.B().Get().Key(model.KeysFor(eid).Result()).Build()).ToString(); err != nil || res != "done by b" {
 		t.Fatalf("result = %q, %v", res, err)
 	}
-	if st, _ := b.host.Plugin("lease_expiry"); st.Totals.Acted < 1 {
-		t.Fatalf("lease_expiry did not count the expiry: %+v", st.Totals)
-	}
+	waitActed(t, b.host, "lease_expiry", 1)
 }
 
 // TestDelayedPromotionWithSDKWorker: an execution created with a delay is
@@ -172,7 +170,7 @@ func TestDelayedPromotionWithSDKWorker(t *testing.T) {
 	if started := time.Unix(0, startedAt.Load()); started.Before(created.Add(delay)) {
 		t.Fatalf("ran %s after creation, before its %s delay", started.Sub(created), delay)
 	}
-	if st, _ := b.host.Plugin("delayed_promoter"); st.Totals.Acted != 1 {
+	if st := waitActed(t, b.host, "delayed_promoter", 1); st.Totals.Acted != 1 {
 		t.Fatalf("delayed_promoter acted %d times, want 1", st.Totals.Acted)
 	}
 }
