@@ -63,6 +63,33 @@ RETURNING e.execution_id::text,
 		Params: []string{"partition_key", "event_id", "now_ms"},
 		Tables: []string{TCompletion, TExecCore},
 	}
+	// DependencyClaimFlowless claims, in one statement, up to limit of the
+	// partition's unclaimed events committed at or before stale_before_ms
+	// whose execution is in no flow: the event names none and the
+	// execution has none now, the same reading DependencyClaim makes. Such
+	// an event has no edge to advance, so claiming it in a transaction of
+	// its own only costs round trips — and standalone executions are most
+	// of a deployment's completions. Rows another transaction holds are
+	// skipped (that claimer handles them). The rows are picked in a CTE,
+	// which runs once: an IN (... LIMIT ... SKIP LOCKED) subquery may be
+	// rescanned by the plan and claim more than limit. Rows affected: the
+	// events claimed.
+	DependencyClaimFlowless = Statement{
+		Name: "dependency.claim_flowless",
+		SQL: `WITH picked AS (
+  SELECT p.event_id FROM ff_completion_event p
+   WHERE p.partition_key = $1 AND p.dispatched_at_ms IS NULL AND p.committed_at_ms <= $2 AND p.flow_id IS NULL
+     AND NOT EXISTS (SELECT 1 FROM ff_exec_core c
+                      WHERE c.partition_key = $1 AND c.execution_id = p.execution_id AND c.flow_id IS NOT NULL)
+   ORDER BY p.event_id
+   LIMIT $4
+     FOR UPDATE OF p SKIP LOCKED)
+UPDATE ff_completion_event e SET dispatched_at_ms = $3
+  FROM picked
+ WHERE e.partition_key = $1 AND e.event_id = picked.event_id`,
+		Params: []string{"partition_key", "stale_before_ms", "now_ms", "limit"},
+		Tables: []string{TCompletion, TExecCore},
+	}
 	// DependencyOutEdges lists the downstream execution ids of an
 	// execution's outgoing edges, one row per edge, in a stable order (the
 	// order the edge groups are locked in).
@@ -248,7 +275,7 @@ RETURNING c.execution_id::text, c.attempt_index`,
 
 // flowStatements are the flow statements of All.
 var flowStatements = []Statement{
-	DependencyScan, DependencyProbe, DependencyClaim, DependencyOutEdges, EdgeGroupLock, EdgeGroupWriteCounters,
+	DependencyScan, DependencyProbe, DependencyClaim, DependencyClaimFlowless, DependencyOutEdges, EdgeGroupLock, EdgeGroupWriteCounters,
 	DependencyReleaseChild, DependencySkipChild, EdgeGroupFlagSiblings, PendingCancelEnqueue,
 	EdgeCancelScan, EdgeCancelLockGroup, EdgeCancelGroupExists, EdgeCancelMembers,
 	EdgeCancelReleaseAttempt, EdgeCancelClearGroup, EdgeCancelDequeue, WorkerRegistrySweep,

@@ -1,8 +1,10 @@
 // Command pg_dependency_reconciler resolves flow dependencies on Postgres
 // (upstream ff-backend-postgres reconcilers/dependency with dispatch.rs's
 // dispatch_completion): per partition it lists the ff_completion_event
-// rows no dispatcher claimed that are older than stale_ms, oldest first,
-// and handles each in its own transaction with pdk/pgflow's
+// rows no dispatcher claimed that are older than stale_ms, oldest first.
+// Those of executions in no flow, most of them, are claimed in bulk
+// (pgsql.DependencyClaimFlowless: nothing to advance); each flow member's
+// is handled in its own transaction with pdk/pgflow's
 // DispatchCompletion: claim the event, advance the edge group of each
 // outgoing edge, release a satisfied downstream, skip an impossible one
 // (whose own 'skipped' event the next pass cascades), and queue sibling
@@ -36,7 +38,7 @@ import (
 
 // Statements is what the plugin runs (its capabilities.sql grant).
 var Statements = []pgsql.Statement{
-	pgsql.DependencyScan, pgsql.DependencyProbe, pgsql.DependencyClaim, pgsql.DependencyOutEdges, pgsql.EdgeGroupLock,
+	pgsql.DependencyScan, pgsql.DependencyProbe, pgsql.DependencyClaim, pgsql.DependencyClaimFlowless, pgsql.DependencyOutEdges, pgsql.EdgeGroupLock,
 	pgsql.EdgeGroupWriteCounters, pgsql.DependencyReleaseChild, pgsql.DependencySkipChild,
 	pgsql.EdgeGroupFlagSiblings, pgsql.PendingCancelEnqueue, pgsql.CompletionInsert,
 }
@@ -111,10 +113,17 @@ func scanBatch(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
 	return out
 }
 
+// flowlessRounds bounds the bulk claims of one partition's standalone
+// events per call; what is left waits for the next pass.
+const flowlessRounds = 8
+
 // dispatch handles req's partition's unclaimed events committed at or
-// before before.
+// before before: first, in bulk, those of executions in no flow
+// (pgsql.DependencyClaimFlowless: nothing to advance), then each flow
+// member's event in a transaction of its own.
 func dispatch(h pdk.Host, req abi.ScanRequest, now, before int64) abi.ScanResult {
 	pk := int64(req.Partition.Index)
+	flowless, failed := claimFlowless(h, pk, now, before, int64(req.BatchSize))
 	var released, skipped, groups int
 	res := pdk.RowScan{
 		Candidates: pdk.Q(pgsql.DependencyScan, pk, before, int64(req.BatchSize)),
@@ -133,10 +142,42 @@ func dispatch(h pdk.Host, req abi.ScanRequest, now, before int64) abi.ScanResult
 			h.Log(abi.LogWarn, "dependency reconciler: "+what+": "+err.Error())
 		},
 	}.Run(h)
-	for name, v := range map[string]int{"released": released, "skipped": skipped, "cancel_groups": groups} {
+	res.Scanned += flowless
+	res.Acted += flowless
+	if failed {
+		res.Errors++
+	}
+	for name, v := range map[string]int{"released": released, "skipped": skipped, "cancel_groups": groups, "standalone": int(flowless)} {
 		if v > 0 {
 			h.Metric(abi.Metric{Kind: abi.MetricCounter, Name: name, Value: float64(v)})
 		}
 	}
 	return res
+}
+
+// claimFlowless claims the partition's standalone completion events,
+// limit a statement, and returns how many it claimed and whether a
+// statement failed (logged; the per-event pass then claims them one by
+// one, as before this statement existed).
+func claimFlowless(h pdk.Host, pk, now, before, limit int64) (uint32, bool) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	s, err := pdk.SQLOf(h)
+	if err != nil {
+		return 0, false // RowScan reports it
+	}
+	var claimed uint32
+	for range flowlessRounds {
+		rs, err := pdk.Exec(s, pdk.Q(pgsql.DependencyClaimFlowless, pk, before, now, limit))
+		if err != nil {
+			h.Log(abi.LogWarn, "dependency reconciler: standalone events: "+err.Error())
+			return claimed, true
+		}
+		claimed += uint32(rs[0].RowsAffected)
+		if rs[0].RowsAffected < limit {
+			break
+		}
+	}
+	return claimed, false
 }
