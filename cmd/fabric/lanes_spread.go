@@ -35,7 +35,7 @@ func init() {
 				if *off && *k != 0 {
 					return fmt.Errorf("%w: --off takes no --partitions", errUsage)
 				}
-				c, done, err := periodicClient(ctx, env, *url, cf)
+				c, done, err := valkeySDKClient(ctx, env, *url, cf)
 				if err != nil {
 					return err
 				}

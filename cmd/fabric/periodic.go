@@ -10,6 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"log/slog"
+
+	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -27,11 +31,43 @@ func (t tagsFlag) Set(v string) error {
 	return nil
 }
 
-// periodicClient connects to the deployment at url and returns an SDK
-// client on it (partition counts from ff:config:partitions).
-func periodicClient(ctx context.Context, env *cliEnv, url string, cf *connFlags) (*sdk.Client, func(), error) {
+// deploymentFlags name the deployment a schedule command works on: a
+// Valkey one (--valkey-url and the connection flags) or a Postgres one
+// (--postgres-url); schedules live in the deployment, so one is required.
+type deploymentFlags struct {
+	fs  *flag.FlagSet
+	url *string
+	cf  *connFlags
+	pg  *pgFlags
+}
+
+func addDeploymentFlags(fs *flag.FlagSet) *deploymentFlags {
+	return &deploymentFlags{fs: fs,
+		url: fs.String("valkey-url", "", "the Valkey deployment (this or --postgres-url is required: schedules live in the deployment)"),
+		cf:  addConnFlags(fs), pg: addPostgresFlags(fs)}
+}
+
+// client connects to the deployment and returns an SDK client on it
+// (on Valkey, partition counts from ff:config:partitions; on Postgres,
+// a database fabric migrate prepared).
+func (d *deploymentFlags) client(ctx context.Context, env *cliEnv) (*sdk.Client, func(), error) {
+	if (*d.url == "") == (d.pg.url == "") {
+		return nil, nil, fmt.Errorf("%w: give one of --valkey-url and --postgres-url (schedules live in the deployment)", errUsage)
+	}
+	if err := d.pg.checkPasswordFile(d.fs); err != nil {
+		return nil, nil, err
+	}
+	if d.pg.url != "" {
+		return postgresSDKClient(ctx, env, d.pg)
+	}
+	return valkeySDKClient(ctx, env, *d.url, d.cf)
+}
+
+// valkeySDKClient is an SDK client on the Valkey deployment at url
+// (partition counts from ff:config:partitions).
+func valkeySDKClient(ctx context.Context, env *cliEnv, url string, cf *connFlags) (*sdk.Client, func(), error) {
 	if url == "" {
-		return nil, nil, fmt.Errorf("%w: --valkey-url is required (schedules live in the deployment)", errUsage)
+		return nil, nil, fmt.Errorf("%w: --valkey-url is required (the setting lives in the deployment)", errUsage)
 	}
 	b := &backendFlags{url: url, conn: cf, logLevel: "error"}
 	conn, err := b.connect(ctx, env)
@@ -44,6 +80,31 @@ func periodicClient(ctx context.Context, env *cliEnv, url string, cf *connFlags)
 		return nil, nil, err
 	}
 	return c, conn.Close, nil
+}
+
+// postgresSDKClient is an SDK client on the database at pg.url; errors
+// and logs never carry its password.
+func postgresSDKClient(ctx context.Context, env *cliEnv, pg *pgFlags) (*sdk.Client, func(), error) {
+	t, err := pg.target(ctx, env)
+	if err != nil {
+		return nil, nil, err
+	}
+	secrets := append(redact.Secrets(t.URL), t.Password)
+	log := slog.New(redact.Handler(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelError}), secrets...))
+	pc, err := postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: 4})
+	if err != nil {
+		return nil, nil, redact.Error(fmt.Errorf("%s: %w", t.Where, err), secrets...)
+	}
+	if err := postgres.CheckSchema(ctx, pc.Pool()); err != nil {
+		pc.Close()
+		return nil, nil, redact.Error(fmt.Errorf("%s: %w", t.Where, err), secrets...)
+	}
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: log, Creator: "fabric-cli"})
+	if err != nil {
+		pc.Close()
+		return nil, nil, redact.Error(err, secrets...)
+	}
+	return c, pc.Close, nil
 }
 
 // usageIfInvalid turns the SDK's input validation errors into usage
@@ -61,8 +122,7 @@ func init() {
 		usage:   "NAME",
 		summary: "Add (or replace) a periodic schedule: the periodic plugin of the running hosts creates one execution of --kind per tick (--every or --cron, UTC).",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
-			url := fs.String("valkey-url", "", "the deployment (required)")
-			cf := addConnFlags(fs)
+			dep := addDeploymentFlags(fs)
 			every := fs.Duration("every", 0, "fixed interval between ticks (at least 100ms)")
 			cronExpr := fs.String("cron", "", `5-field cron expression or descriptor, in UTC (e.g. "*/5 * * * *", "@hourly")`)
 			kind := fs.String("kind", "", "execution kind of the created executions (required)")
@@ -92,7 +152,7 @@ func init() {
 					opts = append(opts, sdk.WithTags(tags))
 				}
 				p := sdk.Periodic{Name: args[0], Every: *every, Cron: *cronExpr, Kind: *kind, Payload: []byte(*payload)}
-				c, done, err := periodicClient(ctx, env, *url, cf)
+				c, done, err := dep.client(ctx, env)
 				if err != nil {
 					return err
 				}
@@ -112,13 +172,12 @@ func init() {
 		usage:   "NAME",
 		summary: "Remove a periodic schedule (executions it created are kept); exit 1 if there is none of that name.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
-			url := fs.String("valkey-url", "", "the deployment (required)")
-			cf := addConnFlags(fs)
+			dep := addDeploymentFlags(fs)
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if len(args) != 1 {
 					return fmt.Errorf("%w: want exactly one schedule NAME", errUsage)
 				}
-				c, done, err := periodicClient(ctx, env, *url, cf)
+				c, done, err := dep.client(ctx, env)
 				if err != nil {
 					return err
 				}
@@ -135,14 +194,13 @@ func init() {
 		name:    "periodic list",
 		summary: "List the periodic schedules: timing, kind, lane, next and last tick.",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
-			url := fs.String("valkey-url", "", "the deployment (required)")
-			cf := addConnFlags(fs)
+			dep := addDeploymentFlags(fs)
 			asJSON := fs.Bool("json", false, "print the schedules as JSON")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
 				if err := noArgs(args); err != nil {
 					return err
 				}
-				c, done, err := periodicClient(ctx, env, *url, cf)
+				c, done, err := dep.client(ctx, env)
 				if err != nil {
 					return err
 				}

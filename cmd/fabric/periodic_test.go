@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 )
 
@@ -53,5 +54,34 @@ func TestPeriodicCLI(t *testing.T) {
 	code, out, _ = runCmd(t, "periodic", "list", "--valkey-url", url, "--json")
 	if code != 0 || strings.Contains(out, "nightly") || !strings.Contains(out, `"Name": "cron-one"`) {
 		t.Fatalf("list --json: %d\n%s", code, out)
+	}
+}
+
+// TestPeriodicCLIOnPostgres: the same verbs on a Postgres deployment
+// (pg_periodic fires its schedules); both URLs or neither is a usage
+// error, and an unmigrated database names fabric migrate.
+func TestPeriodicCLIOnPostgres(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	code, out, errOut := runCmd(t, "periodic", "add", "--postgres-url", url, "--every", "90s", "--kind", "report", "--lane", "reports", "nightly")
+	if code != 0 || !strings.Contains(out, "periodic nightly: report on lane reports, first tick") {
+		t.Fatalf("add: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = runCmd(t, "periodic", "list", "--postgres-url", url)
+	if code != 0 || !strings.Contains(out, "nightly") || !strings.Contains(out, "every 1m30s") {
+		t.Fatalf("list: %d\n%s", code, out)
+	}
+	if code, out, _ := runCmd(t, "periodic", "remove", "--postgres-url", url, "nightly"); code != 0 || !strings.Contains(out, "removed") {
+		t.Fatalf("remove: %d %q", code, out)
+	}
+	if code, _, errOut := runCmd(t, "periodic", "remove", "--postgres-url", url, "nightly"); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("second remove: %d %q", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, "periodic", "list", "--postgres-url", url, "--valkey-url", "redis://127.0.0.1:1"); code != 2 || !strings.Contains(errOut, "one of --valkey-url and --postgres-url") {
+		t.Fatalf("both URLs: %d %q", code, errOut)
+	}
+	bare := pgtest.NewDatabase(t, false)
+	if code, _, errOut := runCmd(t, "periodic", "list", "--postgres-url", bare); code != 1 || !strings.Contains(errOut, "fabric migrate") {
+		t.Fatalf("unmigrated: %d %q", code, errOut)
 	}
 }
