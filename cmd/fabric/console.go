@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -77,6 +76,7 @@ func (c *consoleFlags) do(ctx context.Context, method, path string, body any, ou
 	if body != nil {
 		req.Header.Set("Content-Type", ctype)
 	}
+	sentToken := false
 	if c.tokenFile != nil {
 		tok, err := readAdminToken(*c.tokenFile)
 		if err != nil {
@@ -84,6 +84,7 @@ func (c *consoleFlags) do(ctx context.Context, method, path string, body any, ou
 		}
 		if tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
+			sentToken = true
 		}
 	}
 	hc, err := adminClient(*c.ca)
@@ -103,6 +104,9 @@ func (c *consoleFlags) do(ctx context.Context, method, path string, body any, ou
 		var e admin.APIError
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(b))
+		}
+		if resp.StatusCode == http.StatusForbidden && c.tokenFile != nil && !sentToken && strings.HasPrefix(e.Error, "admin token required") {
+			e.Error += " (pass --admin-token-file F, or set $" + adminTokenEnv + ", with the token the host was started with)"
 		}
 		return nil, &apiError{status: resp.StatusCode, msg: e.Error}
 	}
@@ -434,10 +438,6 @@ func (c *consoleFlags) action(ctx context.Context, env *cliEnv, args []string, a
 	}
 	var r admin.ActionResult
 	if _, err := c.do(ctx, http.MethodPost, "/api/executions/"+url.PathEscape(id)+"/"+action, body, &r); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && ae.status == http.StatusForbidden {
-			return fmt.Errorf("%w; pass --admin-token-file or set %s", err, adminTokenEnv)
-		}
 		return err
 	}
 	keys := make([]string, 0, len(r.Detail))

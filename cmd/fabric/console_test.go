@@ -129,6 +129,11 @@ func TestConsoleCLI(t *testing.T) {
 		if !strings.Contains(errOut, "403") || !strings.Contains(errOut, "--admin-token-file") {
 			t.Fatalf("cancel without token: %s", errOut)
 		}
+		// Every write verb says how to send the token, not only the
+		// execution actions.
+		if _, errOut := run(1, "lanes", "pause", consoletest.LaneA); !strings.Contains(errOut, "403") || !strings.Contains(errOut, "--admin-token-file") {
+			t.Fatalf("lanes pause without token: %s", errOut)
+		}
 		out, _ := run(0, "executions", "priority", string(s.Eligible), "42", "--admin-token-file", tokFile)
 		if !strings.Contains(out, "new=42") {
 			t.Fatalf("priority: %s", out)
