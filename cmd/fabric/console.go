@@ -512,7 +512,11 @@ func printDetail(w io.Writer, d *admin.ExecutionDetail) {
 }
 
 func printFlow(w io.Writer, f *admin.FlowView) {
-	fmt.Fprintf(w, "flow %s kind=%s state=%s members=%d edges=%d\n", f.ID, f.Core["flow_kind"], f.Core["public_flow_state"],
+	state := f.Core["public_flow_state"]
+	if f.SummaryState != "" && f.SummaryState != state {
+		state += " (members: " + f.SummaryState + ")"
+	}
+	fmt.Fprintf(w, "flow %s kind=%s state=%s members=%d edges=%d\n", f.ID, f.Core["flow_kind"], state,
 		len(f.Nodes), len(f.Edges))
 	nodes := topoOrder(f)
 	short := map[string]string{}
@@ -531,7 +535,7 @@ func printFlow(w io.Writer, f *admin.FlowView) {
 		return short[edges[i].Upstream]+short[edges[i].Downstream] < short[edges[j].Upstream]+short[edges[j].Downstream]
 	})
 	for _, e := range edges {
-		fmt.Fprintf(w, "  %s -> %s (%s, %s)\n", short[e.Upstream], short[e.Downstream], e.Kind, e.State)
+		fmt.Fprintf(w, "  %s -> %s (%s, %s)\n", short[e.Upstream], short[e.Downstream], e.Kind, cmp.Or(e.Resolution, e.State))
 	}
 }
 

@@ -95,7 +95,7 @@ func TestConsoleCLI(t *testing.T) {
 
 	t.Run("flows show", func(t *testing.T) {
 		out, _ := run(0, "flows", "show", s.Flow.String())
-		for _, want := range []string{"members=3 edges=2", "completed", "active", "waiting", "n1 -> ", "success_only"} {
+		for _, want := range []string{"members=3 edges=2", "completed", "active", "waiting", "n1 -> ", "success_only, satisfied"} {
 			if !strings.Contains(out, want) {
 				t.Fatalf("flows show lacks %q:\n%s", want, out)
 			}

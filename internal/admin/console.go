@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -739,7 +740,16 @@ type FlowEdge struct {
 	Upstream   string `json:"upstream"`
 	Downstream string `json:"downstream"`
 	Kind       string `json:"kind"`
-	State      string `json:"state"`
+	// State is the edge record's edge_state as stored: on Valkey
+	// FlowFabric writes "pending" once and never updates it; on Postgres
+	// "applied" once staged.
+	State string `json:"state"`
+	// Resolution is what the edge's upstream did to it, the same words on
+	// both backends: "unsatisfied" (not resolved yet), "satisfied" (the
+	// upstream succeeded) or "impossible" (it ended otherwise). Valkey
+	// reads the downstream's dep:<edge> state; Postgres the outcome of the
+	// upstream's latest dispatched completion event.
+	Resolution string `json:"resolution"`
 }
 
 // FlowView is a flow's DAG: its record, members and edges.
@@ -750,6 +760,11 @@ type FlowView struct {
 	Edges []FlowEdge        `json:"edges"`
 	// States counts the members per public state.
 	States map[string]int `json:"states"`
+	// SummaryState is the flow state the flow projector derived from its
+	// members (completed, failed, running, blocked, open, ...), "" before
+	// its first pass. Core's public_flow_state is only ever open or
+	// cancelled: FlowFabric never writes a flow's completion there.
+	SummaryState string `json:"summary_state,omitempty"`
 }
 
 type flowRef struct {
@@ -831,6 +846,24 @@ func (cs *Console) Flow(ctx context.Context, id string) (*FlowView, error) {
 		v.Edges = append(v.Edges, FlowEdge{ID: edgeIDs[i], Upstream: e["upstream_execution_id"],
 			Downstream: e["downstream_execution_id"], Kind: e["dependency_kind"], State: e["edge_state"]})
 	}
+	// Each edge's resolution lives on its downstream (dep:<edge>); the
+	// derived flow state in the projector's summary.
+	cmds = cmds[:0]
+	for _, e := range v.Edges {
+		cmds = append(cmds, raw.B().Hget().Key(model.KeysFor(model.ExecutionID(e.Downstream)).DepEdge(e.ID)).Field("state").Build())
+	}
+	for i, r := range raw.DoMulti(ctx, cmds...) {
+		st, err := r.ToString()
+		if err != nil && !vk.IsValkeyNil(err) {
+			return nil, fmt.Errorf("console: edge %s resolution: %w", v.Edges[i].ID, err)
+		}
+		v.Edges[i].Resolution = cmp.Or(st, "unsatisfied")
+	}
+	st, err := raw.Do(ctx, raw.B().Hget().Key(f.keys.Summary()).Field("public_flow_state").Build()).ToString()
+	if err != nil && !vk.IsValkeyNil(err) {
+		return nil, fmt.Errorf("console: flow summary: %w", err)
+	}
+	v.SummaryState = st
 	return v, nil
 }
 

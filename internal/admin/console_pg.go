@@ -417,15 +417,20 @@ func (pc *PGConsole) Flow(ctx context.Context, id string) (*FlowView, error) {
 	for _, n := range v.Nodes {
 		v.States[n.State]++
 	}
-	rows, err = pool.Query(ctx, `SELECT edge_id, upstream_eid, downstream_eid, coalesce(policy->>'dependency_kind', 'success_only'),
-       coalesce(policy->>'edge_state', '') FROM ff_edge WHERE partition_key = $1 AND flow_id = $2 ORDER BY edge_id`, f.part, [16]byte(f.id))
+	rows, err = pool.Query(ctx, `SELECT e.edge_id, e.upstream_eid, e.downstream_eid, coalesce(e.policy->>'dependency_kind', 'success_only'),
+       coalesce(e.policy->>'edge_state', ''),
+       CASE coalesce((SELECT ce.outcome FROM ff_completion_event ce
+                       WHERE ce.partition_key = e.partition_key AND ce.execution_id = e.upstream_eid AND ce.dispatched_at_ms IS NOT NULL
+                       ORDER BY ce.event_id DESC LIMIT 1), '')
+         WHEN 'success' THEN 'satisfied' WHEN '' THEN 'unsatisfied' ELSE 'impossible' END
+  FROM ff_edge e WHERE e.partition_key = $1 AND e.flow_id = $2 ORDER BY e.edge_id`, f.part, [16]byte(f.id))
 	if err != nil {
 		return nil, fmt.Errorf("console: flow edges: %w", err)
 	}
 	edges, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FlowEdge, error) {
 		var e, up, down [16]byte
 		var fe FlowEdge
-		err := r.Scan(&e, &up, &down, &fe.Kind, &fe.State)
+		err := r.Scan(&e, &up, &down, &fe.Kind, &fe.State, &fe.Resolution)
 		fe.ID, fe.Upstream, fe.Downstream = model.UUID(e).String(), pgExecID(f.part, up), pgExecID(f.part, down)
 		return fe, err
 	})
@@ -433,6 +438,11 @@ func (pc *PGConsole) Flow(ctx context.Context, id string) (*FlowView, error) {
 		return nil, fmt.Errorf("console: flow edges: %w", err)
 	}
 	v.Edges = append(v.Edges, edges...)
+	err = pool.QueryRow(ctx, `SELECT public_flow_state FROM ff_flow_summary WHERE partition_key = $1 AND flow_id = $2`,
+		f.part, [16]byte(f.id)).Scan(&v.SummaryState)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("console: flow summary: %w", err)
+	}
 	return v, nil
 }
 

@@ -189,6 +189,26 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 		f.Edges[0].Upstream != string(root) || f.Edges[0].Downstream != string(child) || f.Core["flow_kind"] != "pipeline" {
 		t.Fatalf("flow: %d %+v", code, f)
 	}
+	if f.Edges[0].Resolution != "unsatisfied" || f.SummaryState != "" {
+		t.Fatalf("edge before its upstream ended: %+v, summary %q", f.Edges[0], f.SummaryState)
+	}
+	// The upstream's dispatched completion resolves the edge; the
+	// projector's summary names the members' state.
+	if _, err := pc.Pool().Exec(ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms, dispatched_at_ms)
+VALUES ($1, $2, $3, 'failed', 1, 2), ($1, $2, $3, 'success', 3, 4), ($1, $2, $3, 'failed', 5, NULL)`, int16(part.Index), u(root), [16]byte(flow)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Pool().Exec(ctx, `INSERT INTO ff_flow_summary (partition_key, flow_id, public_flow_state, last_summary_update_at)
+VALUES ($1, $2, 'running', 1)`, int16(part.Index), [16]byte(flow)); err != nil {
+		t.Fatal(err)
+	}
+	getJSON(t, "GET", base+"/api/flows/"+flow.String(), &f)
+	if f.Edges[0].Resolution != "satisfied" || f.SummaryState != "running" {
+		t.Fatalf("edge after the upstream's latest dispatched success: %+v, summary %q", f.Edges[0], f.SummaryState)
+	}
+	if _, err := pc.Pool().Exec(ctx, `DELETE FROM ff_completion_event WHERE execution_id = $1`, u(root)); err != nil {
+		t.Fatal(err)
+	}
 	getJSON(t, "GET", base+"/api/executions?flow="+flow.String(), &p)
 	if len(p.Executions) != 2 {
 		t.Fatalf("flow members: %+v", p)

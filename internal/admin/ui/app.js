@@ -231,7 +231,7 @@ async function flow(id) {
   const height = 40 + Math.max(1, ...L.map((l) => l.length)) * (H + GY);
   const edges = f.edges.filter((e) => pos[e.upstream] && pos[e.downstream]).map((e) => {
     const a = pos[e.upstream], b = pos[e.downstream];
-    return `<line class="edge" data-from="${esc(e.upstream)}" data-to="${esc(e.downstream)}" x1="${a.x + W}" y1="${a.y + H / 2}" x2="${b.x}" y2="${b.y + H / 2}" marker-end="url(#arrow)"/>`;
+    return `<line class="edge" data-from="${esc(e.upstream)}" data-to="${esc(e.downstream)}" data-resolution="${esc(e.resolution)}" x1="${a.x + W}" y1="${a.y + H / 2}" x2="${b.x}" y2="${b.y + H / 2}" marker-end="url(#arrow)"/>`;
   }).join("");
   const nodes = f.nodes.map((n) => {
     const p = pos[n.id];
@@ -242,7 +242,7 @@ async function flow(id) {
   }).join("");
   const legend = Object.entries(f.states).map(([s, n]) => `<span>${stateBadge(s)} ${n}</span>`).join("");
   view.innerHTML = `<h1>Flow <span class="mono" id="flow-id">${esc(f.id)}</span></h1>
-    <p>kind ${esc(f.core.flow_kind)} · ${f.nodes.length} members · ${f.edges.length} edges · state ${esc(f.core.public_flow_state)}</p>
+    <p>kind ${esc(f.core.flow_kind)} · ${f.nodes.length} members · ${f.edges.length} edges · state ${esc(f.core.public_flow_state)}${f.summary_state && f.summary_state !== f.core.public_flow_state ? ` (members: ${esc(f.summary_state)})` : ""}</p>
     <p class="legend">${legend}</p>
     <svg id="dag" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">
       <defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
