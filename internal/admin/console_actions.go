@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/model"
@@ -83,7 +84,19 @@ func (cs *Console) Replay(ctx context.Context, id string) (*ActionResult, error)
 	if err != nil {
 		return nil, conflict("replay", err)
 	}
-	return &ActionResult{ID: string(eid), Action: "replay", Detail: map[string]any{"result": n}}, nil
+	// The reply counts a replayed skipped flow member's edges still
+	// unsatisfied (0 otherwise); what the replay made of the execution is
+	// read back, in the words the Postgres console answers with.
+	raw := cs.c.Raw()
+	f, err := raw.Do(ctx, raw.B().Hmget().Key(model.KeysFor(eid).Core()).Field("replay_count", "public_state").Build()).ToArray()
+	if err != nil || len(f) != 2 {
+		return nil, fmt.Errorf("console: replay %s: read back: %w", eid, err)
+	}
+	countText, _ := f[0].ToString()
+	count, _ := strconv.ParseInt(countText, 10, 64)
+	state, _ := f[1].ToString()
+	return &ActionResult{ID: string(eid), Action: "replay", Detail: map[string]any{"replay_count": count,
+		"public_state": state, "unsatisfied_edges": n}}, nil
 }
 
 // Priority changes an eligible execution's priority (0..9000).

@@ -336,6 +336,11 @@ func TestConsoleAPIWrites(t *testing.T) {
 		if st := state(s.Failed); st != "waiting" {
 			t.Fatalf("after replay: %s", st)
 		}
+		// The answer says what the replay did, as the Postgres console's
+		// does (JSON numbers decode as float64).
+		if r.Detail["public_state"] != "waiting" || r.Detail["replay_count"] != float64(1) || r.Detail["unsatisfied_edges"] != float64(0) {
+			t.Fatalf("replay answer %+v", r.Detail)
+		}
 	})
 
 	t.Run("bad ids, unknown actions and lanes", func(t *testing.T) {
