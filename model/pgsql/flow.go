@@ -30,6 +30,21 @@ var (
 		Params: []string{"partition_key", "stale_before_ms", "limit"},
 		Tables: []string{TCompletion},
 	}
+	// DependencyScanMembers is DependencyScan of the events of flow
+	// members only (the event names a flow, or its execution is in one
+	// now): those DependencyClaimFlowless leaves, each dispatched in a
+	// transaction of its own.
+	DependencyScanMembers = Statement{
+		Name: "dependency.scan_members",
+		SQL: `SELECT e.event_id FROM ff_completion_event e
+ WHERE e.partition_key = $1 AND e.dispatched_at_ms IS NULL AND e.committed_at_ms <= $2
+   AND (e.flow_id IS NOT NULL OR EXISTS (SELECT 1 FROM ff_exec_core c
+                                          WHERE c.partition_key = $1 AND c.execution_id = e.execution_id AND c.flow_id IS NOT NULL))
+ ORDER BY e.event_id ASC
+ LIMIT $3`,
+		Params: []string{"partition_key", "stale_before_ms", "limit"},
+		Tables: []string{TCompletion, TExecCore},
+	}
 	// DependencyProbe names, of up to ProbePartitions partitions (a batch
 	// call's; a shorter list repeats one of them), those with a completion
 	// event DependencyScan would list: one indexed statement for a batch,
@@ -275,7 +290,7 @@ RETURNING c.execution_id::text, c.attempt_index`,
 
 // flowStatements are the flow statements of All.
 var flowStatements = []Statement{
-	DependencyScan, DependencyProbe, DependencyClaim, DependencyClaimFlowless, DependencyOutEdges, EdgeGroupLock, EdgeGroupWriteCounters,
+	DependencyScan, DependencyScanMembers, DependencyProbe, DependencyClaim, DependencyClaimFlowless, DependencyOutEdges, EdgeGroupLock, EdgeGroupWriteCounters,
 	DependencyReleaseChild, DependencySkipChild, EdgeGroupFlagSiblings, PendingCancelEnqueue,
 	EdgeCancelScan, EdgeCancelLockGroup, EdgeCancelGroupExists, EdgeCancelMembers,
 	EdgeCancelReleaseAttempt, EdgeCancelClearGroup, EdgeCancelDequeue, WorkerRegistrySweep,

@@ -13,7 +13,8 @@ import (
 	"github.com/fabric-host/fabric/pdk"
 )
 
-// TestDependencyClaimFlowless: the bulk claim takes the partition's
+// TestDependencyClaimFlowless: the per-event scan lists flow members'
+// events only, and the bulk claim takes the partition's
 // completion events of executions in no flow, at most limit a statement,
 // none committed after the bound, none another transaction holds, and
 // never the event of an execution added to a flow after it completed
@@ -64,7 +65,16 @@ func TestDependencyClaimFlowless(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := hostfn.NewSQLSession(c.PluginSQL(), &abi.Capabilities{SQL: pgsql.Grants(pgsql.DependencyClaimFlowless)}, "")
+	s := hostfn.NewSQLSession(c.PluginSQL(), &abi.Capabilities{SQL: pgsql.Grants(pgsql.DependencyClaimFlowless, pgsql.DependencyScanMembers)}, "")
+	// The per-event scan lists the member's event only.
+	rs, err := s.Do(ctx, abi.SQLRequest{Statements: []abi.SQLStatement{pdk.Q(pgsql.DependencyScanMembers, pk, time.Now().Add(time.Hour).UnixMilli(), 100)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	memberEvent := count(t, c, `SELECT event_id FROM ff_completion_event WHERE execution_id = $1::uuid`, member.UUIDString())
+	if rows := rs.Results[0].Rows; len(rows) != 1 || rows[0][0].AsInt() != int64(memberEvent) {
+		t.Fatalf("scan_members listed %v, want the member's event %d alone", rows, memberEvent)
+	}
 	claimFlowless := func(before, limit int64) int64 {
 		t.Helper()
 		rs, err := s.Do(ctx, abi.SQLRequest{Statements: []abi.SQLStatement{

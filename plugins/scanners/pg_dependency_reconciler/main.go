@@ -2,16 +2,18 @@
 // (upstream ff-backend-postgres reconcilers/dependency with dispatch.rs's
 // dispatch_completion): per partition it lists the ff_completion_event
 // rows no dispatcher claimed that are older than stale_ms, oldest first.
-// Those of executions in no flow, most of them, are claimed in bulk
-// (pgsql.DependencyClaimFlowless: nothing to advance); each flow member's
-// is handled in its own transaction with pdk/pgflow's
+// Each flow member's is handled in its own transaction with pdk/pgflow's
 // DispatchCompletion: claim the event, advance the edge group of each
 // outgoing edge, release a satisfied downstream, skip an impossible one
 // (whose own 'skipped' event the next pass cascades), and queue sibling
-// cancels for pg_edge_cancel_reconciler.
+// cancels for pg_edge_cancel_reconciler. Those of executions in no flow,
+// most of a deployment's, are then claimed in bulk
+// (pgsql.DependencyClaimFlowless: nothing to advance).
 //
-// fabric has no push dispatcher on Postgres, so this plugin is what moves
-// flows there; it runs every second rather than upstream's 15 s. A batch
+// This plugin is what moves flows on Postgres: `fabric run` sweeps it on a
+// partition as soon as a member's completion is NOTIFYed there, and on its
+// own interval as the safety net (stock: every second, rather than
+// upstream's 15 s). A batch
 // call (fabric_scan_batch, the host's sweep) first asks one indexed
 // statement (pgsql.DependencyProbe) which of its partitions have such
 // events, and scans only those: a sweep over 256 partitions is a handful
@@ -38,7 +40,7 @@ import (
 
 // Statements is what the plugin runs (its capabilities.sql grant).
 var Statements = []pgsql.Statement{
-	pgsql.DependencyScan, pgsql.DependencyProbe, pgsql.DependencyClaim, pgsql.DependencyClaimFlowless, pgsql.DependencyOutEdges, pgsql.EdgeGroupLock,
+	pgsql.DependencyScanMembers, pgsql.DependencyProbe, pgsql.DependencyClaim, pgsql.DependencyClaimFlowless, pgsql.DependencyOutEdges, pgsql.EdgeGroupLock,
 	pgsql.EdgeGroupWriteCounters, pgsql.DependencyReleaseChild, pgsql.DependencySkipChild,
 	pgsql.EdgeGroupFlagSiblings, pgsql.PendingCancelEnqueue, pgsql.CompletionInsert,
 }
@@ -118,15 +120,15 @@ func scanBatch(h pdk.Host, req abi.ScanBatchRequest) []abi.ScanResult {
 const flowlessRounds = 8
 
 // dispatch handles req's partition's unclaimed events committed at or
-// before before: first, in bulk, those of executions in no flow
-// (pgsql.DependencyClaimFlowless: nothing to advance), then each flow
-// member's event in a transaction of its own.
+// before before: first each flow member's event in a transaction of its
+// own (a pushed sweep releases the child before anything else), then, in
+// bulk, those of executions in no flow (pgsql.DependencyClaimFlowless:
+// nothing to advance); one that fails leaves them to the next pass.
 func dispatch(h pdk.Host, req abi.ScanRequest, now, before int64) abi.ScanResult {
 	pk := int64(req.Partition.Index)
-	flowless, failed := claimFlowless(h, pk, now, before, int64(req.BatchSize))
 	var released, skipped, groups int
 	res := pdk.RowScan{
-		Candidates: pdk.Q(pgsql.DependencyScan, pk, before, int64(req.BatchSize)),
+		Candidates: pdk.Q(pgsql.DependencyScanMembers, pk, before, int64(req.BatchSize)),
 		Handle: func(s pdk.SQLHost, row []abi.SQLValue) (bool, error) {
 			d, err := pgflow.DispatchCompletion(s, pk, row[0].AsInt(), now)
 			if err == nil {
@@ -142,6 +144,7 @@ func dispatch(h pdk.Host, req abi.ScanRequest, now, before int64) abi.ScanResult
 			h.Log(abi.LogWarn, "dependency reconciler: "+what+": "+err.Error())
 		},
 	}.Run(h)
+	flowless, failed := claimFlowless(h, pk, now, before, int64(req.BatchSize))
 	res.Scanned += flowless
 	res.Acted += flowless
 	if failed {
@@ -157,15 +160,14 @@ func dispatch(h pdk.Host, req abi.ScanRequest, now, before int64) abi.ScanResult
 
 // claimFlowless claims the partition's standalone completion events,
 // limit a statement, and returns how many it claimed and whether a
-// statement failed (logged; the per-event pass then claims them one by
-// one, as before this statement existed).
+// statement failed (logged).
 func claimFlowless(h pdk.Host, pk, now, before, limit int64) (uint32, bool) {
 	if limit <= 0 {
 		limit = 1000
 	}
 	s, err := pdk.SQLOf(h)
 	if err != nil {
-		return 0, false // RowScan reports it
+		return 0, true
 	}
 	var claimed uint32
 	for range flowlessRounds {
