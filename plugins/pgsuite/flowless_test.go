@@ -7,6 +7,7 @@ import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
+	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/host/hostfn"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/model/pgsql"
@@ -110,5 +111,60 @@ func TestDependencyClaimFlowless(t *testing.T) {
 	}
 	if !undispatched(member) {
 		t.Fatal("claimed the flow member's event")
+	}
+}
+
+// TestDependencyReconcilerClaimsStandaloneEvents: the plugin dispatches a
+// flow member's event and claims every standalone one of the partition
+// (whose per-event scan no longer lists them) in the same pass, counting
+// each as acted.
+func TestDependencyReconcilerClaimsStandaloneEvents(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := pgtest.Context(t, 3*time.Minute)
+	f := &flowFixture{t: t, c: c, flow: model.NewUUID()}
+	parent := f.member("standalone-parent", false)
+	child := f.member("standalone-parent", true)
+	f.group(child, `{"kind":"all_of"}`, parent)
+	const standalone = 40
+	for range standalone {
+		id := parts.NewFlowExecutionID(f.flow) // the flow's partition, outside the flow
+		if _, err := c.CreateExecution(ctx, &postgres.CreateExecutionParams{ExecutionID: id, Namespace: "ns",
+			LaneID: "standalone", ExecutionKind: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		r := claim(t, c, "standalone")
+		if err := c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: id, Fence: r.Fence()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := claim(t, c, "standalone-parent")
+	if err := c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: parent, Fence: r.Fence()}); err != nil {
+		t.Fatal(err)
+	}
+	part := int(parent.Partition().Index)
+	_, sig, _ := startHost(t, c, map[string]host.PluginConfig{"pg_dependency_reconciler": {Interval: 100 * time.Millisecond,
+		Config: map[string]string{"stale_ms": "0"}}})
+	for {
+		rec := wait(t, sig.PartitionDone.C(), time.Minute, "a pass over the flow's partition")
+		if rec.Partition != part {
+			continue
+		}
+		if rec.Result.Errors != 0 || rec.Error != "" {
+			t.Fatalf("pass: %+v %s", rec.Result, rec.Error)
+		}
+		if rec.Result.Acted == 0 {
+			continue // a pass before the events were visible to it
+		}
+		if rec.Result.Acted != standalone+1 {
+			t.Fatalf("one pass acted on %d events, want all %d", rec.Result.Acted, standalone+1)
+		}
+		break
+	}
+	if n := count(t, c, `SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL`); n != 0 {
+		t.Fatalf("%d events left undispatched", n)
+	}
+	if st := stateOf(t, c, child); st.Eligibility != model.EligibleNow {
+		t.Fatalf("child %+v", st)
 	}
 }
