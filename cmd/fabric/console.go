@@ -497,6 +497,15 @@ func printDetail(w io.Writer, d *admin.ExecutionDetail) {
 	for _, f := range d.LeaseHistory {
 		fmt.Fprintf(w, "  %s %s %s %s\n", msField(f.Fields["ts"]), f.Fields["event"], f.Fields["worker_id"], f.Fields["reason"])
 	}
+	if sus := d.Suspension; sus["suspension_id"] != "" && sus["closed_at"] == "" {
+		// What a suspended execution waits for: the condition names its
+		// signals (or waitpoints), the timeout when it gives up.
+		fmt.Fprintf(w, "suspension %s: reason %s, timeout %s", sus["suspension_id"], cmp.Or(sus["reason_code"], "-"), cmp.Or(msField(sus["timeout_at"]), "none"))
+		if b := sus["timeout_behavior"]; b != "" && sus["timeout_at"] != "" {
+			fmt.Fprintf(w, " (then %s)", b)
+		}
+		fmt.Fprintf(w, "\n  waits for %s\n", cmp.Or(sus["resume_condition_json"], "-"))
+	}
 	if len(d.Waitpoints) > 0 {
 		fmt.Fprintf(w, "waitpoints: %d\n", len(d.Waitpoints))
 		for _, wp := range d.Waitpoints {

@@ -140,6 +140,10 @@ func TestConsoleCLI(t *testing.T) {
 		}
 		run(2, "executions", "priority", string(s.Eligible), "high", "--admin-token-file", tokFile)
 		t.Setenv(adminTokenEnv, token)
+		// show says what the suspension waits for before it is signalled.
+		if out, _ := run(0, "executions", "show", string(s.Suspended)); !strings.Contains(out, "suspension ") || !strings.Contains(out, "waits for") || !strings.Contains(out, `"approve"`) {
+			t.Fatalf("show of a suspended execution:\n%s", out)
+		}
 		out, _ = run(0, "executions", "signal", string(s.Suspended), "approve")
 		if !strings.Contains(out, "effect=resume_condition_satisfied") {
 			t.Fatalf("signal: %s", out)
