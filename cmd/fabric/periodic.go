@@ -10,10 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"log/slog"
-
-	"github.com/fabric-host/fabric/backend/postgres"
-	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -85,26 +81,16 @@ func valkeySDKClient(ctx context.Context, env *cliEnv, url string, cf *connFlags
 // postgresSDKClient is an SDK client on the database at pg.url; errors
 // and logs never carry its password.
 func postgresSDKClient(ctx context.Context, env *cliEnv, pg *pgFlags) (*sdk.Client, func(), error) {
-	t, err := pg.target(ctx, env)
+	s, err := pg.open(ctx, env)
 	if err != nil {
 		return nil, nil, err
 	}
-	secrets := append(redact.Secrets(t.URL), t.Password)
-	log := slog.New(redact.Handler(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelError}), secrets...))
-	pc, err := postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: 4})
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: s.Client, Logger: s.Log, Creator: "fabric-cli"})
 	if err != nil {
-		return nil, nil, redact.Error(fmt.Errorf("%s: %w", t.Where, err), secrets...)
+		s.Close()
+		return nil, nil, s.redact(err)
 	}
-	if err := postgres.CheckSchema(ctx, pc.Pool()); err != nil {
-		pc.Close()
-		return nil, nil, redact.Error(fmt.Errorf("%s: %w", t.Where, err), secrets...)
-	}
-	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: pc, Logger: log, Creator: "fabric-cli"})
-	if err != nil {
-		pc.Close()
-		return nil, nil, redact.Error(err, secrets...)
-	}
-	return c, pc.Close, nil
+	return c, s.Close, nil
 }
 
 // usageIfInvalid turns the SDK's input validation errors into usage

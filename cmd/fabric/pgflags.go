@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -110,3 +111,43 @@ func (t *pgTarget) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	}
 	return pool, nil
 }
+
+// pgSession is a Postgres client on a command's target whose schema
+// fabric migrate prepared, with a logger of errors to stderr; neither its
+// log lines nor the errors open and redact return carry the password.
+type pgSession struct {
+	*pgTarget
+	Client  *postgres.Client
+	Log     *slog.Logger
+	secrets []string
+}
+
+// open resolves the target and connects to it (4 connections), refusing
+// a database without fabric's schema with a message naming fabric
+// migrate.
+func (p *pgFlags) open(ctx context.Context, env *cliEnv) (*pgSession, error) {
+	t, err := p.target(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	s := &pgSession{pgTarget: t, secrets: append(redact.Secrets(t.URL), t.Password)}
+	s.Log = slog.New(redact.Handler(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelError}), s.secrets...))
+	if s.Client, err = postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: s.Log, MaxConns: 4}); err != nil {
+		t.Close()
+		return nil, s.redact(fmt.Errorf("%s: %w", t.Where, err))
+	}
+	if err := postgres.CheckSchema(ctx, s.Client.Pool()); err != nil {
+		s.Close()
+		return nil, s.redact(fmt.Errorf("%s: %w", t.Where, err))
+	}
+	return s, nil
+}
+
+// Close closes the client and stops a throwaway cluster.
+func (s *pgSession) Close() {
+	s.Client.Close()
+	s.pgTarget.Close()
+}
+
+// redact takes the session's secrets out of err (nil stays nil).
+func (s *pgSession) redact(err error) error { return redact.Error(err, s.secrets...) }

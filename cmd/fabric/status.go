@@ -8,13 +8,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/redact"
@@ -164,23 +162,13 @@ func keyspaceReport(ctx context.Context, env *cliEnv, b *backendFlags, parts *pa
 // database without fabric's schema is refused naming `fabric migrate`; no
 // error or log line carries the password.
 func postgresReport(ctx context.Context, env *cliEnv, pg *pgFlags, statusFile string, hc *http.Client, addr string, sample time.Duration) (admin.Report, map[string]float64, error) {
-	t, err := pg.target(ctx, env)
+	s, err := pg.open(ctx, env)
 	if err != nil {
 		return admin.Report{}, nil, err
 	}
-	defer t.Close()
-	secrets := append(redact.Secrets(t.URL), t.Password)
-	log := slog.New(redact.Handler(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelError}), secrets...))
-	pc, err := postgres.Connect(ctx, postgres.ClientConfig{URL: t.URL, Password: t.Password, Logger: log, MaxConns: 4})
-	if err != nil {
-		return admin.Report{}, nil, redact.Error(fmt.Errorf("%s: %w", t.Where, err), secrets...)
-	}
-	defer pc.Close()
-	if err := postgres.CheckSchema(ctx, pc.Pool()); err != nil {
-		return admin.Report{}, nil, redact.Error(fmt.Errorf("%s: %w", t.Where, err), secrets...)
-	}
-	rep, rates, err := censusReport(ctx, admin.SamplerConfig{Take: admin.PGCensus(pc), Logger: log}, "postgres: "+t.Where, statusFile, hc, addr, sample)
-	return rep, rates, redact.Error(err, secrets...)
+	defer s.Close()
+	rep, rates, err := censusReport(ctx, admin.SamplerConfig{Take: admin.PGCensus(s.Client), Logger: s.Log}, "postgres: "+s.Where, statusFile, hc, addr, sample)
+	return rep, rates, s.redact(err)
 }
 
 // censusReport takes two censuses of the deployment sc samples, sample
