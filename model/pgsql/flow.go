@@ -20,7 +20,11 @@ const uuidPattern = `'^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{
 var (
 	// DependencyScan lists event ids of completion events of the
 	// partition no dispatcher claimed, committed at or before
-	// stale_before_ms, oldest first.
+	// stale_before_ms, oldest first. The stock plugin now runs
+	// DependencyScanMembers and DependencyClaimFlowless instead; the
+	// statement stays in the catalog, the host↔plugin contract, for
+	// plugins built before them (an older pg_dependency_reconciler.wasm
+	// swapped back in).
 	DependencyScan = Statement{
 		Name: "dependency.scan",
 		SQL: `SELECT event_id FROM ff_completion_event
