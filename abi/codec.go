@@ -4,12 +4,19 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
+	"unsafe"
 
 	"github.com/fabric-host/fabric/internal/errtext"
 )
 
 // ErrDecode is matched by every decoding failure.
 var ErrDecode = errors.New("abi: malformed message")
+
+// ErrDecodeLimit is matched by a decoding (DecodeWithin) stopped because
+// the decoded form would take more memory than its limit. The message may
+// be well formed: it is too large for the memory left to it.
+var ErrDecodeLimit = errors.New("abi: decoded message over its memory limit")
 
 // Encoder appends the ABI's primitive encodings to a buffer: unsigned and
 // zig-zag varints, length-prefixed strings and lists. The zero value is
@@ -79,6 +86,35 @@ type Decoder struct {
 	buf []byte
 	off int
 	err error
+	// limit, when positive, bounds used: the bytes of Go memory the
+	// decoded form takes (list elements, string bytes).
+	limit, used int
+}
+
+// Request is a message the host decodes within a memory limit
+// (DecodeWithin): every host-call request.
+type Request interface {
+	decodeFrom(d *Decoder) error
+}
+
+// DecodeWithin decodes b into r, as r.UnmarshalBinary does, allocating at
+// most about limit bytes for its decoded form (limit <= 0: no limit).
+// used is what that form takes: its lists' elements and its strings'
+// bytes. A form over the limit fails with ErrDecodeLimit before its
+// elements are allocated.
+func DecodeWithin(r Request, b []byte, limit int) (used int, err error) {
+	d := &Decoder{buf: b, limit: limit}
+	err = r.decodeFrom(d)
+	return d.used, err
+}
+
+// charge counts n bytes of decoded form against the limit.
+func (d *Decoder) charge(n int) bool {
+	d.used += n
+	if d.limit > 0 && d.used > d.limit && d.err == nil {
+		d.err = errtext.Wrap(ErrDecodeLimit, ErrDecodeLimit.Error()+": "+errtext.D(d.used)+" bytes, above "+errtext.D(d.limit))
+	}
+	return d.err == nil
 }
 
 // NewDecoder returns a decoder over b.
@@ -188,10 +224,16 @@ func (d *Decoder) Float64() float64 {
 
 // Count reads a list length, refusing one that cannot fit in what is left
 // (every element takes at least one byte).
-func (d *Decoder) Count() int {
+func (d *Decoder) Count() int { return d.CountOf(1) }
+
+// CountOf reads the length of a list whose elements take at least
+// minBytes encoded bytes each, refusing one above the bytes left divided
+// by minBytes: a count that lies about the bytes present fails here,
+// before anything is allocated for it.
+func (d *Decoder) CountOf(minBytes int) int {
 	n := d.Uvarint()
-	if d.err == nil && n > uint64(d.Remaining()) {
-		d.fail("count " + errtext.U(n) + " exceeds " + errtext.D(d.Remaining()) + " remaining bytes")
+	if d.err == nil && n > uint64(d.Remaining()/max(minBytes, 1)) {
+		d.fail("count " + errtext.U(n) + " of elements of at least " + errtext.D(minBytes) + " bytes exceeds the " + errtext.D(d.Remaining()) + " bytes left")
 		return 0
 	}
 	return int(n)
@@ -207,20 +249,56 @@ func (d *Decoder) String() string {
 		d.fail("string of " + errtext.U(n) + " bytes exceeds " + errtext.D(d.Remaining()) + " remaining")
 		return ""
 	}
+	if !d.charge(int(n)) {
+		return ""
+	}
 	s := string(d.buf[d.off : d.off+int(n)])
 	d.off += int(n)
 	return s
 }
 
-// Strings reads a count then each string.
+// Strings reads a count then each string (nil for none).
 func (d *Decoder) Strings() []string {
-	n := d.Count()
-	if n == 0 {
+	out := decodeList(d, 1, (*Decoder).String)
+	if len(out) == 0 {
 		return nil
 	}
-	out := make([]string, n)
-	for i := range out {
-		out[i] = d.String()
+	return out
+}
+
+// maxPrealloc bounds the bytes a list reserves ahead of the elements it
+// has decoded. A list grows as its elements decode, so what it costs is
+// proportional to the elements present, whatever its count claims.
+const maxPrealloc = 64 << 10
+
+// decodeList reads a count of elements of at least minBytes encoded
+// bytes each (CountOf), then each element with elem. The result is
+// non-nil, and nil once decoding failed.
+func decodeList[T any](d *Decoder, minBytes int, elem func(*Decoder) T) []T {
+	n := d.CountOf(minBytes)
+	if d.err != nil {
+		return nil
+	}
+	var zero T
+	size := max(int(unsafe.Sizeof(zero)), 1)
+	c := min(n, maxPrealloc/size)
+	if !d.charge(c * size) {
+		return nil
+	}
+	out := make([]T, 0, c)
+	for range n {
+		v := elem(d)
+		if d.err != nil {
+			return nil
+		}
+		if len(out) == cap(out) {
+			more := min(max(cap(out), 8), n-len(out))
+			if !d.charge(more * size) {
+				return nil
+			}
+			out = slices.Grow(out, more)
+		}
+		out = append(out, v)
 	}
 	return out
 }

@@ -82,11 +82,10 @@ func (r *DispatchRequest) UnmarshalBinary(b []byte) error {
 	}
 	var out DispatchRequest
 	out.Batch = d.Uvarint()
-	n := d.Count()
-	out.Completions = make([]Completion, n)
-	for i := range out.Completions {
-		out.Completions[i] = Completion{ExecutionID: d.String(), FlowID: d.String(), Outcome: d.String()}
-	}
+	// A completion is at least its three string lengths.
+	out.Completions = decodeList(d, 3, func(d *Decoder) Completion {
+		return Completion{ExecutionID: d.String(), FlowID: d.String(), Outcome: d.String()}
+	})
 	out.DeadlineMs = d.Uint32()
 	out.Partitions.Flow = uint16(d.Uvarint())
 	out.Partitions.Budget = uint16(d.Uvarint())
@@ -200,8 +199,10 @@ func (r *CommandRequest) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a read or write request.
-func (r *CommandRequest) UnmarshalBinary(b []byte) error {
-	d := NewDecoder(b)
+func (r *CommandRequest) UnmarshalBinary(b []byte) error { return r.decodeFrom(NewDecoder(b)) }
+
+// decodeFrom decodes the message from d (Request).
+func (r *CommandRequest) decodeFrom(d *Decoder) error {
 	tag := d.Byte()
 	if d.Err() == nil && tag != tagReadReq && tag != tagWriteReq {
 		return errtext.Wrap(ErrDecode, "command request: "+ErrDecode.Error()+": tag 0x"+errtext.Hex2(tag))

@@ -233,10 +233,15 @@ func (m *Manifest) UnmarshalBinary(b []byte) error {
 	out.BatchSize = d.Uint32()
 	out.TimeoutMs = d.Uint32()
 	out.MaxPages = d.Uint32()
-	if n := d.Count(); n > 0 {
-		out.Config = make(map[string]string, n)
+	// An entry is at least its key's and its value's lengths; the map
+	// grows as entries decode.
+	if n := d.CountOf(2); n > 0 {
+		out.Config = make(map[string]string, min(n, 64))
 		for range n {
 			k := d.String()
+			if d.Err() != nil {
+				break
+			}
 			out.Config[k] = d.String()
 		}
 	}

@@ -229,16 +229,17 @@ func (r *FCallRequest) AppendTo(e *Encoder) {
 }
 
 // UnmarshalBinary decodes a request.
-func (r *FCallRequest) UnmarshalBinary(b []byte) error {
-	d := NewDecoder(b)
+func (r *FCallRequest) UnmarshalBinary(b []byte) error { return r.decodeFrom(NewDecoder(b)) }
+
+// decodeFrom decodes the message from d (Request).
+func (r *FCallRequest) decodeFrom(d *Decoder) error {
 	if err := expectTag(d, tagFCallRequest, "fcall request"); err != nil {
 		return err
 	}
-	n := d.Count()
-	calls := make([]Call, n)
-	for i := range calls {
-		calls[i] = Call{Function: d.String(), Keys: d.Strings(), Args: d.Strings(), Item: d.String()}
-	}
+	// A call is at least 4 bytes: two string lengths and two list counts.
+	calls := decodeList(d, 4, func(d *Decoder) Call {
+		return Call{Function: d.String(), Keys: d.Strings(), Args: d.Strings(), Item: d.String()}
+	})
 	if err := d.Finish("fcall request"); err != nil {
 		return err
 	}
@@ -269,10 +270,11 @@ func (r *FCallResponse) UnmarshalBinary(b []byte) error {
 	if err := expectTag(d, tagFCallResp, "fcall response"); err != nil {
 		return err
 	}
-	out := make([]CallResult, d.Count())
-	for i := range out {
-		out[i] = CallResult{Result: CallStatus(d.Byte()), Status: d.String(), Fields: d.Strings()}
-	}
+	// A result is at least 3 bytes: its status byte, a string length and
+	// a fields count.
+	out := decodeList(d, 3, func(d *Decoder) CallResult {
+		return CallResult{Result: CallStatus(d.Byte()), Status: d.String(), Fields: d.Strings()}
+	})
 	if err := d.Finish("fcall response"); err != nil {
 		return err
 	}
@@ -296,8 +298,10 @@ func (r *HMGetRequest) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a request.
-func (r *HMGetRequest) UnmarshalBinary(b []byte) error {
-	d := NewDecoder(b)
+func (r *HMGetRequest) UnmarshalBinary(b []byte) error { return r.decodeFrom(NewDecoder(b)) }
+
+// decodeFrom decodes the message from d (Request).
+func (r *HMGetRequest) decodeFrom(d *Decoder) error {
 	if err := expectTag(d, tagHMGetRequest, "hmget request"); err != nil {
 		return err
 	}
@@ -336,11 +340,11 @@ func (r *HMGetResponse) UnmarshalBinary(b []byte) error {
 	if err := expectTag(d, tagHMGetResp, "hmget response"); err != nil {
 		return err
 	}
-	out := make([]Field, d.Count())
-	for i := range out {
-		out[i].Present = d.Bool()
-		out[i].Value = d.String()
-	}
+	// A field is at least its presence flag and its length.
+	out := decodeList(d, 2, func(d *Decoder) Field {
+		present := d.Bool()
+		return Field{Present: present, Value: d.String()}
+	})
 	if err := d.Finish("hmget response"); err != nil {
 		return err
 	}
@@ -372,8 +376,10 @@ func (r *ZRangeRequest) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a request.
-func (r *ZRangeRequest) UnmarshalBinary(b []byte) error {
-	d := NewDecoder(b)
+func (r *ZRangeRequest) UnmarshalBinary(b []byte) error { return r.decodeFrom(NewDecoder(b)) }
+
+// decodeFrom decodes the message from d (Request).
+func (r *ZRangeRequest) decodeFrom(d *Decoder) error {
 	if err := expectTag(d, tagZRangeReq, "zrangebyscore request"); err != nil {
 		return err
 	}
@@ -411,11 +417,8 @@ func (r *Members) UnmarshalBinary(b []byte) error {
 		return err
 	}
 	out := Members{Members: d.Strings()}
-	if n := d.Count(); n > 0 {
-		out.Scores = make([]float64, n)
-		for i := range out.Scores {
-			out.Scores[i] = d.Float64()
-		}
+	if scores := decodeList(d, 8, (*Decoder).Float64); len(scores) > 0 {
+		out.Scores = scores
 	}
 	if err := d.Finish("members"); err != nil {
 		return err
@@ -436,8 +439,10 @@ func (r *KeyRequest) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a request.
-func (r *KeyRequest) UnmarshalBinary(b []byte) error {
-	d := NewDecoder(b)
+func (r *KeyRequest) UnmarshalBinary(b []byte) error { return r.decodeFrom(NewDecoder(b)) }
+
+// decodeFrom decodes the message from d (Request).
+func (r *KeyRequest) decodeFrom(d *Decoder) error {
 	if err := expectTag(d, tagKeyRequest, "key request"); err != nil {
 		return err
 	}
@@ -470,8 +475,10 @@ func (r *ScanCursorRequest) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a request.
-func (r *ScanCursorRequest) UnmarshalBinary(b []byte) error {
-	d := NewDecoder(b)
+func (r *ScanCursorRequest) UnmarshalBinary(b []byte) error { return r.decodeFrom(NewDecoder(b)) }
+
+// decodeFrom decodes the message from d (Request).
+func (r *ScanCursorRequest) decodeFrom(d *Decoder) error {
 	if err := expectTag(d, tagCursorReq, "sscan request"); err != nil {
 		return err
 	}
@@ -542,8 +549,10 @@ func (r *Metric) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a metric.
-func (r *Metric) UnmarshalBinary(b []byte) error {
-	d := NewDecoder(b)
+func (r *Metric) UnmarshalBinary(b []byte) error { return r.decodeFrom(NewDecoder(b)) }
+
+// decodeFrom decodes the message from d (Request).
+func (r *Metric) decodeFrom(d *Decoder) error {
 	if err := expectTag(d, tagMetric, "metric"); err != nil {
 		return err
 	}

@@ -88,15 +88,17 @@ func (r *BatchReadRequest) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a request.
-func (r *BatchReadRequest) UnmarshalBinary(b []byte) error {
-	d := NewDecoder(b)
+func (r *BatchReadRequest) UnmarshalBinary(b []byte) error { return r.decodeFrom(NewDecoder(b)) }
+
+// decodeFrom decodes the message from d (Request).
+func (r *BatchReadRequest) decodeFrom(d *Decoder) error {
 	if err := expectTag(d, tagBatchReadReq, "read request"); err != nil {
 		return err
 	}
-	ops := make([]ReadOp, d.Count())
-	for i := range ops {
-		ops[i] = ReadOp{Cmd: d.String(), Key: d.String(), Args: d.Strings()}
-	}
+	// An op is at least 3 bytes: two string lengths and an args count.
+	ops := decodeList(d, 3, func(d *Decoder) ReadOp {
+		return ReadOp{Cmd: d.String(), Key: d.String(), Args: d.Strings()}
+	})
 	if err := d.Finish("read request"); err != nil {
 		return err
 	}
@@ -160,17 +162,21 @@ func (r *BatchReadResponse) UnmarshalBinary(b []byte) error {
 	if err := expectTag(d, tagBatchReadResp, "read response"); err != nil {
 		return err
 	}
-	out := make([]ReadResult, d.Count())
-	for i := range out {
-		out[i].Err = d.String()
-		n := d.Count()
-		out[i].Values = make([]string, n)
-		out[i].Present = make([]bool, n)
-		for j := range n {
-			out[i].Present[j] = d.Bool()
-			out[i].Values[j] = d.String()
+	// A result is at least an error string's length and a values count;
+	// a value at least its presence flag and its length.
+	out := decodeList(d, 2, func(d *Decoder) ReadResult {
+		res := ReadResult{Err: d.String()}
+		fields := decodeList(d, 2, func(d *Decoder) Field {
+			present := d.Bool()
+			return Field{Present: present, Value: d.String()}
+		})
+		res.Values = make([]string, len(fields))
+		res.Present = make([]bool, len(fields))
+		for j, f := range fields {
+			res.Values[j], res.Present[j] = f.Value, f.Present
 		}
-	}
+		return res
+	})
 	if err := d.Finish("read response"); err != nil {
 		return err
 	}

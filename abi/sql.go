@@ -133,6 +133,25 @@ func decodeSQLValue(d *Decoder) SQLValue {
 	return v
 }
 
+// decodeSQLStatement reads one statement of an SQLRequest.
+func decodeSQLStatement(d *Decoder) SQLStatement {
+	s := SQLStatement{Name: d.String()}
+	if params := decodeList(d, 1, decodeSQLValue); len(params) > 0 {
+		s.Params = params
+	}
+	return s
+}
+
+// decodeSQLResult reads one result of an SQLResponse.
+func decodeSQLResult(d *Decoder) SQLResult {
+	res := SQLResult{Columns: d.Strings(), RowsAffected: d.Varint()}
+	rows := decodeList(d, 1, func(d *Decoder) []SQLValue { return decodeList(d, 1, decodeSQLValue) })
+	if len(rows) > 0 {
+		res.Rows = rows
+	}
+	return res
+}
+
 // SQLStatement is one named statement with its bound parameters.
 type SQLStatement struct {
 	// Name is a statement of the host's catalog (model/pgsql).
@@ -164,24 +183,18 @@ func (r *SQLRequest) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a request.
-func (r *SQLRequest) UnmarshalBinary(b []byte) error {
-	d := NewDecoder(b)
+func (r *SQLRequest) UnmarshalBinary(b []byte) error { return r.decodeFrom(NewDecoder(b)) }
+
+// decodeFrom decodes the message from d (Request).
+func (r *SQLRequest) decodeFrom(d *Decoder) error {
 	if err := expectTag(d, tagSQLRequest, "sql request"); err != nil {
 		return err
 	}
 	out := SQLRequest{Op: SQLOp(d.Byte())}
-	if n := d.Count(); n > 0 {
-		out.Statements = make([]SQLStatement, n)
-		for i := range out.Statements {
-			s := &out.Statements[i]
-			s.Name = d.String()
-			if m := d.Count(); m > 0 {
-				s.Params = make([]SQLValue, m)
-				for j := range s.Params {
-					s.Params[j] = decodeSQLValue(d)
-				}
-			}
-		}
+	// A statement is at least its name's length and a params count; a
+	// value at least its kind byte.
+	if stmts := decodeList(d, 2, decodeSQLStatement); len(stmts) > 0 {
+		out.Statements = stmts
 	}
 	if err := d.Finish("sql request"); err != nil {
 		return err
@@ -234,23 +247,10 @@ func (r *SQLResponse) UnmarshalBinary(b []byte) error {
 		return err
 	}
 	var out SQLResponse
-	if n := d.Count(); n > 0 {
-		out.Results = make([]SQLResult, n)
-		for i := range out.Results {
-			res := &out.Results[i]
-			res.Columns = d.Strings()
-			res.RowsAffected = d.Varint()
-			if m := d.Count(); m > 0 {
-				res.Rows = make([][]SQLValue, m)
-				for j := range res.Rows {
-					row := make([]SQLValue, d.Count())
-					for k := range row {
-						row[k] = decodeSQLValue(d)
-					}
-					res.Rows[j] = row
-				}
-			}
-		}
+	// A result is at least 3 bytes (columns count, rows affected, rows
+	// count), a row at least its count, a value at least its kind byte.
+	if results := decodeList(d, 3, decodeSQLResult); len(results) > 0 {
+		out.Results = results
 	}
 	if err := d.Finish("sql response"); err != nil {
 		return err
