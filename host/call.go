@@ -135,7 +135,9 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 	if uint64(len(input)) > uint64(m.memoryBytes()) {
 		return nil, fmt.Errorf("%w: %s: input of %d bytes above the plugin's %d bytes of memory", ErrTrap, export, len(input), m.memoryBytes())
 	}
-	k.SetInput(input)
+	if err := k.SetInput(input); err != nil {
+		return nil, fmt.Errorf("%w (%d MiB): %s: %w", ErrOverMemory, m.memoryBytes()>>20, export, err)
+	}
 	cctx := env.WithKernel(hostfn.WithCaller(ctx, c), k)
 	if !inst.inited {
 		if err := initGuest(cctx, inst.mod); err != nil {
@@ -200,7 +202,10 @@ func (m *Module) callFailed(ctx context.Context, inst *instance, what string, er
 	if guest != "" {
 		msg += "; guest: " + guest
 	}
-	if strings.Contains(msg, "out of memory") || strings.Contains(msg, "memory limit") {
+	if errors.Is(err, hostfn.ErrMalformedRequest) {
+		return fmt.Errorf("%w: %s: %s", ErrBadOutput, what, msg)
+	}
+	if errors.Is(err, env.ErrOutOfMemory) || strings.Contains(msg, "out of memory") || strings.Contains(msg, "memory limit") {
 		return fmt.Errorf("%w (%d MiB): %s: %s", ErrOverMemory, m.memoryBytes()>>20, what, msg)
 	}
 	return fmt.Errorf("%w: %s: %s", ErrTrap, what, msg)

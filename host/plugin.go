@@ -26,7 +26,9 @@ import (
 )
 
 // ErrBadOutput is matched by a plugin call whose output is not a valid
-// message (garbage, oversized).
+// message (garbage, oversized), or that sent a host call a request that
+// is not one (hostfn.ErrMalformedRequest: a count or length the bytes do
+// not hold, garbage).
 var ErrBadOutput = errors.New("host: plugin returned bad output")
 
 // ErrTimeout is matched by a plugin call killed at its deadline.
@@ -493,7 +495,9 @@ func applyOverride(m abi.Manifest, o PluginConfig) abi.Manifest {
 // runtime initialisation runs before its first call (initGuest).
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	tail := &tailBuffer{max: 2048}
-	mem := &instanceMemory{}
+	k := env.NewKernel(uint64(m.memoryBytes()))
+	k.Config = m.manifest.Config
+	mem := newInstanceMemory(k, uint64(m.memoryBytes()))
 	cfg := wazero.NewModuleConfig().WithStderr(tail).WithStdout(tail).WithStartFunctions().
 		WithName(fmt.Sprintf("main_%d", m.seq.Add(1)))
 	if m.rt == nil {
@@ -505,8 +509,6 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("%w: instantiate: %w", ErrTrap, err)
 	}
 	m.data.trim() // the segments were copied into the instance's memory
-	k := env.NewKernel(uint64(m.memoryBytes()))
-	k.Config = m.manifest.Config
 	return &instance{mod: mod, kernel: k, exports: map[string]api.Function{}, mem: mem, stderr: tail}, nil
 }
 

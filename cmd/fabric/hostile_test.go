@@ -41,8 +41,9 @@ type hostileWant struct {
 
 // hostileSet is every fault fixture of testdata/plugins plus a
 // self-granting plugin (selfgrant), a 1 GiB memory request (bigmem), a
-// 30 s-timeout infinite loop (loop30), a slow huge output (slowhuge) and a
-// host-call flood (flood). The operator grants each what it requests
+// 30 s-timeout infinite loop (loop30), a slow huge output (slowhuge), a
+// host-call flood (flood), a lying read_batch request (liebatch) and
+// kernel blocks past the memory cap (kernelbomb). The operator grants each what it requests
 // (hostilePolicy), except selfgrant and bigmem: those are refused at load.
 var hostileSet = []hostileWant{
 	{file: "selfgrant", rejected: host.RejectNotGranted},
@@ -65,6 +66,8 @@ var hostileSet = []hostileWant{
 	{file: "loop30", plugin: "loop30", fault: host.FaultTimeout},
 	{file: "slowhuge", plugin: "slowhuge", fault: host.FaultOverOutput, slow: true},
 	{file: "flood", plugin: "flood", fault: host.FaultOverBudget},
+	{file: "liebatch", plugin: "liebatch", fault: host.FaultBadOutput},      // a read_batch count the bytes cannot hold
+	{file: "kernelbomb", plugin: "kernelbomb", fault: host.FaultOverMemory}, // kernel blocks past its cap
 }
 
 // procStatus reads a field of /proc/self/status in bytes (VmRSS, VmHWM).

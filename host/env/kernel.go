@@ -23,8 +23,14 @@ package env
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
+
+// ErrOutOfMemory is matched by the failure of an allocation or hold past
+// a kernel's limit. Alloc panics with it (wrapped), which traps the guest
+// call; the host reports that call as over memory.
+var ErrOutOfMemory = errors.New("extism kernel: out of memory")
 
 // base is the offset of a kernel's first block: offset 0 is Extism's null.
 const base = 8
@@ -36,11 +42,21 @@ const keepArena = 256 << 10
 // Kernel is one plugin instance's Extism memory: its blocks (in one
 // arena, at offsets the guest sees), the call's input, output and error,
 // the plugin's config and vars.
+//
+// Everything the host holds for the plugin counts against one limit, the
+// plugin's memory cap: the arena's capacity, the bytes host functions
+// hold for the call in progress (Hold) and, through Linear, the plugin's
+// linear memory.
 type Kernel struct {
 	arena []byte // offset o is arena[o-base]
-	limit uint64 // the arena's cap in bytes
+	limit uint64 // the plugin's memory cap in bytes
+	held  uint64 // bytes host functions hold for the call (Hold)
 	live  map[uint64]uint64
 	free  []span
+
+	// Linear, when set, returns the bytes of the plugin's linear memory,
+	// charged against the limit with the kernel's own.
+	Linear func() uint64
 
 	input, inputLen   uint64
 	output, outputLen uint64
@@ -60,8 +76,9 @@ type span struct{ off, size uint64 }
 // maxVarBytes bounds the bytes of a plugin's vars, as Extism's default.
 const maxVarBytes = 1 << 20
 
-// NewKernel returns an empty kernel whose blocks may take up to limit
-// bytes together (an allocation past it traps as out of memory).
+// NewKernel returns an empty kernel whose blocks, holds and linear memory
+// (Linear) may take up to limit bytes together (an allocation past it
+// traps as out of memory).
 func NewKernel(limit uint64) *Kernel {
 	if limit == 0 || limit > 1<<32-base {
 		limit = 1<<32 - base
@@ -78,15 +95,26 @@ func (k *Kernel) Reset() {
 	k.arena = k.arena[:0]
 	clear(k.live)
 	k.free = k.free[:0]
+	k.held = 0
 	k.input, k.inputLen, k.output, k.outputLen, k.errPtr = 0, 0, 0, 0, 0
 }
 
 // Alloc returns the offset of a new block of n bytes (contents
-// unspecified), 0 for n == 0. It panics, which traps the guest call, when
-// the blocks would exceed the kernel's limit.
+// unspecified), 0 for n == 0. It panics with ErrOutOfMemory, which traps
+// the guest call, when the block does not fit under the limit.
 func (k *Kernel) Alloc(n uint64) uint64 {
+	off, err := k.TryAlloc(n)
+	if err != nil {
+		panic(err)
+	}
+	return off
+}
+
+// TryAlloc is Alloc returning an error wrapping ErrOutOfMemory instead of
+// panicking, for allocations outside a guest call.
+func (k *Kernel) TryAlloc(n uint64) (uint64, error) {
 	if n == 0 {
-		return 0
+		return 0, nil
 	}
 	size := (n + 7) &^ 7
 	for i, s := range k.free {
@@ -94,24 +122,77 @@ func (k *Kernel) Alloc(n uint64) uint64 {
 			k.free[i] = k.free[len(k.free)-1]
 			k.free = k.free[:len(k.free)-1]
 			k.live[s.off] = n
-			return s.off
+			return s.off, nil
 		}
 	}
 	top := uint64(len(k.arena))
-	if size > k.limit || top > k.limit-size {
-		panic(fmt.Sprintf("extism kernel: out of memory: a block of %d bytes beyond the %d bytes of %d in use", n, k.limit, top))
+	if size > 1<<32-base || top+size > 1<<32-base {
+		return 0, fmt.Errorf("%w: a block of %d bytes past the 4 GiB address space (%d in use)", ErrOutOfMemory, n, top)
 	}
 	if need := top + size; need > uint64(cap(k.arena)) {
-		grown := make([]byte, need, min(k.limit, max(need, 2*uint64(cap(k.arena)), 4096)))
-		copy(grown, k.arena)
-		k.arena = grown
-	} else {
-		k.arena = k.arena[:need]
+		if err := k.grow(need); err != nil {
+			return 0, fmt.Errorf("%w (a block of %d bytes)", err, n)
+		}
 	}
+	k.arena = k.arena[:top+size]
 	off := base + top
 	k.live[off] = n
-	return off
+	return off, nil
 }
+
+// grow gives the arena a capacity of at least need bytes, within the room
+// the limit leaves: doubled while that fits, else all the room there is.
+func (k *Kernel) grow(need uint64) error {
+	have := uint64(cap(k.arena))
+	room := k.Room()
+	if need-have > room {
+		return fmt.Errorf("%w: %d more bytes, %d left of the %d-byte cap (blocks %d, held %d, linear memory %d)",
+			ErrOutOfMemory, need-have, room, k.limit, have, k.held, k.linear())
+	}
+	grown := make([]byte, len(k.arena), min(have+room, max(need, 2*have, 4096)))
+	copy(grown, k.arena)
+	k.arena = grown
+	return nil
+}
+
+// Room returns the bytes left under the limit: the limit less the arena's
+// capacity, the bytes held and the linear memory.
+func (k *Kernel) Room() uint64 {
+	used := k.Charged() + k.linear()
+	if used >= k.limit {
+		return 0
+	}
+	return k.limit - used
+}
+
+// Charged returns the bytes the kernel counts against the limit for
+// itself: its arena's capacity and the bytes held (Hold). The linear
+// memory is charged with them (Room), by its owner.
+func (k *Kernel) Charged() uint64 { return uint64(cap(k.arena)) + k.held }
+
+// Limit returns the kernel's limit in bytes.
+func (k *Kernel) Limit() uint64 { return k.limit }
+
+func (k *Kernel) linear() uint64 {
+	if k.Linear == nil {
+		return 0
+	}
+	return k.Linear()
+}
+
+// Hold charges n bytes the host keeps for the current call (a request's
+// copy, its decoded form) against the limit, until Release(n) or the
+// next Reset. It fails with ErrOutOfMemory when they do not fit.
+func (k *Kernel) Hold(n uint64) error {
+	if room := k.Room(); n > room {
+		return fmt.Errorf("%w: the host would hold %d bytes for the call, %d left of the %d-byte cap", ErrOutOfMemory, n, room, k.limit)
+	}
+	k.held += n
+	return nil
+}
+
+// Release gives back n bytes of Hold.
+func (k *Kernel) Release(n uint64) { k.held -= min(n, k.held) }
 
 // Free frees the block at off; anything else (0, a freed block) is
 // ignored.
@@ -161,9 +242,18 @@ func (k *Kernel) Write(b []byte) uint64 {
 	return off
 }
 
-// SetInput copies b into a block and makes it the call's input.
-func (k *Kernel) SetInput(b []byte) {
-	k.input, k.inputLen = k.Write(b), uint64(len(b))
+// SetInput copies b into a block and makes it the call's input; an input
+// that does not fit under the limit fails with ErrOutOfMemory.
+func (k *Kernel) SetInput(b []byte) error {
+	off, err := k.TryAlloc(uint64(len(b)))
+	if err != nil {
+		return fmt.Errorf("input of %d bytes: %w", len(b), err)
+	}
+	if off != 0 {
+		copy(k.arena[off-base:], b)
+	}
+	k.input, k.inputLen = off, uint64(len(b))
+	return nil
 }
 
 // Output returns the call's output block as the guest set it (offset and

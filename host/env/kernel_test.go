@@ -2,6 +2,7 @@ package env
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -42,7 +43,9 @@ func TestKernelBlocks(t *testing.T) {
 	if c := k.Write([]byte("reuse")); c != a {
 		t.Fatalf("a freed block's room is not reused: %d, want %d", c, a)
 	}
-	k.SetInput([]byte("input!"))
+	if err := k.SetInput([]byte("input!")); err != nil {
+		t.Fatal(err)
+	}
 	if got := k.inputBytes(0, 6); !bytes.Equal(got, []byte("input!")) {
 		t.Fatalf("input = %q", got)
 	}
@@ -52,10 +55,46 @@ func TestKernelBlocks(t *testing.T) {
 	}
 	defer func() {
 		r := recover()
-		if r == nil || !strings.Contains(r.(string), "out of memory") {
+		if err, _ := r.(error); !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "out of memory") {
 			t.Fatalf("Alloc over the limit: recovered %v, want an out of memory panic", r)
 		}
 	}()
 	k.Alloc(1 << 12)
 	k.Alloc(8)
+}
+
+// TestKernelSharesTheCap: the kernel's blocks, what host functions hold
+// and the plugin's linear memory share one cap. With 40 of 64 KiB in
+// linear memory a 32 KiB block fails (a 16 KiB one fits), a hold past the
+// rest fails, and an input that does not fit is an error, not a panic.
+// On main the kernel had the whole cap to itself.
+func TestKernelSharesTheCap(t *testing.T) {
+	const limit = 64 << 10
+	linear := uint64(40 << 10)
+	k := NewKernel(limit)
+	k.Linear = func() uint64 { return linear }
+	if _, err := k.TryAlloc(32 << 10); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("a 32 KiB block beside 40 KiB of linear memory under a 64 KiB cap: err %v, want ErrOutOfMemory", err)
+	}
+	off, err := k.TryAlloc(16 << 10)
+	if err != nil || off == 0 {
+		t.Fatalf("a 16 KiB block: %d, %v", off, err)
+	}
+	if got := k.Charged() + linear; got > limit {
+		t.Fatalf("charged %d + linear %d = %d, above the %d cap", k.Charged(), linear, got, limit)
+	}
+	if err := k.Hold(k.Room() + 1); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("a hold past the room: err %v, want ErrOutOfMemory", err)
+	}
+	if err := k.Hold(k.Room()); err != nil {
+		t.Fatalf("a hold of the room: %v", err)
+	}
+	if k.Room() != 0 {
+		t.Fatalf("room after holding it all = %d", k.Room())
+	}
+	k = NewKernel(limit)
+	k.Linear = func() uint64 { return limit - 4<<10 }
+	if err := k.SetInput(make([]byte, 8<<10)); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("an 8 KiB input with 4 KiB left: err %v, want ErrOutOfMemory", err)
+	}
 }

@@ -14,9 +14,9 @@ type CommandStore = backend.PluginCommands
 
 func commandHandler(cfg Config, write bool) handler {
 	return handler{
-		decode: func(in []byte) (any, subjects, error) {
+		decode: func(in *request) (any, subjects, error) {
 			var req abi.CommandRequest
-			if err := req.UnmarshalBinary(in); err != nil {
+			if err := in.decode(&req); err != nil {
 				return nil, subjects{}, err
 			}
 			if req.IsWrite() != write {

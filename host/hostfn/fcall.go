@@ -10,9 +10,9 @@ import (
 
 func fcallHandler(cfg Config) handler {
 	return handler{
-		decode: func(in []byte) (any, subjects, error) {
+		decode: func(in *request) (any, subjects, error) {
 			var req abi.FCallRequest
-			if err := req.UnmarshalBinary(in); err != nil {
+			if err := in.decode(&req); err != nil {
 				return nil, subjects{}, err
 			}
 			var s subjects

@@ -6,8 +6,10 @@
 // context key, is checked against the grant in one place (authorize) before
 // dispatch, and answers with an abi envelope: expected failures are codes,
 // never traps. Only ABI violations (a pointer that does not name a kernel
-// memory block, a missing caller) panic, which wazero turns into a trap of
-// the guest call.
+// memory block, a request that is not a well-formed message, a missing
+// caller) panic, which wazero turns into a trap of the guest call; what
+// the host holds for a request counts against the plugin's memory cap
+// (env.Kernel.Hold), and a request over it traps as out of memory.
 //
 // # Notes
 //
@@ -19,8 +21,10 @@ package hostfn
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -30,6 +34,12 @@ import (
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/host/env"
 )
+
+// ErrMalformedRequest is matched by the trap of a host call whose request
+// is not a well-formed message (abi.ErrDecode): a count or length above
+// the bytes it holds, garbage. A plugin that sends one is faulty, not
+// refused: its call ends (the host reports bad output).
+var ErrMalformedRequest = errors.New("hostfn: malformed request")
 
 // Tracker is the failure tracker fcall consults for calls that carry an
 // item key.
@@ -265,10 +275,26 @@ func (c *Caller) partitionOf(k string) string {
 	return c.Tag // not one of the batch's: refused unless granted cross_partition
 }
 
+// request is the bytes of a host call's request and the memory its
+// decoded form may take.
+type request struct {
+	b []byte
+	// room bounds the bytes the decoded form takes (0: no bound); used
+	// is what it took.
+	room, used int
+}
+
+// decode decodes the request into v within its room (abi.DecodeWithin).
+func (rq *request) decode(v abi.Request) error {
+	n, err := abi.DecodeWithin(v, rq.b, rq.room)
+	rq.used += n
+	return err
+}
+
 // handler is one pointer-in, pointer-out host function: decode the
 // request and name its subjects, then run it.
 type handler struct {
-	decode func(in []byte) (req any, s subjects, err error)
+	decode func(in *request) (req any, s subjects, err error)
 	run    func(ctx context.Context, c *Caller, req any) ([]byte, error)
 }
 
@@ -293,17 +319,37 @@ type callback func(ctx context.Context, stack []uint64)
 func ptrFunction(hf abi.HostFunc, h handler) callback {
 	return func(ctx context.Context, stack []uint64) {
 		c := callerFrom(ctx)
-		in, sized, err := readBlock(ctx, stack[0])
+		k := kernelOf(ctx)
+		view, sized, err := blockView(ctx, stack[0])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn %s: abi violation: request pointer %#x: %v", hf.Name, stack[0], err))
 		}
+		// The request's copy and its decoded form are the plugin's
+		// memory while the call runs, each charged before it is made: the
+		// form is decoded within the room the copy leaves.
+		held := uint64(len(view))
+		if err := k.Hold(held); err != nil {
+			panic(fmt.Errorf("hostfn %s: request of %d bytes: %w", hf.Name, len(view), err))
+		}
+		defer func() { k.Release(held) }()
+		in := &request{b: bytes.Clone(view), room: int(min(k.Room(), math.MaxInt32))}
 		var out []byte
 		req, subj, err := h.decode(in)
+		switch {
+		case errors.Is(err, abi.ErrDecodeLimit):
+			panic(fmt.Errorf("hostfn %s: request of %d bytes: %w: %w", hf.Name, len(view), env.ErrOutOfMemory, err))
+		case errors.Is(err, abi.ErrDecode):
+			panic(fmt.Errorf("hostfn %s: %w: %w", hf.Name, ErrMalformedRequest, err))
+		}
+		if herr := k.Hold(uint64(in.used)); herr != nil {
+			panic(fmt.Errorf("hostfn %s: request of %d bytes: %w", hf.Name, len(view), herr))
+		}
+		held += uint64(in.used)
 		if berr := c.begin(subj.commands()); berr != nil {
 			out = abi.ErrorEnvelope(berr)
 			err = berr
 		} else if err != nil {
-			out = abi.ErrorEnvelope(abi.Errorf(abi.CodeBadRequest, err.Error()))
+			out = abi.ErrorEnvelope(requestError(err))
 		}
 		switch {
 		case err != nil:
@@ -334,10 +380,28 @@ func ptrFunction(hf abi.HostFunc, h handler) callback {
 	}
 }
 
+// requestError is the refusal of a request decode found unfit: its own
+// code when it carries one (abi.CodeLimit), else abi.CodeBadRequest.
+func requestError(err error) error {
+	var ae *abi.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	return abi.Errorf(abi.CodeBadRequest, err.Error())
+}
+
 // readBlock copies the block a PTR argument names from the call's Extism
-// kernel (env.Kernel). A sized pointer (abi.SizedPtr) is read directly;
-// an unsized one is looked up as a block.
+// kernel (env.Kernel), as blockView.
 func readBlock(ctx context.Context, v uint64) (b []byte, sized bool, err error) {
+	view, sized, err := blockView(ctx, v)
+	return bytes.Clone(view), sized, err
+}
+
+// blockView returns the block a PTR argument names in the call's Extism
+// kernel (env.Kernel), a view valid until the kernel's next allocation. A
+// sized pointer (abi.SizedPtr) is read directly; an unsized one is looked
+// up as a block.
+func blockView(ctx context.Context, v uint64) (b []byte, sized bool, err error) {
 	k := kernelOf(ctx)
 	off, n, sized := abi.SplitPtr(v)
 	if !sized {
@@ -350,7 +414,7 @@ func readBlock(ctx context.Context, v uint64) (b []byte, sized bool, err error) 
 	if !ok {
 		return nil, sized, fmt.Errorf("block of %d bytes at %d is out of kernel memory", n, off)
 	}
-	return bytes.Clone(view), sized, nil
+	return view, sized, nil
 }
 
 // writeBlock copies b into a new block of the call's kernel and returns

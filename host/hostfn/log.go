@@ -15,13 +15,14 @@ func logFunction(cfg Config) callback {
 		if c.beginLog() != nil {
 			return // dropped: the call is over budget
 		}
-		b, _, err := readBlock(ctx, stack[1])
+		b, _, err := blockView(ctx, stack[1])
 		if err != nil {
 			panic(fmt.Sprintf("hostfn log: abi violation: message pointer %#x: %v", stack[1], err))
 		}
-		msg := string(b)
-		if len(msg) > cfg.MaxLogBytes {
-			msg = msg[:cfg.MaxLogBytes] + "…"
+		// Only what is logged is copied out of the plugin's memory.
+		msg := string(b[:min(len(b), cfg.MaxLogBytes)])
+		if len(b) > cfg.MaxLogBytes {
+			msg += "…"
 		}
 		level := guestLevel(ctx, slog.Level(int32(uint32(stack[0]))))
 		c.Logger.Log(ctx, level, msg, "plugin", c.Plugin, "plugin_version", c.Version, "partition", c.Tag, "source", "guest")
@@ -47,7 +48,7 @@ func metricFunction() callback {
 		if c.begin(0) != nil {
 			return // dropped: the call is over budget
 		}
-		in, _, err := readBlock(ctx, stack[0])
+		in, _, err := blockView(ctx, stack[0]) // decoding copies what it keeps
 		if err != nil {
 			panic(fmt.Sprintf("hostfn metric: abi violation: pointer %#x: %v", stack[0], err))
 		}

@@ -9,9 +9,9 @@ import (
 
 func hmgetHandler(cfg Config) handler {
 	return handler{
-		decode: func(in []byte) (any, subjects, error) {
+		decode: func(in *request) (any, subjects, error) {
 			var req abi.HMGetRequest
-			if err := req.UnmarshalBinary(in); err != nil {
+			if err := in.decode(&req); err != nil {
 				return nil, subjects{}, err
 			}
 			return &req, subjects{reads: []string{req.Key}, keys: []string{req.Key}}, nil
@@ -36,9 +36,9 @@ func hmgetHandler(cfg Config) handler {
 
 func zrangeHandler(cfg Config) handler {
 	return handler{
-		decode: func(in []byte) (any, subjects, error) {
+		decode: func(in *request) (any, subjects, error) {
 			var req abi.ZRangeRequest
-			if err := req.UnmarshalBinary(in); err != nil {
+			if err := in.decode(&req); err != nil {
 				return nil, subjects{}, err
 			}
 			if req.Count == 0 {
@@ -61,9 +61,9 @@ func zrangeHandler(cfg Config) handler {
 
 func smembersHandler(cfg Config) handler {
 	return handler{
-		decode: func(in []byte) (any, subjects, error) {
+		decode: func(in *request) (any, subjects, error) {
 			var req abi.KeyRequest
-			if err := req.UnmarshalBinary(in); err != nil {
+			if err := in.decode(&req); err != nil {
 				return nil, subjects{}, err
 			}
 			return &req, subjects{reads: []string{req.Key}, keys: []string{req.Key}}, nil
@@ -84,9 +84,9 @@ func smembersHandler(cfg Config) handler {
 
 func sscanHandler(cfg Config) handler {
 	return handler{
-		decode: func(in []byte) (any, subjects, error) {
+		decode: func(in *request) (any, subjects, error) {
 			var req abi.ScanCursorRequest
-			if err := req.UnmarshalBinary(in); err != nil {
+			if err := in.decode(&req); err != nil {
 				return nil, subjects{}, err
 			}
 			if req.Count == 0 {

@@ -18,13 +18,16 @@ const maxReadOps = 10000
 
 func readHandler(cfg Config) handler {
 	return handler{
-		decode: func(in []byte) (any, subjects, error) {
+		decode: func(in *request) (any, subjects, error) {
 			var req abi.BatchReadRequest
-			if err := req.UnmarshalBinary(in); err != nil {
+			if err := in.decode(&req); err != nil {
 				return nil, subjects{}, err
 			}
 			if len(req.Ops) == 0 {
 				return nil, subjects{}, fmt.Errorf("empty read batch")
+			}
+			if len(req.Ops) > maxReadOps {
+				return nil, subjects{}, abi.Errorf(abi.CodeLimit, fmt.Sprintf("read batch of %d exceeds %d", len(req.Ops), maxReadOps))
 			}
 			var s subjects
 			for _, o := range req.Ops {
@@ -45,9 +48,6 @@ func readHandler(cfg Config) handler {
 		},
 		run: func(ctx context.Context, _ *Caller, r any) ([]byte, error) {
 			req := r.(*abi.BatchReadRequest)
-			if len(req.Ops) > maxReadOps {
-				return nil, abi.Errorf(abi.CodeLimit, fmt.Sprintf("read batch of %d exceeds %d", len(req.Ops), maxReadOps))
-			}
 			rs, ok := cfg.Store.(BatchReadStore)
 			if cfg.Store == nil || !ok {
 				return nil, errNoStore

@@ -21,7 +21,7 @@ func TestReadBatchSortPatterns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, s, err := h.decode(b)
+		_, s, err := h.decode(&request{b: b})
 		return s, err
 	}
 	sortOp := func(key, pattern string) abi.ReadOp {

@@ -32,9 +32,9 @@ type sqlRequest struct {
 // decodeSQL decodes a request and names what it touches: every statement
 // and every table of every statement, as capabilities.sql entries. An
 // unknown statement is a bad request.
-func decodeSQL(in []byte) (*sqlRequest, subjects, error) {
+func decodeSQL(in *request) (*sqlRequest, subjects, error) {
 	var r sqlRequest
-	if err := r.req.UnmarshalBinary(in); err != nil {
+	if err := in.decode(&r.req); err != nil {
 		return nil, subjects{}, err
 	}
 	if r.req.Op != abi.SQLExec && len(r.req.Statements) > 0 {
@@ -134,7 +134,7 @@ func NewSQLSession(db SQLDB, caps *abi.Capabilities, tag string) *SQLSession {
 // Do authorizes and runs one request, as the host function does.
 func (s *SQLSession) Do(ctx context.Context, req abi.SQLRequest) (abi.SQLResponse, error) {
 	in, _ := req.MarshalBinary()
-	r, subj, err := decodeSQL(in)
+	r, subj, err := decodeSQL(&request{b: in})
 	if err != nil {
 		return abi.SQLResponse{}, abi.Errorf(abi.CodeBadRequest, err.Error())
 	}
@@ -293,7 +293,7 @@ func EndCall(ctx context.Context, c *Caller) {
 
 func sqlHandler(cfg Config) handler {
 	return handler{
-		decode: func(in []byte) (any, subjects, error) {
+		decode: func(in *request) (any, subjects, error) {
 			r, s, err := decodeSQL(in)
 			if err != nil {
 				return nil, subjects{}, err
