@@ -40,12 +40,16 @@ type hostileWant struct {
 }
 
 // hostileSet is every fault fixture of testdata/plugins plus a
-// self-granting plugin (selfgrant), a 1 GiB memory request (bigmem), a
+// self-granting plugin (selfgrant), an impostor of a stock plugin
+// (squatter), a 1 GiB memory request (bigmem), a
 // 30 s-timeout infinite loop (loop30), a slow huge output (slowhuge) and a
 // host-call flood (flood). The operator grants each what it requests
 // (hostilePolicy), except selfgrant and bigmem: those are refused at load.
 var hostileSet = []hostileWant{
 	{file: "selfgrant", rejected: host.RejectNotGranted},
+	// It declares the stock quota_reconciler (running beside it) and
+	// requests its grant: a file must be named after its plugin.
+	{file: "squatter", rejected: host.RejectNameMismatch},
 	{file: "bigmem", rejected: host.RejectNotGranted},
 	{file: "abimismatch", rejected: host.RejectABIMismatch},
 	{file: "noexport", rejected: host.RejectMissingExport},
@@ -65,6 +69,16 @@ var hostileSet = []hostileWant{
 	{file: "loop30", plugin: "loop30", fault: host.FaultTimeout},
 	{file: "slowhuge", plugin: "slowhuge", fault: host.FaultOverOutput, slow: true},
 	{file: "flood", plugin: "flood", fault: host.FaultOverBudget},
+}
+
+// fileName is the name hw's fixture is installed under: its plugin's
+// (a plugin file must be named after its plugin), else the fixture's own
+// (a file refused before, or for, its manifest).
+func (hw hostileWant) fileName() string {
+	if hw.plugin != "" {
+		return hw.plugin + ".wasm"
+	}
+	return hw.file + ".wasm"
 }
 
 // procStatus reads a field of /proc/self/status in bytes (VmRSS, VmHWM).
@@ -198,7 +212,7 @@ func TestHostileSoak(t *testing.T) {
 	peakReset := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	loadedAt := time.Now()
 	for _, hw := range hostileSet {
-		install(t, fixturePath(t, hw.file), filepath.Join(dir, "hostile_"+hw.file+".wasm"))
+		install(t, fixturePath(t, hw.file), filepath.Join(dir, hw.fileName()))
 	}
 	peak := baseline
 	sample := func() {
@@ -230,7 +244,7 @@ func TestHostileSoak(t *testing.T) {
 				continue
 			}
 			if !slices.ContainsFunc(missing, func(m string) bool {
-				return strings.HasPrefix(m, hw.plugin+":") || strings.HasPrefix(m, "hostile_"+hw.file+".wasm:")
+				return strings.HasPrefix(m, hw.plugin+":") || strings.HasPrefix(m, hw.fileName()+":")
 			}) {
 				seen[hw.file] = time.Since(loadedAt).Round(100 * time.Millisecond)
 			}
@@ -401,7 +415,7 @@ func hostileMissing(rows []host.PluginStatus, scrape string) []string {
 	for _, hw := range hostileSet {
 		switch {
 		case hw.rejected != "":
-			file := "hostile_" + hw.file + ".wasm"
+			file := hw.fileName()
 			r, ok := byName[file]
 			if !ok || r.State != host.StateRejected || !strings.HasPrefix(r.Reason, hw.rejected+": ") ||
 				!has(fmt.Sprintf(`fabric_plugin_rejected{file=%q,reason=%q}`, file, hw.rejected)) {
