@@ -38,10 +38,14 @@ import (
 //	sql = []
 //	cross_partition = false
 //	max_pages = 256
+//	sha256 = ["<hex>"]                          # only for these files,
+//	signers = ["<key id>"]                      # or ones these keys signed ("*": any trusted)
 //
 // A [plugins.NAME.grant] table replaces the built-in grant of that name
-// (host/grants_stock.toml); [grant]'s capabilities are added to every
-// plugin's and its resources fill the ones a plugin's grant leaves out.
+// (host/grants_stock.toml, bound to a trusted signature: it goes only to
+// a file signed by a trusted key); [grant]'s capabilities are added to
+// every plugin's and its resources fill the ones a plugin's grant leaves
+// out.
 type policyFile struct {
 	TrustedKeys   []string    `toml:"trusted_keys"`
 	RequireSigned *bool       `toml:"require_signed"`
@@ -62,7 +66,7 @@ type trustFlags struct {
 
 func addTrustFlags(fs *flag.FlagSet) *trustFlags {
 	return &trustFlags{
-		trustedKeys:   fs.String("trusted-keys", "", "comma-separated PEM ed25519 public key files whose plugin signatures (NAME.wasm.sig) the host trusts"),
+		trustedKeys:   fs.String("trusted-keys", "", "comma-separated PEM ed25519 public key files whose plugin signatures (NAME.wasm.sig) the host trusts (default: plugin-signing.pub beside the plugin directory, when it exists: the key `make plugins` signs the stock set with)"),
 		requireSigned: fs.Bool("require-signed", false, "refuse every plugin file not signed by a --trusted-keys key"),
 	}
 }
