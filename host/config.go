@@ -107,7 +107,9 @@ type Config struct {
 	// requests more than its grant is refused at load, and every plugin
 	// runs under its grant's limits. Nil is StockPolicy(): the stock
 	// plugins granted what they ship requesting, any other plugin no
-	// capability at all.
+	// capability at all. Its grants are not bound to the stock files;
+	// StockPolicy().BindStock() binds them to a trusted signature, as
+	// `fabric run` does.
 	Policy *Policy
 	// TrustedKeys are the ed25519 public keys plugin signatures
 	// (NAME.wasm.sig, signature.go) are checked against: a file signed by

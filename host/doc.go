@@ -16,15 +16,21 @@
 //     file's code runs; RequireSigned refuses a file without one.
 //  3. Compile (cached by content), warm one instance, read fabric_manifest
 //     and validate it, including the ABI handshake (abi.ErrVersionMismatch)
-//     and, for a signed file, that it declares the signed manifest.
+//     and, for a signed file, that it declares the signed manifest. The
+//     file must be named after the plugin it declares (NAME.wasm for NAME,
+//     ErrNameMismatch; identity.go).
 //  4. Grant (grant.go): the manifest only requests; Config.Policy grants.
+//     A grant bound to digests or signers (Grant.SHA256, Signers) goes
+//     only to the files it names; another file gets the Default alone.
 //     A request beyond the plugin's grant (an FCALL, a key family read or
 //     written, a SQL statement, cross_partition, max_pages, timeout_ms) is
 //     refused with the exact difference (ErrNotGranted). The plugin then
 //     runs under its Limits: memory, call timeout, output size and budgets
 //     from the grant. A plugin whose memory cap differs from the default is
 //     recompiled under it (a cache hit).
-//  5. Install: a new name starts its loop; a new version of a known name is
+//  5. Install: a new name starts its loop; a signed file older than the
+//     newest version run of its plugin is refused (ErrDowngrade) until
+//     Rollback admits it; a new version of a known name is
 //     swapped in atomically, so the next partition call uses it and the
 //     call in flight finishes on the old version, which is closed after.
 //     A file that fails any step is recorded (Files) and never replaces a

@@ -56,7 +56,20 @@ type Grant struct {
 	HostCallsPerSecond int64 `toml:"host_calls_per_second" json:"host_calls_per_second,omitempty"`
 	CommandsPerSweep   int64 `toml:"commands_per_sweep" json:"commands_per_sweep,omitempty"`
 	CommandsPerSecond  int64 `toml:"commands_per_second" json:"commands_per_second,omitempty"`
+	// SHA256 and Signers bind a plugin's grant to the files it is for: a
+	// file whose sha256 (hex) is one of SHA256, or that carries a valid
+	// signature by a trusted key whose KeyID is one of Signers (AnySigner:
+	// any trusted key). A file matching neither gets the Default grant
+	// alone (see Policy.ForFile). Both empty: the grant is not bound and
+	// applies to whatever file declares the plugin's name. Ignored in the
+	// [grant] defaults.
+	SHA256  []string `toml:"sha256" json:"sha256,omitempty"`
+	Signers []string `toml:"signers" json:"signers,omitempty"`
 }
+
+// AnySigner in Grant.Signers binds a grant to a signature by any key the
+// host trusts (Config.TrustedKeys).
+const AnySigner = "*"
 
 // The built-in resource defaults of a Grant whose field, and the Policy
 // Default's, is zero.
@@ -127,11 +140,80 @@ func StockPolicy() Policy {
 	return p
 }
 
+// BindStock returns p with every grant of a stock plugin's name
+// (StockPolicy's table) that names no files bound to a signature by a
+// trusted key (AnySigner): those grants then apply only to files signed
+// by a key the host trusts, never to another file declaring a stock
+// plugin's name. `fabric run` binds StockPolicy's grants before laying
+// the operator's tables over them (a table of the operator's replaces
+// the stock one, bound only as it says); StockPolicy itself, as embedders
+// and tests use it, is not bound.
+func (p Policy) BindStock() Policy {
+	stock := StockPolicy()
+	out := Policy{Default: p.Default, Plugins: make(map[string]Grant, len(p.Plugins))}
+	for name, g := range p.Plugins {
+		if _, ok := stock.Plugins[name]; ok && !g.bound() {
+			g.Signers = []string{AnySigner}
+		}
+		out.Plugins[name] = g
+	}
+	return out
+}
+
+// bound reports whether g applies only to files it names (SHA256, Signers).
+func (g *Grant) bound() bool { return len(g.SHA256)+len(g.Signers) > 0 }
+
+// admits reports whether a bound grant applies to a file of digest
+// (hex sha256) carrying a valid signature by the trusted key signer
+// (KeyID; "" for none, or a key the host does not trust).
+func (g *Grant) admits(digest, signer string) bool {
+	if slices.Contains(g.SHA256, digest) {
+		return true
+	}
+	return signer != "" && (slices.Contains(g.Signers, AnySigner) || slices.Contains(g.Signers, signer))
+}
+
+// binding says which files a bound grant applies to.
+func (g *Grant) binding() string {
+	var parts []string
+	if len(g.SHA256) > 0 {
+		parts = append(parts, "sha256 "+strings.Join(g.SHA256, ", "))
+	}
+	switch {
+	case slices.Contains(g.Signers, AnySigner):
+		parts = append(parts, "a signature by a trusted key")
+	case len(g.Signers) > 0:
+		parts = append(parts, "a signature by trusted key "+strings.Join(g.Signers, ", "))
+	}
+	return strings.Join(parts, " or ")
+}
+
+// ForFile returns the grant of plugin name for one file of it: For(name)
+// when that grant is not bound or admits the file (its sha256 digest, the
+// KeyID signer of its trusted signature, "" when it has none), else the
+// Default grant alone, with withheld saying why ("" when granted).
+func (p *Policy) ForFile(name, digest, signer string) (g Grant, withheld string) {
+	own := p.Plugins[name]
+	if !own.bound() || own.admits(digest, signer) {
+		return p.For(name), ""
+	}
+	what := "unsigned"
+	if signer != "" {
+		what = "signed by key " + signer
+	}
+	return p.resolve(Grant{}), fmt.Sprintf("the grant of %s applies only to a file with %s; this one is %s, sha256 %s", name, own.binding(), what, digest)
+}
+
 // For returns the grant of plugin name: its own grant plus the Default's
 // capabilities, its zero resources filled from Default then the built-in
-// defaults.
+// defaults. A bound grant (SHA256, Signers) is returned whatever file it
+// is for: see ForFile.
 func (p *Policy) For(name string) Grant {
-	g := p.Plugins[name]
+	return p.resolve(p.Plugins[name])
+}
+
+// resolve lays the Default grant and the built-in defaults under g.
+func (p *Policy) resolve(g Grant) Grant {
 	d := p.Default
 	g.FCall = union(d.FCall, g.FCall)
 	g.Read = union(d.Read, g.Read)
@@ -162,6 +244,16 @@ func (p *Policy) Validate() error {
 }
 
 func (g *Grant) validate(where string) error {
+	for _, d := range g.SHA256 {
+		if len(d) != 64 || strings.Trim(d, "0123456789abcdef") != "" {
+			return fmt.Errorf("host: %s: sha256 %q: want 64 lowercase hex digits", where, d)
+		}
+	}
+	for _, k := range g.Signers {
+		if k != AnySigner && (len(k) != 16 || strings.Trim(k, "0123456789abcdef") != "") {
+			return fmt.Errorf("host: %s: signers %q: want a key id (16 hex digits, as `fabric plugins keygen` prints) or %q", where, k, AnySigner)
+		}
+	}
 	m := abi.Manifest{ABI: abi.Version, Name: "grant", Version: "0.0.0", Capabilities: abi.Capabilities{
 		FCall: g.FCall, Read: g.Read, Write: g.Write, SQL: g.SQL,
 	}}

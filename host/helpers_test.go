@@ -71,6 +71,20 @@ func fixture(tb testing.TB, name string) string {
 	return ""
 }
 
+// fixturePlugins names the plugin of each fixture whose directory is
+// named otherwise (a plugin file must be named after its plugin).
+var fixturePlugins = map[string]string{"panic": "panicker", "loop": "looper", "plugerr": "swapper",
+	"swap_v1": "swapper", "swap_v2": "swapper", "promoter_skipslow": "delayed_promoter", "squatter": "quota_reconciler"}
+
+// pluginFile is the file name fixture f is installed under in a plugin
+// directory: NAME.wasm for its plugin NAME.
+func pluginFile(f string) string {
+	if name, ok := fixturePlugins[f]; ok {
+		return name + ".wasm"
+	}
+	return f + ".wasm"
+}
+
 // copyFile copies src to dst atomically (temp file, then rename), as a
 // deploy tool would.
 func copyFile(tb testing.TB, src, dst string) {
@@ -175,6 +189,9 @@ func fixturePolicy(tb testing.TB) *host.Policy {
 			if err != nil {
 				continue // a fault fixture refused before its manifest
 			}
+			if _, stock := p.Plugins[in.Manifest.Name]; stock {
+				continue // an impostor (squatter): the stock grant stays
+			}
 			p.Plugins[in.Manifest.Name] = host.GrantOf(in.Manifest)
 		}
 		fixturePolicyVal = p
@@ -189,7 +206,7 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 	t.Helper()
 	dir := t.TempDir()
 	for _, f := range o.fixtures {
-		copyFile(t, fixture(t, f), filepath.Join(dir, f+".wasm"))
+		copyFile(t, fixture(t, f), filepath.Join(dir, pluginFile(f)))
 	}
 	logs := &logBuffer{}
 	sig := &host.TestSignals{}

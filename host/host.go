@@ -71,6 +71,10 @@ type Host struct {
 
 	// shadows is what candidate versions share (shadow.go).
 	shadows shadowRegistry
+
+	// versions is the newest version run of each plugin, by name
+	// (identity.go); h.mu guards it.
+	versions map[string]*versionMark
 }
 
 // New validates cfg, fills its defaults and prepares the compilation
@@ -80,7 +84,7 @@ func New(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{},
+	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{}, versions: map[string]*versionMark{},
 		sched: newScheduler(cfg.MaxCalls, cfg.ProbationCalls, cfg.ProbationTimeout)}
 	if cfg.CacheDir != "" {
 		if h.cache, err = newDirCache(cfg.CacheDir); err != nil {
@@ -92,6 +96,7 @@ func New(cfg Config) (*Host, error) {
 	h.wakes = h.newWakeListener()
 	h.completions = h.newCompletionService()
 	h.lc = newLoaderConfig(h.cache, cfg.Store, cfg.Now, cfg, func(name string) PluginConfig { return h.pluginConfig(name) })
+	h.lc.named = true // the plugin directory's files: NAME.wasm is plugin NAME
 	if err := h.newLeases(); err != nil {
 		h.cache.Close(context.Background())
 		return nil, err
@@ -113,7 +118,7 @@ func newLoaderConfig(cache wazero.CompilationCache, store hostfn.Store, now func
 		poolSize:     cfg.PoolSize,
 		recycle:      cfg.RecycleCalls,
 		override:     override,
-		grant:        cfg.Policy.For,
+		grant:        cfg.Policy.ForFile,
 		trust:        newTrust(cfg.TrustedKeys, cfg.RequireSigned),
 		poolBytes:    cfg.PoolBytes,
 		recycleBytes: cfg.RecycleBytes,
@@ -419,6 +424,12 @@ func (h *Host) install(ctx context.Context, path string, m *Module, err error) {
 	}
 	man := m.Manifest()
 	h.mu.Lock()
+	if err := h.checkVersion(m); err != nil {
+		h.mu.Unlock()
+		m.Close(ctx)
+		h.install(ctx, path, nil, err)
+		return
+	}
 	h.files[path] = FileStatus{Path: path, SHA256: m.sha256, Plugin: man.Name, State: StateValid, At: h.cfg.Clock.Now()}
 	p := h.plugins[man.Name]
 	if p != nil && p.mod.Load().sha256 == m.sha256 {
@@ -743,11 +754,18 @@ func Inspect(ctx context.Context, path string, cfg InspectConfig) (*Inspection, 
 		if p.Default.MaxOutputBytes == 0 {
 			p.Default.MaxOutputBytes = hc.MaxOutputBytes
 		}
-		g := p.For(in.Manifest.Name)
+		signer := ""
+		if in.Signature != nil {
+			signer = in.Signature.Key
+		}
+		g, withheld := p.ForFile(in.Manifest.Name, in.SHA256, signer)
 		lim := g.Limits(applyOverride(in.Manifest, PluginConfig{}))
 		in.Granted, in.Limits = &g, &lim
 		if err := g.Check(in.Manifest); err != nil {
 			in.NotGranted = strings.TrimPrefix(err.Error(), ErrNotGranted.Error()+": "+in.Manifest.Name+": ")
+			if withheld != "" {
+				in.NotGranted += " (" + withheld + ")"
+			}
 		}
 	}
 	return in, nil

@@ -175,9 +175,13 @@ type loaderConfig struct {
 	poolSize     int
 	recycle      int
 	override     func(name string) PluginConfig
-	// grant returns the operator's grant of a plugin name; nil (Inspect)
+	// grant returns the operator's grant of a plugin name for one file of
+	// it (Policy.ForFile: its digest, its trusted signer); nil (Inspect)
 	// checks nothing and runs the plugin as it requests.
-	grant func(name string) Grant
+	grant func(name, digest, signer string) (Grant, string)
+	// named refuses a file whose name is not its plugin's (NAME.wasm for
+	// plugin NAME, see ErrNameMismatch): the plugin directory's files.
+	named bool
 	// trust verifies signatures (signature.go); nil checks none.
 	trust *trustConfig
 	// poolBytes bounds the memory of one module's idle instances.
@@ -286,6 +290,12 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 	if err := sig.matches(m.declared); err != nil {
 		m.Close(ctx)
 		return nil, err
+	}
+	if lc.named {
+		if err := checkFileName(path, m.declared.Name); err != nil {
+			m.Close(ctx)
+			return nil, err
+		}
 	}
 	m.sig = sig.signature()
 	if pin := lc.override(m.declared.Name).SHA256; pin != "" && pin != digest {
@@ -455,8 +465,12 @@ func (m *Module) applyGrant(lc loaderConfig) error {
 		m.grant = GrantOf(m.declared)
 		m.grant.MaxOutputBytes = lc.maxOut
 	} else {
-		m.grant = lc.grant(m.declared.Name)
+		var withheld string
+		m.grant, withheld = lc.grant(m.declared.Name, m.sha256, m.Signer())
 		if err := m.grant.Check(m.declared); err != nil {
+			if withheld != "" {
+				return fmt.Errorf("%w (%s)", err, withheld)
+			}
 			return err
 		}
 	}

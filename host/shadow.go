@@ -139,7 +139,7 @@ func (h *Host) startShadows(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := h.LoadShadow(ctx, path); err != nil {
+		if _, err := h.loadShadow(ctx, path, true); err != nil {
 			h.cfg.Logger.Warn("shadow candidate rejected", "path", path, "error", err)
 		}
 	}
@@ -157,9 +157,19 @@ func (h *Host) livePlugin(name string) (*plugin, error) {
 
 // LoadShadow loads the plugin file at path as the candidate version of
 // the live plugin of its name (replacing an earlier candidate), under
-// that name's grant. It returns the plugin's name.
+// that name's grant. It returns the plugin's name. The caller chose the
+// file: its name may differ from its plugin's (a file of the shadow/
+// subdirectory, loaded at start, may not).
 func (h *Host) LoadShadow(ctx context.Context, path string) (string, error) {
-	m, err := loadModule(ctx, path, h.lc)
+	return h.loadShadow(ctx, path, false)
+}
+
+// loadShadow is LoadShadow; named refuses a file not named after its
+// plugin (ErrNameMismatch).
+func (h *Host) loadShadow(ctx context.Context, path string, named bool) (string, error) {
+	lc := h.lc
+	lc.named = named
+	m, err := loadModule(ctx, path, lc)
 	if err != nil {
 		return "", err
 	}
@@ -269,20 +279,29 @@ func (h *Host) Promote(ctx context.Context, name string) (string, error) {
 }
 
 // Rollback makes the version the last Promote replaced live again at the
-// next call boundary, and drops the version it replaces. It returns the
-// version now live.
+// next call boundary, and drops the version it replaces. Without one, it
+// admits the older signed file of plugin name that was refused as a
+// downgrade (ErrDowngrade): the operator's explicit rollback. It returns
+// the version now live.
 func (h *Host) Rollback(ctx context.Context, name string) (string, error) {
 	p, err := h.livePlugin(name)
-	if err != nil {
-		return "", err
+	var prev *Module
+	if err == nil {
+		c := &p.change
+		c.mu.Lock()
+		prev = c.prev
+		c.prev = nil
+		c.mu.Unlock()
 	}
-	c := &p.change
-	c.mu.Lock()
-	prev := c.prev
-	c.prev = nil
-	c.mu.Unlock()
 	if prev == nil {
-		return "", fmt.Errorf("%w: %s has no previous version kept (nothing promoted)", ErrNoShadow, name)
+		v, ok, aerr := h.admitDowngrade(ctx, name)
+		switch {
+		case ok:
+			return v, aerr
+		case err != nil:
+			return "", err
+		}
+		return "", fmt.Errorf("%w: %s has no previous version kept (nothing promoted, no older signed file refused)", ErrNoShadow, name)
 	}
 	old := h.swapLive(p, prev, "rolled back")
 	old.retire(context.WithoutCancel(ctx))
@@ -295,6 +314,7 @@ func (h *Host) swapLive(p *plugin, m *Module, what string) *Module {
 	man := m.Manifest()
 	h.mu.Lock()
 	old := h.installLocked(p, m)
+	h.markVersion(m) // the operator chose it: the newest run, older or not
 	h.mu.Unlock()
 	h.cfg.Logger.Info("plugin "+what, "plugin", p.name, "old_version", old.Manifest().Version, "new_version", man.Version, "sha256", m.sha256, "path", m.path)
 	h.statusChanged(true)
@@ -634,5 +654,5 @@ func (h *Host) LoadShadowBytes(ctx context.Context, wasm []byte) (string, error)
 	if err := os.Rename(tmp.Name(), final); err != nil {
 		return "", fmt.Errorf("host: shadow upload: %w", err)
 	}
-	return h.LoadShadow(ctx, final)
+	return h.loadShadow(ctx, final, true)
 }

@@ -234,6 +234,8 @@ const (
 	RejectUnsigned       = "unsigned"
 	RejectBadSignature   = "bad signature"
 	RejectTooLarge       = "too large"
+	RejectNameMismatch   = "name mismatch"
+	RejectDowngrade      = "downgrade"
 	RejectFault          = "fault at load"
 	RejectOther          = "other"
 )
@@ -241,7 +243,9 @@ const (
 // RejectReason labels why loading a file failed: not wasm, truncated,
 // missing export, unknown import, abi mismatch, bad manifest, digest
 // mismatch, not granted (it requests more than its grant), unsigned, bad
-// signature, too large, fault at load (its manifest call trapped, timed
+// signature, too large, name mismatch (its file is not NAME.wasm for its
+// plugin NAME), downgrade (signed and older than the version the host
+// has run), fault at load (its manifest call trapped, timed
 // out or returned bad output) or other.
 func RejectReason(err error) string {
 	switch {
@@ -267,6 +271,10 @@ func RejectReason(err error) string {
 		return RejectBadSignature
 	case errors.Is(err, errTooLarge):
 		return RejectTooLarge
+	case errors.Is(err, ErrNameMismatch):
+		return RejectNameMismatch
+	case errors.Is(err, ErrDowngrade):
+		return RejectDowngrade
 	case FaultKind(err) != "":
 		return RejectFault
 	}

@@ -92,8 +92,9 @@ func TestHotSwap(t *testing.T) {
 			st, _ := b.host.Plugin("healthy")
 			return st.State == host.StateRunning && st.Version == "1.0.0" && st.Calls > from+4
 		})
-		// The writer finishes: the complete file loads (a new plugin name).
-		if err := os.WriteFile(target, v2, 0o644); err != nil {
+		// The writer finishes: the complete file loads (a new plugin name,
+		// so under its own file name: a file is named after its plugin).
+		if err := os.WriteFile(filepath.Join(b.dir, "swapper.wasm"), v2, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		waitLoaded(t, b, "swapper")

@@ -14,14 +14,20 @@ out=bin/plugins
 mkdir -p "$out"
 built=0
 # stale lists "src dst" when dst is missing or older than a .go file under
-# src, pdk/, abi/, model/ or internal/periodic/.
+# src, pdk/, abi/, model/ or internal/periodic/, and (a stock plugin, in
+# bin/plugins) when it has no signature newer than itself: a stock file
+# is only ever signed as built here, so one changed or unsigned since is
+# built again from its source (then signed, below).
 todo=()
 total=0
 stale() { # src dst
   local src=$1 dst=$2
   total=$((total+1))
   if [ -f "$dst" ] && [ -z "$(find "$src" pdk abi model internal/periodic -name '*.go' -newer "$dst" 2>/dev/null | head -1)" ]; then
-    return
+    case $dst in
+      "$out"/*) [ -f "$dst.sig" ] && [ "$dst.sig" -nt "$dst" ] && return ;;
+      *) return ;;
+    esac
   fi
   todo+=("$src $dst")
 }
@@ -65,23 +71,35 @@ if [ -f "$good" ]; then
   done
 fi
 echo "plugins: $built built"
-# Sign the stock set (bin/plugins/NAME.wasm.sig) with FABRIC_SIGNING_KEY,
-# else with a key generated here once (bin/plugin-signing.key, public half
-# bin/plugin-signing.pub for `fabric run --trusted-keys`). Only files
-# without an up-to-date signature are signed.
+# Sign the stock files built by this run (bin/plugins/NAME.wasm.sig) with
+# FABRIC_SIGNING_KEY, else with a key generated here once
+# (bin/plugin-signing.key; its public half bin/plugin-signing.pub is the
+# key `fabric run` trusts by default for bin/plugins). Nothing else is
+# signed: a file copied into bin/plugins that this tree did not build is
+# left unsigned, and said so (review it, then sign it yourself).
 key=${FABRIC_SIGNING_KEY:-bin/plugin-signing.key}
-unsigned=()
+tosign=()
+for t in ${todo[@]+"${todo[@]}"}; do
+  dst=${t#* }
+  case $dst in "$out"/*) tosign+=("$dst") ;; esac
+done
+unreviewed=()
 for f in "$out"/*.wasm; do
   [ -f "$f" ] || continue
-  [ -f "$f.sig" ] && [ "$f.sig" -nt "$f" ] || unsigned+=("$f")
+  [ -f "$f.sig" ] && [ "$f.sig" -nt "$f" ] && continue
+  case " ${tosign[*]-} " in *" $f "*) continue ;; esac
+  unreviewed+=("$f")
 done
-if [ ${#unsigned[@]} -gt 0 ]; then
+if [ ${#tosign[@]} -gt 0 ]; then
   if [ ! -f "$key" ] && [ -z "${FABRIC_SIGNING_KEY:-}" ]; then
     $GO run ./cmd/fabric plugins keygen --out "${key%.key}"
   fi
-  $GO run ./cmd/fabric plugins sign --key "$key" "${unsigned[@]}" >/dev/null
-  echo "plugins: ${#unsigned[@]} signed with $key"
+  $GO run ./cmd/fabric plugins sign --key "$key" "${tosign[@]}" >/dev/null
+  echo "plugins: ${#tosign[@]} signed with $key"
 fi
+for f in ${unreviewed[@]+"${unreviewed[@]}"}; do
+  echo "plugins: $f left unsigned: not built from this tree (review it, then: go run ./cmd/fabric plugins sign --key $key $f)"
+done
 # Prewarm the compilation cache (~/.cache/fabric/wazero) whenever it lacks
 # a module, not only after a build (an interrupted first `make run`, a
 # cleared cache): FABRIC_PREWARM=0 skips it.

@@ -69,16 +69,24 @@ func hostileCadence(ctx context.Context, e *benchEnv, files []string) ([]Row, st
 	// refused at load; the flood gets a host-call budget.
 	var hostile []string
 	policy := host.StockPolicy()
+	// installAs is the file name each hostile file goes in as: its
+	// plugin's (a plugin file must be named after its plugin), else its own.
+	installAs := map[string]string{}
 	for _, name := range hostileFixtures {
 		f, err := e.pluginFile(name)
 		if err != nil {
 			return nil, "", err
 		}
 		hostile = append(hostile, f)
+		installAs[f] = filepath.Base(f)
+		in, err := host.Inspect(ctx, f, host.InspectConfig{CacheDir: e.cache})
+		if err == nil {
+			installAs[f] = in.Manifest.Name + ".wasm"
+		}
 		if name == "selfgrant" || name == "bigmem" {
 			continue
 		}
-		if in, err := host.Inspect(ctx, f, host.InspectConfig{CacheDir: e.cache}); err == nil {
+		if err == nil {
 			g := host.GrantOf(in.Manifest)
 			if name == "flood" {
 				g.HostCallsPerSecond = 20_000
@@ -109,7 +117,7 @@ func hostileCadence(ctx context.Context, e *benchEnv, files []string) ([]Row, st
 		}
 		defer stopHost(h)
 		for _, f := range extra {
-			if err := copyFile(f, filepath.Join(dir, "hostile_"+filepath.Base(f))); err != nil {
+			if err := copyFile(f, filepath.Join(dir, installAs[f])); err != nil {
 				return c, err
 			}
 		}

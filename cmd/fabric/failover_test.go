@@ -55,15 +55,7 @@ func TestFailoverSoak(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	plugins := t.TempDir()
-	for _, name := range host.DefaultPlugins {
-		b, err := os.ReadFile(filepath.Join("..", "..", "bin", "plugins", name+".wasm"))
-		if err != nil {
-			t.Fatalf("plugin %s: %v (run `make plugins` first)", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(plugins, name+".wasm"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyStock(t, plugins, host.DefaultPlugins...)
 
 	cl := valkeytest.NewReplicatedCluster(t)
 	vc, err := valkey.Dial(ctx, valkey.ClientConfig{URL: cl.URL(), Logger: valkeytest.Logger()})

@@ -81,7 +81,7 @@ func TestHostileRun(t *testing.T) {
 	policy := hostilePolicy(t, cache)
 	var conf strings.Builder
 	for _, hw := range hostileSet {
-		install(t, fixturePath(t, hw.file), filepath.Join(plugins, hostileFileName(hw)))
+		install(t, fixturePath(t, hw.file), filepath.Join(plugins, hw.fileName()))
 		if hw.plugin == "" {
 			continue
 		}
@@ -148,9 +148,9 @@ func TestHostileRun(t *testing.T) {
 	}
 	for _, hw := range hostileSet {
 		if !slices.ContainsFunc(rows, func(r host.PluginStatus) bool {
-			return (hw.plugin != "" && r.Name == hw.plugin) || r.Name == hostileFileName(hw)
+			return (hw.plugin != "" && r.Name == hw.plugin) || r.Name == hw.fileName()
 		}) {
-			t.Errorf("hostile fixture %s (%s) has no row in /plugins", hw.file, hostileFileName(hw))
+			t.Errorf("hostile fixture %s (%s) has no row in /plugins", hw.file, hw.fileName())
 		}
 	}
 
@@ -164,16 +164,6 @@ func TestHostileRun(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("fabric run did not stop within 10 s of SIGINT\n%s", out.logs())
 	}
-}
-
-// hostileFileName is the name a hostile fixture is installed under: its
-// plugin's name when it loads as one, hostile_<fixture>.wasm when it is
-// refused at load.
-func hostileFileName(hw hostileWant) string {
-	if hw.plugin != "" {
-		return hw.plugin + ".wasm"
-	}
-	return "hostile_" + hw.file + ".wasm"
 }
 
 // grantTable is g as fabric.toml's [plugins.NAME.grant] table.

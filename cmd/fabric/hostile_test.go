@@ -40,13 +40,17 @@ type hostileWant struct {
 }
 
 // hostileSet is every fault fixture of testdata/plugins plus a
-// self-granting plugin (selfgrant), a 1 GiB memory request (bigmem), a
-// 30 s-timeout infinite loop (loop30), a slow huge output (slowhuge), a
-// host-call flood (flood), a lying read_batch request (liebatch) and
-// kernel blocks past the memory cap (kernelbomb). The operator grants each what it requests
+// self-granting plugin (selfgrant), an impostor of a stock plugin
+// (squatter), a 1 GiB memory request (bigmem), a 30 s-timeout infinite
+// loop (loop30), a slow huge output (slowhuge), a host-call flood
+// (flood), a lying read_batch request (liebatch) and kernel blocks past
+// the memory cap (kernelbomb). The operator grants each what it requests
 // (hostilePolicy), except selfgrant and bigmem: those are refused at load.
 var hostileSet = []hostileWant{
 	{file: "selfgrant", rejected: host.RejectNotGranted},
+	// It declares the stock quota_reconciler (running beside it) and
+	// requests its grant: a file must be named after its plugin.
+	{file: "squatter", rejected: host.RejectNameMismatch},
 	{file: "bigmem", rejected: host.RejectNotGranted},
 	{file: "abimismatch", rejected: host.RejectABIMismatch},
 	{file: "noexport", rejected: host.RejectMissingExport},
@@ -68,6 +72,16 @@ var hostileSet = []hostileWant{
 	{file: "flood", plugin: "flood", fault: host.FaultOverBudget},
 	{file: "liebatch", plugin: "liebatch", fault: host.FaultBadOutput},      // a read_batch count the bytes cannot hold
 	{file: "kernelbomb", plugin: "kernelbomb", fault: host.FaultOverMemory}, // kernel blocks past its cap
+}
+
+// fileName is the name hw's fixture is installed under: its plugin's
+// (a plugin file must be named after its plugin), else the fixture's own
+// (a file refused before, or for, its manifest).
+func (hw hostileWant) fileName() string {
+	if hw.plugin != "" {
+		return hw.plugin + ".wasm"
+	}
+	return hw.file + ".wasm"
 }
 
 // procStatus reads a field of /proc/self/status in bytes (VmRSS, VmHWM).
@@ -201,7 +215,7 @@ func TestHostileSoak(t *testing.T) {
 	peakReset := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	loadedAt := time.Now()
 	for _, hw := range hostileSet {
-		install(t, fixturePath(t, hw.file), filepath.Join(dir, "hostile_"+hw.file+".wasm"))
+		install(t, fixturePath(t, hw.file), filepath.Join(dir, hw.fileName()))
 	}
 	peak := baseline
 	sample := func() {
@@ -233,7 +247,7 @@ func TestHostileSoak(t *testing.T) {
 				continue
 			}
 			if !slices.ContainsFunc(missing, func(m string) bool {
-				return strings.HasPrefix(m, hw.plugin+":") || strings.HasPrefix(m, "hostile_"+hw.file+".wasm:")
+				return strings.HasPrefix(m, hw.plugin+":") || strings.HasPrefix(m, hw.fileName()+":")
 			}) {
 				seen[hw.file] = time.Since(loadedAt).Round(100 * time.Millisecond)
 			}
@@ -404,7 +418,7 @@ func hostileMissing(rows []host.PluginStatus, scrape string) []string {
 	for _, hw := range hostileSet {
 		switch {
 		case hw.rejected != "":
-			file := "hostile_" + hw.file + ".wasm"
+			file := hw.fileName()
 			r, ok := byName[file]
 			if !ok || r.State != host.StateRejected || !strings.HasPrefix(r.Reason, hw.rejected+": ") ||
 				!has(fmt.Sprintf(`fabric_plugin_rejected{file=%q,reason=%q}`, file, hw.rejected)) {

@@ -97,13 +97,7 @@ func TestRunKill9PartitionTakeover(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	dir := t.TempDir()
-	wasm, err := os.ReadFile(filepath.Join("..", "..", "bin", "plugins", "lease_expiry.wasm"))
-	if err != nil {
-		t.Fatalf("%v (run `make plugins`)", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "lease_expiry.wasm"), wasm, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copyStock(t, dir, "lease_expiry")
 	srv := valkeytest.NewServer(t)
 	c := valkeytest.Dial(t, srv.URL(), 0)
 	const ttl = 2 * time.Second

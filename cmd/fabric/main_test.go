@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -130,14 +129,8 @@ func TestRunWithPluginHost(t *testing.T) {
 	t.Parallel()
 	// Only the promoter: the whole set under -race on two cores would test
 	// the machine, not the wiring.
-	wasm, err := os.ReadFile("../../bin/plugins/delayed_promoter.wasm")
-	if err != nil {
-		t.Fatalf("plugin set not built (run `make plugins`): %v", err)
-	}
 	dir := t.TempDir()
-	if err := os.WriteFile(dir+"/delayed_promoter.wasm", wasm, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copyStock(t, dir, "delayed_promoter")
 	// 16 flow partitions keep each sweep short under -race.
 	code, out, errOut := runCmd(t, "run", "--plugins", dir, "--duration", "1s", "--rate", "40",
 		"--mix", "immediate=1,delayed=1", "--admin-addr", "127.0.0.1:0", "--partitions", "flow=16,budget=4,quota=4")

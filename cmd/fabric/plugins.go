@@ -86,7 +86,7 @@ func init() {
 				if len(args) != 1 {
 					return fmt.Errorf("%w: want one FILE", errUsage)
 				}
-				ic, err := inspectConfig(fs, *cache, *config, trust)
+				ic, err := inspectConfig(fs, *cache, *config, args[0], trust)
 				if err != nil {
 					return err
 				}
@@ -132,7 +132,7 @@ func init() {
 				if len(args) != 1 {
 					return fmt.Errorf("%w: want one FILE", errUsage)
 				}
-				ic, err := inspectConfig(fs, *cache, *config, trust)
+				ic, err := inspectConfig(fs, *cache, *config, args[0], trust)
 				if err != nil {
 					return err
 				}

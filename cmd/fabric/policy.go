@@ -38,10 +38,14 @@ import (
 //	sql = []
 //	cross_partition = false
 //	max_pages = 256
+//	sha256 = ["<hex>"]                          # only for these files,
+//	signers = ["<key id>"]                      # or ones these keys signed ("*": any trusted)
 //
 // A [plugins.NAME.grant] table replaces the built-in grant of that name
-// (host/grants_stock.toml); [grant]'s capabilities are added to every
-// plugin's and its resources fill the ones a plugin's grant leaves out.
+// (host/grants_stock.toml, bound to a trusted signature: it goes only to
+// a file signed by a trusted key); [grant]'s capabilities are added to
+// every plugin's and its resources fill the ones a plugin's grant leaves
+// out.
 type policyFile struct {
 	TrustedKeys   []string    `toml:"trusted_keys"`
 	RequireSigned *bool       `toml:"require_signed"`
@@ -62,7 +66,7 @@ type trustFlags struct {
 
 func addTrustFlags(fs *flag.FlagSet) *trustFlags {
 	return &trustFlags{
-		trustedKeys:   fs.String("trusted-keys", "", "comma-separated PEM ed25519 public key files whose plugin signatures (NAME.wasm.sig) the host trusts"),
+		trustedKeys:   fs.String("trusted-keys", "", "comma-separated PEM ed25519 public key files whose plugin signatures (NAME.wasm.sig) the host trusts (default: plugin-signing.pub beside the plugin directory, when it exists: the key `make plugins` signs the stock set with)"),
 		requireSigned: fs.Bool("require-signed", false, "refuse every plugin file not signed by a --trusted-keys key"),
 	}
 }
@@ -101,10 +105,13 @@ func (t *trustFlags) readFile(fs *flag.FlagSet, path string) error {
 	return nil
 }
 
-// policy returns the host's policy: the built-in one with the config
-// file's [grant] and [plugins.NAME.grant] tables laid over it.
+// policy returns the host's policy: the built-in one, its grants bound
+// to a trusted signature (host.Policy.BindStock), with the config file's
+// [grant] and [plugins.NAME.grant] tables laid over it (a table of the
+// operator's replaces the stock one, bound only by its own sha256 and
+// signers).
 func (t *trustFlags) policy() (*host.Policy, error) {
-	p := host.StockPolicy()
+	p := host.StockPolicy().BindStock()
 	if t != nil && t.file != nil {
 		if t.file.Grant != nil {
 			p.Default = *t.file.Grant
@@ -121,33 +128,61 @@ func (t *trustFlags) policy() (*host.Policy, error) {
 	return &p, nil
 }
 
-// keys reads the trusted public keys.
-func (t *trustFlags) keys() ([]ed25519.PublicKey, bool, error) {
-	if t == nil {
-		return nil, false, nil
+// defaultKeyName is the public key `make plugins` signs the stock set
+// with, beside the plugin directory (bin/plugin-signing.pub).
+const defaultKeyName = "plugin-signing.pub"
+
+// defaultKey is the key trusted when neither --trusted-keys nor
+// trusted_keys names one: defaultKeyName beside the plugin directory dir
+// (bin/plugin-signing.pub for bin/plugins), when it exists, else "".
+func defaultKey(dir string) string {
+	if dir == "" {
+		return ""
 	}
-	keys, err := host.ReadPublicKeys(splitList(*t.trustedKeys)...)
-	if err != nil {
-		return nil, false, fmt.Errorf("--trusted-keys: %w", err)
+	p := filepath.Join(filepath.Dir(filepath.Clean(dir)), defaultKeyName)
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+		return ""
 	}
-	if *t.requireSigned && len(keys) == 0 {
-		return nil, false, fmt.Errorf("%w: --require-signed needs --trusted-keys", errUsage)
-	}
-	return keys, *t.requireSigned, nil
+	return p
 }
 
-// apply sets cfg's Policy, TrustedKeys and RequireSigned.
-func (t *trustFlags) apply(cfg *host.Config) error {
+// keys reads the trusted public keys: --trusted-keys (or trusted_keys),
+// else the default key beside the plugin directory dir (defaultKey).
+// implicit is the default key's path when it was used.
+func (t *trustFlags) keys(dir string) (keys []ed25519.PublicKey, require bool, implicit string, err error) {
+	if t == nil {
+		return nil, false, "", nil
+	}
+	named := splitList(*t.trustedKeys)
+	if len(named) == 0 {
+		if implicit = defaultKey(dir); implicit != "" {
+			named = []string{implicit}
+		}
+	}
+	keys, err = host.ReadPublicKeys(named...)
+	if err != nil {
+		return nil, false, "", fmt.Errorf("--trusted-keys: %w", err)
+	}
+	if *t.requireSigned && len(keys) == 0 {
+		return nil, false, "", fmt.Errorf("%w: --require-signed needs --trusted-keys", errUsage)
+	}
+	return keys, *t.requireSigned, implicit, nil
+}
+
+// apply sets cfg's Policy, TrustedKeys and RequireSigned (cfg.PluginDir
+// set: the default key is the one beside it). implicit is the default
+// key's path when it is the one trusted.
+func (t *trustFlags) apply(cfg *host.Config) (implicit string, err error) {
 	p, err := t.policy()
 	if err != nil {
-		return err
+		return "", err
 	}
-	keys, req, err := t.keys()
+	keys, req, implicit, err := t.keys(cfg.PluginDir)
 	if err != nil {
-		return err
+		return "", err
 	}
 	cfg.Policy, cfg.TrustedKeys, cfg.RequireSigned = p, keys, req
-	return nil
+	return implicit, nil
 }
 
 func init() {
@@ -233,7 +268,7 @@ func init() {
 				if len(args) == 0 {
 					return fmt.Errorf("%w: want at least one FILE", errUsage)
 				}
-				keys, _, err := trust.keys()
+				keys, _, _, err := trust.keys("") // verify names its keys: no default
 				if err != nil {
 					return err
 				}
@@ -253,9 +288,10 @@ func init() {
 	})
 }
 
-// inspectConfig is the host.InspectConfig of the plugins commands:
-// --config's policy (the built-in one without a file) and trusted keys.
-func inspectConfig(fs *flag.FlagSet, cache, config string, trust *trustFlags) (host.InspectConfig, error) {
+// inspectConfig is the host.InspectConfig of the plugins commands about
+// file: --config's policy (the built-in one without a file) and trusted
+// keys (the default key beside file's directory without any).
+func inspectConfig(fs *flag.FlagSet, cache, config, file string, trust *trustFlags) (host.InspectConfig, error) {
 	if config != "" {
 		if err := trust.readFile(fs, config); err != nil {
 			return host.InspectConfig{}, err
@@ -265,7 +301,7 @@ func inspectConfig(fs *flag.FlagSet, cache, config string, trust *trustFlags) (h
 	if err != nil {
 		return host.InspectConfig{}, err
 	}
-	keys, req, err := trust.keys()
+	keys, req, _, err := trust.keys(filepath.Dir(file))
 	if err != nil {
 		return host.InspectConfig{}, err
 	}

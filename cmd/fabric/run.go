@@ -492,8 +492,13 @@ func startHost(ctx context.Context, out io.Writer, base host.Config, o hostOptio
 	}
 	hc := base
 	hc.PluginDir, hc.CacheDir, hc.StatusFile, hc.Plugins, hc.Observer, hc.Leases = dir, cacheDir, statusFile, o.pluginConfigs(), o.observer, o.leases
-	if err := o.trust.apply(&hc); err != nil {
+	implicit, err := o.trust.apply(&hc)
+	if err != nil {
 		return nil, err
+	}
+	if implicit != "" && hc.Logger != nil {
+		hc.Logger.Info("trusting the plugin signing key beside the plugin directory (no --trusted-keys given): the stock grants go to the files it signed",
+			"key", implicit, "plugin_dir", dir)
 	}
 	h, err := host.New(hc)
 	if err != nil {

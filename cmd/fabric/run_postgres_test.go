@@ -135,15 +135,7 @@ func TestRunPostgresParity(t *testing.T) {
 		t.Skip("starts a Postgres cluster")
 	}
 	dir := t.TempDir()
-	for _, name := range []string{"pg_lease_expiry", "pg_delayed_promoter"} {
-		wasm, err := os.ReadFile(filepath.Join("../../bin/plugins", name+".wasm"))
-		if err != nil {
-			t.Fatalf("plugin set not built (run `make plugins`): %v", err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name+".wasm"), wasm, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyStock(t, dir, "pg_lease_expiry", "pg_delayed_promoter")
 	cfg := filepath.Join(t.TempDir(), "fabric.toml")
 	if err := os.WriteFile(cfg, []byte(`log_format = "json"
 log_level = "info"
@@ -280,15 +272,7 @@ func TestRunPostgresDemoEveryKind(t *testing.T) {
 	}
 	t.Parallel()
 	dir := t.TempDir()
-	for _, name := range []string{"pg_lease_expiry", "pg_delayed_promoter", "pg_dependency_reconciler"} {
-		wasm, err := os.ReadFile(filepath.Join("../../bin/plugins", name+".wasm"))
-		if err != nil {
-			t.Fatalf("plugin set not built (run `make plugins`): %v", err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name+".wasm"), wasm, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyStock(t, dir, "pg_lease_expiry", "pg_delayed_promoter", "pg_dependency_reconciler")
 	code, out, errOut := runCmd(t, "run", "--backend", "postgres", "--plugins", dir, "--admin-addr", "", "--view", "off",
 		"--duration", "2s", "--rate", "30", "--mix", "immediate=1,delayed=1,retry=1,suspend=1,dag=1", "--lanes", "pg-every-kind",
 		"--partitions", "flow=4,budget=2,quota=2", "--drain-timeout", "90s")

@@ -228,14 +228,8 @@ func TestFirstHourErrors(t *testing.T) {
 	})
 
 	t.Run("UnknownPluginSectionNamed", func(t *testing.T) {
-		wasm, err := os.ReadFile("../../bin/plugins/delayed_promoter.wasm")
-		if err != nil {
-			t.Fatalf("plugin set not built (run `make plugins`): %v", err)
-		}
 		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "delayed_promoter.wasm"), wasm, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		copyStock(t, dir, "delayed_promoter")
 		path := filepath.Join(t.TempDir(), "fabric.toml")
 		os.WriteFile(path, []byte("[plugins.delayed_promoter]\ninterval = \"1s\"\n[plugins.nosuchplugin]\ninterval = \"1s\"\n"), 0o644)
 		code, _, errOut := runCmd(t, "run", "--config", path, "--plugins", dir, "--view", "off", "--duration", "1s",

@@ -129,10 +129,6 @@ func TestSecretsNeverShown(t *testing.T) {
 // quote no password.
 func TestRunWithACLUser(t *testing.T) {
 	t.Parallel()
-	wasm, err := os.ReadFile("../../bin/plugins/delayed_promoter.wasm")
-	if err != nil {
-		t.Fatalf("plugin set not built (run `make plugins`): %v", err)
-	}
 	defaultPW, alicePW := "default-"+randomHex(6), "alice-"+randomHex(6)
 	// alice has the least a host needs: every key, channel and data
 	// command, but none of @dangerous except INFO (the cluster-mode check)
@@ -143,7 +139,6 @@ func TestRunWithACLUser(t *testing.T) {
 	plugins := filepath.Join(dir, "plugins")
 	pwFile, wrongFile := filepath.Join(dir, "alice.pw"), filepath.Join(dir, "wrong.pw")
 	for path, content := range map[string]string{
-		filepath.Join(plugins, "delayed_promoter.wasm"): string(wasm),
 		pwFile:    alicePW + "\n",
 		wrongFile: "not-" + alicePW + "\n",
 		filepath.Join(dir, "fabric.toml"): fmt.Sprintf("valkey_url = %q\nvalkey_user = \"alice\"\nvalkey_password_file = %q\n",
@@ -154,6 +149,7 @@ func TestRunWithACLUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	copyStock(t, plugins, "delayed_promoter")
 	var shown strings.Builder
 	code, out, errOut := runCmd(t, "run", "--config", filepath.Join(dir, "fabric.toml"), "--plugins", plugins,
 		"--duration", "1s", "--rate", "40", "--mix", "immediate=1,delayed=1", "--admin-addr", "", "--log-level", "debug",
@@ -214,19 +210,13 @@ func TestRunWithACLUser(t *testing.T) {
 // error.
 func TestRunOverTLS(t *testing.T) {
 	t.Parallel()
-	wasm, err := os.ReadFile("../../bin/plugins/delayed_promoter.wasm")
-	if err != nil {
-		t.Fatalf("plugin set not built (run `make plugins`): %v", err)
-	}
 	pw := "tls-" + randomHex(6)
 	certs := valkeytest.NewCerts(t)
 	_, addr := valkeytest.NewTLSServer(t, certs, true, "--requirepass", pw)
 	dir := t.TempDir()
 	plugins := filepath.Join(dir, "plugins")
 	os.MkdirAll(plugins, 0o755)
-	if err := os.WriteFile(filepath.Join(plugins, "delayed_promoter.wasm"), wasm, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copyStock(t, plugins, "delayed_promoter")
 	toml := fmt.Sprintf("valkey_url = %q\nvalkey_tls_ca = %q\nvalkey_tls_cert = %q\nvalkey_tls_key = %q\n",
 		"rediss://"+addr, certs.CA, certs.ClientCert, certs.ClientKey)
 	if err := os.WriteFile(filepath.Join(dir, "fabric.toml"), []byte(toml), 0o600); err != nil {

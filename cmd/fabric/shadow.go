@@ -85,7 +85,7 @@ func init() {
 	})
 	for _, v := range []struct{ verb, summary string }{
 		{"promote", "Make plugin NAME's shadow its live version at the next call boundary, keeping the version it replaces for a rollback (needs the admin token)."},
-		{"rollback", "Make the version plugin NAME's last promotion replaced live again at the next call boundary (needs the admin token)."},
+		{"rollback", "Make the version plugin NAME's last promotion replaced live again at the next call boundary; without one, admit the older signed file of NAME refused as a downgrade (needs the admin token)."},
 	} {
 		register(&command{
 			name:    "plugins " + v.verb,

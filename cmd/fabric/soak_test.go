@@ -120,15 +120,7 @@ func TestSoakKill9(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	plugins := t.TempDir()
-	for _, name := range append(append([]string{}, host.DefaultPlugins...), host.FlowEnginePlugins...) {
-		b, err := os.ReadFile(filepath.Join("..", "..", "bin", "plugins", name+".wasm"))
-		if err != nil {
-			t.Fatalf("plugin %s: %v (run `make plugins` first)", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(plugins, name+".wasm"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyStock(t, plugins, append(append([]string{}, host.DefaultPlugins...), host.FlowEnginePlugins...)...)
 
 	srv, err := valkey.StartServer(ctx, valkey.ServerConfig{Logger: valkeytest.Logger(),
 		ExtraArgs: []string{"--appendonly", "yes", "--appendfsync", "everysec"}})

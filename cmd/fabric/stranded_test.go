@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -28,15 +26,7 @@ import (
 // audits the existing servers.
 func TestNothingLeftBehind(t *testing.T) {
 	dir := t.TempDir()
-	for _, name := range []string{"lease_expiry", "delayed_promoter", "pg_lease_expiry", "pg_delayed_promoter", "pg_dependency_reconciler"} {
-		wasm, err := os.ReadFile(filepath.Join("../../bin/plugins", name+".wasm"))
-		if err != nil {
-			t.Fatalf("plugin set not built (run `make plugins`): %v", err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name+".wasm"), wasm, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyStock(t, dir, "lease_expiry", "delayed_promoter", "pg_lease_expiry", "pg_delayed_promoter", "pg_dependency_reconciler")
 	const mix = "immediate=2,delayed=1,retry=1,suspend=1,dag=1"
 	base := []string{"run", "--plugins", dir, "--duration", "3s", "--rate", "30", "--mix", mix,
 		"--admin-addr", "127.0.0.1:0", "--partitions", "flow=16,budget=4,quota=4"}
