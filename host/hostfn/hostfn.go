@@ -193,13 +193,16 @@ type subjects struct {
 	sql       []string
 	writes    []string
 	keys      []string // every key, for the partition check
+	// patterns are the key patterns a read expands (SORT_RO BY and GET):
+	// each must be covered by a read glob and on the partition.
+	patterns []keyPattern
 }
 
 // commands is how many backend commands a request carries, for the
-// budget: one per function called, key read or written, and statement; at
-// least one.
+// budget: one per function called, key or key pattern read, key written,
+// and statement; at least one.
 func (s subjects) commands() int64 {
-	return max(1, int64(len(s.functions)+len(s.reads)+len(s.writes)+len(s.sql)))
+	return max(1, int64(len(s.functions)+len(s.reads)+len(s.patterns)+len(s.writes)+len(s.sql)))
 }
 
 // authorize is the single capability check of every host function: each
@@ -221,6 +224,11 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 				return err
 			}
 		}
+		for _, p := range s.patterns {
+			if err := allowReadPattern(c.Caps, p); err != nil {
+				return err
+			}
+		}
 		for _, k := range s.writes {
 			if err := c.Caps.AllowWrite(k); err != nil {
 				return err
@@ -237,6 +245,13 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 					continue // granted above; deployment-wide
 				}
 				if err := c.Caps.AllowKeyOnPartition(k, c.partitionOf(k)); err != nil {
+					return err
+				}
+			}
+			// A pattern's keys are on the tag of its prefix when the tag
+			// closes there (readOpSubjects); else on no provable one.
+			for _, p := range s.patterns {
+				if err := c.Caps.AllowKeyOnPartition(p.Prefix, c.partitionOf(p.Prefix)); err != nil {
 					return err
 				}
 			}
