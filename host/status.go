@@ -234,6 +234,7 @@ const (
 	RejectUnsigned       = "unsigned"
 	RejectBadSignature   = "bad signature"
 	RejectTooLarge       = "too large"
+	RejectNotRegular     = "not a regular file"
 	RejectFault          = "fault at load"
 	RejectOther          = "other"
 )
@@ -241,7 +242,8 @@ const (
 // RejectReason labels why loading a file failed: not wasm, truncated,
 // missing export, unknown import, abi mismatch, bad manifest, digest
 // mismatch, not granted (it requests more than its grant), unsigned, bad
-// signature, too large, fault at load (its manifest call trapped, timed
+// signature, too large, not a regular file (a FIFO, device, socket or
+// directory, or a symlink to one), fault at load (its manifest call trapped, timed
 // out or returned bad output) or other.
 func RejectReason(err error) string {
 	switch {
@@ -267,6 +269,8 @@ func RejectReason(err error) string {
 		return RejectBadSignature
 	case errors.Is(err, errTooLarge):
 		return RejectTooLarge
+	case errors.Is(err, ErrNotRegular):
+		return RejectNotRegular
 	case FaultKind(err) != "":
 		return RejectFault
 	}
