@@ -75,6 +75,13 @@ type PluginStatus struct {
 	// gauges among them.
 	Metrics      map[string]float64 `json:"metrics,omitempty"`
 	MetricGauges []string           `json:"metric_gauges,omitempty"`
+	// MetricsDropped counts metrics the plugin reported that were dropped
+	// (hostfn.ValidMetricName, hostfn.MaxMetricsPerPlugin).
+	MetricsDropped int64 `json:"metrics_dropped,omitempty"`
+	// LogLinesDropped and LogBytesDropped count the plugin's log lines
+	// dropped over its log budget (hostfn.DefaultLogBytesPerSecond).
+	LogLinesDropped int64 `json:"log_lines_dropped,omitempty"`
+	LogBytesDropped int64 `json:"log_bytes_dropped,omitempty"`
 	// Requested is what the manifest asks for, Granted what the operator
 	// granted (Policy.For), Limits what the plugin runs under.
 	Requested *abi.Capabilities `json:"requested,omitempty"`

@@ -44,7 +44,16 @@ type Tracker interface {
 type Stats struct {
 	// HostCalls counts host-function calls, Denied the refused ones.
 	HostCalls, Denied atomic.Int64
+	// MetricsDropped counts metrics the plugin reported that were
+	// dropped (a bad name or value, or too many names: see
+	// ValidMetricName).
+	MetricsDropped atomic.Int64
+	// LogLinesDropped and LogBytesDropped count the plugin's log lines
+	// (its own, and the host's about its refused calls) dropped over its
+	// log budget (SetLogBudget).
+	LogLinesDropped, LogBytesDropped atomic.Int64
 
+	logs       logBucket
 	mu         sync.Mutex
 	lastDenial string
 	metrics    map[string]float64
@@ -89,20 +98,6 @@ func (s *Stats) denied(msg string) {
 	s.mu.Lock()
 	s.lastDenial = msg
 	s.mu.Unlock()
-}
-
-func (s *Stats) metric(m abi.Metric) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.metrics == nil {
-		s.metrics, s.gauges = map[string]float64{}, map[string]bool{}
-	}
-	s.gauges[m.Name] = m.Kind == abi.MetricGauge
-	if m.Kind == abi.MetricGauge {
-		s.metrics[m.Name] = m.Value
-	} else {
-		s.metrics[m.Name] += m.Value
-	}
 }
 
 // Caller is who is calling: set on the context of every plugin call.
@@ -179,7 +174,7 @@ type Config struct {
 	Now func(ctx context.Context) (int64, error)
 	// MaxCalls caps the calls of one fcall batch (default 10000).
 	MaxCalls int
-	// MaxLogBytes truncates guest log lines (default 4096).
+	// MaxLogBytes truncates guest log lines (default DefaultMaxLogBytes).
 	MaxLogBytes int
 	// SQL is the Postgres database sql_query runs on (a
 	// postgres.PluginSQL); nil answers CodeUnavailable.
@@ -260,7 +255,7 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 	}()
 	if err != nil {
 		c.Stats.denied(err.Error())
-		c.Logger.Warn("plugin host call refused", "plugin", c.Plugin, "function", hf.Name, "partition", c.Tag, "error", err)
+		c.logFor(context.Background(), slog.LevelWarn, "plugin host call refused", "plugin", c.Plugin, "function", hf.Name, "partition", c.Tag, "error", err.Error())
 	}
 	return err
 }
@@ -404,7 +399,7 @@ func Functions(cfg Config) []HostFunction {
 		cfg.MaxCalls = 10000
 	}
 	if cfg.MaxLogBytes <= 0 {
-		cfg.MaxLogBytes = 4096
+		cfg.MaxLogBytes = DefaultMaxLogBytes
 	}
 	ptrs := map[string]handler{
 		abi.FnFCall:         fcallHandler(cfg),
