@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -202,18 +201,13 @@ type loaderConfig struct {
 	log *slog.Logger
 }
 
-// readModuleFile reads and statically checks a plugin file.
+// readModuleFile reads and statically checks a plugin file: a regular
+// file (or a symlink to one) of at most maxBytes, refused before it is
+// read otherwise (readRegularFile).
 func readModuleFile(path string, maxBytes int64) ([]byte, string, moduleShape, error) {
-	st, err := os.Stat(path)
+	b, err := readRegularFile(path, maxBytes)
 	if err != nil {
-		return nil, "", moduleShape{}, fmt.Errorf("host: %w", err) // err names the path
-	}
-	if st.Size() > maxBytes {
-		return nil, "", moduleShape{}, fmt.Errorf("%w: %s is %d bytes, above the %d limit", errTooLarge, path, st.Size(), maxBytes)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, "", moduleShape{}, fmt.Errorf("host: read %s: %w", path, err)
+		return nil, "", moduleShape{}, err
 	}
 	sum := sha256.Sum256(b)
 	digest := hex.EncodeToString(sum[:])

@@ -215,7 +215,9 @@ func (t *trustConfig) verify(path, digest string) (*verifiedSig, error) {
 		return nil, nil
 	}
 	sigPath := path + SignatureSuffix
-	f, err := os.Open(sigPath)
+	// Read as a plugin file is: a FIFO or device named *.sig must not
+	// hold the loader (readRegularFile).
+	b, err := readRegularFile(sigPath, maxSignatureBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		if t.require {
 			return nil, fmt.Errorf("%w: %s has no %s (require_signed)", ErrUnsigned, path, sigPath)
@@ -223,15 +225,7 @@ func (t *trustConfig) verify(path, digest string) (*verifiedSig, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadSignature, sigPath, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSignatureBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadSignature, sigPath, err)
-	}
-	if len(b) > maxSignatureBytes {
-		return nil, fmt.Errorf("%w: %s is above %d bytes", ErrBadSignature, sigPath, maxSignatureBytes)
+		return nil, fmt.Errorf("%w: %w", ErrBadSignature, err)
 	}
 	var s Signature
 	if err := json.Unmarshal(b, &s); err != nil || s.Format != signatureFormat {

@@ -75,6 +75,13 @@ type PluginStatus struct {
 	// gauges among them.
 	Metrics      map[string]float64 `json:"metrics,omitempty"`
 	MetricGauges []string           `json:"metric_gauges,omitempty"`
+	// MetricsDropped counts metrics the plugin reported that were dropped
+	// (hostfn.ValidMetricName, hostfn.MaxMetricsPerPlugin).
+	MetricsDropped int64 `json:"metrics_dropped,omitempty"`
+	// LogLinesDropped and LogBytesDropped count the plugin's log lines
+	// dropped over its log budget (hostfn.DefaultLogBytesPerSecond).
+	LogLinesDropped int64 `json:"log_lines_dropped,omitempty"`
+	LogBytesDropped int64 `json:"log_bytes_dropped,omitempty"`
 	// Requested is what the manifest asks for, Granted what the operator
 	// granted (Policy.For), Limits what the plugin runs under.
 	Requested *abi.Capabilities `json:"requested,omitempty"`
@@ -236,6 +243,7 @@ const (
 	RejectTooLarge       = "too large"
 	RejectNameMismatch   = "name mismatch"
 	RejectDowngrade      = "downgrade"
+	RejectNotRegular     = "not a regular file"
 	RejectFault          = "fault at load"
 	RejectOther          = "other"
 )
@@ -245,7 +253,8 @@ const (
 // mismatch, not granted (it requests more than its grant), unsigned, bad
 // signature, too large, name mismatch (its file is not NAME.wasm for its
 // plugin NAME), downgrade (signed and older than the version the host
-// has run), fault at load (its manifest call trapped, timed
+// has run), not a regular file (a FIFO, device, socket or directory, or
+// a symlink to one), fault at load (its manifest call trapped, timed
 // out or returned bad output) or other.
 func RejectReason(err error) string {
 	switch {
@@ -275,6 +284,8 @@ func RejectReason(err error) string {
 		return RejectNameMismatch
 	case errors.Is(err, ErrDowngrade):
 		return RejectDowngrade
+	case errors.Is(err, ErrNotRegular):
+		return RejectNotRegular
 	case FaultKind(err) != "":
 		return RejectFault
 	}

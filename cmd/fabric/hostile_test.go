@@ -26,14 +26,19 @@ import (
 
 // hostileWant is how each hostile plugin must end up: refused at load
 // (a rejected file with this reason), disabled with this reason, running
-// with its host calls refused (denied), or quarantined for this fault.
+// with its host calls refused (denied), running with what it reports cut
+// (metrics dropped, log lines dropped), or quarantined for this fault.
 type hostileWant struct {
 	file     string // fixture name in testdata/plugins
 	plugin   string // plugin name ("" for a file refused at load)
 	rejected string // host.RejectReason
 	disabled string // substring of the disabled reason
 	denied   bool   // its host calls are refused for want of a grant
-	fault    string // host.FaultKind
+	// metricsDropped: running, its bad metrics dropped (and /metrics
+	// still answers with its good ones); logsDropped: running, its log
+	// lines over its log budget dropped.
+	metricsDropped, logsDropped bool
+	fault                       string // host.FaultKind
 	// slow: on a loaded machine the plugin may also run past its
 	// deadline (a timeout) before it gets to its fault.
 	slow bool
@@ -43,8 +48,11 @@ type hostileWant struct {
 // self-granting plugin (selfgrant), an impostor of a stock plugin
 // (squatter), a 1 GiB memory request (bigmem), a 30 s-timeout infinite
 // loop (loop30), a slow huge output (slowhuge), a host-call flood
-// (flood), a lying read_batch request (liebatch) and kernel blocks past
-// the memory cap (kernelbomb). The operator grants each what it requests
+// (flood), a lying read_batch request (liebatch), kernel blocks past the
+// memory cap (kernelbomb), a read batch asking past its grant through
+// EXISTS and SORT_RO patterns (readleak), metric names that are not UTF-8
+// or 1 MiB long (metricbomb) and a log flood (logflood). The operator
+// grants each what it requests
 // (hostilePolicy), except selfgrant and bigmem: those are refused at load.
 var hostileSet = []hostileWant{
 	{file: "selfgrant", rejected: host.RejectNotGranted},
@@ -72,6 +80,9 @@ var hostileSet = []hostileWant{
 	{file: "flood", plugin: "flood", fault: host.FaultOverBudget},
 	{file: "liebatch", plugin: "liebatch", fault: host.FaultBadOutput},      // a read_batch count the bytes cannot hold
 	{file: "kernelbomb", plugin: "kernelbomb", fault: host.FaultOverMemory}, // kernel blocks past its cap
+	{file: "readleak", plugin: "readleak", denied: true},
+	{file: "metricbomb", plugin: "metricbomb", metricsDropped: true},
+	{file: "logflood", plugin: "logflood", logsDropped: true},
 }
 
 // fileName is the name hw's fixture is installed under: its plugin's
@@ -432,9 +443,22 @@ func hostileMissing(rows []host.PluginStatus, scrape string) []string {
 			}
 		case hw.denied:
 			r := byName[hw.plugin]
-			if r.Denied == 0 || r.LastDenial == "" ||
+			if r.Denied == 0 || r.LastDenial == "" || r.Metrics["leaked"] != 0 ||
 				!has(fmt.Sprintf(`fabric_plugin_host_calls_refused_total{plugin=%q}`, hw.plugin)) {
 				out = append(out, fmt.Sprintf("%s: want its host calls denied; denied %d, last %q", hw.plugin, r.Denied, r.LastDenial))
+			}
+		case hw.metricsDropped:
+			r := byName[hw.plugin]
+			if r.State != host.StateRunning || r.MetricsDropped == 0 || r.Metrics["scans"] == 0 ||
+				!has(fmt.Sprintf(`fabric_plugin_guest_metrics_dropped_total{plugin=%q}`, hw.plugin)) ||
+				!has(fmt.Sprintf(`fabric_plugin_guest_counter_total{name="scans",plugin=%q}`, hw.plugin)) {
+				out = append(out, fmt.Sprintf("%s: want running with its bad metrics dropped; state %s, dropped %d, metrics %d", hw.plugin, r.State, r.MetricsDropped, len(r.Metrics)))
+			}
+		case hw.logsDropped:
+			r := byName[hw.plugin]
+			if r.State != host.StateRunning || r.LogLinesDropped == 0 ||
+				!has(fmt.Sprintf(`fabric_plugin_log_dropped_bytes_total{plugin=%q}`, hw.plugin)) {
+				out = append(out, fmt.Sprintf("%s: want running with its log lines dropped; state %s, dropped %d lines", hw.plugin, r.State, r.LogLinesDropped))
 			}
 		default:
 			r := byName[hw.plugin]

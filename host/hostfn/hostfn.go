@@ -54,7 +54,16 @@ type Tracker interface {
 type Stats struct {
 	// HostCalls counts host-function calls, Denied the refused ones.
 	HostCalls, Denied atomic.Int64
+	// MetricsDropped counts metrics the plugin reported that were
+	// dropped (a bad name or value, or too many names: see
+	// ValidMetricName).
+	MetricsDropped atomic.Int64
+	// LogLinesDropped and LogBytesDropped count the plugin's log lines
+	// (its own, and the host's about its refused calls) dropped over its
+	// log budget (SetLogBudget).
+	LogLinesDropped, LogBytesDropped atomic.Int64
 
+	logs       logBucket
 	mu         sync.Mutex
 	lastDenial string
 	metrics    map[string]float64
@@ -99,20 +108,6 @@ func (s *Stats) denied(msg string) {
 	s.mu.Lock()
 	s.lastDenial = msg
 	s.mu.Unlock()
-}
-
-func (s *Stats) metric(m abi.Metric) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.metrics == nil {
-		s.metrics, s.gauges = map[string]float64{}, map[string]bool{}
-	}
-	s.gauges[m.Name] = m.Kind == abi.MetricGauge
-	if m.Kind == abi.MetricGauge {
-		s.metrics[m.Name] = m.Value
-	} else {
-		s.metrics[m.Name] += m.Value
-	}
 }
 
 // Caller is who is calling: set on the context of every plugin call.
@@ -189,7 +184,7 @@ type Config struct {
 	Now func(ctx context.Context) (int64, error)
 	// MaxCalls caps the calls of one fcall batch (default 10000).
 	MaxCalls int
-	// MaxLogBytes truncates guest log lines (default 4096).
+	// MaxLogBytes truncates guest log lines (default DefaultMaxLogBytes).
 	MaxLogBytes int
 	// SQL is the Postgres database sql_query runs on (a
 	// postgres.PluginSQL); nil answers CodeUnavailable.
@@ -203,13 +198,16 @@ type subjects struct {
 	sql       []string
 	writes    []string
 	keys      []string // every key, for the partition check
+	// patterns are the key patterns a read expands (SORT_RO BY and GET):
+	// each must be covered by a read glob and on the partition.
+	patterns []keyPattern
 }
 
 // commands is how many backend commands a request carries, for the
-// budget: one per function called, key read or written, and statement; at
-// least one.
+// budget: one per function called, key or key pattern read, key written,
+// and statement; at least one.
 func (s subjects) commands() int64 {
-	return max(1, int64(len(s.functions)+len(s.reads)+len(s.writes)+len(s.sql)))
+	return max(1, int64(len(s.functions)+len(s.reads)+len(s.patterns)+len(s.writes)+len(s.sql)))
 }
 
 // authorize is the single capability check of every host function: each
@@ -228,6 +226,11 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 		}
 		for _, k := range s.reads {
 			if err := c.Caps.AllowRead(k); err != nil {
+				return err
+			}
+		}
+		for _, p := range s.patterns {
+			if err := allowReadPattern(c.Caps, p); err != nil {
 				return err
 			}
 		}
@@ -250,12 +253,19 @@ func authorize(c *Caller, hf abi.HostFunc, s subjects) error {
 					return err
 				}
 			}
+			// A pattern's keys are on the tag of its prefix when the tag
+			// closes there (readOpSubjects); else on no provable one.
+			for _, p := range s.patterns {
+				if err := c.Caps.AllowKeyOnPartition(p.Prefix, c.partitionOf(p.Prefix)); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	}()
 	if err != nil {
 		c.Stats.denied(err.Error())
-		c.Logger.Warn("plugin host call refused", "plugin", c.Plugin, "function", hf.Name, "partition", c.Tag, "error", err)
+		c.logFor(context.Background(), slog.LevelWarn, "plugin host call refused", "plugin", c.Plugin, "function", hf.Name, "partition", c.Tag, "error", err.Error())
 	}
 	return err
 }
@@ -453,7 +463,7 @@ func Functions(cfg Config) []HostFunction {
 		cfg.MaxCalls = 10000
 	}
 	if cfg.MaxLogBytes <= 0 {
-		cfg.MaxLogBytes = 4096
+		cfg.MaxLogBytes = DefaultMaxLogBytes
 	}
 	ptrs := map[string]handler{
 		abi.FnFCall:         fcallHandler(cfg),

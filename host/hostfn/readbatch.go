@@ -31,18 +31,13 @@ func readHandler(cfg Config) handler {
 			}
 			var s subjects
 			for _, o := range req.Ops {
-				if !abi.ValidBatchReadCommand(o.Cmd) {
-					return nil, subjects{}, fmt.Errorf("read: command %q is not one of %v", o.Cmd, abi.BatchReadCommands)
+				keys, patterns, err := readOpSubjects(o)
+				if err != nil {
+					return nil, subjects{}, err
 				}
-				s.reads = append(s.reads, o.Key)
-				s.keys = append(s.keys, o.Key)
-				for _, p := range o.Patterns() {
-					if t := abi.HashTag(p); t == "" || t != abi.HashTag(o.Key) {
-						return nil, subjects{}, fmt.Errorf("read: %s pattern %q is not on the hash tag of %q", o.Cmd, p, o.Key)
-					}
-					s.reads = append(s.reads, p)
-					s.keys = append(s.keys, p)
-				}
+				s.reads = append(s.reads, keys...)
+				s.keys = append(s.keys, keys...)
+				s.patterns = append(s.patterns, patterns...)
 			}
 			return &req, s, nil
 		},

@@ -389,3 +389,46 @@ func TestRejectedFiles(t *testing.T) {
 		t.Fatal("the fixed file did not load")
 	}
 }
+
+// rejectingSource is a staticSource with rejected files.
+type rejectingSource struct {
+	staticSource
+	rejected []host.FileStatus
+}
+
+func (s rejectingSource) Rejected() []host.FileStatus { return s.rejected }
+
+// TestMetricsBadLabels: a plugin metric name that is not UTF-8, a 1 MiB
+// one, and a rejected file whose name is not UTF-8 never fail /metrics:
+// the bad series are left out (and counted), every other plugin's are
+// served.
+func TestMetricsBadLabels(t *testing.T) {
+	t.Parallel()
+	m := admin.NewMetrics()
+	src := rejectingSource{staticSource: staticSource{
+		{Name: "bomb", Version: "1.0.0", State: host.StateRunning, MetricsDropped: 3,
+			Metrics: map[string]float64{"bad\xff\xfe": 1, strings.Repeat("m", 1<<20): 1, "scans": 4}},
+		{Name: "healthy", Version: "1.0.0", State: host.StateRunning, Metrics: map[string]float64{"scans": 7}},
+	}, rejected: []host.FileStatus{{Path: "/plugins/\xff.wasm", Reason: host.RejectNotWasm}}}
+	url := startServer(t, admin.ServerConfig{Host: src, Backend: valkeytest.Client(t), Metrics: m})
+	code, body := get(t, url+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics answered %d: %.300s", code, body)
+	}
+	for series, want := range map[string]float64{
+		`fabric_plugin_guest_counter_total{name="scans",plugin="healthy"}`:     7,
+		`fabric_plugin_guest_counter_total{name="scans",plugin="bomb"}`:        4,
+		`fabric_plugin_guest_metrics_dropped_total{plugin="bomb"}`:             3,
+		`fabric_plugin_info{plugin="healthy",state="running",version="1.0.0"}`: 1,
+	} {
+		if got := metric(body, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if len(body) > 1<<20 {
+		t.Errorf("the scrape is %d bytes: the 1 MiB name was served", len(body))
+	}
+	if metric(body, "fabric_metrics_series_skipped_total") < 1 {
+		t.Error("the series with a label that is not UTF-8 were not counted as skipped")
+	}
+}

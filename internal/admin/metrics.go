@@ -4,11 +4,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/host/hostfn"
 	"github.com/fabric-host/fabric/internal/census"
 )
 
@@ -71,6 +73,9 @@ type Metrics struct {
 	mu      sync.Mutex
 	src     PluginSource
 	sampler *Sampler
+	// skipped counts series a scrape left out because a label value was
+	// not valid (not UTF-8): the other series are still served.
+	skipped atomic.Int64
 }
 
 var (
@@ -102,6 +107,9 @@ var (
 	descShadowOK   = prometheus.NewDesc("fabric_plugin_shadow_agree_ratio", "Agreeing actions over all compared actions of the plugin's shadow (1 while none acted).", []string{"plugin"}, nil)
 	descGuestCount = prometheus.NewDesc("fabric_plugin_guest_counter_total", "A counter the plugin keeps itself (pdk Host.Metric), by name.", []string{"plugin", "name"}, nil)
 	descGuestGauge = prometheus.NewDesc("fabric_plugin_guest_gauge", "A gauge the plugin sets itself (pdk Host.Metric), by name.", []string{"plugin", "name"}, nil)
+	descGuestDrop  = prometheus.NewDesc("fabric_plugin_guest_metrics_dropped_total", "Metrics the plugin reported that the host dropped: a name that is not 1-128 bytes of ASCII letters, digits, _ : . -, a value that is not finite, or a new name beyond 256.", []string{"plugin"}, nil)
+	descLogDrop    = prometheus.NewDesc("fabric_plugin_log_dropped_bytes_total", "Bytes of the plugin's log lines dropped over its log budget (each line's message and attributes).", []string{"plugin"}, nil)
+	descSkipped    = prometheus.NewDesc("fabric_metrics_series_skipped_total", "Series scrapes left out because a label value was not valid UTF-8 (the other series are served).", nil, nil)
 )
 
 // NewMetrics returns a registry with fabric's series plus the Go runtime
@@ -167,7 +175,7 @@ func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCycles, descCalls, descItems, descErrors, descQuarantine, descQuarNow,
 		descHostCalls, descRefused, descSwaps, descInfo, descLag, descWaiting, descWaitOldest, descExecs, descThroughput, descUp,
 		descFaults, descCommands, descOverBudget, descMemCap, descInstances, descIdleRel, descRejected, descGuestCount, descGuestGauge,
-		descShadowActs, descShadowCall, descShadowOK} {
+		descGuestDrop, descLogDrop, descSkipped, descShadowActs, descShadowCall, descShadowOK} {
 		ch <- d
 	}
 }
@@ -176,16 +184,27 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	src, s := c.src, c.sampler
 	c.mu.Unlock()
+	// emit sends a series unless a label value is invalid: one bad label
+	// (a file name that is not UTF-8...) must not fail the whole scrape.
+	emit := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		m, err := prometheus.NewConstMetric(d, t, v, labels...)
+		if err != nil {
+			c.skipped.Add(1)
+			return
+		}
+		ch <- m
+	}
+	defer func() { emit(descSkipped, prometheus.CounterValue, float64(c.skipped.Load())) }()
 	var cen *census.Census
 	var tput float64
 	if s != nil {
 		var err error
 		cen, tput, err = s.Latest()
-		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, boolFloat(err == nil && cen != nil))
+		emit(descUp, prometheus.GaugeValue, boolFloat(err == nil && cen != nil))
 	}
 	if src != nil {
 		counter := func(d *prometheus.Desc, v float64, labels ...string) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+			emit(d, prometheus.CounterValue, v, labels...)
 		}
 		for _, p := range src.Plugins() {
 			counter(descCycles, float64(p.Cycles), p.Name)
@@ -208,46 +227,51 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 				counter(descShadowCall, float64(sh.Calls-sh.AgreeingCalls), p.Name, "differing")
 				counter(descShadowCall, float64(sh.Skipped), p.Name, "skipped")
 				counter(descShadowCall, float64(sh.Faults), p.Name, "fault")
-				ch <- prometheus.MustNewConstMetric(descShadowOK, prometheus.GaugeValue, sh.AgreeRatio(), p.Name)
+				emit(descShadowOK, prometheus.GaugeValue, sh.AgreeRatio(), p.Name)
 			}
 			for kind, n := range p.FaultKinds {
 				counter(descFaults, float64(n), p.Name, kind)
 			}
+			counter(descGuestDrop, float64(p.MetricsDropped), p.Name)
+			counter(descLogDrop, float64(p.LogBytesDropped), p.Name)
 			for name, v := range p.Metrics {
+				if hostfn.ValidMetricName(name) != nil {
+					continue // the host drops these; a status from elsewhere may not
+				}
 				if slices.Contains(p.MetricGauges, name) {
-					ch <- prometheus.MustNewConstMetric(descGuestGauge, prometheus.GaugeValue, v, p.Name, name)
+					emit(descGuestGauge, prometheus.GaugeValue, v, p.Name, name)
 				} else {
 					counter(descGuestCount, v, p.Name, name)
 				}
 			}
 			if p.Limits != nil {
-				ch <- prometheus.MustNewConstMetric(descMemCap, prometheus.GaugeValue, float64(int64(p.Limits.MaxPages)<<16), p.Name)
+				emit(descMemCap, prometheus.GaugeValue, float64(int64(p.Limits.MaxPages)<<16), p.Name)
 			}
-			ch <- prometheus.MustNewConstMetric(descInstances, prometheus.GaugeValue, float64(p.Instances), p.Name)
+			emit(descInstances, prometheus.GaugeValue, float64(p.Instances), p.Name)
 			counter(descIdleRel, float64(p.IdleReleases), p.Name)
-			ch <- prometheus.MustNewConstMetric(descQuarNow, prometheus.GaugeValue, boolFloat(p.State == host.StateQuarantined), p.Name)
-			ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, p.Name, p.Version, string(p.State))
+			emit(descQuarNow, prometheus.GaugeValue, boolFloat(p.State == host.StateQuarantined), p.Name)
+			emit(descInfo, prometheus.GaugeValue, 1, p.Name, p.Version, string(p.State))
 			if cen != nil {
 				if lag, ok := cen.LagMs[p.Name]; ok {
-					ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(lag)/1000, p.Name)
+					emit(descLag, prometheus.GaugeValue, float64(lag)/1000, p.Name)
 				}
 				if w, ok := cen.Waiting[p.Name]; ok {
-					ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(w.Count), p.Name, w.Cause)
-					ch <- prometheus.MustNewConstMetric(descWaitOldest, prometheus.GaugeValue, float64(w.OldestMs)/1000, p.Name, w.Cause)
+					emit(descWaiting, prometheus.GaugeValue, float64(w.Count), p.Name, w.Cause)
+					emit(descWaitOldest, prometheus.GaugeValue, float64(w.OldestMs)/1000, p.Name, w.Cause)
 				}
 			}
 		}
 	}
 	if rs, ok := src.(RejectedSource); ok && src != nil {
 		for _, f := range rs.Rejected() {
-			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.GaugeValue, 1, filepath.Base(f.Path), f.Reason)
+			emit(descRejected, prometheus.GaugeValue, 1, filepath.Base(f.Path), f.Reason)
 		}
 	}
 	if cen != nil {
 		for _, st := range census.States {
-			ch <- prometheus.MustNewConstMetric(descExecs, prometheus.GaugeValue, float64(cen.Executions[st]), st)
+			emit(descExecs, prometheus.GaugeValue, float64(cen.Executions[st]), st)
 		}
-		ch <- prometheus.MustNewConstMetric(descThroughput, prometheus.GaugeValue, tput)
+		emit(descThroughput, prometheus.GaugeValue, tput)
 	}
 }
 
