@@ -331,7 +331,7 @@ func TestRejectedFiles(t *testing.T) {
 	}
 	copyTo("healthy", "healthy.wasm")
 	copyTo("notwasm", "notwasm.wasm")
-	copyTo("truncated", "fixme.wasm")
+	copyTo("truncated", "swapper.wasm")
 	m := admin.NewMetrics()
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cacheDir(t), Backend: client, Logger: valkeytest.Logger(),
 		Partitions: model.PartitionConfig{Flow: 2, Budget: 1, Quota: 1}, Observer: m, Debounce: 50 * time.Millisecond,
@@ -369,7 +369,7 @@ func TestRejectedFiles(t *testing.T) {
 		inMetrics = regexp.MustCompile(`(?m)^fabric_plugin_rejected\{file="` + regexp.QuoteMeta(file) + `",reason="[^"]+"\} 1$`).MatchString(body)
 		return
 	}
-	for file, want := range map[string]string{"notwasm.wasm": "not wasm: ", "fixme.wasm": "truncated: "} {
+	for file, want := range map[string]string{"notwasm.wasm": "not wasm: ", "swapper.wasm": "truncated: "} {
 		p, s, mt, reason := rejected(file)
 		if !p || !s || !mt || !strings.HasPrefix(reason, want) {
 			t.Fatalf("%s: in /plugins %v (reason %q), /status %v, /metrics %v: want all, reason %q...", file, p, reason, s, mt, want)
@@ -378,8 +378,8 @@ func TestRejectedFiles(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "notwasm.wasm")); err != nil {
 		t.Fatal(err)
 	}
-	copyTo("swap_v1", "fixme.wasm")
-	for _, file := range []string{"notwasm.wasm", "fixme.wasm"} {
+	copyTo("swap_v1", "swapper.wasm")
+	for _, file := range []string{"notwasm.wasm", "swapper.wasm"} {
 		valkeytest.Eventually(t, 30*time.Second, file+" no longer rejected anywhere", func() bool {
 			p, s, mt, _ := rejected(file)
 			return !p && !s && !mt
