@@ -328,25 +328,20 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 }
 
 func compileModule(ctx context.Context, b []byte, digest string, pages uint32, lc loaderConfig) (*Module, error) {
-	// A call is stoppable at its deadline by the checks instrumentLoops
-	// adds to the plugin's loops; a module it cannot rewrite, or one run
-	// by the interpreter, runs with wazero's own (CloseOnContextDone: in
-	// compiled code an exit to Go at every loop back-edge). The memory cap
-	// bounds the plugin's linear memory.
-	ierr := errCannotInstrument
-	if !lc.interpret {
-		var instrumented []byte
-		if instrumented, ierr = instrumentLoops(b); ierr == nil {
-			b = instrumented
-		} else if lc.log != nil {
-			lc.log.Debug("plugin loops not instrumented: calls use wazero's termination checks", "error", ierr)
-		}
+	// A call is stoppable at its deadline by the checks instrumentModule
+	// adds to the plugin's loops and function entries, compiled or
+	// interpreted. A module it cannot rewrite is refused: wazero's own
+	// checks (CloseOnContextDone) sit at loop headers only, so a recursion
+	// would run past any deadline and keep the GC from stopping the world.
+	// The memory cap bounds the plugin's linear memory.
+	b, err := instrumentModule(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotInterruptible, err)
 	}
 	rc := wazero.NewRuntimeConfig()
 	if lc.interpret {
 		rc = wazero.NewRuntimeConfigInterpreter()
 	}
-	rc = rc.WithCloseOnContextDone(ierr != nil)
 	if pages > 0 {
 		rc = rc.WithMemoryLimitPages(pages)
 	}
@@ -363,10 +358,8 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 		if err := env.Instantiate(ctx, rt); err != nil {
 			return nil, err
 		}
-		if ierr == nil {
-			if err := instantiateInterrupt(ctx, rt); err != nil {
-				return nil, fmt.Errorf("%s: %w", interruptModule, err)
-			}
+		if err := instantiateInterrupt(ctx, rt); err != nil {
+			return nil, fmt.Errorf("%s: %w", interruptModule, err)
 		}
 		hb := rt.NewHostModuleBuilder(abi.Namespace)
 		for _, f := range lc.fns {
@@ -381,7 +374,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 				return nil, err
 			}
 			if !lc.interpret {
-				markWazeroEntry(lc.cacheDir, b, ierr != nil, time.Now())
+				markWazeroEntry(lc.cacheDir, b, false, time.Now())
 			}
 			if lc.interpret {
 				return cm, nil // no machine code: the runtime's own engine holds it all

@@ -235,14 +235,18 @@ const (
 	RejectBadSignature   = "bad signature"
 	RejectTooLarge       = "too large"
 	RejectFault          = "fault at load"
-	RejectOther          = "other"
+	// RejectNotInterruptible: the host cannot add its deadline checks to
+	// the module (ErrNotInterruptible).
+	RejectNotInterruptible = "not interruptible"
+	RejectOther            = "other"
 )
 
 // RejectReason labels why loading a file failed: not wasm, truncated,
 // missing export, unknown import, abi mismatch, bad manifest, digest
 // mismatch, not granted (it requests more than its grant), unsigned, bad
 // signature, too large, fault at load (its manifest call trapped, timed
-// out or returned bad output) or other.
+// out or returned bad output), not interruptible (ErrNotInterruptible) or
+// other.
 func RejectReason(err error) string {
 	switch {
 	case errors.Is(err, ErrNotWasm):
@@ -267,6 +271,8 @@ func RejectReason(err error) string {
 		return RejectBadSignature
 	case errors.Is(err, errTooLarge):
 		return RejectTooLarge
+	case errors.Is(err, ErrNotInterruptible):
+		return RejectNotInterruptible
 	case FaultKind(err) != "":
 		return RejectFault
 	}
