@@ -248,7 +248,7 @@ func instrumentModule(b []byte) ([]byte, error) {
 // starting at interruptEvery.
 func appendCounter(b []byte) []byte {
 	b = append(b, 0x7F, 0x01, 0x41) // i32, mutable, i32.const
-	b = binary.AppendVarint(b, interruptEvery)
+	b = appendSLEB(b, interruptEvery)
 	return append(b, 0x0B)
 }
 
@@ -521,7 +521,7 @@ func (r *interruptRewriter) appendCheck(out []byte) []byte {
 	out = append(out, 0x10)       // call $check
 	out = binary.AppendUvarint(out, uint64(r.funcImports))
 	out = append(out, 0x41) // i32.const N
-	out = binary.AppendVarint(out, interruptEvery)
+	out = appendSLEB(out, interruptEvery)
 	g(0x24)                       // global.set $c
 	out = append(out, 0x0B)       // end
 	g(0x23)                       // global.get $c
@@ -712,6 +712,19 @@ func readName(b []byte) (string, int, error) {
 func appendName(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
+}
+
+// appendSLEB appends v in signed LEB128, as i32.const takes it
+// (binary.AppendVarint's zigzag encoding would read as 2v).
+func appendSLEB(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7F)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
 }
 
 // lebLen is the length of the LEB128 number at the start of b (signed or

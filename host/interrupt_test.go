@@ -123,6 +123,11 @@ func TestInstrumentLoopsKeepsBehaviour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The counter starts at interruptEvery (16384: 0x80 0x80 0x01 in
+	// signed LEB128).
+	if !strings.Contains(string(b), "\x7f\x01\x41\x80\x80\x01\x0b") {
+		t.Errorf("no counter global starting at %d", interruptEvery)
+	}
 	got, err := runLoopModule(t, context.Background(), b, true, "count")
 	if err != nil || got[0] != want[0] {
 		t.Fatalf("instrumented module: %v %v, want %v", got, err, want)
