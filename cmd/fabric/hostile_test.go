@@ -41,8 +41,9 @@ type hostileWant struct {
 
 // hostileSet is every fault fixture of testdata/plugins plus a
 // self-granting plugin (selfgrant), a 1 GiB memory request (bigmem), a
-// 30 s-timeout infinite loop (loop30), a slow huge output (slowhuge) and a
-// host-call flood (flood). The operator grants each what it requests
+// 30 s-timeout infinite loop (loop30), a slow huge output (slowhuge), a
+// host-call flood (flood) and a scan recursing with no loop (recurse_scan,
+// hand-built by internal/wasmgen). The operator grants each what it requests
 // (hostilePolicy), except selfgrant and bigmem: those are refused at load.
 var hostileSet = []hostileWant{
 	{file: "selfgrant", rejected: host.RejectNotGranted},
@@ -65,6 +66,7 @@ var hostileSet = []hostileWant{
 	{file: "loop30", plugin: "loop30", fault: host.FaultTimeout},
 	{file: "slowhuge", plugin: "slowhuge", fault: host.FaultOverOutput, slow: true},
 	{file: "flood", plugin: "flood", fault: host.FaultOverBudget},
+	{file: "recurse_scan", plugin: "recurse_scan", fault: host.FaultTimeout},
 }
 
 // procStatus reads a field of /proc/self/status in bytes (VmRSS, VmHWM).
