@@ -316,7 +316,11 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 		m.compile = time.Since(start)
 		m.path, m.sha256, m.size, m.shape = path, digest, int64(len(b)), shape
 		m.declared, m.manifest, m.grant, m.limits, m.sig, m.maxOut = keep.declared, keep.manifest, keep.grant, keep.limits, keep.sig, keep.maxOut
-		inst, err := m.newInstance(ctx)
+		// A start function runs again here: under the load's deadline
+		// too.
+		pctx, cancel := context.WithTimeoutCause(ctx, lc.probeTimeout, fmt.Errorf("%w: host.load.instantiate after %s", ErrTimeout, lc.probeTimeout))
+		inst, err := m.newInstance(pctx)
+		cancel()
 		if err != nil {
 			m.Close(ctx)
 			return nil, err
@@ -495,6 +499,10 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	mod, err := m.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.main, cfg)
 	if err != nil {
 		mem.free()
+		if ctx.Err() != nil {
+			// Its start function ran past the deadline (the checks trapped it).
+			return nil, fmt.Errorf("host: instantiate: %w", context.Cause(ctx))
+		}
 		return nil, fmt.Errorf("%w: instantiate: %w", ErrTrap, err)
 	}
 	m.data.trim() // the segments were copied into the instance's memory
