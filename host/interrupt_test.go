@@ -191,8 +191,8 @@ func TestInstrumentedRecursionTimesOut(t *testing.T) {
 }
 
 // TestInstrumentLoopsStockPlugins: every plugin the build makes is
-// rewritten (none falls back to wazero's checks, which cost an empty
-// call 10 µs), and its loops got a check.
+// rewritten (one that could not be would be refused at load), and got
+// its checks.
 func TestInstrumentLoopsStockPlugins(t *testing.T) {
 	for _, name := range []string{"loop", "healthy", "swap_v1", "delayed_promoter"} {
 		b, err := os.ReadFile(benchFixture(t, name))

@@ -267,6 +267,11 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 	if err != nil {
 		return nil, err
 	}
+	// wazero's compile does not watch the context: a load the caller gave
+	// up on (a stopping host, a CLI command interrupted) compiles nothing.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("host: load %s: %w", path, context.Cause(ctx))
+	}
 	start := time.Now()
 	// What is compiled is the file with its data segments merged
 	// (compactData); digest, signature and shape are the file's.
