@@ -51,9 +51,9 @@ type hostileWant struct {
 // (flood), a lying read_batch request (liebatch), kernel blocks past the
 // memory cap (kernelbomb), a read batch asking past its grant through
 // EXISTS and SORT_RO patterns (readleak), metric names that are not UTF-8
-// or 1 MiB long (metricbomb) and a log flood (logflood). The operator
-// grants each what it requests
-// (hostilePolicy), except selfgrant and bigmem: those are refused at load.
+// or 1 MiB long (metricbomb), a log flood (logflood) and a scan recursing
+// with no loop (recurse_scan, hand-built by internal/wasmgen). The
+// operator grants each what it requests (hostilePolicy), except selfgrant and bigmem: those are refused at load.
 var hostileSet = []hostileWant{
 	{file: "selfgrant", rejected: host.RejectNotGranted},
 	// It declares the stock quota_reconciler (running beside it) and
@@ -83,6 +83,7 @@ var hostileSet = []hostileWant{
 	{file: "readleak", plugin: "readleak", denied: true},
 	{file: "metricbomb", plugin: "metricbomb", metricsDropped: true},
 	{file: "logflood", plugin: "logflood", logsDropped: true},
+	{file: "recurse_scan", plugin: "recurse_scan", fault: host.FaultTimeout}, // rec(60), no loop anywhere
 }
 
 // fileName is the name hw's fixture is installed under: its plugin's
