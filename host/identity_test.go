@@ -119,14 +119,7 @@ func TestSignedDowngradeRefused(t *testing.T) {
 	t.Parallel()
 	priv, pub := testKey(t)
 	ctx := context.Background()
-	signed := t.TempDir()
-	for _, f := range []string{"swap_v1", "swap_v2"} {
-		p := filepath.Join(signed, f+".wasm")
-		copyFile(t, fixture(t, f), p)
-		if _, err := host.SignPlugin(ctx, p, priv, host.InspectConfig{CacheDir: cacheDir}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	signed := signedSwapVersions(t, priv)
 	// deploy writes a signed version as swapper.wasm, its signature first.
 	b := setup(t, setupOpts{noStart: true})
 	path := filepath.Join(b.dir, "swapper.wasm")
@@ -223,6 +216,21 @@ func TestGrantBinding(t *testing.T) {
 	}
 }
 
+// signedSwapVersions returns a directory holding swap_v1.wasm (swapper
+// 1.0.0) and swap_v2.wasm (2.0.0), each signed with priv.
+func signedSwapVersions(t *testing.T, priv ed25519.PrivateKey) string {
+	t.Helper()
+	signed := t.TempDir()
+	for _, f := range []string{"swap_v1", "swap_v2"} {
+		p := filepath.Join(signed, f+".wasm")
+		copyFile(t, fixture(t, f), p)
+		if _, err := host.SignPlugin(context.Background(), p, priv, host.InspectConfig{CacheDir: cacheDir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return signed
+}
+
 // TestSignedDowngradeRefusedAfterRestart: with a VersionsFile the host
 // remembers the newest version it ran across a restart, so a signed v1
 // written over v2 while no host runs is refused when the next host
@@ -231,14 +239,7 @@ func TestSignedDowngradeRefusedAfterRestart(t *testing.T) {
 	t.Parallel()
 	priv, pub := testKey(t)
 	ctx := context.Background()
-	signed := t.TempDir()
-	for _, f := range []string{"swap_v1", "swap_v2"} {
-		p := filepath.Join(signed, f+".wasm")
-		copyFile(t, fixture(t, f), p)
-		if _, err := host.SignPlugin(ctx, p, priv, host.InspectConfig{CacheDir: cacheDir}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	signed := signedSwapVersions(t, priv)
 	dir := t.TempDir()
 	versions := filepath.Join(t.TempDir(), "state", "versions.json")
 	path := filepath.Join(dir, "swapper.wasm")
