@@ -95,11 +95,12 @@ func holdsIn(dir string, b []byte) bool {
 }
 
 // compiledForm is what compileModule compiles of the plugin file b (its
-// data merged, its loops instrumented) and whether wazero's own
-// termination checks are on (a module instrumentLoops cannot rewrite).
+// data merged, its loops and function entries instrumented) and whether
+// wazero's own termination checks are on (a module instrumentModule
+// cannot rewrite: compileModule refuses it, so nothing is cached).
 func compiledForm(b []byte) ([]byte, bool) {
 	w := compactData(b)
-	if iw, err := instrumentLoops(w); err == nil {
+	if iw, err := instrumentModule(w); err == nil {
 		return iw, false
 	}
 	return w, true

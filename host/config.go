@@ -66,6 +66,13 @@ type Config struct {
 	// CacheDir holds wazero's compilation cache; "" keeps it in memory (so
 	// a restart compiles every plugin again, 0.5–1 s each).
 	CacheDir string
+	// VersionsFile keeps, across restarts, the newest version the host
+	// has run of each plugin (JSON), so that a signed file older than it
+	// is refused after a restart too (ErrDowngrade); "" keeps it in
+	// memory only. It is the host's own state: keep it where the plugin
+	// directory's writers cannot write (`fabric run` puts it beside
+	// CacheDir, VersionsFileFor).
+	VersionsFile string
 	// CacheMaxBytes bounds CacheDir: after its initial load the host
 	// deletes the least recently used entries beyond it (see
 	// PruneCompilationCache). 0 means HostCacheMaxBytesDefault; negative

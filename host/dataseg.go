@@ -53,12 +53,15 @@ func compactData(b []byte) []byte {
 		data []byte
 	}
 	d := b[bodyStart:dataEnd]
+	// A segment takes at least 4 bytes (flags, i32.const, end, size): a
+	// count the section cannot hold is refused before anything is made,
+	// and the list grows as segments decode.
 	count, n := binary.Uvarint(d)
-	if n <= 0 || count > uint64(len(d)) {
+	if n <= 0 || count > uint64(len(d)-n)/4 {
 		return b
 	}
 	d = d[n:]
-	segs := make([]seg, 0, count)
+	segs := make([]seg, 0, min(count, 1024))
 	for range count {
 		// flags 0 (active, memory 0), i32.const off, end, size, bytes
 		if len(d) < 3 || d[0] != 0 || d[1] != 0x41 {

@@ -3,7 +3,9 @@ package host
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/fabric-host/fabric/abi"
@@ -98,5 +100,28 @@ func TestCompactData(t *testing.T) {
 		"\x00\x41\x01\x0b\x02cd")
 	if got := compactData(overlap); !bytes.Equal(got, overlap) {
 		t.Fatalf("overlapping segments were rewritten: %x", got)
+	}
+}
+
+// TestCompactDataCountLie: a data section whose segment count its bytes
+// cannot hold (4 Mi segments in 4 MiB: a segment takes at least 4 bytes)
+// is left as it is without making room for the count first (it made 128
+// MiB of segment headers before it found the lie).
+func TestCompactDataCountLie(t *testing.T) {
+	const count = 4 << 20
+	body := binary.AppendUvarint(nil, count)
+	body = append(body, make([]byte, count)...)
+	mod := append([]byte("\x00asm\x01\x00\x00\x00"), 11)
+	mod = binary.AppendUvarint(mod, uint64(len(body)))
+	mod = append(mod, body...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	out := compactData(mod)
+	runtime.ReadMemStats(&after)
+	if !bytes.Equal(out, mod) {
+		t.Fatal("compactData changed a module with a lying data section")
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Fatalf("compactData allocated %d bytes for a count of %d its 4 MiB cannot hold", got, count)
 	}
 }

@@ -76,9 +76,10 @@
 // # Notes
 //
 //   - A timed-out call is trapped by the checks the host adds to the
-//     plugin's loops (instrumentLoops, interrupt.go); the pool discards
-//     any instance whose call failed or whose output was bad and makes a
-//     fresh one. Each linear memory is its own mapping of the cap
+//     plugin's loops and function entries (instrumentModule,
+//     interrupt.go); a module it cannot instrument is refused at load
+//     (ErrNotInterruptible). The pool discards any instance whose call
+//     failed or whose output was bad and makes a fresh one. Each linear memory is its own mapping of the cap
 //     (memory.go), unmapped when the instance is discarded.
 //   - Host functions honour the call's context: they cannot be interrupted
 //     by the wasm timeout, so the backend call itself carries the deadline.

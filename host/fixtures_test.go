@@ -20,7 +20,8 @@ func TestFixturesValidate(t *testing.T) {
 	valid := []string{"healthy", "swap_v1", "swap_v2", "trap", "panic", "loop", "membomb",
 		"hugeoutput", "badoutput", "ungranted", "bench", "delayed_promoter", "sqltrap", "slowpart", "legacyptr",
 		"plugerr", "bigmem", "loop30", "slowhuge", "flood", "selfgrant", "promoter_skipslow", "churn",
-		"liebatch", "kernelbomb", "squatter", "readleak", "metricbomb", "logflood"}
+		"liebatch", "kernelbomb", "squatter", "readleak", "metricbomb", "logflood",
+		"recurse_scan"}
 	invalid := map[string]error{
 		"abimismatch": abi.ErrVersionMismatch,
 		"noexport":    host.ErrMissingExport,

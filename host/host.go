@@ -84,7 +84,11 @@ func New(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{}, versions: map[string]*versionMark{},
+	versions, err := loadVersions(cfg.VersionsFile)
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{cfg: cfg, plugins: map[string]*plugin{}, files: map[string]FileStatus{}, versions: versions,
 		sched: newScheduler(cfg.MaxCalls, cfg.ProbationCalls, cfg.ProbationTimeout)}
 	if cfg.CacheDir != "" {
 		if h.cache, err = newDirCache(cfg.CacheDir); err != nil {

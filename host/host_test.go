@@ -56,6 +56,9 @@ func TestFaultMatrix(t *testing.T) {
 		{"trap", "trap", []string{"trap:", "out of bounds memory access"}},
 		{"panic", "panicker", []string{"trap:", "boom from the panic fixture"}},
 		{"loop", "looper", []string{"timeout:", "plugin.looper.fabric_scan_batch after 200ms"}},
+		// Recursion with no loop (internal/wasmgen): cut by the checks at
+		// function entries.
+		{"recurse_scan", "recurse_scan", []string{"timeout:", "plugin.recurse_scan.fabric_scan after 200ms"}},
 		{"membomb", "membomb", []string{"over memory:", "out of memory"}},
 		{"hugeoutput", "hugeoutput", []string{"over output:", "above the 65536 limit"}},
 		{"badoutput", "badoutput", []string{"bad output:", "malformed message"}},

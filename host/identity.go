@@ -2,8 +2,13 @@ package host
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -24,7 +29,8 @@ import (
 //   - A signed file older than the version the host has run of its plugin
 //     is refused (ErrDowngrade) until the operator rolls back explicitly
 //     (Rollback): a signature binds name, version and digest, and an old
-//     signed file is still validly signed.
+//     signed file is still validly signed. With Config.VersionsFile the
+//     versions run are kept across restarts.
 
 // ErrNameMismatch is matched by a plugin file refused because its name is
 // not its plugin's: squatter.wasm declaring quota_reconciler.
@@ -86,6 +92,7 @@ func (h *Host) checkVersion(m *Module) error {
 		// The operator's rollback: the older version is the newest now.
 		mark.admit, mark.refused, mark.refusedD = "", "", ""
 		mark.newest, mark.version = v, man.Version
+		h.saveVersions()
 		return nil
 	case m.sig != nil && lessVersion(v, mark.newest):
 		mark.refused, mark.refusedD = m.path, m.sha256
@@ -94,6 +101,7 @@ func (h *Host) checkVersion(m *Module) error {
 	}
 	if mark.version == "" || lessVersion(mark.newest, v) {
 		mark.newest, mark.version = v, man.Version
+		h.saveVersions()
 	}
 	return nil
 }
@@ -145,4 +153,111 @@ func (h *Host) markVersion(m *Module) {
 		h.versions[man.Name] = mark
 	}
 	mark.newest, mark.version = v, man.Version
+	h.saveVersions()
+}
+
+// versionsFile is Config.VersionsFile's content.
+type versionsFile struct {
+	// Plugins is the newest version run of each plugin, by name.
+	Plugins map[string]string `json:"plugins"`
+}
+
+// maxVersionsFileBytes bounds the versions file the host reads.
+const maxVersionsFileBytes = 1 << 20
+
+// VersionsFileFor is where `fabric run` keeps the versions of the
+// plugins of pluginDir (Config.VersionsFile): beside the compilation
+// cache cacheDir, one file per plugin directory; "" when cacheDir is
+// "" (in memory).
+func VersionsFileFor(cacheDir, pluginDir string) string {
+	if cacheDir == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(pluginDir)
+	if err != nil {
+		abs = pluginDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(filepath.Dir(filepath.Clean(cacheDir)), "plugin-versions", hex.EncodeToString(sum[:8])+".json")
+}
+
+// loadVersions reads path's versions ("": none; a missing file is
+// empty). A file that is not one is an error naming it: the host does
+// not start forgetting what it ran.
+func loadVersions(path string) (map[string]*versionMark, error) {
+	marks := map[string]*versionMark{}
+	if path == "" {
+		return marks, nil
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return marks, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("host: versions file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxVersionsFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("host: versions file %s: %w", path, err)
+	}
+	var vf versionsFile
+	if len(b) > maxVersionsFileBytes {
+		return nil, fmt.Errorf("host: versions file %s is above %d bytes", path, maxVersionsFileBytes)
+	}
+	if err := json.Unmarshal(b, &vf); err != nil {
+		return nil, fmt.Errorf("host: versions file %s: %w (remove it to forget the versions run)", path, err)
+	}
+	for name, version := range vf.Plugins {
+		v, err := abi.ParseSemver(version)
+		if err != nil {
+			return nil, fmt.Errorf("host: versions file %s: plugin %q: %w", path, name, err)
+		}
+		marks[name] = &versionMark{newest: v, version: version}
+	}
+	return marks, nil
+}
+
+// saveVersions writes the versions run to Config.VersionsFile (atomically:
+// a temporary file renamed over it); h.mu is held. A failure is logged:
+// the host keeps them in memory.
+func (h *Host) saveVersions() {
+	path := h.cfg.VersionsFile
+	if path == "" {
+		return
+	}
+	vf := versionsFile{Plugins: make(map[string]string, len(h.versions))}
+	for name, mark := range h.versions {
+		if mark.version != "" {
+			vf.Plugins[name] = mark.version
+		}
+	}
+	err := writeFileAtomic(path, vf)
+	if err != nil {
+		h.cfg.Logger.Warn("plugin versions not saved: a signed downgrade is refused until the host restarts only", "file", path, "error", err)
+	}
+}
+
+// writeFileAtomic writes v as JSON to path through a temporary file.
+func writeFileAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".versions-*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

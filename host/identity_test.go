@@ -222,3 +222,74 @@ func TestGrantBinding(t *testing.T) {
 		t.Fatalf("BindStock: quota_reconciler signers %v", g.Signers)
 	}
 }
+
+// TestSignedDowngradeRefusedAfterRestart: with a VersionsFile the host
+// remembers the newest version it ran across a restart, so a signed v1
+// written over v2 while no host runs is refused when the next host
+// starts; a versions file that is not one stops New, naming it.
+func TestSignedDowngradeRefusedAfterRestart(t *testing.T) {
+	t.Parallel()
+	priv, pub := testKey(t)
+	ctx := context.Background()
+	signed := t.TempDir()
+	for _, f := range []string{"swap_v1", "swap_v2"} {
+		p := filepath.Join(signed, f+".wasm")
+		copyFile(t, fixture(t, f), p)
+		if _, err := host.SignPlugin(ctx, p, priv, host.InspectConfig{CacheDir: cacheDir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	versions := filepath.Join(t.TempDir(), "state", "versions.json")
+	path := filepath.Join(dir, "swapper.wasm")
+	deploy := func(f string) {
+		copyFile(t, filepath.Join(signed, f+".wasm.sig"), path+".sig")
+		copyFile(t, filepath.Join(signed, f+".wasm"), path)
+	}
+	cfg := func(sig *host.TestSignals) host.Config {
+		return host.Config{PluginDir: dir, CacheDir: cacheDir, VersionsFile: versions, Logger: valkeytest.Logger(), Policy: fixturePolicy(t),
+			TrustedKeys: []ed25519.PublicKey{pub}, RequireSigned: true, Debounce: 50 * time.Millisecond, TestSignals: sig,
+			Now: func(context.Context) (int64, error) { return 1, nil }}
+	}
+	start := func() *testBundle {
+		sig := &host.TestSignals{}
+		sig.Init()
+		h, err := host.New(cfg(sig))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &testBundle{host: h, dir: dir, sig: sig}
+		b.start(t)
+		return b
+	}
+
+	deploy("swap_v2")
+	first := start()
+	if st := waitLoaded(t, first, "swapper"); st.Version != "2.0.0" {
+		t.Fatalf("loaded %+v", st)
+	}
+	first.host.Stop()
+	first.host.Close(ctx)
+	if b, err := os.ReadFile(versions); err != nil || !strings.Contains(string(b), `"swapper": "2.0.0"`) {
+		t.Fatalf("versions file after the first host: %q, %v", b, err)
+	}
+
+	deploy("swap_v1") // while no host runs
+	second := start()
+	fs := waitRejected(t, second, "swapper.wasm", host.RejectDowngrade)
+	if !strings.Contains(fs.Error, "has run 2.0.0") {
+		t.Fatalf("rejection %q: want it to name the version run before the restart", fs.Error)
+	}
+	if _, ok := second.host.Plugin("swapper"); ok {
+		t.Fatal("the older signed file runs after a restart")
+	}
+	second.host.Stop()
+	second.host.Close(ctx)
+
+	if err := os.WriteFile(versions, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.New(cfg(nil)); err == nil || !strings.Contains(err.Error(), versions) {
+		t.Fatalf("New with a corrupt versions file = %v, want an error naming it", err)
+	}
+}

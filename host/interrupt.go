@@ -11,45 +11,62 @@ import (
 )
 
 // A plugin call is cut at its deadline by checks the host adds to the
-// plugin's loops at load time (instrumentLoops), in place of wazero's
+// plugin at load time (instrumentModule), in place of wazero's
 // WithCloseOnContextDone.
 //
-// wazero's option compiles, at every loop back-edge, an exit from the
-// machine code into Go that reads the module's closed flag: an empty Go
-// guest call takes tens of thousands of them (the guest runtime's own
-// loops: allocation, clearing, copying), 10 of the 16 CPU-µs of an empty
-// plugin call. The added check is a counter in a wasm global,
-// decremented at every back-edge (a few instructions of machine code);
-// every interruptEvery back-edges it calls a host function that reads the
-// call's context and traps when it is done. That call is also a point
-// where the Go scheduler can preempt the goroutine (machine code cannot be
-// preempted), so a plugin spinning in a loop does not keep the timers that
-// end its context from running. Recursion without loops ends at wazero's
-// stack limit, as before.
+// The checks sit at every loop header and at the entry of every function:
+// between two of them a guest runs a bounded stretch of straight-line
+// code, whatever it does. Loops alone are not enough: a function that
+// calls itself twice with no loop (rec(n){ rec(n-1); rec(n-1) }) runs 2^n
+// calls without passing a loop header, and a chain of functions each
+// calling the next twice does the same without recursion; such a call
+// never stopped at its deadline, and the Go GC waiting for it to stop the
+// world froze the whole host.
+//
+// wazero's option compiles, at every loop back-edge (and there only: not
+// at function entries), an exit from the machine code into Go that reads
+// the module's closed flag: an empty Go guest call takes tens of
+// thousands of them (the guest runtime's own loops: allocation, clearing,
+// copying), 10 of the 16 CPU-µs of an empty plugin call. The added check
+// is a counter in a wasm global, decremented at every loop header and
+// function entry (a few instructions of machine code); every
+// interruptEvery of them it calls a host function that reads the call's
+// context and traps when it is done. That call is also a point where the
+// Go scheduler can preempt the goroutine (machine code cannot be
+// preempted), so a plugin spinning does not keep the timers that end its
+// context from running, nor the GC from stopping the world.
 //
 // The rewrite touches what is compiled, not the plugin: digest,
 // signature, imports and exports shown are the file's. A module the
 // rewriter does not know every instruction of (SIMD, threads, exceptions,
-// ...) is compiled as it is, with wazero's checks (interruptible).
+// ...) is refused at load (ErrNotInterruptible): wazero's own checks,
+// at loop headers only, would leave it uninterruptible.
 const (
 	// interruptModule and interruptName are the host function the
 	// rewritten loops call; outside abi.Namespace, so no plugin can import
 	// it by a name the host checks.
 	interruptModule = "fabric_interrupt"
 	interruptName   = "check"
-	// interruptEvery is how many loop back-edges run between two checks
-	// of the context: a tight loop takes well under a millisecond for
-	// them.
+	// interruptEvery is how many loop headers and function entries run
+	// between two checks of the context: a tight loop or a recursion
+	// takes well under a millisecond for them.
 	interruptEvery = 1 << 14
 )
 
 // errInterrupted traps a plugin call whose context is done.
 var errInterrupted = errors.New("host: plugin call interrupted: its context is done")
 
-// errCannotInstrument says instrumentLoops left a module as it was.
+// errCannotInstrument says instrumentModule left a module as it was.
 var errCannotInstrument = errors.New("host: module not instrumented")
 
-// checkInterrupt is the host function of the rewritten loops: it traps
+// ErrNotInterruptible is matched by the load of a plugin the host cannot
+// make interruptible (see instrumentModule): it has an instruction the
+// host's rewriter does not know (SIMD, threads, exceptions, ...), and
+// wazero's own termination checks, at loop headers only, would let a
+// recursion run past its deadline and stall the host.
+var ErrNotInterruptible = errors.New("host: plugin cannot be made interruptible")
+
+// checkInterrupt is the host function of the added checks: it traps
 // the call once its context is done.
 func checkInterrupt(ctx context.Context, _ api.Module, _ []uint64) {
 	if ctx.Err() != nil {
@@ -58,7 +75,7 @@ func checkInterrupt(ctx context.Context, _ api.Module, _ []uint64) {
 }
 
 // instantiateInterrupt adds checkInterrupt to rt, for modules that
-// instrumentLoops rewrote.
+// instrumentModule rewrote.
 func instantiateInterrupt(ctx context.Context, rt wazero.Runtime) error {
 	_, err := rt.NewHostModuleBuilder(interruptModule).NewFunctionBuilder().
 		WithGoModuleFunction(api.GoModuleFunc(checkInterrupt), nil, nil).Export(interruptName).
@@ -78,36 +95,38 @@ const (
 	secCode   = 10
 )
 
-// loopRewriter holds what the rewrite of one module needs: the index of
+// interruptRewriter holds what the rewrite of one module needs: the index of
 // the added import (defined functions move up by one) and of the counter
 // global.
-type loopRewriter struct {
+type interruptRewriter struct {
 	funcImports uint32 // function imports before the added one: its index
 	counter     uint32 // index of the added counter global
 }
 
 // fn maps a function index of the original module to the rewritten one.
-func (r *loopRewriter) fn(i uint32) uint32 {
+func (r *interruptRewriter) fn(i uint32) uint32 {
 	if i >= r.funcImports {
 		return i + 1
 	}
 	return i
 }
 
-// instrumentLoops returns b with a context check at every loop header
-// (see interruptEvery): a function import (interruptModule.interruptName,
-// appended to the imports, so every defined function's index moves up by
-// one and each reference to one is renumbered), a mutable i32 global
-// counting down, and at the start of each loop body:
+// instrumentModule returns b with a context check at every function
+// entry and loop header (see interruptEvery): a function import
+// (interruptModule.interruptName, appended to the imports, so every
+// defined function's index moves up by one and each reference to one is
+// renumbered), a mutable i32 global counting down, and at the start of
+// each function body (after its locals) and of each loop body:
 //
 //	global.get $c; i32.eqz; if; call $check; i32.const N; global.set $c; end
 //	global.get $c; i32.const 1; i32.sub; global.set $c
 //
 // The inserted block leaves the stack and the branch depths of the body
-// as they were. The name section keeps the module and function names
+// as they were. The start function, _initialize and every export are
+// defined functions: each gets the check. The name section keeps the module and function names
 // (renumbered); its other subsections are dropped. errCannotInstrument
 // (wrapped) when the module has something the rewriter does not know.
-func instrumentLoops(b []byte) ([]byte, error) {
+func instrumentModule(b []byte) ([]byte, error) {
 	if len(b) < 8 || string(b[:4]) != "\x00asm" || binary.LittleEndian.Uint32(b[4:8]) != 1 {
 		return nil, fmt.Errorf("%w: not a wasm 1 module", errCannotInstrument)
 	}
@@ -127,7 +146,7 @@ func instrumentLoops(b []byte) ([]byte, error) {
 		i += 1 + n + int(size)
 	}
 	// First pass: count types, function imports and globals.
-	r := &loopRewriter{}
+	r := &interruptRewriter{}
 	var types, globals uint32
 	var haveType, haveImport bool
 	for _, s := range secs {
@@ -229,13 +248,13 @@ func instrumentLoops(b []byte) ([]byte, error) {
 // starting at interruptEvery.
 func appendCounter(b []byte) []byte {
 	b = append(b, 0x7F, 0x01, 0x41) // i32, mutable, i32.const
-	b = binary.AppendVarint(b, interruptEvery)
+	b = appendSLEB(b, interruptEvery)
 	return append(b, 0x0B)
 }
 
 // globals rewrites the global section (ref.func in initialisers) and
 // appends the counter.
-func (r *loopRewriter) globals(b []byte) ([]byte, error) {
+func (r *interruptRewriter) globals(b []byte) ([]byte, error) {
 	c, n, err := readU32(b)
 	if err != nil {
 		return nil, err
@@ -260,7 +279,7 @@ func (r *loopRewriter) globals(b []byte) ([]byte, error) {
 }
 
 // exports renumbers function exports.
-func (r *loopRewriter) exports(b []byte) ([]byte, error) {
+func (r *interruptRewriter) exports(b []byte) ([]byte, error) {
 	c, n, err := readU32(b)
 	if err != nil {
 		return nil, err
@@ -290,7 +309,7 @@ func (r *loopRewriter) exports(b []byte) ([]byte, error) {
 
 // elems renumbers the function indices of element segments (all eight
 // encodings).
-func (r *loopRewriter) elems(b []byte) ([]byte, error) {
+func (r *interruptRewriter) elems(b []byte) ([]byte, error) {
 	c, n, err := readU32(b)
 	if err != nil {
 		return nil, err
@@ -361,8 +380,9 @@ func (r *loopRewriter) elems(b []byte) ([]byte, error) {
 	return out, nil
 }
 
-// code rewrites every function body.
-func (r *loopRewriter) code(b []byte) ([]byte, error) {
+// code rewrites every function body: the check at its entry, then its
+// instructions (instrs).
+func (r *interruptRewriter) code(b []byte) ([]byte, error) {
 	c, n, err := readU32(b)
 	if err != nil {
 		return nil, err
@@ -392,6 +412,7 @@ func (r *loopRewriter) code(b []byte) ([]byte, error) {
 			at += m + 1
 		}
 		body = append(body[:0], fb[:at]...)
+		body = r.appendCheck(body)
 		if body, err = r.instrs(body, fb[at:]); err != nil {
 			return nil, err
 		}
@@ -407,7 +428,7 @@ func (r *loopRewriter) code(b []byte) ([]byte, error) {
 // names renumbers the name section's function names (subsection 1) and
 // keeps the module name (0); the other subsections are dropped. n is the
 // length of the section's own name.
-func (r *loopRewriter) names(b []byte, n int) ([]byte, error) {
+func (r *interruptRewriter) names(b []byte, n int) ([]byte, error) {
 	out := append([]byte(nil), b[:n]...)
 	b = b[n:]
 	for len(b) > 0 {
@@ -453,7 +474,7 @@ func (r *loopRewriter) names(b []byte, n int) ([]byte, error) {
 
 // expr copies a constant expression (up to and with its end), renumbering
 // ref.func.
-func (r *loopRewriter) expr(out, b []byte) ([]byte, []byte, error) {
+func (r *interruptRewriter) expr(out, b []byte) ([]byte, []byte, error) {
 	for {
 		if len(b) == 0 {
 			return nil, nil, fmt.Errorf("%w: unterminated expression", errCannotInstrument)
@@ -472,7 +493,7 @@ func (r *loopRewriter) expr(out, b []byte) ([]byte, []byte, error) {
 
 // instrs copies a function body's instructions, renumbering function
 // references and adding the counter check at the head of each loop.
-func (r *loopRewriter) instrs(out, b []byte) ([]byte, error) {
+func (r *interruptRewriter) instrs(out, b []byte) ([]byte, error) {
 	for len(b) > 0 {
 		n := 0
 		var err error
@@ -488,8 +509,8 @@ func (r *loopRewriter) instrs(out, b []byte) ([]byte, error) {
 	return out, nil
 }
 
-// appendCheck appends the counter check (see instrumentLoops).
-func (r *loopRewriter) appendCheck(out []byte) []byte {
+// appendCheck appends the counter check (see instrumentModule).
+func (r *interruptRewriter) appendCheck(out []byte) []byte {
 	g := func(op byte) {
 		out = append(out, op)
 		out = binary.AppendUvarint(out, uint64(r.counter))
@@ -500,7 +521,7 @@ func (r *loopRewriter) appendCheck(out []byte) []byte {
 	out = append(out, 0x10)       // call $check
 	out = binary.AppendUvarint(out, uint64(r.funcImports))
 	out = append(out, 0x41) // i32.const N
-	out = binary.AppendVarint(out, interruptEvery)
+	out = appendSLEB(out, interruptEvery)
 	g(0x24)                       // global.set $c
 	out = append(out, 0x0B)       // end
 	g(0x23)                       // global.get $c
@@ -513,7 +534,7 @@ func (r *loopRewriter) appendCheck(out []byte) []byte {
 // instr copies one instruction from b to out, renumbering a function
 // index (call, return_call, ref.func), and returns how many bytes of b it
 // took. An opcode it does not know is errCannotInstrument.
-func (r *loopRewriter) instr(out, b []byte) ([]byte, int, error) {
+func (r *interruptRewriter) instr(out, b []byte) ([]byte, int, error) {
 	op := b[0]
 	at := 1
 	skip := func(k int) error { // k LEB128 immediates
@@ -691,6 +712,19 @@ func readName(b []byte) (string, int, error) {
 func appendName(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
+}
+
+// appendSLEB appends v in signed LEB128, as i32.const takes it
+// (binary.AppendVarint's zigzag encoding would read as 2v).
+func appendSLEB(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7F)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
 }
 
 // lebLen is the length of the LEB128 number at the start of b (signed or

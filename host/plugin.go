@@ -267,6 +267,11 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 	if err != nil {
 		return nil, err
 	}
+	// wazero's compile does not watch the context: a load the caller gave
+	// up on (a stopping host, a CLI command interrupted) compiles nothing.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("host: load %s: %w", path, context.Cause(ctx))
+	}
 	start := time.Now()
 	// What is compiled is the file with its data segments merged
 	// (compactData); digest, signature and shape are the file's.
@@ -322,7 +327,11 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 		m.compile = time.Since(start)
 		m.path, m.sha256, m.size, m.shape = path, digest, int64(len(b)), shape
 		m.declared, m.manifest, m.grant, m.limits, m.sig, m.maxOut = keep.declared, keep.manifest, keep.grant, keep.limits, keep.sig, keep.maxOut
-		inst, err := m.newInstance(ctx)
+		// A start function runs again here: under the load's deadline
+		// too.
+		pctx, cancel := context.WithTimeoutCause(ctx, lc.probeTimeout, fmt.Errorf("%w: host.load.instantiate after %s", ErrTimeout, lc.probeTimeout))
+		inst, err := m.newInstance(pctx)
+		cancel()
 		if err != nil {
 			m.Close(ctx)
 			return nil, err
@@ -334,25 +343,20 @@ func buildModule(ctx context.Context, path string, b []byte, digest string, shap
 }
 
 func compileModule(ctx context.Context, b []byte, digest string, pages uint32, lc loaderConfig) (*Module, error) {
-	// A call is stoppable at its deadline by the checks instrumentLoops
-	// adds to the plugin's loops; a module it cannot rewrite, or one run
-	// by the interpreter, runs with wazero's own (CloseOnContextDone: in
-	// compiled code an exit to Go at every loop back-edge). The memory cap
-	// bounds the plugin's linear memory.
-	ierr := errCannotInstrument
-	if !lc.interpret {
-		var instrumented []byte
-		if instrumented, ierr = instrumentLoops(b); ierr == nil {
-			b = instrumented
-		} else if lc.log != nil {
-			lc.log.Debug("plugin loops not instrumented: calls use wazero's termination checks", "error", ierr)
-		}
+	// A call is stoppable at its deadline by the checks instrumentModule
+	// adds to the plugin's loops and function entries, compiled or
+	// interpreted. A module it cannot rewrite is refused: wazero's own
+	// checks (CloseOnContextDone) sit at loop headers only, so a recursion
+	// would run past any deadline and keep the GC from stopping the world.
+	// The memory cap bounds the plugin's linear memory.
+	b, err := instrumentModule(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotInterruptible, err)
 	}
 	rc := wazero.NewRuntimeConfig()
 	if lc.interpret {
 		rc = wazero.NewRuntimeConfigInterpreter()
 	}
-	rc = rc.WithCloseOnContextDone(ierr != nil)
 	if pages > 0 {
 		rc = rc.WithMemoryLimitPages(pages)
 	}
@@ -369,10 +373,8 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 		if err := env.Instantiate(ctx, rt); err != nil {
 			return nil, err
 		}
-		if ierr == nil {
-			if err := instantiateInterrupt(ctx, rt); err != nil {
-				return nil, fmt.Errorf("%s: %w", interruptModule, err)
-			}
+		if err := instantiateInterrupt(ctx, rt); err != nil {
+			return nil, fmt.Errorf("%s: %w", interruptModule, err)
 		}
 		hb := rt.NewHostModuleBuilder(abi.Namespace)
 		for _, f := range lc.fns {
@@ -387,7 +389,7 @@ func compileModule(ctx context.Context, b []byte, digest string, pages uint32, l
 				return nil, err
 			}
 			if !lc.interpret {
-				markWazeroEntry(lc.cacheDir, b, ierr != nil, time.Now())
+				markWazeroEntry(lc.cacheDir, b, false, time.Now())
 			}
 			if lc.interpret {
 				return cm, nil // no machine code: the runtime's own engine holds it all
@@ -514,6 +516,10 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	mod, err := m.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.main, cfg)
 	if err != nil {
 		mem.free()
+		if ctx.Err() != nil {
+			// Its start function ran past the deadline (the checks trapped it).
+			return nil, fmt.Errorf("host: instantiate: %w", context.Cause(ctx))
+		}
 		return nil, fmt.Errorf("%w: instantiate: %w", ErrTrap, err)
 	}
 	m.data.trim() // the segments were copied into the instance's memory

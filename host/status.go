@@ -245,7 +245,10 @@ const (
 	RejectDowngrade      = "downgrade"
 	RejectNotRegular     = "not a regular file"
 	RejectFault          = "fault at load"
-	RejectOther          = "other"
+	// RejectNotInterruptible: the host cannot add its deadline checks to
+	// the module (ErrNotInterruptible).
+	RejectNotInterruptible = "not interruptible"
+	RejectOther            = "other"
 )
 
 // RejectReason labels why loading a file failed: not wasm, truncated,
@@ -255,7 +258,8 @@ const (
 // plugin NAME), downgrade (signed and older than the version the host
 // has run), not a regular file (a FIFO, device, socket or directory, or
 // a symlink to one), fault at load (its manifest call trapped, timed
-// out or returned bad output) or other.
+// out or returned bad output), not interruptible (ErrNotInterruptible) or
+// other.
 func RejectReason(err error) string {
 	switch {
 	case errors.Is(err, ErrNotWasm):
@@ -286,6 +290,8 @@ func RejectReason(err error) string {
 		return RejectDowngrade
 	case errors.Is(err, ErrNotRegular):
 		return RejectNotRegular
+	case errors.Is(err, ErrNotInterruptible):
+		return RejectNotInterruptible
 	case FaultKind(err) != "":
 		return RejectFault
 	}

@@ -14,10 +14,13 @@ import (
 
 // hostileFixtures are the hostile plugins of the hostile-set soak
 // (cmd/fabric/hostile_test.go): every fault fixture, a 1 GiB memory
-// request, a 30 s-timeout infinite loop, a slow huge output and a
-// host-call flood.
+// request, a 30 s-timeout infinite loop, a slow huge output, a host-call
+// flood, a lying read_batch request, kernel blocks past the cap, an
+// impostor of a stock plugin, reads past the grant, hostile metric names,
+// a log flood and a scan recursing with no loop.
 var hostileFixtures = []string{"trap", "panic", "loop", "membomb", "hugeoutput", "badoutput", "ungranted", "legacyptr",
-	"plugerr", "bigmem", "selfgrant", "loop30", "slowhuge", "flood", "abimismatch", "noexport", "truncated", "corrupt", "notwasm"}
+	"plugerr", "bigmem", "selfgrant", "loop30", "slowhuge", "flood", "abimismatch", "noexport", "truncated", "corrupt", "notwasm",
+	"liebatch", "kernelbomb", "squatter", "readleak", "metricbomb", "logflood", "recurse_scan"}
 
 // runHostile measures the default plugin set's sweeps alone and then
 // with the hostile set loaded beside it, in the same run (hostileCadence).
@@ -80,7 +83,7 @@ func hostileCadence(ctx context.Context, e *benchEnv, files []string) ([]Row, st
 		hostile = append(hostile, f)
 		installAs[f] = filepath.Base(f)
 		in, err := host.Inspect(ctx, f, host.InspectConfig{CacheDir: e.cache})
-		if err == nil {
+		if err == nil && name != "squatter" { // the impostor goes in under its own name, refused as such
 			installAs[f] = in.Manifest.Name + ".wasm"
 		}
 		if name == "selfgrant" || name == "bigmem" {

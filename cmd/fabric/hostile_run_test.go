@@ -54,26 +54,20 @@ func TestHostileRun(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	// The stock Valkey set with its signatures, the key beside the
+	// directory (fabric run trusts it there by default).
 	plugins := filepath.Join(dir, "plugins")
-	if err := os.Mkdir(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	stock, _ := filepath.Glob(filepath.Join("..", "..", "bin", "plugins", "*.wasm"))
-	n := 0
+	var names []string
 	for _, p := range stock {
-		name := strings.TrimSuffix(filepath.Base(p), ".wasm")
-		if strings.HasPrefix(name, "pg_") {
-			continue
+		if name := strings.TrimSuffix(filepath.Base(p), ".wasm"); !strings.HasPrefix(name, "pg_") {
+			names = append(names, name)
 		}
-		install(t, p, filepath.Join(plugins, name+".wasm"))
-		if _, err := os.Stat(p + host.SignatureSuffix); err == nil {
-			install(t, p+host.SignatureSuffix, filepath.Join(plugins, name+".wasm"+host.SignatureSuffix))
-		}
-		n++
 	}
-	if n < 10 {
-		t.Fatalf("stock set not built (run `make plugins`): %d files", n)
+	if len(names) < 10 {
+		t.Fatalf("stock set not built (run `make plugins`): %v", names)
 	}
+	copyStock(t, plugins, names...)
 	cache := ""
 	if base, err := os.UserCacheDir(); err == nil {
 		cache = filepath.Join(base, "fabric", "wazero")
@@ -96,9 +90,6 @@ func TestHostileRun(t *testing.T) {
 	}
 	args := []string{"run", "--plugins", plugins, "--config", confPath, "--admin-addr", "127.0.0.1:0", "--view", "lines",
 		"--rate", "30", "--refresh", "1s", "--partitions", "flow=8,budget=2,quota=2", "--cache-dir", cache}
-	if _, err := os.Stat(filepath.Join("..", "..", "bin", "plugin-signing.pub")); err == nil {
-		args = append(args, "--trusted-keys", filepath.Join("..", "..", "bin", "plugin-signing.pub"))
-	}
 	out := startLogged(t, dir, bin, args...)
 	addr := out.waitFor(t, regexp.MustCompile(`admin: http://(\S+)/metrics`), 3*time.Minute)
 
@@ -135,7 +126,8 @@ func TestHostileRun(t *testing.T) {
 	}
 	t.Logf("/healthz answered %d polls over %s beside the hostile set; slowest %s", polls, window, worst.Round(time.Millisecond))
 
-	// Every hostile file was seen: a row in /plugins, by plugin or file.
+	// Every stock plugin runs (granted: its signature is trusted) and every
+	// hostile file was seen: a row in /plugins, by plugin or file.
 	resp, err := client.Get("http://" + addr + "/plugins")
 	if err != nil {
 		t.Fatalf("/plugins: %v", err)
@@ -145,6 +137,13 @@ func TestHostileRun(t *testing.T) {
 	resp.Body.Close()
 	if err != nil {
 		t.Fatalf("/plugins: %v", err)
+	}
+	for _, name := range names {
+		if !slices.ContainsFunc(rows, func(r host.PluginStatus) bool {
+			return r.Name == name && r.State != host.StateRejected && r.State != host.StateQuarantined
+		}) {
+			t.Errorf("stock plugin %s is not running beside the hostile set", name)
+		}
 	}
 	for _, hw := range hostileSet {
 		if !slices.ContainsFunc(rows, func(r host.PluginStatus) bool {

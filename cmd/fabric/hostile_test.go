@@ -51,9 +51,9 @@ type hostileWant struct {
 // (flood), a lying read_batch request (liebatch), kernel blocks past the
 // memory cap (kernelbomb), a read batch asking past its grant through
 // EXISTS and SORT_RO patterns (readleak), metric names that are not UTF-8
-// or 1 MiB long (metricbomb) and a log flood (logflood). The operator
-// grants each what it requests
-// (hostilePolicy), except selfgrant and bigmem: those are refused at load.
+// or 1 MiB long (metricbomb), a log flood (logflood) and a scan recursing
+// with no loop (recurse_scan, hand-built by internal/wasmgen). The
+// operator grants each what it requests (hostilePolicy), except selfgrant and bigmem: those are refused at load.
 var hostileSet = []hostileWant{
 	{file: "selfgrant", rejected: host.RejectNotGranted},
 	// It declares the stock quota_reconciler (running beside it) and
@@ -83,6 +83,7 @@ var hostileSet = []hostileWant{
 	{file: "readleak", plugin: "readleak", denied: true},
 	{file: "metricbomb", plugin: "metricbomb", metricsDropped: true},
 	{file: "logflood", plugin: "logflood", logsDropped: true},
+	{file: "recurse_scan", plugin: "recurse_scan", fault: host.FaultTimeout}, // rec(60), no loop anywhere
 }
 
 // fileName is the name hw's fixture is installed under: its plugin's
@@ -169,9 +170,29 @@ func TestHostileSoak(t *testing.T) {
 	if base, err := os.UserCacheDir(); err == nil {
 		cache = filepath.Join(base, "fabric", "wazero")
 	}
+	// The stock plugins' calls may take 30 s (their grants and the host's
+	// override): a CI run under -race with other packages beside it
+	// starved a stock flow_projector sweep of 14 items past its own 10 s
+	// timeout. A deadline that tells a starved host from a slow plugin is
+	// issue 42's; what this soak asserts is that the hostile set does not
+	// fault the stock plugins, and their cadence (below).
+	policy := hostilePolicy(t, cache)
+	// logflood writes 250 lines of 4 KiB a partition (8 MiB a sweep, 250×
+	// its log budget) rather than its 2,000: under -race its 16,000 log
+	// calls a sweep made it a CPU hog (that is the host-call budget's
+	// business, host/hostfn), and what this soak asserts of it is the
+	// log budget.
+	plugins := map[string]host.PluginConfig{"legacyptr": {Config: map[string]string{"lie": "1"}},
+		"logflood": {Config: map[string]string{"lines": "250"}}}
+	for _, name := range stockNames {
+		g := policy.Plugins[name]
+		g.TimeoutMs = 30_000
+		policy.Plugins[name] = g
+		plugins[name] = host.PluginConfig{Timeout: 30 * time.Second}
+	}
 	metrics := admin.NewMetrics()
 	h, err := host.New(host.Config{PluginDir: dir, CacheDir: cache, Backend: vc, Logger: valkeytest.Logger(),
-		Policy:   hostilePolicy(t, cache),
+		Policy:   policy,
 		Observer: metrics, Debounce: 50 * time.Millisecond, Completions: host.CompletionConfig{Enabled: true},
 		// Plain sweeps: the cadence checked is the interval's.
 		Timers: host.TimerConfig{Disabled: true},
@@ -183,7 +204,7 @@ func TestHostileSoak(t *testing.T) {
 		// plugins; their timing under a calm machine is make bench's
 		// (scenario 11).
 		Leases:  partlease.Config{TTL: 30 * time.Second},
-		Plugins: map[string]host.PluginConfig{"legacyptr": {Config: map[string]string{"lie": "1"}}}})
+		Plugins: plugins})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,12 +362,24 @@ func TestHostileSoak(t *testing.T) {
 			name, interval, n, worstWall.Round(time.Millisecond), float64(worstWall)/float64(interval),
 			worst.Round(time.Millisecond), float64(worst)/float64(interval), worstWait.Round(time.Millisecond))
 	}
-	// The hung plugin's calls after its first timeout were cut sooner.
-	var cut bool
-	for _, r := range h.Records("loop30") {
-		cut = cut || (r.Probation && strings.Contains(r.Error, "on probation after"))
+	// The hung plugin's calls after its first timeout were cut sooner (its
+	// first call may end late on a loaded machine, its second after the
+	// quarantine's backoff: wait for it).
+	cutSooner := func() bool {
+		for _, r := range h.Records("loop30") {
+			if r.Probation && strings.Contains(r.Error, "on probation after") {
+				return true
+			}
+		}
+		return false
 	}
-	if !cut {
+	for deadline := time.Now().Add(90 * time.Second); !cutSooner() && time.Now().Before(deadline); {
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	if !cutSooner() {
 		t.Errorf("loop30 was never cut sooner on probation: %+v", h.Records("loop30"))
 	}
 
@@ -452,13 +485,13 @@ func hostileMissing(rows []host.PluginStatus, scrape string) []string {
 			if r.State != host.StateRunning || r.MetricsDropped == 0 || r.Metrics["scans"] == 0 ||
 				!has(fmt.Sprintf(`fabric_plugin_guest_metrics_dropped_total{plugin=%q}`, hw.plugin)) ||
 				!has(fmt.Sprintf(`fabric_plugin_guest_counter_total{name="scans",plugin=%q}`, hw.plugin)) {
-				out = append(out, fmt.Sprintf("%s: want running with its bad metrics dropped; state %s, dropped %d, metrics %d", hw.plugin, r.State, r.MetricsDropped, len(r.Metrics)))
+				out = append(out, fmt.Sprintf("%s: want running with its bad metrics dropped; state %s (faults %v, reason %q), dropped %d, metrics %d", hw.plugin, r.State, r.FaultKinds, r.Reason, r.MetricsDropped, len(r.Metrics)))
 			}
 		case hw.logsDropped:
 			r := byName[hw.plugin]
 			if r.State != host.StateRunning || r.LogLinesDropped == 0 ||
 				!has(fmt.Sprintf(`fabric_plugin_log_dropped_bytes_total{plugin=%q}`, hw.plugin)) {
-				out = append(out, fmt.Sprintf("%s: want running with its log lines dropped; state %s, dropped %d lines", hw.plugin, r.State, r.LogLinesDropped))
+				out = append(out, fmt.Sprintf("%s: want running with its log lines dropped; state %s (faults %v, reason %q), dropped %d lines", hw.plugin, r.State, r.FaultKinds, r.Reason, r.LogLinesDropped))
 			}
 		default:
 			r := byName[hw.plugin]

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -133,5 +134,26 @@ func TestPluginsPrewarm(t *testing.T) {
 	}
 	if code, _, errOut = runCmd(t, "plugins", "prewarm", "--tests", healthy); code != 2 {
 		t.Fatalf("--tests without --check: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestPluginsPrewarmInterrupted: a prewarm whose context is done (SIGINT,
+// SIGTERM) compiles nothing more and says it was interrupted; it went on
+// compiling every file it lacked, seconds each.
+func TestPluginsPrewarmInterrupted(t *testing.T) {
+	t.Parallel()
+	cache := t.TempDir()
+	files := []string{fixture(t, "healthy"), fixture(t, "swap_v1"), fixture(t, "swap_v2")}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	code := runCLI(ctx, &cliEnv{stdout: &out, stderr: &errb}, append([]string{"plugins", "prewarm", "--cache-dir", cache}, files...))
+	if code != 1 || !strings.Contains(errb.String(), "prewarm interrupted: context canceled") {
+		t.Fatalf("prewarm with its context done: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	for _, f := range files {
+		if held, err := host.CacheHolds(cache, f, true); err != nil || held {
+			t.Fatalf("the cache holds %s (%v, %v): it was compiled", f, held, err)
+		}
 	}
 }

@@ -242,10 +242,16 @@ func prewarm(ctx context.Context, env *cliEnv, files []string, cache string, che
 		}()
 	}
 	for i := range lack {
+		if ctx.Err() != nil {
+			break // interrupted: the files left are not even tried
+		}
 		next <- i
 	}
 	close(next)
 	wg.Wait()
+	if ctx.Err() != nil {
+		return fmt.Errorf("prewarm interrupted: %w", context.Cause(ctx))
+	}
 	err := errors.Join(errs...)
 	if err == nil {
 		fmt.Fprintf(env.stdout, "prewarm: compiled %d files in %s\n", len(lack), time.Since(start).Round(100*time.Millisecond))

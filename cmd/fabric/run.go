@@ -492,6 +492,7 @@ func startHost(ctx context.Context, out io.Writer, base host.Config, o hostOptio
 	}
 	hc := base
 	hc.PluginDir, hc.CacheDir, hc.StatusFile, hc.Plugins, hc.Observer, hc.Leases = dir, cacheDir, statusFile, o.pluginConfigs(), o.observer, o.leases
+	hc.VersionsFile = host.VersionsFileFor(cacheDir, dir)
 	implicit, err := o.trust.apply(&hc)
 	if err != nil {
 		return nil, err

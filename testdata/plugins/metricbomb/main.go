@@ -16,7 +16,7 @@ var huge = strings.Repeat("m", 1<<20)
 
 func init() {
 	pdk.Register(pdk.Plugin{
-		Manifest: abi.Manifest{Name: "metricbomb", Version: "1.0.0", IntervalMs: 100, TimeoutMs: 30000},
+		Manifest: abi.Manifest{Name: "metricbomb", Version: "1.0.0", IntervalMs: 1000, TimeoutMs: 30000},
 		Scan: func(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 			h.Metric(abi.Metric{Name: "scans", Value: 1})
 			h.Metric(abi.Metric{Name: "bad\xff\xfe", Value: 1})
