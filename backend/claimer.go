@@ -39,8 +39,9 @@ type ClaimerConfig struct {
 	// sizes how many eligible heads one read fetches (1 when 0).
 	Concurrency int
 	// DisableReclaim stops the session from taking over expired or
-	// revoked leases (Valkey; Postgres's lease-expiry scanner releases
-	// them instead).
+	// revoked leases (both backends: a reclaim pass at most once a second
+	// takes them over as new "reclaim" attempts, marking a due lease
+	// expired first when no scanner has).
 	DisableReclaim bool
 	// PromoteDelayed makes the session promote due delayed executions of
 	// its lanes while it reads heads (Valkey).

@@ -45,10 +45,12 @@ import (
 //     again when the registration lapsed) and is marked dead on Close. An
 //     instance id with a live registration is refused
 //     (ErrDuplicateInstance); one registered under another worker id too.
-//   - Expired leases are released by the pg_lease_expiry scanner (the
-//     execution becomes claimable again and the attempt resumes), delayed
-//     executions by pg_delayed_promoter; WorkerConfig.DisableReclaim and
-//     PromoteDelayed have no effect.
+//   - An expired lease is reclaimed by a worker of its lane as on Valkey,
+//     with or without a host: a new attempt of type "reclaim" (marked
+//     expired by the pg_lease_expiry scanner, or by the worker's own
+//     reclaim pass once a second; WorkerConfig.DisableReclaim turns that
+//     off). Delayed executions are promoted by pg_delayed_promoter;
+//     WorkerConfig.PromoteDelayed has no effect.
 //   - An unmigrated database is refused with backend.ErrNotMigrated.
 func Connect(ctx context.Context, b backend.Provider, cfg WorkerConfig) (*Worker, error) {
 	drv, err := driverOf("backend", b)

@@ -123,9 +123,26 @@ func wantState(t *testing.T, s *backend.ExecutionState, phase, public string) {
 	}
 }
 
+// Options are what a driver's test gives the suite beyond the driver:
+// stand-ins for the host's scanners, which the Driver contract does not
+// run. Subtests needing one that is nil are skipped.
+type Options struct {
+	// SweepAttemptTimeouts runs the backend's attempt-timeout scanner
+	// once, as of nowMs, over what holds execution id (its partition, or
+	// the execution alone): every attempt whose own deadline passed by
+	// nowMs times out as the host's scanner would time it out.
+	SweepAttemptTimeouts func(ctx context.Context, d backend.Driver, id model.ExecutionID, nowMs int64) error
+}
+
 // Run runs the conformance suite on the driver newDriver returns (called
-// once; the subtests share it, on lanes of their own).
+// once; the subtests share it, on lanes of their own). It is RunWith
+// without options.
 func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
+	RunWith(t, newDriver, Options{})
+}
+
+// RunWith is Run with the driver test's Options.
+func RunWith(t *testing.T, newDriver func(t *testing.T) backend.Driver, opts Options) {
 	d := newDriver(t)
 	if d.Name() == "" {
 		t.Fatal("Name is empty")
@@ -168,6 +185,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 	runAttemptReads(sub)
 	runWorkers(sub)
 	runClaimer(sub)
+	runReclaim(sub, opts)
 }
 
 func testCreateWaiting(e *env) {

@@ -66,6 +66,11 @@ type Claimer struct {
 	// (analyzeFresh), or gave up on.
 	analyzed map[string]bool
 	once     sync.Once
+	// reclaimMu guards reclaimAt, when the last reclaim pass ran, and
+	// reclaimCursor, the first flow partition of the next pass's window.
+	reclaimMu     sync.Mutex
+	reclaimAt     time.Time
+	reclaimCursor int
 }
 
 var _ backend.Claimer = (*Claimer)(nil)
@@ -350,6 +355,14 @@ func (c *Claimer) scan(ctx context.Context, conn **pgx.Conn, caps []string) ([]N
 // the next call: there may be more.
 func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, error) {
 	n = max(n, 1)
+	out, err := c.reclaimDue(ctx, n)
+	if err != nil {
+		return out, err
+	}
+	n -= len(out)
+	if n <= 0 {
+		return out, nil
+	}
 	lanes := c.cfg.Lanes
 	start := c.rr.Add(1)
 	claim := func(lane string, part uint16) ([]*backend.ClaimResult, error) {
@@ -357,7 +370,6 @@ func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, err
 			WorkerInstanceID: c.cfg.WorkerInstanceID, Capabilities: c.cfg.Capabilities, LeaseTTLMs: c.cfg.LeaseTTLMs,
 			Partitions: []uint16{part}}, n)
 	}
-	var out []*backend.ClaimResult
 	for i := range lanes {
 		if n <= 0 {
 			return out, nil
@@ -389,6 +401,64 @@ func (c *Claimer) Claim(ctx context.Context, n int) ([]*backend.ClaimResult, err
 			c.places.note(w) // there may be more
 		}
 		n, out = n-len(crs), append(out, crs...)
+	}
+	return out, nil
+}
+
+// reclaimEvery is how often Claim runs a reclaim pass (reclaimDue), as
+// the Valkey claimer does.
+const reclaimEvery = time.Second
+
+// reclaimWindow is how many partitions beyond the lanes' solo partitions
+// one reclaim pass reads (flow members live on their flow's partition):
+// every partition is read within Flow/reclaimWindow passes.
+const reclaimWindow = 32
+
+// reclaimDue is the session's reclaim pass, at most once per
+// reclaimEvery and unless DisableReclaim: it takes over up to n expired
+// or revoked leases of the lanes (Client.Reclaim: a new "reclaim"
+// attempt each, a lease no scanner marked yet included) on the lanes'
+// solo partitions and the next window of reclaimWindow partitions.
+func (c *Claimer) reclaimDue(ctx context.Context, n int) ([]*backend.ClaimResult, error) {
+	if c.cfg.DisableReclaim {
+		return nil, nil
+	}
+	now := c.cfg.Clock
+	t := time.Now()
+	if now != nil {
+		t = now()
+	}
+	c.reclaimMu.Lock()
+	if !c.reclaimAt.IsZero() && t.Sub(c.reclaimAt) < reclaimEvery && !t.Before(c.reclaimAt) {
+		c.reclaimMu.Unlock()
+		return nil, nil
+	}
+	c.reclaimAt = t
+	flow := int(c.parts.Flow)
+	start := c.reclaimCursor
+	c.reclaimCursor = (start + reclaimWindow) % max(flow, 1)
+	c.reclaimMu.Unlock()
+
+	var window []uint16
+	for i := range min(reclaimWindow, flow) {
+		window = append(window, uint16((start+i)%flow))
+	}
+	var out []*backend.ClaimResult
+	for _, lane := range c.cfg.Lanes {
+		if n <= 0 {
+			break
+		}
+		parts := append([]uint16{c.parts.SoloPartition(lane).Index}, window...)
+		rs, err := c.d.c.Reclaim(ctx, &ReclaimParams{LaneID: lane, WorkerID: c.cfg.WorkerID,
+			WorkerInstanceID: c.cfg.WorkerInstanceID, Capabilities: c.cfg.Capabilities, LeaseTTLMs: c.cfg.LeaseTTLMs,
+			Partitions: parts}, n)
+		if err != nil {
+			return out, mapErr(err, false)
+		}
+		for _, r := range rs {
+			out = append(out, claimOut(r))
+		}
+		n -= len(rs)
 	}
 	return out, nil
 }

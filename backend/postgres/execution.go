@@ -195,8 +195,9 @@ type ClaimResult struct {
 	ExpiresAt    int64
 	AttemptID    string
 	AttemptIndex int
-	// AttemptType is initial, retry or resumed (a delayed or otherwise
-	// interrupted attempt continuing under a new lease epoch).
+	// AttemptType is initial, retry, resumed (a delayed or otherwise
+	// interrupted attempt continuing under a new lease epoch) or reclaim
+	// (Reclaim: a new attempt taking over an expired lease).
 	AttemptType string
 	// LaneID, Kind, Namespace, Payload and FlowID describe the claimed
 	// execution (read in the claim's own round trip), so a worker needs no
@@ -397,14 +398,14 @@ var (
 	// sqlGrantByID claims execution $5 on partition $6, which the
 	// caller's transaction locked.
 	sqlGrantByID = grantSQL(`
-  SELECT partition_key, execution_id, attempt_index, attempt_state
+  SELECT partition_key, execution_id, attempt_index, attempt_state, policy
     FROM ff_exec_core WHERE partition_key = $6::smallint AND execution_id = $5`, "$6")
 	// sqlGrantNext claims the $7 best eligible executions of lane $5 on
 	// partition $8 whose required capabilities $6 covers (highest priority, then
 	// oldest), skipping rows other claimers hold: a worker with several
 	// free slots claims for all of them in one statement.
 	sqlGrantNext = newHotStmt(grantSQL(`
-  SELECT partition_key, execution_id, attempt_index, attempt_state
+  SELECT partition_key, execution_id, attempt_index, attempt_state, policy
     FROM ff_exec_core
    WHERE partition_key = $8::smallint
      AND lane_id = $5
@@ -426,26 +427,35 @@ var (
 // with worker $1, instance $2, lease expiry $3 and now $4. The writes
 // repeat the partition so that planning prunes to its children:
 //
-//	ff_attempt: upsert (partition, execution, attempt_index): new row lease_epoch 1,
-//	  existing row lease_epoch+1 and outcome NULL; worker ids, lease_expires_at_ms,
+//	ff_attempt: upsert (partition, execution, attempt_index): new row lease_epoch 1
+//	  and, with policy.timeout_policy.attempt_timeout_ms, the attempt's deadline
+//	  (raw_fields.attempt_deadline_ms = now + timeout); existing row (a resumed
+//	  attempt) lease_epoch+1, outcome NULL and no deadline, as
+//	  ff_claim_resumed_execution adds none; worker ids, lease_expires_at_ms,
 //	  started_at_ms = now
 //	ff_exec_core: active / leased / not_applicable / running / running_attempt,
 //	  started_at_ms = COALESCE(started_at_ms, now), raw_fields.total_attempt_count+1
 //	ff_lease_event: acquired (namespace, instance_tag from raw_fields)
 //
-// It returns the claimed row's execution, attempt, epoch and job fields;
+// cand's columns are partition_key, execution_id, attempt_index,
+// attempt_state and policy. It returns the claimed row's execution, attempt, epoch and job fields;
 // no row when cand found none.
 func grantSQL(cand, part string) string {
 	return `
 WITH cand AS (` + cand + `),
 att AS (
   INSERT INTO ff_attempt AS a (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
-                               lease_epoch, lease_expires_at_ms, started_at_ms)
-  SELECT partition_key, execution_id, attempt_index, $1, $2, 1, $3, $4 FROM cand
+                               lease_epoch, lease_expires_at_ms, started_at_ms, raw_fields)
+  SELECT partition_key, execution_id, attempt_index, $1, $2, 1, $3, $4,
+         CASE WHEN ` + attemptTimeoutExpr + ` > 0
+              THEN jsonb_build_object('` + pgsql.AttemptDeadlineField + `', $4::bigint + ` + attemptTimeoutExpr + `)
+              ELSE '{}'::jsonb END
+    FROM cand
   ON CONFLICT (partition_key, execution_id, attempt_index) DO UPDATE
      SET worker_id = EXCLUDED.worker_id, worker_instance_id = EXCLUDED.worker_instance_id,
          lease_epoch = a.lease_epoch + 1, lease_expires_at_ms = EXCLUDED.lease_expires_at_ms,
-         started_at_ms = EXCLUDED.started_at_ms, outcome = NULL
+         started_at_ms = EXCLUDED.started_at_ms, outcome = NULL,
+         raw_fields = a.raw_fields - '` + pgsql.AttemptDeadlineField + `'
   RETURNING partition_key, execution_id, lease_epoch),
 core AS (
   UPDATE ff_exec_core e
@@ -471,6 +481,13 @@ SELECT core.partition_key, core.execution_id, cand.attempt_index, cand.attempt_s
   JOIN cand ON cand.partition_key = core.partition_key AND cand.execution_id = core.execution_id
   JOIN att ON att.partition_key = core.partition_key AND att.execution_id = core.execution_id`
 }
+
+// attemptTimeoutExpr reads cand.policy's timeout_policy.attempt_timeout_ms
+// (NULL when absent or not a plain non-negative integer; 0 is no timeout,
+// as ff_claim_execution reads it).
+const attemptTimeoutExpr = `(CASE WHEN jsonb_typeof(cand.policy->'timeout_policy'->'attempt_timeout_ms') = 'number'
+             AND (cand.policy->'timeout_policy'->>'attempt_timeout_ms') ~ '^[0-9]{1,15}$'
+            THEN (cand.policy->'timeout_policy'->>'attempt_timeout_ms')::bigint END)`
 
 // grantLease runs a grantSQL statement on q (the pool: the statement is
 // its own transaction; or the transaction that locked the row) and

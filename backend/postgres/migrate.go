@@ -253,6 +253,14 @@ var ExtraIndexes = []ExtraIndex{{
 	SQL: `CREATE INDEX IF NOT EXISTS fabric_exec_core_claim_idx
     ON ff_exec_core (partition_key, lane_id, priority DESC, created_at_ms)
  WHERE lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'`,
+}, {
+	// The attempt-timeout scan (pgsql.AttemptTimeoutScan) by the
+	// attempt's own deadline: partial, so only attempts with a timeout
+	// that have not ended are in it.
+	Name: "fabric_attempt_deadline_idx",
+	SQL: `CREATE INDEX IF NOT EXISTS fabric_attempt_deadline_idx
+    ON ff_attempt (partition_key, ((raw_fields->>'attempt_deadline_ms')::bigint))
+ WHERE raw_fields ? 'attempt_deadline_ms' AND terminal_at_ms IS NULL`,
 }}
 
 // MigrateConfig configures Migrate.

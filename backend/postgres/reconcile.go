@@ -67,14 +67,19 @@ func (c *Client) scanCandidates(ctx context.Context, pk int16, sql string, args 
 	})
 }
 
-// ReconcileAttemptTimeouts expires the attempts of one partition whose lease
-// ran out before now, oldest first, at most limit (0: 1000) per call: the
-// attempt-timeout reconciler of upstream as a plain function.
+// ReconcileAttemptTimeouts expires the current attempts of one partition
+// whose own deadline (pgsql.AttemptDeadlineField: the claim's now +
+// timeout_policy.attempt_timeout_ms) passed before now, earliest first, at
+// most limit (0: 1000) per call: the attempt-timeout reconciler of
+// upstream as a plain function. Upstream took an expired lease for a
+// timed-out attempt; fabric leaves a lease's expiry to the lease-expiry
+// reconciler, which makes the execution reclaimable, as Valkey does.
 //
 // Candidates come from an unlocked scan (ff_attempt joined with an active
-// ff_exec_core, lease_expires_at_ms < now); each is then handled in its own
-// transaction that re-reads both rows FOR UPDATE and re-checks them, so a
-// candidate completed or renewed meanwhile is skipped. Per candidate:
+// ff_exec_core on its current attempt, deadline < now); each is then
+// handled in its own transaction that re-reads both rows FOR UPDATE and
+// re-checks them, so a candidate completed meanwhile is skipped. Per
+// candidate:
 //
 //	ff_attempt: outcome interrupted, lease_expires_at_ms NULL, terminal_at_ms now
 //	retries left (attempt_index < policy.retry_policy.max_retries):
@@ -154,15 +159,15 @@ func (c *Client) expireAttempt(ctx context.Context, k execKey, now int64) (bool,
 		if phase != model.PhaseActive {
 			return nil
 		}
-		var expires *int64
-		err = tx.QueryRow(ctx, pgsql.AttemptLockLease.SQL, k.part, k.id(), idx).Scan(&expires)
+		var deadline *int64
+		err = tx.QueryRow(ctx, pgsql.AttemptLockDeadline.SQL, k.part, k.id(), idx).Scan(&deadline)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if expires == nil || *expires >= now {
+		if deadline == nil || *deadline >= now {
 			return nil
 		}
 		if _, err := tx.Exec(ctx, pgsql.AttemptInterrupt.SQL, k.part, k.id(), idx, now); err != nil {

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,8 +12,30 @@ import (
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/pgsql"
 )
 
+// attemptDeadline reads the current attempt's own deadline
+// (pgsql.AttemptDeadlineField) of id; it fails the test when the attempt
+// has none.
+func attemptDeadline(t *testing.T, c *postgres.Client, id model.ExecutionID) int64 {
+	t.Helper()
+	var d *int64
+	err := c.Pool().QueryRow(context.Background(), `SELECT (a.raw_fields->>'`+pgsql.AttemptDeadlineField+`')::bigint
+  FROM ff_attempt a JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+   AND e.attempt_index = a.attempt_index
+ WHERE a.partition_key = $1 AND a.execution_id = $2::uuid`, int16(id.Partition().Index), id.UUIDString()).Scan(&d)
+	if err != nil || d == nil {
+		t.Fatalf("attempt deadline of %s: %v %v", id, d, err)
+	}
+	return *d
+}
+
+// TestReconcileAttemptTimeouts: the attempt-timeout reconciler fires on
+// the attempt's own deadline (the claim's now +
+// timeout_policy.attempt_timeout_ms), never on a lease's expiry alone —
+// an expired lease is the lease-expiry reconciler's, which leaves the
+// execution to be reclaimed.
 func TestReconcileAttemptTimeouts(t *testing.T) {
 	t.Parallel()
 	c := pgtest.Client(t, postgres.ClientConfig{})
@@ -25,19 +48,64 @@ func TestReconcileAttemptTimeouts(t *testing.T) {
 	}
 	t.Cleanup(sub.Close)
 
+	// The attempt's timeout (60 s) outlasts its lease (claim's 30 s TTL),
+	// so between the two the lease has run out and the attempt has not.
+	const timeoutPolicy = `"timeout_policy":{"attempt_timeout_ms":60000}`
 	flow := model.NewUUID()
-	retry := newExec(t, c, &execOpts{lane: "to", flow: flow, policy: `{"retry_policy":{"max_retries":1}}`})
+	retry := newExec(t, c, &execOpts{lane: "to", flow: flow, policy: `{"retry_policy":{"max_retries":1},` + timeoutPolicy + `}`})
 	r1 := claim(t, c, "to")
 	if r1.ExecutionID != retry {
 		t.Fatalf("claimed %s", r1.ExecutionID)
 	}
-	later := r1.ExpiresAt + 1
+	deadline := attemptDeadline(t, c, retry)
+	if deadline <= r1.ExpiresAt {
+		t.Fatalf("deadline %d not after the lease's expiry %d", deadline, r1.ExpiresAt)
+	}
+	later := deadline + 1
 	part := retry.Partition().Index
+	var plain model.ExecutionID // LeaseExpiryAloneIsNoTimeout's, completed by its worker
 
 	t.Run("NotYetExpiredIsNotTouched", func(t *testing.T) {
-		res, err := c.ReconcileAttemptTimeouts(ctx, part, r1.ExpiresAt-1, 0)
+		res, err := c.ReconcileAttemptTimeouts(ctx, part, deadline-1, 0)
 		if err != nil || res.Scanned != 0 {
 			t.Fatalf("%+v %v", res, err)
+		}
+	})
+
+	t.Run("LeaseExpiryAloneIsNoTimeout", func(t *testing.T) {
+		// The lease ran out, the attempt's deadline has not passed.
+		res, err := c.ReconcileAttemptTimeouts(ctx, part, r1.ExpiresAt+1, 0)
+		if err != nil || res.Scanned != 0 {
+			t.Fatalf("%+v %v", res, err)
+		}
+		if got := core(t, c, retry); got.Phase != "active" || got.AttemptIndex != 0 {
+			t.Fatalf("after a pass past the lease's expiry: %+v", got)
+		}
+		// An attempt without a timeout never times out, however late.
+		plain = newExec(t, c, &execOpts{lane: "to-plain"})
+		rp := claim(t, c, "to-plain")
+		if rp.ExecutionID != plain {
+			t.Fatalf("claimed %s", rp.ExecutionID)
+		}
+		for _, now := range []int64{rp.ExpiresAt + 1, later + 3_600_000} {
+			acted, err := c.ExpireAttemptTimeout(ctx, &postgres.ExpireAttemptTimeoutParams{ExecutionID: plain, NowMs: now})
+			if err != nil || acted {
+				t.Fatalf("at %d: acted %v, %v", now, acted, err)
+			}
+			res, err := c.ReconcileAttemptTimeouts(ctx, plain.Partition().Index, now, 0)
+			if err != nil || res.Acted != 0 {
+				t.Fatalf("at %d: %+v %v", now, res, err)
+			}
+		}
+		if got := core(t, c, plain); got.Phase != "active" || got.Ownership != "leased" {
+			t.Fatalf("an attempt without a timeout timed out: %+v", got)
+		}
+		if got := leaseEvents(t, c, plain); got != "acquired:ns" {
+			t.Fatalf("lease events %s", got)
+		}
+		// Its worker still holds it.
+		if err := c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: plain, Fence: rp.Fence()}); err != nil {
+			t.Fatalf("complete: %v", err)
 		}
 	})
 
@@ -74,20 +142,34 @@ func TestReconcileAttemptTimeouts(t *testing.T) {
 		if r2.ExecutionID != retry || r2.AttemptIndex != 1 {
 			t.Fatalf("retry claim %+v", r2)
 		}
-		res, err := c.ReconcileAttemptTimeouts(ctx, part, r2.ExpiresAt+1, 0)
+		// The retry is a new attempt with its own deadline.
+		d2 := attemptDeadline(t, c, retry)
+		if d2 <= deadline {
+			t.Fatalf("retry's deadline %d not after the first attempt's %d", d2, deadline)
+		}
+		if res, err := c.ReconcileAttemptTimeouts(ctx, part, r2.ExpiresAt+1, 0); err != nil || res.Scanned != 0 {
+			t.Fatalf("past the retry's lease, before its deadline: %+v %v", res, err)
+		}
+		res, err := c.ReconcileAttemptTimeouts(ctx, part, d2+1, 0)
 		if err != nil || res.Acted != 1 {
 			t.Fatalf("%+v %v", res, err)
 		}
 		if got := core(t, c, retry); got.Phase != "terminal" || got.Public != "expired" || got.Attempt != "attempt_terminal" {
 			t.Fatalf("after exhausted timeout: %+v", got)
 		}
-		select {
-		case ev := <-sub.C:
-			if ev.ExecutionID != retry || ev.Outcome != "expired" || ev.FlowID != flow || ev.OccurredAtMs != r2.ExpiresAt+1 {
-				t.Fatalf("event %+v", ev)
+		for {
+			select {
+			case ev := <-sub.C:
+				if ev.ExecutionID == plain && ev.Outcome == "success" {
+					continue
+				}
+				if ev.ExecutionID != retry || ev.Outcome != "expired" || ev.FlowID != flow || ev.OccurredAtMs != d2+1 {
+					t.Fatalf("event %+v", ev)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("LISTENing subscriber received no completion event (err %v)", sub.Err())
 			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("LISTENing subscriber received no completion event (err %v)", sub.Err())
+			break
 		}
 	})
 
@@ -95,27 +177,33 @@ func TestReconcileAttemptTimeouts(t *testing.T) {
 		// A worker completing while the reconciler runs: exactly one of the
 		// two transitions happens, never both.
 		for i := 0; i < 10; i++ {
-			id := newExec(t, c, &execOpts{lane: fmt.Sprint("race-to-", i)})
-			r := claim(t, c, fmt.Sprint("race-to-", i))
+			lane := fmt.Sprint("race-to-", i)
+			id := newExec(t, c, &execOpts{lane: lane, policy: `{` + timeoutPolicy + `}`})
+			r := claim(t, c, lane)
+			now := attemptDeadline(t, c, id) + 1
 			var wg sync.WaitGroup
-			var cerr error
+			var cerr, xerr error
+			var acted bool
 			wg.Add(2)
 			go func() {
 				defer wg.Done()
-				c.ExpireAttemptTimeout(ctx, &postgres.ExpireAttemptTimeoutParams{ExecutionID: id, NowMs: r.ExpiresAt + 1})
+				acted, xerr = c.ExpireAttemptTimeout(ctx, &postgres.ExpireAttemptTimeoutParams{ExecutionID: id, NowMs: now})
 			}()
 			go func() {
 				defer wg.Done()
 				cerr = c.CompleteExecution(ctx, &postgres.CompleteExecutionParams{ExecutionID: id, Fence: r.Fence()})
 			}()
 			wg.Wait()
+			if xerr != nil {
+				t.Fatalf("expire: %v", xerr)
+			}
 			got := core(t, c, id)
 			n := count(t, c, `SELECT count(*) FROM ff_completion_event WHERE execution_id = $1::uuid`, id.UUIDString())
 			switch {
-			case cerr == nil && got.Public == "completed" && n == 1:
-			case errors.Is(cerr, postgres.CodeExecutionNotActive) && got.Public == "expired" && n == 1:
+			case cerr == nil && !acted && got.Public == "completed" && n == 1:
+			case errors.Is(cerr, postgres.CodeExecutionNotActive) && acted && got.Public == "expired" && n == 1:
 			default:
-				t.Fatalf("complete err %v, state %+v, %d events", cerr, got, n)
+				t.Fatalf("complete err %v, expired %v, state %+v, %d events", cerr, acted, got, n)
 			}
 		}
 	})

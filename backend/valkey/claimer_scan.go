@@ -664,7 +664,9 @@ const reclaimHeads = 16
 // read within Flow/scanChunk passes), pre-reads the candidates'
 // state in one pipelined round trip, and takes over the first one that is
 // marked expired (or revoked) on one of its lanes with capabilities it
-// has. A candidate past its reclaim limit is failed terminally by
+// has. A due lease not marked yet is marked first
+// (ff_mark_lease_expired_if_due, the lease-expiry scanner's own re-check),
+// so that a worker reclaims without a host, as on Postgres. A candidate past its reclaim limit is failed terminally by
 // ff_reclaim_execution itself (max_reclaims_exceeded).
 // reclaimPending reports whether the next Claim would run a reclaim
 // pass (reclaimDue), without starting one.
@@ -738,8 +740,26 @@ func (cl *Claimer) reclaimDue(ctx context.Context) (*backend.ClaimResult, error)
 		phase, _ := f[0].ToString()
 		own, _ := f[1].ToString()
 		lane, _ := f[2].ToString()
-		if phase != model.PhaseActive || (own != model.OwnershipLeaseExpiredReclaimable && own != model.OwnershipLeaseRevoked) ||
-			!cl.servesLane(lane) {
+		if phase != model.PhaseActive || !cl.servesLane(lane) {
+			continue
+		}
+		if own == model.OwnershipLeased {
+			// Due in lease_expiry and not marked yet (no host runs the
+			// lease-expiry scanner, or it has not got there): mark it
+			// as the scanner would, so a worker reclaims without a host.
+			r, err := cl.vc.MarkLeaseExpiredIfDue(ctx, &MarkLeaseExpiredIfDueParams{ExecutionID: ids[i]})
+			if err != nil {
+				if skippable(err) {
+					continue
+				}
+				return nil, fmt.Errorf("mark expired lease of %s: %w", ids[i], err)
+			}
+			if r.Reason != "marked_expired" && r.Reason != "already_expired" {
+				continue
+			}
+			own = model.OwnershipLeaseExpiredReclaimable
+		}
+		if own != model.OwnershipLeaseExpiredReclaimable && own != model.OwnershipLeaseRevoked {
 			continue
 		}
 		l, err := cl.tryReclaim(ctx, candidate{id: ids[i], lane: lane})
@@ -772,7 +792,7 @@ func (cl *Claimer) claimResumed(ctx context.Context, c candidate, ji *jobInfo) (
 // tryReclaim takes over an execution whose lease expired or was revoked:
 // ff_issue_reclaim_grant then ff_reclaim_execution, a new attempt of type
 // "reclaim". Executions whose lease is merely due (not yet marked expired
-// by the lease-expiry scanner) are left alone.
+// by the lease-expiry scanner or reclaimDue) are left alone.
 func (cl *Claimer) tryReclaim(ctx context.Context, c candidate) (*backend.ClaimResult, error) {
 	ji, err := cl.readJob(ctx, c.id)
 	if err != nil {

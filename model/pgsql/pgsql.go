@@ -154,23 +154,52 @@ SELECT $1::text, NULL, $2, $3, $4::int, c.raw_fields->>'namespace', c.raw_fields
 	}
 )
 
-// Attempt-timeout reconciler (upstream reconcilers/attempt_timeout).
+// AttemptDeadlineField is the ff_attempt.raw_fields member holding the
+// attempt's own deadline (ms): the claim that starts an attempt stores
+// now + policy.timeout_policy.attempt_timeout_ms there (none without a
+// timeout), a reclaim carries it over to the reclaiming attempt (the
+// Valkey attempt_timeout index keeps its score across a reclaim), and a
+// resumed claim clears it (ff_claim_resumed_execution adds no timeout).
+// It is fabric's: upstream times attempts out on the lease's expiry.
+const AttemptDeadlineField = "attempt_deadline_ms"
+
+// attemptDeadlineExpr reads AttemptDeadlineField of ff_attempt row a.
+const attemptDeadlineExpr = `(a.raw_fields->>'` + AttemptDeadlineField + `')::bigint`
+
+// Attempt-timeout reconciler (upstream reconcilers/attempt_timeout, on the
+// attempt's own deadline).
 var (
 	// AttemptTimeoutScan lists (execution_id, attempt_index) of active
-	// executions whose attempt lease ran out before now, oldest first.
+	// executions whose current attempt's own deadline
+	// (AttemptDeadlineField) passed before now, earliest first. Upstream
+	// took an expired lease for a timed-out attempt, which raced the
+	// lease-expiry reconciler and expired crashed workers' executions
+	// instead of letting them be reclaimed; a lease's expiry is
+	// lease_expiry's alone.
 	AttemptTimeoutScan = Statement{
 		Name: "attempt_timeout.scan",
 		SQL: `SELECT a.execution_id::text, a.attempt_index
   FROM ff_attempt a
   JOIN ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
+                     AND c.attempt_index = a.attempt_index
  WHERE a.partition_key = $1
-   AND a.lease_expires_at_ms IS NOT NULL
-   AND a.lease_expires_at_ms < $2
+   AND a.raw_fields ? '` + AttemptDeadlineField + `'
+   AND a.terminal_at_ms IS NULL
+   AND ` + attemptDeadlineExpr + ` < $2
    AND c.lifecycle_phase = 'active'
- ORDER BY a.lease_expires_at_ms ASC
+ ORDER BY ` + attemptDeadlineExpr + ` ASC
  LIMIT $3`,
 		Params: []string{"partition_key", "now_ms", "limit"},
 		Tables: []string{TAttempt, TExecCore},
+	}
+	// AttemptLockDeadline locks an attempt row and reads its own deadline
+	// (NULL: the attempt has no timeout).
+	AttemptLockDeadline = Statement{
+		Name: "attempt.lock_deadline",
+		SQL: `SELECT ` + attemptDeadlineExpr + ` FROM ff_attempt a
+ WHERE a.partition_key = $1 AND a.execution_id = $2::uuid AND a.attempt_index = $3 FOR UPDATE`,
+		Params: []string{"partition_key", "execution_id", "attempt_index"},
+		Tables: []string{TAttempt},
 	}
 	// AttemptInterrupt ends a timed-out attempt.
 	AttemptInterrupt = Statement{
@@ -229,17 +258,23 @@ var (
 		Params: []string{"partition_key", "execution_id", "attempt_index"},
 		Tables: []string{TAttempt},
 	}
-	// ExecCoreReleaseExpired makes an active execution whose lease expired
-	// runnable again on the same attempt (the next claim resumes it under a
-	// new lease epoch).
-	ExecCoreReleaseExpired = Statement{
-		Name: "lease_expiry.release",
+	// ExecCoreMarkExpired marks an active execution whose lease expired
+	// reclaimable, as ff_mark_lease_expired_if_due does on Valkey: it stays
+	// active (lease_expired_reclaimable / waiting_for_worker /
+	// attempt_interrupted) until a worker of its lane reclaims it with a
+	// new "reclaim" attempt (backend/postgres's claimer). Upstream made it
+	// runnable on the same attempt, so the next claim reported a "resumed"
+	// attempt where Valkey reports a reclaim, and RFC-024's reclaim was
+	// refused (spec §9 item 9).
+	ExecCoreMarkExpired = Statement{
+		Name: "lease_expiry.mark",
 		SQL: `UPDATE ff_exec_core
-   SET lifecycle_phase = 'runnable', ownership_state = 'unowned', eligibility_state = 'eligible_now',
-       public_state = 'waiting', attempt_state = 'attempt_interrupted',
-       raw_fields = raw_fields || jsonb_build_object('lease_expired_at_ms', $3::bigint, 'last_mutation_at', $3::bigint::text)
- WHERE partition_key = $1 AND execution_id = $2::uuid AND lifecycle_phase = 'active'`,
-		Params: []string{"partition_key", "execution_id", "now_ms"},
+   SET ownership_state = 'lease_expired_reclaimable', blocking_reason = 'waiting_for_worker',
+       public_state = 'running', attempt_state = 'attempt_interrupted',
+       raw_fields = raw_fields || jsonb_build_object('lease_expired_at', $3::bigint::text, 'last_mutation_at', $3::bigint::text)
+ WHERE partition_key = $1 AND execution_id = $2::uuid AND attempt_index = $4
+   AND lifecycle_phase = 'active' AND ownership_state = 'leased'`,
+		Params: []string{"partition_key", "execution_id", "now_ms", "attempt_index"},
 		Tables: []string{TExecCore},
 	}
 )
@@ -487,8 +522,8 @@ var RetentionDeleteChildren = func() []Statement {
 // All is every statement of the catalog.
 var All = append(append([]Statement{
 	ExecCoreLock, AttemptLockLease, CompletionInsert, LeaseEventInsert,
-	AttemptTimeoutScan, AttemptInterrupt, ExecCoreRetryAfterTimeout, ExecCoreExpireAfterTimeout,
-	LeaseExpiryScan, AttemptReleaseExpired, ExecCoreReleaseExpired,
+	AttemptTimeoutScan, AttemptLockDeadline, AttemptInterrupt, ExecCoreRetryAfterTimeout, ExecCoreExpireAfterTimeout,
+	LeaseExpiryScan, AttemptReleaseExpired, ExecCoreMarkExpired,
 	DelayedScan, PromoteDelayed, SubmittedScan, PromoteSubmitted, PromoteProbe, PromoteBatch,
 	SuspensionTimeoutScan, SuspensionLock, SuspensionAutoResume, SuspensionClearTimeout,
 	ExecCoreTerminateSuspended, SuspensionDelete,

@@ -66,6 +66,13 @@ func cacheDir() string {
 // the returned stop).
 func startHost(t *testing.T, c *postgres.Client, plugins map[string]host.PluginConfig) (*host.Host, *host.TestSignals, func()) {
 	t.Helper()
+	return startHostAhead(t, c, plugins, ahead)
+}
+
+// startHostAhead is startHost with the plugins' clock ahead of the
+// client's by skew (0: the real clock).
+func startHostAhead(t *testing.T, c *postgres.Client, plugins map[string]host.PluginConfig, skew time.Duration) (*host.Host, *host.TestSignals, func()) {
+	t.Helper()
 	dir := t.TempDir()
 	// The operator grants each plugin what it requests (sqltrap's
 	// statements and 30 s timeout are beyond the stock policy).
@@ -89,7 +96,7 @@ func startHost(t *testing.T, c *postgres.Client, plugins map[string]host.PluginC
 	h, err := host.New(host.Config{
 		PluginDir: dir, CacheDir: cacheDir(), Postgres: c.PluginSQL(), Partitions: parts, Plugins: plugins,
 		Logger: pgtest.Logger(), TestSignals: sig, QuarantineBase: time.Hour, Policy: &policy,
-		Now: func(context.Context) (int64, error) { return time.Now().Add(ahead).UnixMilli(), nil },
+		Now: func(context.Context) (int64, error) { return time.Now().Add(skew).UnixMilli(), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -192,8 +199,10 @@ func snapshot(t *testing.T, c *postgres.Client) string {
 func TestSQLRollback(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
-	id := create(t, c, "trap", "", 0)
-	claim(t, c, "trap") // its lease is expired for the plugins' clock
+	// Its attempt's deadline (a minute from the claim) has passed for the
+	// plugins' clock, so the attempt-timeout scan finds it.
+	id := create(t, c, "trap", `{"timeout_policy":{"attempt_timeout_ms":60000}}`, 0)
+	claim(t, c, "trap")
 	before := snapshot(t, c)
 	part := int(id.Partition().Index)
 
@@ -298,10 +307,12 @@ func TestSQLSession(t *testing.T) {
 	})
 }
 
-// TestAttemptTimeoutPlugin: the pg_attempt_timeout plugin retries a
-// timed-out attempt, then expires the execution when its retries are
-// exhausted and emits the completion event a LISTENing dispatcher
-// receives.
+// TestAttemptTimeoutPlugin: the pg_attempt_timeout plugin retries an
+// attempt past its own deadline (timeout_policy.attempt_timeout_ms from
+// the claim), then expires the execution when its retries are exhausted
+// and emits the completion event a LISTENing dispatcher receives. An
+// attempt without a timeout whose lease ran out is left alone (the lease
+// is pg_lease_expiry's, and leads to a reclaim).
 func TestAttemptTimeoutPlugin(t *testing.T) {
 	t.Parallel()
 	c := newClient(t)
@@ -311,8 +322,10 @@ func TestAttemptTimeoutPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(sub.Close)
-	id := create(t, c, "at", `{"retry_policy":{"max_retries":1}}`, 0)
+	id := create(t, c, "at", `{"retry_policy":{"max_retries":1},"timeout_policy":{"attempt_timeout_ms":60000}}`, 0)
 	first := claim(t, c, "at")
+	untimed := create(t, c, "at-none", "", 0)
+	claim(t, c, "at-none")
 
 	startHost(t, c, map[string]host.PluginConfig{"pg_attempt_timeout": {Interval: 100 * time.Millisecond}})
 	pgtest.Eventually(t, time.Minute, "timed-out attempt retried", func() bool {
@@ -339,6 +352,11 @@ func TestAttemptTimeoutPlugin(t *testing.T) {
 	}
 	if n := count(t, c, `SELECT count(*) FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'expired'`, id.UUIDString()); n != 2 {
 		t.Fatalf("%d expired lease events, want 2", n)
+	}
+	// The plugin swept the untimed execution's partition for as long (its
+	// lease expired an hour ago by the plugin's clock): still running.
+	if st := stateOf(t, c, untimed); st != (state{"active", "not_applicable", "running", "running_attempt", 0}) {
+		t.Fatalf("an attempt without a timeout timed out on its lease: %+v", st)
 	}
 }
 
@@ -404,12 +422,17 @@ func TestScannerPlugins(t *testing.T) {
 		}
 	})
 
-	t.Run("LeaseExpiryReleasesForResume", func(t *testing.T) {
-		pgtest.Eventually(t, time.Minute, "expired lease released", func() bool {
-			return stateOf(t, c, leased) == state{"runnable", "eligible_now", "waiting", "attempt_interrupted", 0}
+	t.Run("LeaseExpiryMarksForReclaim", func(t *testing.T) {
+		pgtest.Eventually(t, time.Minute, "expired lease marked", func() bool {
+			return stateOf(t, c, leased) == state{"active", "not_applicable", "running", "attempt_interrupted", 0}
 		})
-		if r := claim(t, c, "le"); r.ExecutionID != leased || r.AttemptType != "resumed" || r.LeaseEpoch != 2 {
-			t.Fatalf("re-claim %+v", r)
+		rs, err := c.Reclaim(ctx, &postgres.ReclaimParams{LaneID: "le", WorkerID: "w2", WorkerInstanceID: "wi2",
+			LeaseTTLMs: 60_000, Partitions: []uint16{parts.SoloPartition("le").Index}}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != 1 || rs[0].ExecutionID != leased || rs[0].AttemptType != "reclaim" || rs[0].AttemptIndex != 1 || rs[0].LeaseEpoch != 2 {
+			t.Fatalf("reclaim %+v", rs)
 		}
 	})
 	t.Run("DelayedPromotedWhenDue", func(t *testing.T) {

@@ -1,8 +1,10 @@
 // Command pg_attempt_timeout is the Postgres attempt-timeout reconciler as
 // a fabric scanner plugin (upstream ff-backend-postgres
 // reconcilers/attempt_timeout): per partition, it lists active executions
-// whose attempt lease ran out, then handles each in its own transaction
-// that re-reads the execution and the attempt under lock:
+// whose current attempt passed its own deadline (the claim's now +
+// timeout_policy.attempt_timeout_ms; not the lease's expiry, which is
+// pg_lease_expiry's and leads to a reclaim), then handles each in its own
+// transaction that re-reads the execution and the attempt under lock:
 //
 //	attempt: outcome interrupted, lease cleared, terminal_at_ms now
 //	retries left: execution runnable / eligible_now / pending_retry_attempt, next attempt
@@ -22,7 +24,7 @@ import (
 
 // Statements is what the plugin runs (its capabilities.sql grant).
 var Statements = []pgsql.Statement{
-	pgsql.AttemptTimeoutScan, pgsql.ExecCoreLock, pgsql.AttemptLockLease, pgsql.AttemptInterrupt,
+	pgsql.AttemptTimeoutScan, pgsql.ExecCoreLock, pgsql.AttemptLockDeadline, pgsql.AttemptInterrupt,
 	pgsql.ExecCoreRetryAfterTimeout, pgsql.ExecCoreExpireAfterTimeout, pgsql.CompletionInsert, pgsql.LeaseEventInsert,
 }
 
@@ -69,7 +71,7 @@ func expire(s pdk.SQLHost, pk int64, eid string, now int64) (bool, error) {
 	if phase != model.PhaseActive {
 		return false, nil
 	}
-	if rs, err = pdk.Exec(s, pdk.Q(pgsql.AttemptLockLease, pk, eid, idx)); err != nil || len(rs[0].Rows) == 0 {
+	if rs, err = pdk.Exec(s, pdk.Q(pgsql.AttemptLockDeadline, pk, eid, idx)); err != nil || len(rs[0].Rows) == 0 {
 		return false, err
 	}
 	if exp := rs[0].Rows[0][0]; exp.IsNull() || exp.AsInt() >= now {

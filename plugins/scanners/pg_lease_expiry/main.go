@@ -1,12 +1,15 @@
 // Command pg_lease_expiry is the Postgres lease-expiry reconciler as a
 // fabric scanner plugin (upstream ff-backend-postgres
 // reconcilers/lease_expiry): per partition, it lists attempts whose lease
-// ran out and releases each in its own transaction that re-reads the
+// ran out and marks each expired in its own transaction that re-reads the
 // attempt under lock:
 //
 //	attempt: lease cleared, outcome lease_expired_reclaimable
-//	execution (only while active): runnable / eligible_now / attempt_interrupted,
-//	  raw_fields.lease_expired_at_ms; the same attempt resumes under a new epoch
+//	execution (only while active and leased on that attempt): active /
+//	  lease_expired_reclaimable / waiting_for_worker / attempt_interrupted,
+//	  raw_fields.lease_expired_at; a worker of its lane then reclaims it with
+//	  a new "reclaim" attempt, as ff_mark_lease_expired_if_due leaves it on
+//	  Valkey (upstream made it runnable on the same attempt)
 //	ff_lease_event 'expired'; no completion event
 package main
 
@@ -19,7 +22,7 @@ import (
 // Statements is what the plugin runs (its capabilities.sql grant).
 var Statements = []pgsql.Statement{
 	pgsql.LeaseExpiryScan, pgsql.AttemptLockLease, pgsql.AttemptReleaseExpired,
-	pgsql.ExecCoreReleaseExpired, pgsql.LeaseEventInsert,
+	pgsql.ExecCoreMarkExpired, pgsql.LeaseEventInsert,
 }
 
 // Plugin is the reconciler, registered in init.
@@ -47,7 +50,8 @@ func scan(h pdk.Host, req abi.ScanRequest) abi.ScanResult {
 	}.Run(h)
 }
 
-// release is the per-row transaction body (upstream release_one).
+// release is the per-row transaction body (upstream release_one, marking
+// instead of releasing).
 func release(s pdk.SQLHost, pk int64, eid string, idx, now int64) (bool, error) {
 	rs, err := pdk.Exec(s, pdk.Q(pgsql.AttemptLockLease, pk, eid, idx))
 	if err != nil || len(rs[0].Rows) == 0 {
@@ -58,7 +62,7 @@ func release(s pdk.SQLHost, pk int64, eid string, idx, now int64) (bool, error) 
 	}
 	_, err = pdk.Exec(s,
 		pdk.Q(pgsql.AttemptReleaseExpired, pk, eid, idx),
-		pdk.Q(pgsql.ExecCoreReleaseExpired, pk, eid, now),
+		pdk.Q(pgsql.ExecCoreMarkExpired, pk, eid, now, idx),
 		pdk.Q(pgsql.LeaseEventInsert, eid, "expired", now, pk))
 	return err == nil, err
 }
