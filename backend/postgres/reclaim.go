@@ -8,13 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/model/pgsql"
 )
-
-// DefaultMaxReclaimCount caps the reclaims of an execution whose policy
-// sets no max_reclaim_count: what FlowFabric sends as
-// ff_reclaim_execution's default_max_reclaim_count (and Postgres's cap).
-const DefaultMaxReclaimCount = 1000
 
 // ReclaimParams are the inputs of Client.Reclaim: the worker taking over
 // expired leases of one lane.
@@ -32,10 +28,11 @@ type ReclaimParams struct {
 }
 
 // maxReclaimExpr reads policy.max_reclaim_count as ff_reclaim_execution
-// does (a number overrides the default), DefaultMaxReclaimCount otherwise.
+// does (a number overrides the default), the default ($6,
+// fcall.DefaultMaxReclaimCount) otherwise.
 const maxReclaimExpr = `CASE WHEN jsonb_typeof(e.policy->'max_reclaim_count') = 'number'
              AND (e.policy->>'max_reclaim_count') ~ '^[0-9]{1,9}$'
-            THEN (e.policy->>'max_reclaim_count')::int ELSE 1000 END` // DefaultMaxReclaimCount
+            THEN (e.policy->>'max_reclaim_count')::int ELSE $6::int END`
 
 // sqlReclaimCandidates picks and locks up to $5 executions of lane $2 on
 // partitions $1 whose lease a worker may take over: active and marked
@@ -113,7 +110,7 @@ RETURNING e.lane_id, COALESCE(e.raw_fields->>'execution_kind', ''), COALESCE(e.r
 //	ff_lease_event: expired (when it was not marked yet), reclaimed
 //
 // Past the reclaim cap (policy.max_reclaim_count, else
-// DefaultMaxReclaimCount) the execution fails terminally instead
+// fcall.DefaultMaxReclaimCount) the execution fails terminally instead
 // (failure_reason max_reclaims_exceeded, ff_completion_event failed, the
 // old attempt's lease cleared), as ff_reclaim_execution fails it on
 // Valkey; it is not returned.
@@ -138,7 +135,7 @@ func (c *Client) Reclaim(ctx context.Context, p *ReclaimParams, n int) ([]*Claim
 	err := c.inTx(ctx, func(tx pgx.Tx) error {
 		out = nil
 		now := c.nowMs()
-		rows, err := tx.Query(ctx, sqlReclaimCandidates, parts, p.LaneID, caps, now, n)
+		rows, err := tx.Query(ctx, sqlReclaimCandidates, parts, p.LaneID, caps, now, n, fcall.DefaultMaxReclaimCount)
 		if err != nil {
 			return notMigrated(err)
 		}

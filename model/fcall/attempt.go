@@ -270,6 +270,11 @@ func DecodeFail(r *Reply) (retryScheduled bool, delayUntil int64, err error) {
 	return true, until, nil
 }
 
+// DefaultMaxReclaimCount caps the reclaims of an execution whose policy
+// sets no max_reclaim_count: what FlowFabric sends as ff_reclaim_execution's
+// default_max_reclaim_count, and the Postgres driver's cap.
+const DefaultMaxReclaimCount = 1000
+
 // ReclaimExecutionParams are the inputs of ff_reclaim_execution. A
 // reclaim grant for WorkerID must exist (ff_issue_reclaim_grant).
 type ReclaimExecutionParams struct {
@@ -305,7 +310,7 @@ func (p *ReclaimExecutionParams) Call() Call {
 	old := p.OldAttemptIndex
 	maxRec := p.MaxReclaimCount
 	if maxRec == 0 {
-		maxRec = 1000
+		maxRec = DefaultMaxReclaimCount
 	}
 	return Call{
 		Function: "ff_reclaim_execution",
