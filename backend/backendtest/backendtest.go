@@ -1,14 +1,14 @@
-// Package backendtest is the conformance suite of backend.Driver: Run
+// Package backendtest is the conformance suite of backend.Driver: RunWith
 // runs every operation of the interface against a driver on a real
 // server and asserts the behaviour both backends must share. Each driver
 // package calls it from a test:
 //
 //	func TestDriverConformance(t *testing.T) {
-//		backendtest.Run(t, func(t *testing.T) backend.Driver { return valkey.NewDriver(valkeytest.Client(t)) })
+//		backendtest.RunWith(t, func(t *testing.T) backend.Driver { return valkey.NewDriver(valkeytest.Client(t)) }, opts)
 //	}
 //
 // Subtests run in parallel on one driver (newDriver is called once per
-// Run); each works on lanes and flows of its own, so they never see each
+// RunWith); each works on lanes and flows of its own, so they never see each
 // other's executions.
 package backendtest
 
@@ -125,7 +125,8 @@ func wantState(t *testing.T, s *backend.ExecutionState, phase, public string) {
 
 // Options are what a driver's test gives the suite beyond the driver:
 // stand-ins for the host's scanners, which the Driver contract does not
-// run. Subtests needing one that is nil are skipped.
+// run. Every field is required: a subtest needing one that is nil fails
+// (a conformance case skipped proves nothing).
 type Options struct {
 	// SweepAttemptTimeouts runs the backend's attempt-timeout scanner
 	// once, as of nowMs, over what holds execution id (its partition, or
@@ -134,14 +135,9 @@ type Options struct {
 	SweepAttemptTimeouts func(ctx context.Context, d backend.Driver, id model.ExecutionID, nowMs int64) error
 }
 
-// Run runs the conformance suite on the driver newDriver returns (called
-// once; the subtests share it, on lanes of their own). It is RunWith
-// without options.
-func Run(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
-	RunWith(t, newDriver, Options{})
-}
-
-// RunWith is Run with the driver test's Options.
+// RunWith runs the conformance suite on the driver newDriver returns
+// (called once; the subtests share it, on lanes of their own), with the
+// driver test's Options.
 func RunWith(t *testing.T, newDriver func(t *testing.T) backend.Driver, opts Options) {
 	d := newDriver(t)
 	if d.Name() == "" {
