@@ -170,9 +170,6 @@ func (k *Kernel) Room() uint64 {
 // memory is charged with them (Room), by its owner.
 func (k *Kernel) Charged() uint64 { return uint64(cap(k.arena)) + k.held }
 
-// Limit returns the kernel's limit in bytes.
-func (k *Kernel) Limit() uint64 { return k.limit }
-
 func (k *Kernel) linear() uint64 {
 	if k.Linear == nil {
 		return 0
