@@ -110,28 +110,44 @@ func (s *Stats) LogBudget() (perSecond, burst int64) {
 }
 
 // logFor writes a line about c's plugin (a guest's line, or the host's
-// own about a refused call) within the plugin's log budget: over it, the
-// line is dropped, and a note says how many were, at most every
-// logNoteEvery.
+// own about a refused call) within the plugin's log budget (admitLine).
 func (c *Caller) logFor(ctx context.Context, level slog.Level, msg string, args ...any) {
-	cost := len(msg) + logLineOverhead
+	if c.admitLine(lineCost(len(msg), args)) {
+		c.Logger.Log(ctx, level, msg, args...)
+	}
+}
+
+// lineCost is what a line of a msgLen-byte message with args costs of
+// the log budget: the message, the string attributes and logLineOverhead.
+func lineCost(msgLen int, args []any) int {
+	cost := msgLen + logLineOverhead
 	for _, a := range args {
 		if s, ok := a.(string); ok {
 			cost += len(s)
 		}
 	}
+	return cost
+}
+
+// admitLine charges a line of cost bytes to c's plugin's log budget and
+// reports whether it may be written: over the budget it is dropped, and a
+// note says how many were, at most every logNoteEvery.
+func (c *Caller) admitLine(cost int) bool {
 	ok, note, lines, bytes := c.Stats.admitLog(cost, time.Now())
 	if note {
 		rate, burst := c.Stats.LogBudget()
 		c.Logger.Warn("plugin log lines dropped: over the plugin's log budget", "plugin", c.Plugin,
 			"dropped_lines", lines, "dropped_bytes", bytes, "budget_bytes_per_second", rate, "burst_bytes", burst)
 	}
-	if ok {
-		c.Logger.Log(ctx, level, msg, args...)
-	}
+	return ok
 }
 
+// logFunction writes a guest's line: cut at cfg.MaxLogBytes (on a
+// character boundary, with an ellipsis), charged to the plugin's log
+// budget before anything is copied out of its memory, so a line dropped
+// costs no copy.
 func logFunction(cfg Config) callback {
+	const ellipsis = "…"
 	return func(ctx context.Context, stack []uint64) {
 		c := callerFrom(ctx)
 		if c.beginLog() != nil {
@@ -141,15 +157,19 @@ func logFunction(cfg Config) callback {
 		if err != nil {
 			panic(fmt.Sprintf("hostfn log: abi violation: message pointer %#x: %v", stack[1], err))
 		}
-		if len(b) > cfg.MaxLogBytes {
-			cut := cfg.MaxLogBytes
+		cut, tail := len(b), ""
+		if cut > cfg.MaxLogBytes {
+			cut, tail = cfg.MaxLogBytes, ellipsis
 			for k := 1; k < utf8.UTFMax && cut > 0 && !utf8.RuneStart(b[cut]); k++ {
 				cut-- // not within a character
 			}
-			b = append(b[:cut:cut], "…"...)
+		}
+		args := []any{"plugin", c.Plugin, "plugin_version", c.Version, "partition", c.Tag, "source", "guest"}
+		if !c.admitLine(lineCost(cut+len(tail), args)) {
+			return
 		}
 		level := guestLevel(ctx, slog.Level(int32(uint32(stack[0]))))
-		c.logFor(ctx, level, string(b), "plugin", c.Plugin, "plugin_version", c.Version, "partition", c.Tag, "source", "guest")
+		c.Logger.Log(ctx, level, string(b[:cut])+tail, args...)
 	}
 }
 
