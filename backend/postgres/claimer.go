@@ -449,7 +449,7 @@ func (c *Claimer) reclaimDue(ctx context.Context, n int) ([]*backend.ClaimResult
 			break
 		}
 		parts := append([]uint16{c.parts.SoloPartition(lane).Index}, window...)
-		rs, err := c.d.c.Reclaim(ctx, &ReclaimParams{LaneID: lane, WorkerID: c.cfg.WorkerID,
+		rs, err := c.d.c.Reclaim(ctx, &backend.ClaimNextParams{LaneID: lane, WorkerID: c.cfg.WorkerID,
 			WorkerInstanceID: c.cfg.WorkerInstanceID, Capabilities: c.cfg.Capabilities, LeaseTTLMs: c.cfg.LeaseTTLMs,
 			Partitions: parts}, n)
 		if err != nil {

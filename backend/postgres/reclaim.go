@@ -7,25 +7,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/model/fcall"
 	"github.com/fabric-host/fabric/model/pgsql"
 )
-
-// ReclaimParams are the inputs of Client.Reclaim: the worker taking over
-// expired leases of one lane.
-type ReclaimParams struct {
-	LaneID           string
-	WorkerID         string
-	WorkerInstanceID string
-	// Capabilities the worker offers; an execution's required
-	// capabilities must all be among them.
-	Capabilities []string
-	// LeaseTTLMs is the new lease's lifetime (> 0).
-	LeaseTTLMs int64
-	// Partitions are the partitions read (required).
-	Partitions []uint16
-}
 
 // maxReclaimExpr reads policy.max_reclaim_count as ff_reclaim_execution
 // does (a number overrides the default), the default ($6,
@@ -92,7 +78,7 @@ RETURNING e.lane_id, COALESCE(e.raw_fields->>'execution_kind', ''), COALESCE(e.r
 )
 
 // Reclaim takes over up to n expired or revoked leases of p's lane on
-// p.Partitions, each with a new attempt of type "reclaim", as
+// p.Partitions (required here, unlike in ClaimNext), each with a new attempt of type "reclaim", as
 // ff_issue_reclaim_grant + ff_reclaim_execution do on Valkey: the
 // execution's attempt index and lease epoch move on by one, and a lease
 // no lease-expiry scanner has marked yet is taken over too once it ran
@@ -114,7 +100,7 @@ RETURNING e.lane_id, COALESCE(e.raw_fields->>'execution_kind', ''), COALESCE(e.r
 // (failure_reason max_reclaims_exceeded, ff_completion_event failed, the
 // old attempt's lease cleared), as ff_reclaim_execution fails it on
 // Valkey; it is not returned.
-func (c *Client) Reclaim(ctx context.Context, p *ReclaimParams, n int) ([]*ClaimResult, error) {
+func (c *Client) Reclaim(ctx context.Context, p *backend.ClaimNextParams, n int) ([]*ClaimResult, error) {
 	if p.LeaseTTLMs <= 0 || p.LaneID == "" || len(p.Partitions) == 0 {
 		return nil, fmt.Errorf("reclaim (lane %s): %w: lane, partitions and lease_ttl_ms > 0 are required", p.LaneID, CodeInvalidInput)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/abi"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
 	"github.com/fabric-host/fabric/host"
@@ -426,7 +427,7 @@ func TestScannerPlugins(t *testing.T) {
 		pgtest.Eventually(t, time.Minute, "expired lease marked", func() bool {
 			return stateOf(t, c, leased) == state{"active", "not_applicable", "running", "attempt_interrupted", 0}
 		})
-		rs, err := c.Reclaim(ctx, &postgres.ReclaimParams{LaneID: "le", WorkerID: "w2", WorkerInstanceID: "wi2",
+		rs, err := c.Reclaim(ctx, &backend.ClaimNextParams{LaneID: "le", WorkerID: "w2", WorkerInstanceID: "wi2",
 			LeaseTTLMs: 60_000, Partitions: []uint16{parts.SoloPartition("le").Index}}, 1)
 		if err != nil {
 			t.Fatal(err)
