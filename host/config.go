@@ -85,7 +85,7 @@ type Config struct {
 	Backend Backend
 	// Store overrides the host functions' backend (tests and benchmarks);
 	// default Backend's plugin data when it serves some
-	// (backend.PluginDataSource: *valkey.Client's valkey.PluginStore).
+	// (hostseam.PluginDataSource: *valkey.Client's valkey.PluginStore).
 	Store hostfn.Store
 	// Postgres is the database the sql_query host function runs plugins'
 	// statements on (a postgres.PluginSQL: (*postgres.Client).PluginSQL);

@@ -30,7 +30,7 @@ func isDriver(path string) bool {
 // nor a driver package; what it needs of a backend are interfaces the
 // drivers implement (config.go, backends.go), and nothing host depends on
 // imports one either: host/hostfn's plugin data and sql_query run on
-// backend.PluginData and backend.PluginSQL, which backend/valkey and
+// hostseam.PluginData and hostseam.PluginSQL (internal/hostseam), which backend/valkey and
 // backend/postgres implement. The SDK is held to the same: it works
 // through backend.Driver (errors classified by backend.CodeOf,
 // Driver.IsTransient and backend.EndedBy), and cmd/fabric or the user
@@ -63,7 +63,7 @@ func checkNoDriver(t *testing.T, root string) {
 			if !isDriver(imp) {
 				continue
 			}
-			t.Errorf("%s imports %s: %s reaches a backend only through the contract's interfaces (backend.Driver, backend.PluginData, backend.PluginSQL)", pkg, imp, root)
+			t.Errorf("%s imports %s: %s reaches a backend only through the contract's interfaces (backend.Driver, hostseam.PluginData, hostseam.PluginSQL)", pkg, imp, root)
 		}
 	}
 	if seen < 2 {

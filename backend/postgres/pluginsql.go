@@ -11,26 +11,26 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend"
+	"github.com/fabric-host/fabric/internal/hostseam"
 	"github.com/fabric-host/fabric/model"
 )
 
 // This file is the Postgres side of the sql_query host function: package
 // host/hostfn runs plugins' catalog statements through PluginSQL, which
-// speaks the plugin ABI's types (backend.PluginSQL), so the host never
+// speaks the plugin ABI's types (hostseam.PluginSQL), so the host never
 // names pgx.
 
-// PluginSQL is backend.PluginSQL on a pool.
+// PluginSQL is hostseam.PluginSQL on a pool.
 type PluginSQL struct{ Pool *pgxpool.Pool }
 
-var _ backend.PluginSQL = PluginSQL{}
+var _ hostseam.PluginSQL = PluginSQL{}
 
 // PluginSQL returns the sql_query database of c's pool (host.Config's
 // Postgres).
 func (c *Client) PluginSQL() PluginSQL { return PluginSQL{Pool: c.pool} }
 
-// BeginPluginTx implements backend.PluginSQL.
-func (s PluginSQL) BeginPluginTx(ctx context.Context) (backend.PluginTx, error) {
+// BeginPluginTx implements hostseam.PluginSQL.
+func (s PluginSQL) BeginPluginTx(ctx context.Context) (hostseam.PluginTx, error) {
 	tx, err := s.Pool.Begin(ctx)
 	if err != nil {
 		return nil, sqlError(err)
@@ -38,27 +38,27 @@ func (s PluginSQL) BeginPluginTx(ctx context.Context) (backend.PluginTx, error) 
 	return pluginTx{tx}, nil
 }
 
-// InPluginTx implements backend.PluginSQL (pgx.BeginFunc).
-func (s PluginSQL) InPluginTx(ctx context.Context, fn func(backend.PluginTx) error) error {
+// InPluginTx implements hostseam.PluginSQL (pgx.BeginFunc).
+func (s PluginSQL) InPluginTx(ctx context.Context, fn func(hostseam.PluginTx) error) error {
 	return sqlError(pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error { return fn(pluginTx{tx}) }))
 }
 
-// QueryAlone implements backend.PluginSQL on a pooled connection: the
+// QueryAlone implements hostseam.PluginSQL on a pooled connection: the
 // statement runs in Postgres's implicit transaction of its own.
 func (s PluginSQL) QueryAlone(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error) {
 	return query(ctx, s.Pool, sql, params, maxRows)
 }
 
-// pluginTx is backend.PluginTx on a pgx transaction.
+// pluginTx is hostseam.PluginTx on a pgx transaction.
 type pluginTx struct{ tx pgx.Tx }
 
-// Commit implements backend.PluginTx.
+// Commit implements hostseam.PluginTx.
 func (t pluginTx) Commit(ctx context.Context) error { return sqlError(t.tx.Commit(ctx)) }
 
-// Rollback implements backend.PluginTx.
+// Rollback implements hostseam.PluginTx.
 func (t pluginTx) Rollback(ctx context.Context) error { return sqlError(t.tx.Rollback(ctx)) }
 
-// Query implements backend.PluginTx: params bind as int8, text, bool and
+// Query implements hostseam.PluginTx: params bind as int8, text, bool and
 // float8; cells come back through sqlValue.
 func (t pluginTx) Query(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error) {
 	return query(ctx, t.tx, sql, params, maxRows)
@@ -93,7 +93,7 @@ func query(ctx context.Context, q interface {
 	}
 	for rows.Next() {
 		if len(res.Rows) >= maxRows {
-			return abi.SQLResult{}, backend.ErrRowLimit
+			return abi.SQLResult{}, hostseam.ErrRowLimit
 		}
 		vals, err := rows.Values()
 		if err != nil {
@@ -113,16 +113,16 @@ func query(ctx context.Context, q interface {
 	return res, nil
 }
 
-// sqlError wraps a server error as a *backend.SQLError (its SQLSTATE and
+// sqlError wraps a server error as a *hostseam.SQLError (its SQLSTATE and
 // message); any other error, nil included, is returned as is.
 func sqlError(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		var se *backend.SQLError
+		var se *hostseam.SQLError
 		if errors.As(err, &se) {
 			return err
 		}
-		return &backend.SQLError{Code: pe.Code, Message: pe.Message, Err: err}
+		return &hostseam.SQLError{Code: pe.Code, Message: pe.Message, Err: err}
 	}
 	return err
 }

@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/backend/postgres/pgtest"
+	"github.com/fabric-host/fabric/internal/hostseam"
 )
 
 // TestPluginSQL: the sql_query side of the driver binds the ABI's scalar
 // kinds, returns cells as them, reports a server error's SQLSTATE and
-// message as a *backend.SQLError, a statement over its row cap as
+// message as a *hostseam.SQLError, a statement over its row cap as
 // ErrRowLimit, and InPluginTx commits on nil and rolls back on an error.
 func TestPluginSQL(t *testing.T) {
 	t.Parallel()
@@ -22,7 +22,7 @@ func TestPluginSQL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	err := db.InPluginTx(ctx, func(tx backend.PluginTx) error {
+	err := db.InPluginTx(ctx, func(tx hostseam.PluginTx) error {
 		res, err := tx.Query(ctx, `SELECT $1::int8 + 1 AS n, $2::text AS s, $3::bool AS b, $4::float8 AS f, NULL::text AS z`,
 			[]abi.SQLValue{abi.Int64(41), abi.Text("x"), abi.Bool(true), {Kind: abi.SQLFloat, F: 1.5}}, 10)
 		if err != nil {
@@ -37,7 +37,7 @@ func TestPluginSQL(t *testing.T) {
 				t.Errorf("cell %d = %s, want %s", i, v.String(), want[i].String())
 			}
 		}
-		if _, err := tx.Query(ctx, `SELECT generate_series(1, 3)`, nil, 2); !errors.Is(err, backend.ErrRowLimit) {
+		if _, err := tx.Query(ctx, `SELECT generate_series(1, 3)`, nil, 2); !errors.Is(err, hostseam.ErrRowLimit) {
 			t.Errorf("3 rows under a cap of 2: %v, want ErrRowLimit", err)
 		}
 		return nil
@@ -51,7 +51,7 @@ func TestPluginSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = tx.Query(ctx, `SELECT 1/0`, nil, 10)
-	var se *backend.SQLError
+	var se *hostseam.SQLError
 	if !errors.As(err, &se) || se.Code != "22012" || se.Message != "division by zero" {
 		t.Fatalf("1/0: %v (%+v), want SQLSTATE 22012 division by zero", err, se)
 	}
@@ -60,7 +60,7 @@ func TestPluginSQL(t *testing.T) {
 	}
 
 	fail := errors.New("plugin error")
-	err = db.InPluginTx(ctx, func(tx backend.PluginTx) error {
+	err = db.InPluginTx(ctx, func(tx hostseam.PluginTx) error {
 		if _, err := tx.Query(ctx, `CREATE TABLE plugin_sql_probe (n int)`, nil, 10); err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ func TestPluginSQL(t *testing.T) {
 	if !errors.Is(err, fail) {
 		t.Fatalf("InPluginTx: %v, want fn's error", err)
 	}
-	err = db.InPluginTx(ctx, func(tx backend.PluginTx) error {
+	err = db.InPluginTx(ctx, func(tx hostseam.PluginTx) error {
 		_, err := tx.Query(ctx, `SELECT count(*) FROM plugin_sql_probe`, nil, 10)
 		return err
 	})
@@ -104,10 +104,10 @@ func TestPluginSQLQueryAlone(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM alone_t`).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("committed rows %d, %v; want 2", n, err)
 	}
-	if _, err := db.QueryAlone(ctx, `SELECT generate_series(1, 3)`, nil, 2); !errors.Is(err, backend.ErrRowLimit) {
+	if _, err := db.QueryAlone(ctx, `SELECT generate_series(1, 3)`, nil, 2); !errors.Is(err, hostseam.ErrRowLimit) {
 		t.Fatalf("over the row cap: %v, want ErrRowLimit", err)
 	}
-	var se *backend.SQLError
+	var se *hostseam.SQLError
 	if _, err := db.QueryAlone(ctx, `SELECT 1/0`, nil, 10); !errors.As(err, &se) || se.Code != "22012" {
 		t.Fatalf("division by zero: %v, want SQLSTATE 22012", err)
 	}

@@ -10,34 +10,34 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend"
+	"github.com/fabric-host/fabric/internal/hostseam"
 )
 
 // This file is the Valkey side of the host's plugin data: the host
 // functions of package host/hostfn read and call through PluginStore,
-// which speaks the plugin ABI's types (backend.PluginData), so the host
+// which speaks the plugin ABI's types (hostseam.PluginData), so the host
 // never names valkey-go.
 
-// PluginStore is backend.PluginData, PluginCommands and PluginReadBatch
+// PluginStore is hostseam.PluginData, PluginCommands and PluginReadBatch
 // on a *Client.
 type PluginStore struct{ C *Client }
 
 var (
-	_ backend.PluginData      = PluginStore{}
-	_ backend.PluginCommands  = PluginStore{}
-	_ backend.PluginReadBatch = PluginStore{}
+	_ hostseam.PluginData      = PluginStore{}
+	_ hostseam.PluginCommands  = PluginStore{}
+	_ hostseam.PluginReadBatch = PluginStore{}
 )
 
-// PluginData implements backend.PluginDataSource: c's PluginStore (nil
+// PluginData implements hostseam.PluginDataSource: c's PluginStore (nil
 // for a nil c).
-func (c *Client) PluginData() backend.PluginData {
+func (c *Client) PluginData() hostseam.PluginData {
 	if c == nil {
 		return nil
 	}
 	return PluginStore{C: c}
 }
 
-// FCallBatch implements backend.PluginData: FCallBatch's pipeline, each
+// FCallBatch implements hostseam.PluginData: FCallBatch's pipeline, each
 // reply decoded straight into an abi.CallResult.
 func (s PluginStore) FCallBatch(ctx context.Context, calls []abi.Call) []abi.CallResult {
 	return fcallBatch(s.C, ctx, calls, abiCallParts, decodeCallResult, errCallResult)
@@ -79,7 +79,7 @@ func CallResult(r Result) abi.CallResult {
 	return abi.CallResult{Result: abi.StatusError, Status: "empty reply"}
 }
 
-// Read implements backend.PluginCommands.
+// Read implements hostseam.PluginCommands.
 func (s PluginStore) Read(ctx context.Context, req *abi.CommandRequest) ([]string, error) {
 	r := s.C.c
 	b := r.B()
@@ -132,7 +132,7 @@ func (s PluginStore) Read(ctx context.Context, req *abi.CommandRequest) ([]strin
 	return nil, abi.Errorf(abi.CodeBadRequest, "read op "+req.Op)
 }
 
-// Write implements backend.PluginCommands.
+// Write implements hostseam.PluginCommands.
 func (s PluginStore) Write(ctx context.Context, req *abi.CommandRequest) (int64, error) {
 	r := s.C.c
 	b := r.B()

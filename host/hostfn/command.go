@@ -5,12 +5,12 @@ import (
 	"fmt"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend"
+	"github.com/fabric-host/fabric/internal/hostseam"
 )
 
 // CommandStore is the optional part of Store serving the read and write
 // host functions (ABI 1.1). A Store without it answers CodeUnavailable.
-type CommandStore = backend.PluginCommands
+type CommandStore = hostseam.PluginCommands
 
 func commandHandler(cfg Config, write bool) handler {
 	return handler{

@@ -5,13 +5,13 @@ import (
 	"fmt"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend"
+	"github.com/fabric-host/fabric/internal/hostseam"
 )
 
 // BatchReadStore is the optional part of Store that serves the read host
 // function (a pipelined batch of read-only commands). A Store without it
 // answers CodeUnavailable.
-type BatchReadStore = backend.PluginReadBatch
+type BatchReadStore = hostseam.PluginReadBatch
 
 // maxReadOps caps one read batch.
 const maxReadOps = 10000

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/abi"
-	"github.com/fabric-host/fabric/backend"
+	"github.com/fabric-host/fabric/internal/hostseam"
 	"github.com/fabric-host/fabric/model/pgsql"
 )
 
@@ -104,7 +104,7 @@ func checkPartition(c *Caller, r *sqlRequest) error {
 
 // SQLDB is the database sql_query runs on, implemented by the driver
 // (backend/postgres.PluginSQL), so hostfn names none.
-type SQLDB = backend.PluginSQL
+type SQLDB = hostseam.PluginSQL
 
 // SQLSession runs sql_query requests for one plugin call: statement
 // batches in their own transaction, or inside the call's transaction
@@ -121,7 +121,7 @@ type SQLDB = backend.PluginSQL
 type SQLSession struct {
 	db   SQLDB
 	c    *Caller
-	tx   backend.PluginTx
+	tx   hostseam.PluginTx
 	done bool
 }
 
@@ -204,7 +204,7 @@ func (s *SQLSession) run(ctx context.Context, r *sqlRequest) (abi.SQLResponse, e
 		return abi.SQLResponse{Results: []abi.SQLResult{res}}, nil
 	}
 	var resp abi.SQLResponse
-	err := s.db.InPluginTx(ctx, func(tx backend.PluginTx) error {
+	err := s.db.InPluginTx(ctx, func(tx hostseam.PluginTx) error {
 		var err error
 		resp, err = execAll(ctx, tx, r)
 		return err
@@ -232,14 +232,14 @@ func backendErr(what string, err error) error {
 	if errors.As(err, &ae) {
 		return err
 	}
-	var se *backend.SQLError
+	var se *hostseam.SQLError
 	if errors.As(err, &se) {
 		return abi.Errorf(abi.CodeBackend, fmt.Sprintf("%s: SQLSTATE %s: %s", what, se.Code, se.Message))
 	}
 	return abi.Errorf(abi.CodeBackend, fmt.Sprintf("%s: %v", what, err))
 }
 
-func execAll(ctx context.Context, tx backend.PluginTx, r *sqlRequest) (abi.SQLResponse, error) {
+func execAll(ctx context.Context, tx hostseam.PluginTx, r *sqlRequest) (abi.SQLResponse, error) {
 	out := abi.SQLResponse{Results: make([]abi.SQLResult, len(r.stmts))}
 	for i, def := range r.stmts {
 		res, err := execOne(ctx, tx, def, r.req.Statements[i].Params)
@@ -251,7 +251,7 @@ func execAll(ctx context.Context, tx backend.PluginTx, r *sqlRequest) (abi.SQLRe
 	return out, nil
 }
 
-// querier runs one statement: an open backend.PluginTx, or alone.
+// querier runs one statement: an open hostseam.PluginTx, or alone.
 type querier interface {
 	Query(ctx context.Context, sql string, params []abi.SQLValue, maxRows int) (abi.SQLResult, error)
 }
@@ -265,7 +265,7 @@ func (a alone) Query(ctx context.Context, sql string, params []abi.SQLValue, max
 
 func execOne(ctx context.Context, tx querier, def pgsql.Statement, params []abi.SQLValue) (abi.SQLResult, error) {
 	res, err := tx.Query(ctx, def.SQL, params, SQLMaxRows)
-	if errors.Is(err, backend.ErrRowLimit) {
+	if errors.Is(err, hostseam.ErrRowLimit) {
 		return abi.SQLResult{}, abi.Errorf(abi.CodeLimit, fmt.Sprintf("sql %s returned more than %d rows", def.Name, SQLMaxRows))
 	}
 	if err != nil {

@@ -1,4 +1,10 @@
-package backend
+// Package hostseam holds what the host (package host) needs of a backend
+// beyond backend.Driver — plugin data in the plugin ABI's own types, the
+// plugin SQL transaction, the wake probe's reads — so that the host names
+// no driver package while the backend contract (package backend), which
+// every SDK user compiles, does not import the plugin ABI. The drivers
+// implement these interfaces; cmd/fabric hands them to the host.
+package hostseam
 
 import (
 	"context"
@@ -6,10 +12,6 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 )
-
-// This file holds what the host (package host) needs of a backend beyond
-// the Driver, so that the host names no driver package: the drivers
-// implement host.Backend with these types.
 
 // ErrTopologyChanged ends a subscription whose view of the backend's
 // nodes is out of date (a Valkey cluster's primaries changed): the caller
