@@ -44,7 +44,11 @@ type ClientConfig struct {
 type Client struct {
 	// drv is the backend contract, bound to the deployment's partition
 	// config: every operation of the client goes through it.
-	drv   backend.Driver
+	drv  backend.Driver
+	prov backend.Provider
+	// owned is the connection Open made, closed by Close; nil for a
+	// Client of NewClient, whose caller owns its backend.
+	owned backend.Opened
 	parts model.PartitionConfig
 	ns    string
 	who   string
@@ -68,7 +72,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{ns: cmp.Or(cfg.Namespace, DefaultNamespace),
+	c := &Client{prov: prov, ns: cmp.Or(cfg.Namespace, DefaultNamespace),
 		who: cmp.Or(cfg.Creator, "fabric-sdk"), clock: cfg.Clock, log: cfg.Logger}
 	if c.clock == nil {
 		c.clock = time.Now
