@@ -3,7 +3,8 @@
 // run), then three shards are indexed in parallel and a report is built
 // once two of them succeeded (Quorum 2 of 3).
 //
-//	go run ./examples/flow
+//	go run ./examples/flow                                 # a private server for the run
+//	FABRIC_URL=redis://127.0.0.1:6379 go run ./examples/flow
 package main
 
 import (
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/examples/internal/exenv"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
@@ -24,22 +24,27 @@ import (
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	vc, closeAll, err := exenv.Connect(ctx)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	url := os.Getenv("FABRIC_URL")
+	if url == "" { // a private valkey-server (or redis-server) for the run
+		srv, err := valkey.StartServer(ctx, valkey.ServerConfig{Logger: logger})
+		if err != nil {
+			log.Fatalf("start a private server (or set FABRIC_URL): %v", err)
+		}
+		defer srv.Stop()
+		url = srv.URL()
+	}
+	client, err := sdk.Open(ctx, url, sdk.ClientConfig{Logger: logger})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer closeAll()
-	if err := run(ctx, vc, os.Stdout); err != nil {
+	defer client.Close()
+	if err := run(ctx, client, logger, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, vc *valkey.Client, out io.Writer) error {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: logger})
-	if err != nil {
-		return err
-	}
+func run(ctx context.Context, client *sdk.Client, logger *slog.Logger, out io.Writer) error {
 	flow, err := client.CreateFlow(ctx, "dataset-refresh")
 	if err != nil {
 		return err
@@ -84,7 +89,7 @@ func run(ctx context.Context, vc *valkey.Client, out io.Writer) error {
 	}
 	// ResolveDependencies: the worker resolves the edges of the members it
 	// finishes (a host running the dependency dispatcher does it too).
-	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "etl", Lanes: []string{"etl"}, Concurrency: 4,
+	w, err := client.NewWorker(ctx, sdk.WorkerConfig{WorkerID: "etl", Lanes: []string{"etl"}, Concurrency: 4,
 		ResolveDependencies: true, Logger: logger})
 	if err != nil {
 		return err

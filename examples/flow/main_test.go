@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/sdk"
 )
 
 func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
@@ -15,7 +16,13 @@ func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
 // the quorum step both complete.
 func TestFlowExample(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(valkeytest.Context(t, time.Minute), valkeytest.Client(t), &out); err != nil {
+	ctx := valkeytest.Context(t, time.Minute)
+	c, err := sdk.Open(ctx, valkeytest.NewServer(t).URL(), sdk.ClientConfig{Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := run(ctx, c, valkeytest.Logger(), &out); err != nil {
 		t.Fatal(err)
 	}
 	if want := "unpack: completed\nreport: completed\n"; out.String() != want {

@@ -4,7 +4,8 @@
 // prints their results.
 //
 //	go run ./examples/getting-started            # a private server for the run
-//	FABRIC_VALKEY_URL=redis://127.0.0.1:6379 go run ./examples/getting-started
+//	FABRIC_URL=redis://127.0.0.1:6379 go run ./examples/getting-started
+//	FABRIC_URL=postgres://localhost/app go run ./examples/getting-started  # after `fabric migrate`
 package main
 
 import (
@@ -16,8 +17,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/examples/internal/exenv"
+	_ "github.com/fabric-host/fabric/backend/postgres" // postgres:// URLs
+	"github.com/fabric-host/fabric/backend/valkey"     // redis:// URLs, and the private server
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
@@ -32,22 +33,27 @@ type WelcomeEmail struct {
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	vc, closeAll, err := exenv.Connect(ctx)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	url := os.Getenv("FABRIC_URL")
+	if url == "" { // a private valkey-server (or redis-server) for the run
+		srv, err := valkey.StartServer(ctx, valkey.ServerConfig{Logger: logger})
+		if err != nil {
+			log.Fatalf("start a private server (or set FABRIC_URL): %v", err)
+		}
+		defer srv.Stop()
+		url = srv.URL()
+	}
+	client, err := sdk.Open(ctx, url, sdk.ClientConfig{Logger: logger})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer closeAll()
-	if err := run(ctx, vc, os.Stdout); err != nil {
+	defer client.Close()
+	if err := run(ctx, client, logger, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, vc *valkey.Client, out io.Writer) error {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: logger})
-	if err != nil {
-		return err
-	}
+func run(ctx context.Context, client *sdk.Client, logger *slog.Logger, out io.Writer) error {
 
 	// Producer: typed arguments, options validated before anything is sent.
 	var ids []model.ExecutionID
@@ -71,7 +77,7 @@ func run(ctx context.Context, vc *valkey.Client, out io.Writer) error {
 		job.SetResult([]byte("welcomed " + m.Name + " <" + m.To + ">"))
 		return nil
 	})
-	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}, Concurrency: 4, Logger: logger})
+	w, err := client.NewWorker(ctx, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}, Concurrency: 4, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/sdk"
 )
 
 func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
@@ -16,8 +17,14 @@ func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
 // TestGettingStarted runs the example against a real server and checks
 // what it prints.
 func TestGettingStarted(t *testing.T) {
+	ctx := valkeytest.Context(t, time.Minute)
+	c, err := sdk.Open(ctx, valkeytest.NewServer(t).URL(), sdk.ClientConfig{Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	var out bytes.Buffer
-	if err := run(valkeytest.Context(t, time.Minute), valkeytest.Client(t), &out); err != nil {
+	if err := run(ctx, c, valkeytest.Logger(), &out); err != nil {
 		t.Fatal(err)
 	}
 	want := "welcomed Ann <ann@example.com>\nwelcomed Bob <bob@example.com>\nwelcomed Cy <cy@example.com>\n"

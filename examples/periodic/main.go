@@ -5,7 +5,8 @@
 // embeds a host that loads only bin/plugins/periodic.wasm (build it with
 // `make plugins`; FABRIC_PLUGIN_DIR overrides the directory).
 //
-//	go run ./examples/periodic
+//	go run ./examples/periodic                             # a private server for the run
+//	FABRIC_URL=redis://127.0.0.1:6379 go run ./examples/periodic
 package main
 
 import (
@@ -19,7 +20,6 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/examples/internal/exenv"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/sdk"
 )
@@ -27,32 +27,43 @@ import (
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	vc, closeAll, err := exenv.Connect(ctx)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	url := os.Getenv("FABRIC_URL")
+	if url == "" { // a private valkey-server (or redis-server) for the run
+		srv, err := valkey.StartServer(ctx, valkey.ServerConfig{Logger: logger})
+		if err != nil {
+			log.Fatalf("start a private server (or set FABRIC_URL): %v", err)
+		}
+		defer srv.Stop()
+		url = srv.URL()
+	}
+	client, err := sdk.Open(ctx, url, sdk.ClientConfig{Logger: logger})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer closeAll()
+	defer client.Close()
+	// The embedded host takes the driver's own client.
+	vc, err := valkey.Dial(ctx, valkey.ClientConfig{URL: url, Logger: logger})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer vc.Close()
 	dir := os.Getenv("FABRIC_PLUGIN_DIR")
 	if dir == "" {
 		dir = filepath.Join("bin", "plugins")
 	}
-	if err := run(ctx, vc, dir, os.Stdout); err != nil {
+	if err := run(ctx, client, vc, dir, logger, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, vc *valkey.Client, pluginDir string, out io.Writer) error {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+func run(ctx context.Context, client *sdk.Client, vc *valkey.Client, pluginDir string, logger *slog.Logger, out io.Writer) error {
 	stopHost, err := startHost(ctx, vc, pluginDir, logger)
 	if err != nil {
 		return err
 	}
 	defer stopHost()
 
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: logger})
-	if err != nil {
-		return err
-	}
 	if _, err := client.AddPeriodic(ctx, sdk.Periodic{Name: "heartbeat", Every: 300 * time.Millisecond, Kind: "heartbeat"},
 		sdk.WithLane("cron"), sdk.WithAttemptTimeout(time.Minute)); err != nil {
 		return err
@@ -65,7 +76,7 @@ func run(ctx context.Context, vc *valkey.Client, pluginDir string, out io.Writer
 		beats <- job
 		return nil
 	})
-	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "beats", Lanes: []string{"cron"}, Logger: logger})
+	w, err := client.NewWorker(ctx, sdk.WorkerConfig{WorkerID: "beats", Lanes: []string{"cron"}, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -5,13 +5,12 @@
 // with the token; the execution resumes on any worker, reads the decision
 // from the signal (Job.ResumeSignals) and completes.
 //
-//	go run ./examples/suspension
+//	go run ./examples/suspension                           # a private server for the run
+//	FABRIC_URL=redis://127.0.0.1:6379 go run ./examples/suspension
 package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,7 +20,6 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/examples/internal/exenv"
 	"github.com/fabric-host/fabric/model"
 	"github.com/fabric-host/fabric/sdk"
 )
@@ -29,32 +27,30 @@ import (
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	vc, closeAll, err := exenv.Connect(ctx)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	url := os.Getenv("FABRIC_URL")
+	if url == "" { // a private valkey-server (or redis-server) for the run
+		srv, err := valkey.StartServer(ctx, valkey.ServerConfig{Logger: logger})
+		if err != nil {
+			log.Fatalf("start a private server (or set FABRIC_URL): %v", err)
+		}
+		defer srv.Stop()
+		url = srv.URL()
+	}
+	client, err := sdk.Open(ctx, url, sdk.ClientConfig{Logger: logger})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer closeAll()
-	if err := run(ctx, vc, os.Stdout); err != nil {
+	defer client.Close()
+	if err := run(ctx, client, logger, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, vc *valkey.Client, out io.Writer) error {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: logger})
-	if err != nil {
-		return err
-	}
-	// Waitpoint tokens are HMACs under a per-partition secret. `fabric run`
-	// installs one at start-up; without a host, install one here (a
-	// stored secret is kept).
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return err
-	}
-	if err := vc.InstallWaitpointHMACSecret(ctx, hex.EncodeToString(secret)); err != nil {
-		return err
-	}
+func run(ctx context.Context, client *sdk.Client, logger *slog.Logger, out io.Writer) error {
+	// Waitpoint tokens are HMACs under a per-partition secret: sdk.Open
+	// installed a random one if the deployment had none (as `fabric run`
+	// does; a stored secret is kept).
 	id, err := client.Enqueue(ctx, "expense.review", []byte(`{"amount":1200}`), sdk.WithLane("approvals"))
 	if err != nil {
 		return err
@@ -86,7 +82,7 @@ func run(ctx context.Context, vc *valkey.Client, out io.Writer) error {
 		inbox <- s
 		return nil // ignored after a suspend: the execution waits
 	})
-	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "reviewer", Lanes: []string{"approvals"}, Logger: logger})
+	w, err := client.NewWorker(ctx, sdk.WorkerConfig{WorkerID: "reviewer", Lanes: []string{"approvals"}, Logger: logger})
 	if err != nil {
 		return err
 	}
