@@ -125,6 +125,14 @@ type Driver interface {
 	// returns; executions outside a flow are not delivered. It returns
 	// once the subscription is registered.
 	SubscribeCompletions(ctx context.Context, p *SubscribeCompletionsParams) (CompletionSubscription, error)
+	// WatchTerminal calls wake after executions may have ended — any
+	// execution, in a flow or not — with the flow partition index of the
+	// ended ones where the backend's wake-up names it, or -1 where it
+	// does not, until ctx ends (nil) or the watch breaks (its error).
+	// onUp runs once the watch is subscribed: a state read after onUp
+	// misses no transition the watch would not wake for. A wake is a
+	// hint to read states again, never a state itself.
+	WatchTerminal(ctx context.Context, wake func(partition int), onUp func()) error
 
 	// ControlDriver: cancel as the holder, cancel a flow, suspension,
 	// signals and streams (control.go).

@@ -56,6 +56,8 @@ type Client struct {
 	log   *slog.Logger
 	// spreads caches lanes' solo-partitioner choices (LaneSpreadTTL).
 	spreads laneSpreadCache
+	// waits is Wait's watch of terminal transitions.
+	waits waitHub
 }
 
 // NewClient returns a Client on cfg.Backend. On Valkey it is bound to the

@@ -3,13 +3,18 @@
 // suspend them, speaking FlowFabric's Valkey data model through the
 // flowfabric function library.
 //
-// A producer uses a [Client]; options are validated before anything is
-// sent:
+// [Open] goes from a URL to a ready [Client] (the program imports the
+// driver of its scheme, backend/valkey or backend/postgres, for effect).
+// A producer enqueues; options are validated before anything is sent;
+// [Client.Wait] returns an execution's final state when it ends, pushed
+// by the backend:
 //
-//	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc}) // vc is a *valkey.Client
+//	c, err := sdk.Open(ctx, "redis://localhost:6379", sdk.ClientConfig{})
+//	defer c.Close()
 //	id, err := sdk.EnqueueJSON(ctx, c, "email.send", map[string]string{"to": "a@b"},
 //		sdk.WithLane("emails"), sdk.WithIdempotencyKey("welcome:a@b"),
 //		sdk.WithRetry(3, sdk.ExponentialBackoff(time.Second, time.Minute, 2)))
+//	st, err := c.Wait(ctx, id) // st.PublicState: completed, failed, cancelled, …
 //
 // A consumer runs a [Worker] with a [Mux] routing jobs by kind through
 // middlewares:
@@ -19,9 +24,12 @@
 //	sdk.HandleJSON(mux, "email.send", func(ctx context.Context, job *sdk.Job, m map[string]string) error {
 //		return send(ctx, []byte(m["to"])) // nil completes, an error fails (retry per policy)
 //	})
-//	w, err := sdk.Connect(ctx, vc, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}})
+//	w, err := c.NewWorker(ctx, sdk.WorkerConfig{WorkerID: "mailer", Lanes: []string{"emails"}})
 //	defer w.Close(context.Background())
 //	err = w.Run(ctx, mux.ServeJob)
+//
+// [NewClient] and [Connect] take a client the program built itself (a
+// *valkey.Client, a *postgres.Client, or a backend.Driver).
 //
 // Beyond single jobs: [Client.EnqueueMany] sends a batch in one round
 // trip; [Flow.AddJoin] builds DAGs with AllOf, AnyOf and Quorum joins, and

@@ -15,7 +15,8 @@ import (
 // TestDocSnippetsCompile builds the code of the package comment (doc.go),
 // so a signature change cannot leave it behind (it called
 // sdk.NewClient(ctx, vc) long after NewClient took a ClientConfig). The
-// snippets' free names are ctx, vc (a *valkey.Client) and send.
+// snippets' free names are ctx, vc (a *valkey.Client), c (a *sdk.Client)
+// and send.
 func TestDocSnippetsCompile(t *testing.T) {
 	t.Parallel()
 	src, err := os.ReadFile("doc.go")
@@ -51,8 +52,8 @@ import (
 var (
 	ctx context.Context
 	vc  *valkey.Client
+	c   *sdk.Client
 	_   = time.Second
-	_   sdk.Client
 )
 
 func send(context.Context, []byte) error { return nil }

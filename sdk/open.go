@@ -49,9 +49,12 @@ func (c *Client) NewWorker(ctx context.Context, cfg WorkerConfig) (*Worker, erro
 	return Connect(ctx, c.prov, cfg)
 }
 
-// Close closes the connection Open made. A Client from NewClient does not
-// own its backend, and Close does nothing to it.
+// Close stops Wait's watch of terminal transitions (a Wait in flight
+// then reads its state every 250 ms) and closes the connection Open
+// made. A Client from NewClient does not own its backend, and Close
+// leaves it open.
 func (c *Client) Close() {
+	c.waits.stop()
 	if c.owned != nil {
 		c.owned.Close()
 	}

@@ -34,7 +34,7 @@ import (
 // exercises, for reports (operations × backends).
 var Operations = []string{"CreateExecution", "CreateExecutions", "ClaimNext", "ClaimExecution", "RenewLease",
 	"CompleteExecution", "FailExecution", "DelayExecution", "CancelExecution", "ExecutionState", "ExecutionResult",
-	"SubscribeCompletions", "Claimer.Claim", "Claimer.CompleteAndClaim", "Claimer.ClaimExecution"}
+	"SubscribeCompletions", "WatchTerminal", "Claimer.Claim", "Claimer.CompleteAndClaim", "Claimer.ClaimExecution"}
 
 const ttl = int64(30_000)
 
@@ -174,6 +174,7 @@ func RunWith(t *testing.T, newDriver func(t *testing.T) backend.Driver, opts Opt
 	sub("CancelExecution/Leased", testCancelLeased)
 	sub("ExecutionState+Result/NotFound", testNotFound)
 	sub("SubscribeCompletions", testCompletions)
+	sub("WatchTerminal", testWatchTerminal)
 	runControl(sub)
 	runBudget(sub)
 	runPeriodic(sub)
