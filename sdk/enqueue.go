@@ -215,3 +215,19 @@ func EnqueueJSON[A any](ctx context.Context, c *Client, kind string, args A, opt
 	}
 	return c.Enqueue(ctx, kind, b, opts...)
 }
+
+// Args is a job's argument type that names its own kind, as River's
+// JobArgs does, so that the producer and the handler cannot disagree on
+// it: EnqueueArgs and HandleArgs take the kind from the type. Kind is
+// called on the type's zero value, so it must not depend on the value
+// (define it on the value type, not on a pointer).
+type Args interface {
+	Kind() string
+}
+
+// EnqueueArgs enqueues args.Kind() with args encoded as JSON, for a
+// handler registered with HandleArgs[A] (EnqueueJSON with the kind taken
+// from the type).
+func EnqueueArgs[A Args](ctx context.Context, c *Client, args A, opts ...EnqueueOption) (model.ExecutionID, error) {
+	return EnqueueJSON(ctx, c, args.Kind(), args, opts...)
+}

@@ -164,6 +164,14 @@ func HandleJSON[A any](m *Mux, kind string, fn func(ctx context.Context, job *Jo
 	})
 }
 
+// HandleArgs registers a typed handler for the kind A names (HandleJSON
+// with the kind taken from A's zero value's Kind). Produce such jobs with
+// EnqueueArgs.
+func HandleArgs[A Args](m *Mux, fn func(ctx context.Context, job *Job, args A) error) {
+	var zero A
+	HandleJSON(m, zero.Kind(), fn)
+}
+
 // Recover turns a handler panic into an ordinary error (the attempt fails
 // and is retried as the execution's policy says) and logs the panic with
 // its stack. Worker.Run recovers panics too; Recover makes the panic an
