@@ -20,6 +20,22 @@ func (w *Worker) Work(ctx context.Context, id model.ExecutionID, h Handler) erro
 	if err != nil {
 		return err
 	}
+	return w.work(ctx, l, h)
+}
+
+// WorkNext claims the next execution of the worker's lanes (ClaimNext)
+// and runs h on it as Work does, returning its id and the handler's
+// error; "" and nil when none is eligible. A test drains a lane with it.
+func (w *Worker) WorkNext(ctx context.Context, h Handler) (model.ExecutionID, error) {
+	l, err := w.ClaimNext(ctx)
+	if err != nil || l == nil {
+		return "", err
+	}
+	return l.ID, w.work(ctx, l, h)
+}
+
+// work runs h on the claimed lease l and ends the attempt by its outcome.
+func (w *Worker) work(ctx context.Context, l *Lease, h Handler) error {
 	var herr error
 	// A cancelled run context: the attempt ends without claiming another.
 	done, cancel := context.WithCancel(ctx)

@@ -2,34 +2,40 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/fabrictest"
 	"github.com/fabric-host/fabric/sdk"
 )
 
-func TestMain(m *testing.M) { os.Exit(valkeytest.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(fabrictest.Main(m)) }
 
-// TestGettingStarted runs the example against a real server and checks
-// what it prints.
+// TestGettingStarted runs the example against real servers, Valkey and
+// Postgres (the kit's), and checks what it prints.
 func TestGettingStarted(t *testing.T) {
-	ctx := valkeytest.Context(t, time.Minute)
-	c, err := sdk.Open(ctx, valkeytest.NewServer(t).URL(), sdk.ClientConfig{Logger: valkeytest.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var out bytes.Buffer
-	if err := run(ctx, c, valkeytest.Logger(), &out); err != nil {
-		t.Fatal(err)
-	}
-	want := "welcomed Ann <ann@example.com>\nwelcomed Bob <bob@example.com>\nwelcomed Cy <cy@example.com>\n"
-	if out.String() != want {
-		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), want)
+	for _, be := range []struct {
+		name string
+		open func(testing.TB) *sdk.Client
+	}{{"Valkey", fabrictest.Valkey}, {"Postgres", fabrictest.Postgres}} {
+		t.Run(be.name, func(t *testing.T) {
+			c := be.open(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			if err := run(ctx, c, slog.New(slog.DiscardHandler), &out); err != nil {
+				t.Fatal(err)
+			}
+			want := "welcomed Ann <ann@example.com>\nwelcomed Bob <bob@example.com>\nwelcomed Cy <cy@example.com>\n"
+			if out.String() != want {
+				t.Fatalf("output:\n%s\nwant:\n%s", out.String(), want)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,66 @@
+package fabrictest_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/fabric-host/fabric/fabrictest"
+	"github.com/fabric-host/fabric/model"
+	"github.com/fabric-host/fabric/sdk"
+)
+
+func TestMain(m *testing.M) { os.Exit(fabrictest.Main(m)) }
+
+// TestDrain: on both of the kit's backends, Drain runs every eligible
+// execution of a lane in the test's goroutine — including one a handler
+// enqueued while it ran — and leaves each ended as its handler said.
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	for _, be := range []struct {
+		name string
+		open func(testing.TB) *sdk.Client
+	}{{"Valkey", fabrictest.Valkey}, {"Postgres", fabrictest.Postgres}} {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			c := be.open(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var ids []model.ExecutionID
+			for _, kind := range []string{"ok", "ok", "fail", "spawn"} {
+				id, err := c.Enqueue(ctx, kind, nil, sdk.WithLane("kit"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			var spawned model.ExecutionID
+			n := fabrictest.Drain(t, c, "kit", func(ctx context.Context, job *sdk.Job) error {
+				switch job.Kind {
+				case "fail":
+					return sdk.Permanent(errors.New("no"))
+				case "spawn":
+					id, err := c.Enqueue(ctx, "ok", nil, sdk.WithLane("kit"))
+					spawned = id
+					return err
+				}
+				return nil
+			})
+			if n != 5 {
+				t.Fatalf("Drain ran %d executions, want 5", n)
+			}
+			want := map[model.ExecutionID]string{ids[0]: model.PublicCompleted, ids[1]: model.PublicCompleted,
+				ids[2]: model.PublicFailed, ids[3]: model.PublicCompleted, spawned: model.PublicCompleted}
+			for id, public := range want {
+				if st, err := c.State(ctx, id); err != nil || st.PublicState != public {
+					t.Fatalf("%s after Drain: %+v %v, want %s", id, st, err, public)
+				}
+			}
+			if n := fabrictest.Drain(t, c, "kit", nil); n != 0 {
+				t.Fatalf("a drained lane ran %d more", n)
+			}
+		})
+	}
+}
