@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/termsafe"
 )
 
 // The operator console verbs: each is a thin client of a running host's
@@ -108,14 +109,16 @@ func (c *consoleFlags) do(ctx context.Context, method, path string, body any, ou
 		if resp.StatusCode == http.StatusForbidden && c.tokenFile != nil && !sentToken && strings.HasPrefix(e.Error, "admin token required") {
 			e.Error += " (pass --admin-token-file F, or set $" + adminTokenEnv + ", with the token the host was started with)"
 		}
-		return nil, &apiError{status: resp.StatusCode, msg: e.Error}
+		return nil, &apiError{status: resp.StatusCode, msg: termsafe.String(e.Error)}
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
 			return nil, fmt.Errorf("%s %s: decode: %w", method, u, err)
 		}
+		// Kinds, errors, tags, payloads: the answer is printed, escaped.
+		termsafe.Strings(out)
 	}
-	return b, nil
+	return termsafe.JSON(b), nil
 }
 
 // read GETs path; with --json it prints the answer and returns done.

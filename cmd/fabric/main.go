@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/fabric-host/fabric/internal/termsafe"
 )
 
 // command is one CLI verb. Nested verbs ("lua print") are registered under
@@ -104,7 +107,8 @@ func runCLI(ctx context.Context, env *cliEnv, args []string) int {
 		if errors.Is(err, errUsage) {
 			return usageError(env.stderr, cmd, err)
 		}
-		fmt.Fprintf(env.stderr, "fabric %s: %v\n", cmd.name, err)
+		// An error can quote what a backend or plugin said: escaped.
+		fmt.Fprintf(env.stderr, "fabric %s: %s\n", cmd.name, termsafe.Lines(err.Error()))
 		return 1
 	}
 	return 0
@@ -158,6 +162,17 @@ func printHelp(w io.Writer) {
 		fmt.Fprintf(w, "  %-22s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'fabric <command> --help' for a command's flags.")
+}
+
+// printJSON prints v as indented JSON with every control character in
+// its strings as a \u escape (the same data, safe on a terminal).
+func printJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	_, err = w.Write(append(termsafe.JSON(b), '\n'))
+	return err
 }
 
 // noArgs rejects positional arguments.

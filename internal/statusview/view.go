@@ -24,6 +24,7 @@ import (
 	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/census"
+	"github.com/fabric-host/fabric/internal/termsafe"
 )
 
 // Frame is everything one drawing shows.
@@ -61,12 +62,7 @@ type Frame struct {
 // recent events go first, then the quietest plugin rows (a last row says
 // how many are not shown), so the header and column titles stay on screen.
 func Render(w io.Writer, f Frame) {
-	cut := func(s string) string {
-		if r := []rune(s); f.Width > 0 && len(r) > f.Width {
-			s = string(r[:f.Width])
-		}
-		return s
-	}
+	cut := func(s string) string { return cutTo(f.Width, termsafe.String(s)) }
 	var head, foot, events []string
 	add := func(dst *[]string) func(string, ...any) {
 		return func(format string, a ...any) { *dst = append(*dst, cut(fmt.Sprintf(format, a...))) }
@@ -180,7 +176,7 @@ func pluginTable(f Frame) (string, []string) {
 				cells[i][j] = "-"
 				continue
 			}
-			cells[i][j] = c.cell(p)
+			cells[i][j] = termsafe.String(c.cell(p))
 		}
 	}
 	width := make([]int, len(cols))
@@ -216,12 +212,7 @@ func pluginTable(f Frame) (string, []string) {
 			}
 		}
 	}
-	cut := func(s string) string {
-		if r := []rune(s); f.Width > 0 && len(r) > f.Width {
-			s = string(r[:f.Width])
-		}
-		return s
-	}
+	cut := func(s string) string { return cutTo(f.Width, s) }
 	line := func(cell func(j int) string) string {
 		var b strings.Builder
 		for j, c := range cols {
@@ -258,12 +249,20 @@ func pluginTable(f Frame) (string, []string) {
 					b.WriteString(cells[i][j] + strings.Repeat(" ", max(0, width[j]-len([]rune(cells[i][j])))) + " ")
 				}
 			}
-			rows = append(rows, cut(b.String()+p.Reason))
+			rows = append(rows, cut(b.String()+termsafe.String(p.Reason)))
 			continue
 		}
 		rows = append(rows, line(func(j int) string { return cells[i][j] }))
 	}
 	return titles, rows
+}
+
+// cutTo cuts s to width runes (0: no limit).
+func cutTo(width int, s string) string {
+	if r := []rune(s); width > 0 && len(r) > width {
+		s = string(r[:width])
+	}
+	return s
 }
 
 // fewerRows keeps n of the plugin rows (at least one) and a last line
@@ -411,7 +410,11 @@ func Lines(prev *admin.Report, f Frame) []string {
 	if f.Report.Error != "" {
 		s += "  backend: " + f.Report.Error
 	}
-	return append(out, s)
+	out = append(out, s)
+	for i, l := range out {
+		out[i] = termsafe.String(l) // plugin names, reasons, errors
+	}
+	return out
 }
 
 // pluginEvents describes what changed between two plugin lists.

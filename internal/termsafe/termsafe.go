@@ -56,6 +56,19 @@ func String(s string) string {
 	return b.String()
 }
 
+// Lines is String of each line of s, the newlines between them kept: for
+// text of several lines, such as a joined error.
+func Lines(s string) string {
+	if firstUnsafe(s) < 0 {
+		return s
+	}
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = String(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // firstUnsafe is the index of s's first unsafe rune or invalid byte, or -1.
 func firstUnsafe(s string) int {
 	for i := 0; i < len(s); {
