@@ -54,7 +54,10 @@ type Frame struct {
 
 // Render writes a full-screen frame: header, the plugin table,
 // executions by state, throughput, the workload and recent events. It
-// writes plain lines; the View adds cursor control on a terminal.
+// writes plain lines; the View adds cursor control on a terminal. Text it
+// did not write — plugin names and reasons, the workload line, events,
+// backend errors — is escaped (termsafe.String), so a control character
+// in it cannot act on the terminal.
 //
 // With a Width, lines are cut to it and the plugin table drops its least
 // telling columns (LAST SWAP, VERSION, CYCLES, FAULTS, in that order)
