@@ -82,6 +82,18 @@ func runCLI(ctx context.Context, env *cliEnv, args []string) int {
 		}
 	}
 	if cmd == nil {
+		if subs := subcommands(args[0]); len(subs) > 0 && len(args) <= 2 {
+			// A group alone, or its help: what its subcommands are.
+			switch {
+			case len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "-help"):
+				printGroup(env.stdout, args[0], subs)
+				return 0
+			case len(args) == 1:
+				fmt.Fprintf(env.stderr, "'fabric %s' takes a subcommand: %s\n\n", args[0], strings.Join(subs, ", "))
+				printGroup(env.stderr, args[0], subs)
+				return 2
+			}
+		}
 		fmt.Fprintf(env.stderr, "fabric: unknown command %q\n", strings.Join(args, " "))
 		if subs := subcommands(args[0]); len(subs) > 0 {
 			fmt.Fprintf(env.stderr, "'fabric %s' takes a subcommand: %s\n", args[0], strings.Join(subs, ", "))
@@ -148,6 +160,16 @@ func subcommands(group string) []string {
 	}
 	sort.Strings(subs)
 	return subs
+}
+
+// printGroup prints the usage of a command group: its subcommands with
+// their summaries.
+func printGroup(w io.Writer, group string, subs []string) {
+	fmt.Fprintf(w, "Usage: fabric %s <subcommand> [flags]\n\nSubcommands:\n", group)
+	for _, sub := range subs {
+		fmt.Fprintf(w, "  %-10s %s\n", sub, commands[group+" "+sub].summary)
+	}
+	fmt.Fprintf(w, "\nRun 'fabric %s <subcommand> --help' for a subcommand's flags.\n", group)
 }
 
 func printHelp(w io.Writer) {

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/admin"
@@ -59,7 +60,8 @@ type Frame struct {
 // backend errors — is escaped (termsafe.String), so a control character
 // in it cannot act on the terminal.
 //
-// With a Width, lines are cut to it and the plugin table drops its least
+// CYCLES counts a scanner's sweeps and a dispatcher's calls (one per
+// completion batch). With a Width, lines are cut to it and the plugin table drops its least
 // telling columns (LAST SWAP, VERSION, CYCLES, FAULTS, in that order)
 // until it fits. With a Height, the frame has at most Height lines: the
 // recent events go first, then the quietest plugin rows (a last row says
@@ -161,7 +163,7 @@ func pluginTable(f Frame) (string, []string) {
 		{"PLUGIN", false, func(p host.PluginStatus) string { return p.Name }},
 		{"VERSION", false, func(p host.PluginStatus) string { return p.Version }},
 		{"STATE", false, func(p host.PluginStatus) string { return string(p.State) }},
-		{"CYCLES", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Cycles) }},
+		{"CYCLES", true, cyclesOf},
 		{"ACTED", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Totals.Acted) }},
 		{"ACTED/S", true, rate},
 		{"ERRORS", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Totals.Errors) }},
@@ -458,6 +460,17 @@ func pluginEvents(prev, cur []host.PluginStatus) []string {
 		out = append(out, fmt.Sprintf("plugin %s unloaded", n))
 	}
 	return out
+}
+
+// cyclesOf is the CYCLES cell: a scanner's sweeps; a dispatcher's calls,
+// since it runs once per completion batch (and per sweep scan when it
+// sweeps too) and its sweep count alone would read 0 beside everything
+// it acted on.
+func cyclesOf(p host.PluginStatus) string {
+	if p.Kind == abi.KindDispatcher {
+		return fmt.Sprint(p.Calls)
+	}
+	return fmt.Sprint(p.Cycles)
 }
 
 func lagOf(c *census.Census, plugin string) string {

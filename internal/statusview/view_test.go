@@ -311,3 +311,24 @@ func TestViewEscapesWhatItDidNotWrite(t *testing.T) {
 		t.Fatalf("columns misaligned:\n%s\n%s", title, row)
 	}
 }
+
+// TestDispatcherCycles: a dispatcher runs per completion batch, not per
+// sweep, so its CYCLES are its calls — not 0 beside everything it acted
+// on, as the dependency dispatcher's row read (CYCLES 0, ACTED 1170).
+func TestDispatcherCycles(t *testing.T) {
+	t.Parallel()
+	r := fixedReport()
+	r.Plugins = append(r.Plugins, host.PluginStatus{Name: "dependency", Version: "1.0.0", Kind: abi.KindDispatcher,
+		State: host.StateRunning, Calls: 391, Totals: abi.ScanResult{Acted: 1170}})
+	var b bytes.Buffer
+	statusview.Render(&b, statusview.Frame{Title: "t", Now: t0, Report: r})
+	for _, l := range strings.Split(b.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[0] == "dependency" {
+			if f[3] != "391" || f[4] != "1170" {
+				t.Fatalf("dependency row: CYCLES %s ACTED %s, want 391 1170:\n%s", f[3], f[4], l)
+			}
+			return
+		}
+	}
+	t.Fatalf("no dependency row:\n%s", b.String())
+}
