@@ -350,23 +350,23 @@ type workload struct {
 // rateLine is the workload's progress line: the phase, time since the
 // start, executions created and completed per second, then the totals
 // (created, completed, retries, suspended, resumed, delayed, running —
-// in a handler now — and pending; large ones as 123k or 1.23M). It fits
-// a 160-column terminal behind the live view's "workload" label for any
-// run up to 10^9 executions and 10^5 per second.
+// in a handler now — and pending; from 10,000 on as 12k, 1.2M, 345M).
+// It fits a 160-column terminal behind the live view's "workload" label
+// for any run up to 10^5 seconds and 10^5 executions per second.
 func rateLine(phase string, elapsed time.Duration, created, completed float64, totals []int64) string {
 	labels := []string{"created", "done", "retries", "suspended", "resumed", "delayed", "running", "pending"}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %5.0fs %5.0f/s in %5.0f/s done ", phase, elapsed.Seconds(), created, completed)
+	fmt.Fprintf(&b, "%s %5.0fs %5.0f/s in %5.0f/s completed ", phase, elapsed.Seconds(), created, completed)
 	for i, n := range totals {
 		fmt.Fprintf(&b, " %s %s", labels[i], shortCount(n))
 	}
 	return b.String()
 }
 
-// shortCount is n exactly below 100,000, else with 3 significant digits
-// and k, M, G or T (123k, 1.23M).
+// shortCount is n in at most 4 characters: exactly below 10,000, else
+// with 2 or 3 digits and k, M, G or T (12k, 999k, 1.2M, 345M).
 func shortCount(n int64) string {
-	if n < 100_000 {
+	if n < 10_000 {
 		return strconv.FormatInt(n, 10)
 	}
 	v, unit := float64(n), ""
@@ -377,10 +377,7 @@ func shortCount(n int64) string {
 		}
 	}
 	prec := 0
-	switch {
-	case v < 9.995:
-		prec = 2
-	case v < 99.95:
+	if v < 9.95 {
 		prec = 1
 	}
 	return strconv.FormatFloat(v, 'f', prec, 64) + unit

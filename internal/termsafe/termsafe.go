@@ -92,7 +92,8 @@ func firstUnsafe(s string) int {
 // struct fields, slice and array elements, map keys and values, through
 // pointers and interfaces. Unexported fields are left alone. Call it on
 // an answer decoded from an API or read from a backend before printing
-// any of it.
+// any of it. v must hold no cycle of pointers (an answer decoded from
+// JSON never does).
 func Strings(v any) {
 	walk(reflect.ValueOf(v))
 }
