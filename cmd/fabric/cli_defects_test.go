@@ -111,7 +111,7 @@ func TestFlowStateFromMembers(t *testing.T) {
 
 // TestSignalWithoutPayload: `fabric executions signal` without --payload
 // delivers a signal with no payload (the resumed worker reads a nil
-// ResumeSignal.Payload), not "{}"; with --payload, that payload.
+// ResumeSignal.Payload), not "{}".
 func TestSignalWithoutPayload(t *testing.T) {
 	const token = "signal-token"
 	addr, s := consoleHost(t, token)

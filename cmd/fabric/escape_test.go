@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
+	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/admin/consoletest"
 	"github.com/fabric-host/fabric/sdk"
@@ -74,6 +77,30 @@ func TestPeriodicPrintsEscaped(t *testing.T) {
 		code, out, errOut := runCmd(t, args...)
 		if code != 0 || rawControl(out) || rawControl(errOut) || !strings.Contains(out, "evil") {
 			t.Fatalf("fabric %s: exit %d, raw control characters or no kind:\n%q\n%q", strings.Join(args[:2], " "), code, out, errOut)
+		}
+	}
+}
+
+// TestPluginsListPrintsEscaped: a plugin's name, version and reason in a
+// status file (from a plugin's manifest and faults) are printed escaped
+// by `fabric plugins list --status`, as table and as JSON.
+func TestPluginsListPrintsEscaped(t *testing.T) {
+	t.Parallel()
+	snap := host.Snapshot{At: time.Now(), Stopped: true, Plugins: []host.PluginStatus{{Name: "p" + hostile, Version: hostile,
+		State: host.StateQuarantined, Reason: "trap: " + hostile}},
+		Files: []host.FileStatus{{Path: "/x/" + hostile + ".wasm", State: host.StateInvalid, Error: hostile}}}
+	b, err := json.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "status.json")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"plugins", "list", "--status", f}, {"plugins", "list", "--status", f, "--json"}} {
+		code, out, errOut := runCmd(t, args...)
+		if code != 0 || rawControl(out) || rawControl(errOut) || !strings.Contains(out, "evil") {
+			t.Fatalf("%q: exit %d, raw control characters or no name:\n%q\n%q", args, code, out, errOut)
 		}
 	}
 }
