@@ -148,3 +148,25 @@ func TestActionBodyStrict(t *testing.T) {
 		t.Fatalf("clean body: %d %+v", code, e)
 	}
 }
+
+// TestServerCapsHeaders: headers over 64 KiB are refused with 431.
+func TestServerCapsHeaders(t *testing.T) {
+	t.Parallel()
+	base := startServer(t, admin.ServerConfig{Backend: valkeytest.Client(t)})
+	req, err := http.NewRequest("GET", base+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Filler", strings.Repeat("a", 100<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("100 KiB header: %s, want 431", resp.Status)
+	}
+	if code, body := hostGet(t, base, "/healthz", "localhost"); code != 200 {
+		t.Fatalf("a normal request after it: %d %s", code, body)
+	}
+}
