@@ -41,6 +41,8 @@ type backendFlags struct {
 	waitAdmin, adminBound string
 	// waitTLS, when set, is the admin server's TLS (the waitServer's too).
 	waitTLS *tls.Config
+	// waitHosts are the names both answer to besides the loopback ones.
+	waitHosts []string
 	// logOut, when set, receives logs instead of stderr (the live view
 	// keeps them off the screen it draws).
 	logOut io.Writer
@@ -392,7 +394,7 @@ func dialWaiting[T any](ctx context.Context, env *cliEnv, b *backendFlags, where
 	notify := func(cause error) {
 		if ws == nil && b.waitAdmin != "" {
 			var lerr error
-			if ws, lerr = startWaitServer(b.waitAdmin, b.waitTLS, where); lerr != nil {
+			if ws, lerr = startWaitServer(b.waitAdmin, b.waitTLS, b.waitHosts, where); lerr != nil {
 				b.waitAdmin = "" // the admin server proper will say why
 			} else {
 				fmt.Fprintf(env.stderr, "fabric: meanwhile %s/readyz answers 503 with the reason\n", ws.URL())

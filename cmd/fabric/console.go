@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/fabric-host/fabric/internal/admin"
+	"github.com/fabric-host/fabric/internal/termsafe"
+	"github.com/fabric-host/fabric/model"
 )
 
 // The operator console verbs: each is a thin client of a running host's
@@ -93,6 +96,11 @@ func (c *consoleFlags) do(ctx context.Context, method, path string, body any, ou
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		// *url.Error repeats method and URL: say them once.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("%s %s: %w (is `fabric run` running? pass --admin, and --admin-ca for a private CA)", method, u, err)
 	}
 	defer resp.Body.Close()
@@ -108,14 +116,16 @@ func (c *consoleFlags) do(ctx context.Context, method, path string, body any, ou
 		if resp.StatusCode == http.StatusForbidden && c.tokenFile != nil && !sentToken && strings.HasPrefix(e.Error, "admin token required") {
 			e.Error += " (pass --admin-token-file F, or set $" + adminTokenEnv + ", with the token the host was started with)"
 		}
-		return nil, &apiError{status: resp.StatusCode, msg: e.Error}
+		return nil, &apiError{status: resp.StatusCode, msg: termsafe.String(e.Error)}
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
 			return nil, fmt.Errorf("%s %s: decode: %w", method, u, err)
 		}
+		// Kinds, errors, tags, payloads: the answer is printed, escaped.
+		termsafe.Strings(out)
 	}
-	return b, nil
+	return termsafe.JSON(b), nil
 }
 
 // read GETs path; with --json it prints the answer and returns done.
@@ -153,7 +163,16 @@ func oneArg(args []string, what string) (string, error) {
 	if len(args) != 1 {
 		return "", fmt.Errorf("%w: want one %s, got %d arguments", errUsage, what, len(args))
 	}
-	return args[0], nil
+	return args[0], nonEmpty(args[0], what)
+}
+
+// nonEmpty refuses an empty (or blank) argument as a usage error: it
+// would otherwise name no resource (GET /api/executions/).
+func nonEmpty(arg, what string) error {
+	if strings.TrimSpace(arg) == "" {
+		return fmt.Errorf("%w: the %s is empty", errUsage, what)
+	}
+	return nil
 }
 
 func msTime(ms int64) string {
@@ -304,7 +323,7 @@ func init() {
 		summary: "Deliver a signal to a suspended execution's waitpoint (needs the admin token).",
 		setup: func(fs *flag.FlagSet) func(context.Context, *cliEnv, []string) error {
 			c := addConsoleFlags(fs, false)
-			payload := fs.String("payload", "", "signal payload (JSON; default {})")
+			payload := fs.String("payload", "", "signal payload (JSON; default none: the resumed worker's ResumeSignal.Payload is nil)")
 			wp := fs.String("waitpoint", "", "waitpoint id (default the execution's current one)")
 			idem := fs.String("idempotency-key", "", "deduplicate deliveries per waitpoint")
 			return func(ctx context.Context, env *cliEnv, args []string) error {
@@ -314,6 +333,9 @@ func init() {
 				}
 				if len(args) != 2 {
 					return fmt.Errorf("%w: want ID NAME", errUsage)
+				}
+				if err := nonEmpty(args[1], "signal name"); err != nil {
+					return err
 				}
 				return c.action(ctx, env, args[:1], "signal", admin.SignalRequest{Name: args[1], Payload: *payload,
 					WaitpointID: *wp, IdempotencyKey: *idem})
@@ -521,9 +543,9 @@ func printDetail(w io.Writer, d *admin.ExecutionDetail) {
 }
 
 func printFlow(w io.Writer, f *admin.FlowView) {
-	state := f.Core["public_flow_state"]
-	if f.SummaryState != "" && f.SummaryState != state {
-		state += " (members: " + f.SummaryState + ")"
+	state := flowState(f)
+	if rec := f.Core["public_flow_state"]; rec != "" && rec != state {
+		state += " (flow record: " + rec + ")"
 	}
 	fmt.Fprintf(w, "flow %s kind=%s state=%s members=%d edges=%d\n", f.ID, f.Core["flow_kind"], state,
 		len(f.Nodes), len(f.Edges))
@@ -546,6 +568,30 @@ func printFlow(w io.Writer, f *admin.FlowView) {
 	for _, e := range edges {
 		fmt.Fprintf(w, "  %s -> %s (%s, %s)\n", short[e.Upstream], short[e.Downstream], e.Kind, cmp.Or(e.Resolution, e.State))
 	}
+}
+
+// flowState is the state of a flow as its members tell it, derived as
+// the flow projector derives it: failed or completed once every member
+// is terminal. FlowFabric's flow record only ever says open or
+// cancelled, and the projector's summary lags its members (or is
+// missing when no host runs it); a cancelled record wins.
+func flowState(f *admin.FlowView) string {
+	rec := f.Core["public_flow_state"]
+	counts := map[string]int{}
+	for _, n := range f.Nodes {
+		counts[n.State]++
+	}
+	bad := counts[model.PublicFailed] + counts[model.PublicCancelled] + counts[model.PublicExpired]
+	done := bad + counts[model.PublicCompleted] + counts[model.PublicSkipped]
+	switch {
+	case rec == model.PublicCancelled:
+		return rec
+	case len(f.Nodes) > 0 && done == len(f.Nodes) && bad > 0:
+		return model.PublicFailed
+	case len(f.Nodes) > 0 && done == len(f.Nodes):
+		return model.PublicCompleted
+	}
+	return cmp.Or(f.SummaryState, rec)
 }
 
 // topoOrder orders a flow's members parents first (by depth, then id);

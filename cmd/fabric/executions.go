@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/fabric-host/fabric/backend/postgres"
 	"github.com/fabric-host/fabric/internal/audit"
+	"github.com/fabric-host/fabric/internal/termsafe"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -78,12 +78,11 @@ func init() {
 					}
 				}
 				if *asJSON {
-					enc := json.NewEncoder(env.stdout)
-					enc.SetIndent("", "  ")
-					if err := enc.Encode(rep); err != nil {
+					if err := printJSON(env.stdout, rep); err != nil {
 						return err
 					}
 				} else {
+					termsafe.Strings(rep) // ids, lanes and reasons read from the backend
 					fmt.Fprintln(env.stdout, rep.Summary())
 					for _, v := range rep.Violations {
 						fmt.Fprintln(env.stdout, v)

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/fabric-host/fabric/internal/termsafe"
 )
 
 // command is one CLI verb. Nested verbs ("lua print") are registered under
@@ -79,6 +82,18 @@ func runCLI(ctx context.Context, env *cliEnv, args []string) int {
 		}
 	}
 	if cmd == nil {
+		if subs := subcommands(args[0]); len(subs) > 0 && len(args) <= 2 {
+			// A group alone, or its help: what its subcommands are.
+			switch {
+			case len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "-help"):
+				printGroup(env.stdout, args[0], subs)
+				return 0
+			case len(args) == 1:
+				fmt.Fprintf(env.stderr, "'fabric %s' takes a subcommand: %s\n\n", args[0], strings.Join(subs, ", "))
+				printGroup(env.stderr, args[0], subs)
+				return 2
+			}
+		}
 		fmt.Fprintf(env.stderr, "fabric: unknown command %q\n", strings.Join(args, " "))
 		if subs := subcommands(args[0]); len(subs) > 0 {
 			fmt.Fprintf(env.stderr, "'fabric %s' takes a subcommand: %s\n", args[0], strings.Join(subs, ", "))
@@ -104,7 +119,8 @@ func runCLI(ctx context.Context, env *cliEnv, args []string) int {
 		if errors.Is(err, errUsage) {
 			return usageError(env.stderr, cmd, err)
 		}
-		fmt.Fprintf(env.stderr, "fabric %s: %v\n", cmd.name, err)
+		// An error can quote what a backend or plugin said: escaped.
+		fmt.Fprintf(env.stderr, "fabric %s: %s\n", cmd.name, termsafe.Lines(err.Error()))
 		return 1
 	}
 	return 0
@@ -146,6 +162,16 @@ func subcommands(group string) []string {
 	return subs
 }
 
+// printGroup prints the usage of a command group: its subcommands with
+// their summaries.
+func printGroup(w io.Writer, group string, subs []string) {
+	fmt.Fprintf(w, "Usage: fabric %s <subcommand> [flags]\n\nSubcommands:\n", group)
+	for _, sub := range subs {
+		fmt.Fprintf(w, "  %-10s %s\n", sub, commands[group+" "+sub].summary)
+	}
+	fmt.Fprintf(w, "\nRun 'fabric %s <subcommand> --help' for a subcommand's flags.\n", group)
+}
+
 func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "fabric runs FlowFabric's background engine as WebAssembly plugins.")
 	fmt.Fprintln(w, "\nUsage: fabric <command> [flags]\n\nCommands:")
@@ -158,6 +184,17 @@ func printHelp(w io.Writer) {
 		fmt.Fprintf(w, "  %-22s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'fabric <command> --help' for a command's flags.")
+}
+
+// printJSON prints v as indented JSON with every control character in
+// its strings as a \u escape (the same data, safe on a terminal).
+func printJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	_, err = w.Write(append(termsafe.JSON(b), '\n'))
+	return err
 }
 
 // noArgs rejects positional arguments.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fabric-host/fabric/internal/termsafe"
 	"github.com/fabric-host/fabric/sdk"
 )
 
@@ -147,6 +147,7 @@ func init() {
 				if err != nil {
 					return usageIfInvalid(err)
 				}
+				termsafe.Strings(&info)
 				fmt.Fprintf(env.stdout, "periodic %s: %s on lane %s, first tick %s\n", info.Name, info.Kind, info.Lane,
 					info.NextDue.UTC().Format(time.RFC3339Nano))
 				return nil
@@ -171,7 +172,7 @@ func init() {
 				if err := c.RemovePeriodic(ctx, args[0]); err != nil {
 					return usageIfInvalid(err)
 				}
-				fmt.Fprintf(env.stdout, "periodic %s removed\n", args[0])
+				fmt.Fprintf(env.stdout, "periodic %s removed\n", termsafe.String(args[0]))
 				return nil
 			}
 		},
@@ -196,10 +197,9 @@ func init() {
 					return err
 				}
 				if *asJSON {
-					enc := json.NewEncoder(env.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(list)
+					return printJSON(env.stdout, list)
 				}
+				termsafe.Strings(&list) // names, kinds and lanes read from the deployment
 				if len(list) == 0 {
 					fmt.Fprintln(env.stdout, "no periodic schedules")
 					return nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/internal/termsafe"
 )
 
 // defaultCacheDir is where the CLI keeps wazero's compilation cache, so
@@ -59,10 +60,9 @@ func init() {
 					}
 				}
 				if *asJSON {
-					enc := json.NewEncoder(env.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(snap)
+					return printJSON(env.stdout, snap)
 				}
+				termsafe.Strings(&snap) // names, versions and reasons from plugin files
 				if *status != "" {
 					if gone := hostGone(snap); gone != "" {
 						fmt.Fprintf(env.stdout, "host not running: %s; its last known state (written %s):\n", gone, snap.At.Format(time.RFC3339))
@@ -95,10 +95,9 @@ func init() {
 					return err
 				}
 				if *asJSON {
-					enc := json.NewEncoder(env.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(in)
+					return printJSON(env.stdout, in)
 				}
+				termsafe.Strings(in) // the manifest is the plugin file's
 				m := in.Manifest
 				w := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "file\t%s\nsha256\t%s\nsize\t%d bytes\ncompile\t%s\n", in.Path, in.SHA256, in.Size, in.Compile.Round(time.Millisecond))
@@ -140,6 +139,7 @@ func init() {
 				if err != nil {
 					return fmt.Errorf("%s is not a valid plugin: %w", args[0], err)
 				}
+				termsafe.Strings(in)
 				if in.NotGranted != "" {
 					// On stdout, as TOML (the header a comment), so that
 					// `fabric plugins validate F >> fabric.toml` keeps it

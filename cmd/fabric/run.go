@@ -56,6 +56,8 @@ func init() {
 			}
 			o.adminTLSCert = fs.String("admin-tls-cert", "", "PEM certificate: the admin server serves HTTPS (with --admin-tls-key)")
 			o.adminTLSKey = fs.String("admin-tls-key", "", "PEM key of --admin-tls-cert")
+			o.adminHosts = fs.String("admin-hosts", "", "comma-separated names the admin server is reached by besides localhost, 127.0.0.1 and [::1] "+
+				"(and any IP address on a bind that is not loopback); a request for another Host is refused, so a DNS-rebinding page cannot read it")
 			fs.Var(&o.partitions, "partitions", "partition counts of a new deployment, flow=N,budget=N,quota=N (default 256/32/32)")
 			pgf := addRunPostgresFlags(fs) // run_postgres.go
 			return func(ctx context.Context, env *cliEnv, args []string) error {
@@ -100,6 +102,28 @@ type runFlags struct {
 	trust *trustFlags
 	// adminTLSCert and adminTLSKey make the admin server serve HTTPS.
 	adminTLSCert, adminTLSKey *string
+	// adminHosts are the names the admin server answers to besides the
+	// loopback ones (comma-separated).
+	adminHosts *string
+}
+
+// hosts parses --admin-hosts: names (or IP addresses), a port allowed.
+func (o *runFlags) hosts() ([]string, error) {
+	if o.adminHosts == nil || strings.TrimSpace(*o.adminHosts) == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, n := range strings.Split(*o.adminHosts, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" || strings.ContainsFunc(n, func(r rune) bool {
+			return !(r == '.' || r == '-' || r == ':' || r == '[' || r == ']' || r == '_' ||
+				(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+		}) {
+			return nil, fmt.Errorf("%w: --admin-hosts %q: want comma-separated host names", errUsage, *o.adminHosts)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // adminTLS loads the admin server's certificate (nil: plain HTTP).
@@ -137,6 +161,9 @@ func runHost(ctx context.Context, env *cliEnv, open runBackendOpener, b *backend
 	if b.waitTLS, err = o.adminTLS(); err != nil {
 		return err
 	}
+	if b.waitHosts, err = o.hosts(); err != nil {
+		return err
+	}
 	o.applyGCPercent()
 	rs, ctx, err := startRunSession(ctx, env, b, *o.view)
 	if err != nil {
@@ -171,7 +198,7 @@ func runHost(ctx context.Context, env *cliEnv, open runBackendOpener, b *backend
 	}
 	obs, err := rs.observe(ctx, env, o, observeConfig{
 		title: fmt.Sprintf("fabric %s · %s", Version, be.title), where: be.where,
-		src: src, metrics: metrics, logger: be.logger, addr: addr, tls: b.waitTLS,
+		src: src, metrics: metrics, logger: be.logger, addr: addr, tls: b.waitTLS, hosts: b.waitHosts,
 		sampler: be.sampler, server: be.server})
 	if err != nil {
 		return err
@@ -290,6 +317,8 @@ type observeConfig struct {
 	// was bound); tls serves it over HTTPS.
 	addr string
 	tls  *tls.Config
+	// hosts are the names it answers to besides the loopback ones.
+	hosts []string
 	// sampler and server carry the backend: SamplerConfig.Backend or
 	// Take, ServerConfig.Backend or Probe and Console. observe fills the
 	// rest.
@@ -344,7 +373,7 @@ func (rs *runSession) observe(ctx context.Context, env *cliEnv, o *runFlags, oc 
 		}
 		svc := oc.server
 		svc.Addr, svc.Host, svc.BackendName, svc.Sampler, svc.Metrics = oc.addr, oc.src, oc.where, sampler, oc.metrics
-		svc.Logger, svc.TLS, svc.AdminToken = oc.logger, oc.tls, token
+		svc.Logger, svc.TLS, svc.AdminToken, svc.Hosts = oc.logger, oc.tls, token, oc.hosts
 		srv := admin.NewServer(svc)
 		if err := srv.Start(life); err != nil {
 			// Another run holds the port: this one still runs, unobserved.

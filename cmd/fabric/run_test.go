@@ -359,7 +359,7 @@ func TestRunOutlivesAdminHangups(t *testing.T) {
 		}
 		conn.SetDeadline(time.Now().Add(10 * time.Second))
 		path := []string{"/metrics", "/status", "/plugins"}[i%3]
-		if _, err := conn.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		if _, err := conn.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n")); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		one := make([]byte, 1)

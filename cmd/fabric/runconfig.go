@@ -36,6 +36,7 @@ import (
 //	admin_tls_cert = "/etc/fabric/admin.pem"  # HTTPS, with admin_tls_key
 //	admin_tls_key = "/etc/fabric/admin.key"
 //	admin_token_file = "/etc/fabric/admin.token" # console writes need it
+//	admin_hosts = ["fabric.internal"]       # names it is reached by besides localhost
 //	log_level = "info"
 //	log_format = "json"
 //	view = "auto"                           # auto, tty, lines or off
@@ -74,33 +75,34 @@ import (
 // and the operator's grants and trusted keys: trusted_keys,
 // require_signed, [grant] and [plugins.NAME.grant] (see policyFile).
 type runFile struct {
-	ValkeyURL      *string `toml:"valkey_url"`
-	ValkeyUser     *string `toml:"valkey_user"`
-	ValkeyPwFile   *string `toml:"valkey_password_file"`
-	ValkeyTLSCA    *string `toml:"valkey_tls_ca"`
-	ValkeyTLSCert  *string `toml:"valkey_tls_cert"`
-	ValkeyTLSKey   *string `toml:"valkey_tls_key"`
-	ValkeyTLSName  *string `toml:"valkey_tls_server_name"`
-	BackendWait    *string `toml:"backend_wait"`
-	PostgresURL    *string `toml:"postgres_url"`
-	PostgresPwFile *string `toml:"postgres_password_file"`
-	PluginDir      *string `toml:"plugin_dir"`
-	CacheDir       *string `toml:"cache_dir"`
-	StatusFile     *string `toml:"status_file"`
-	AdminAddr      *string `toml:"admin_addr"`
-	AdminTLSCert   *string `toml:"admin_tls_cert"`
-	AdminTLSKey    *string `toml:"admin_tls_key"`
-	AdminTokenFile *string `toml:"admin_token_file"`
-	LogLevel       *string `toml:"log_level"`
-	LogFormat      *string `toml:"log_format"`
-	View           *string `toml:"view"`
-	Refresh        *string `toml:"refresh"`
-	CensusInterval *string `toml:"census_interval"`
-	GCPercent      *int    `toml:"gc_percent"`
-	Leases         *bool   `toml:"partition_leases"`
-	HostID         *string `toml:"host_id"`
-	LeaseTTL       *string `toml:"lease_ttl"`
-	IdleRelease    *string `toml:"idle_release"`
+	ValkeyURL      *string  `toml:"valkey_url"`
+	ValkeyUser     *string  `toml:"valkey_user"`
+	ValkeyPwFile   *string  `toml:"valkey_password_file"`
+	ValkeyTLSCA    *string  `toml:"valkey_tls_ca"`
+	ValkeyTLSCert  *string  `toml:"valkey_tls_cert"`
+	ValkeyTLSKey   *string  `toml:"valkey_tls_key"`
+	ValkeyTLSName  *string  `toml:"valkey_tls_server_name"`
+	BackendWait    *string  `toml:"backend_wait"`
+	PostgresURL    *string  `toml:"postgres_url"`
+	PostgresPwFile *string  `toml:"postgres_password_file"`
+	PluginDir      *string  `toml:"plugin_dir"`
+	CacheDir       *string  `toml:"cache_dir"`
+	StatusFile     *string  `toml:"status_file"`
+	AdminAddr      *string  `toml:"admin_addr"`
+	AdminTLSCert   *string  `toml:"admin_tls_cert"`
+	AdminTLSKey    *string  `toml:"admin_tls_key"`
+	AdminTokenFile *string  `toml:"admin_token_file"`
+	AdminHosts     []string `toml:"admin_hosts"`
+	LogLevel       *string  `toml:"log_level"`
+	LogFormat      *string  `toml:"log_format"`
+	View           *string  `toml:"view"`
+	Refresh        *string  `toml:"refresh"`
+	CensusInterval *string  `toml:"census_interval"`
+	GCPercent      *int     `toml:"gc_percent"`
+	Leases         *bool    `toml:"partition_leases"`
+	HostID         *string  `toml:"host_id"`
+	LeaseTTL       *string  `toml:"lease_ttl"`
+	IdleRelease    *string  `toml:"idle_release"`
 	Partitions     *struct {
 		Flow   uint16 `toml:"flow"`
 		Budget uint16 `toml:"budget"`
@@ -189,10 +191,14 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		}
 		return nil
 	}
-	var lanes, parts *string
+	var lanes, parts, hosts *string
 	if len(f.Demo.Lanes) > 0 {
 		s := strings.Join(f.Demo.Lanes, ",")
 		lanes = &s
+	}
+	if len(f.AdminHosts) > 0 {
+		s := strings.Join(f.AdminHosts, ",")
+		hosts = &s
 	}
 	if p := f.Partitions; p != nil {
 		s := fmt.Sprintf("flow=%d,budget=%d,quota=%d", p.Flow, p.Budget, p.Quota)
@@ -216,7 +222,7 @@ func loadRunFile(fs *flag.FlagSet, path string) (map[string]host.PluginConfig, e
 		{"backend_wait", "backend-wait", f.BackendWait},
 		{"postgres_url", "postgres-url", f.PostgresURL}, {"postgres_password_file", "postgres-password-file", f.PostgresPwFile},
 		{"admin_tls_cert", "admin-tls-cert", f.AdminTLSCert}, {"admin_tls_key", "admin-tls-key", f.AdminTLSKey},
-		{"admin_token_file", "admin-token-file", f.AdminTokenFile},
+		{"admin_token_file", "admin-token-file", f.AdminTokenFile}, {"admin_hosts", "admin-hosts", hosts},
 	} {
 		if err := set(kv.key, kv.name, kv.v); err != nil {
 			return nil, err

@@ -87,9 +87,7 @@ func init() {
 					}
 				}
 				if *asJSON {
-					enc := json.NewEncoder(env.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(rep)
+					return printJSON(env.stdout, rep)
 				}
 				title := "fabric status"
 				if rep.Backend != "" {

@@ -5,8 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"sync"
@@ -31,13 +29,16 @@ type waitServer struct {
 	reason string
 }
 
-// startWaitServer listens on addr; the error is the listener's.
-func startWaitServer(addr string, tc *tls.Config, where string) (*waitServer, error) {
+// startWaitServer listens on addr with the admin server's limits and
+// Host check (hosts: the names it answers to besides the loopback ones);
+// the error is the listener's.
+func startWaitServer(addr string, tc *tls.Config, hosts []string, where string) (*waitServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	w := &waitServer{ln: ln, where: where, done: make(chan struct{}), scheme: "http://"}
+	plain := ln
 	if tc != nil {
 		ln, w.scheme = tls.NewListener(ln, tc), "https://"
 	}
@@ -55,7 +56,7 @@ func startWaitServer(addr string, tc *tls.Config, where string) (*waitServer, er
 		rw.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(rw).Encode(rep)
 	})
-	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	w.srv = admin.NewHTTPServer(plain, mux, admin.HTTPOptions{Hosts: hosts})
 	go func() {
 		defer close(w.done)
 		if err := w.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

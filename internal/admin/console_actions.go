@@ -119,7 +119,8 @@ func (cs *Console) Priority(ctx context.Context, id string, priority int) (*Acti
 type SignalRequest struct {
 	// Name is matched against the resume condition. Required.
 	Name string `json:"name"`
-	// Payload is the signal's JSON payload ("{}" when empty).
+	// Payload is the signal's JSON payload ("": none, and the resumed
+	// worker's ResumeSignal.Payload is nil).
 	Payload string `json:"payload,omitempty"`
 	// WaitpointID defaults to the execution's current waitpoint.
 	WaitpointID string `json:"waitpoint_id,omitempty"`
@@ -150,13 +151,9 @@ func (cs *Console) Signal(ctx context.Context, id string, s SignalRequest) (*Act
 	if err != nil || token == "" {
 		return nil, fmt.Errorf("%w: waitpoint %s of %s", ErrNotFound, wp, eid)
 	}
-	payload := s.Payload
-	if payload == "" {
-		payload = "{}"
-	}
 	r, err := cs.c.DeliverSignal(ctx, &valkey.SignalParams{SignalID: model.NewUUID().String(), ExecutionID: eid,
 		WaitpointID: wp, SignalName: s.Name, SignalCategory: "external", SourceType: "operator",
-		SourceIdentity: "fabric-admin", Payload: payload, IdempotencyKey: s.IdempotencyKey, WaitpointToken: token})
+		SourceIdentity: "fabric-admin", Payload: s.Payload, IdempotencyKey: s.IdempotencyKey, WaitpointToken: token})
 	if err != nil {
 		return nil, conflict("signal", err)
 	}

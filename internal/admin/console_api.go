@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -90,7 +89,8 @@ func (s *Server) routeConsole() {
 }
 
 // apiFail answers err with its status: ErrBadRequest 400, ErrNotFound
-// 404, ErrConflict 409, ErrUnsupported 501, anything else 500.
+// 404, ErrConflict 409, a body over its cap 413, ErrUnsupported 501,
+// anything else 500.
 func apiFail(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
@@ -100,6 +100,8 @@ func apiFail(w http.ResponseWriter, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, ErrConflict):
 		code = http.StatusConflict
+	case errors.Is(err, errTooLarge):
+		code = http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrUnsupported):
 		code = http.StatusNotImplemented
 	}
@@ -205,11 +207,9 @@ func (s *consoleAPI) apiAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b actionBody
-	if r.ContentLength != 0 {
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&b); err != nil {
-			apiFail(w, fmt.Errorf("%w: body: %v", ErrBadRequest, err))
-			return
-		}
+	if err := decodeJSON(w, r, &b); err != nil {
+		apiFail(w, err)
+		return
 	}
 	id, action := r.PathValue("id"), r.PathValue("action")
 	var res *ActionResult

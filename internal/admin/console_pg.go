@@ -696,12 +696,12 @@ func (pc *PGConsole) Signal(ctx context.Context, id string, s SignalRequest) (*A
 	if err != nil {
 		return nil, fmt.Errorf("console: read waitpoint %s of %s: %w", wp, eid, err)
 	}
-	payload := s.Payload
-	if payload == "" {
-		payload = "{}"
+	var payload []byte // none: NULL, read back as a nil Payload
+	if s.Payload != "" {
+		payload = []byte(s.Payload)
 	}
 	r, err := pc.c.DeliverSignal(ctx, &postgres.DeliverSignalParams{ExecutionID: eid, WaitpointID: wp, Token: token,
-		SignalID: model.NewUUID().String(), Name: s.Name, Payload: []byte(payload), Source: "fabric-admin",
+		SignalID: model.NewUUID().String(), Name: s.Name, Payload: payload, Source: "fabric-admin",
 		IdempotencyKey: s.IdempotencyKey})
 	if err != nil {
 		return nil, pgConflict("signal", eid, err)

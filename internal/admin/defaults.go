@@ -10,6 +10,9 @@ const (
 	// ServerProbeTimeoutDefault bounds the backend round trip of one
 	// /healthz or /readyz request.
 	ServerProbeTimeoutDefault = time.Second
+	// ServerIdleTimeoutDefault closes a keep-alive connection idle this
+	// long: a browser tab's next poll opens a new one.
+	ServerIdleTimeoutDefault = 30 * time.Second
 	// SamplerIntervalDefault: one keyspace census every 2 s (O(partitions ×
 	// lanes) commands, pipelined).
 	SamplerIntervalDefault = 2 * time.Second

@@ -10,6 +10,12 @@
 //	if err := srv.Start(ctx); err != nil { ... }
 //	defer srv.Stop()
 //
+// Every request's Host header must name the server (ServerConfig.Hosts,
+// the loopback names, and any IP address on a bind that is not
+// loopback), else it is answered 421: a DNS-rebinding page cannot read
+// it. Idle keep-alive connections close after ServerConfig.IdleTimeout;
+// headers, reads and writes have their own bounds (NewHTTPServer).
+//
 // # Endpoints
 //
 //   - /metrics: Prometheus text format (see Metrics for the series).
@@ -59,13 +65,16 @@
 // Writes need "Authorization: Bearer <admin token>" (ServerConfig.
 // AdminToken; `fabric run --admin-token-file`, admin_token_file in
 // fabric.toml or FABRIC_ADMIN_TOKEN); without a configured token every
-// write is refused. Each answers an ActionResult.
+// write is refused. Each answers an ActionResult. A body is one JSON
+// object of the fields shown: an unknown field or data after it is 400,
+// a body over 1 MiB 413.
 //
 //   - POST /api/executions/{id}/cancel {"reason": "..."}: operator cancel.
 //   - POST /api/executions/{id}/replay (or /retry): re-run a terminal one.
 //   - POST /api/executions/{id}/priority {"priority": 0..9000}: eligible only.
-//   - POST /api/executions/{id}/signal {"name": "...", "payload": "{}",
-//     "waitpoint_id": optional}: the server supplies the waitpoint token.
+//   - POST /api/executions/{id}/signal {"name": "...", "payload": optional
+//     JSON text (none when absent), "waitpoint_id": optional,
+//     "idempotency_key": optional}: the server supplies the waitpoint token.
 //   - POST /api/lanes/{lane}/pause|resume: 501, FlowFabric keeps no lane
 //     state on Valkey (see Console.SetLaneState).
 package admin

@@ -24,6 +24,14 @@ type ServerConfig struct {
 	// Addr is the listen address (default 127.0.0.1:9480; port 0 picks a
 	// free one, see Server.Addr).
 	Addr string
+	// Hosts are the names a request's Host header may carry besides the
+	// loopback ones (and, on a bind that is not loopback, IP addresses):
+	// the names the server is reached by. Others are refused with 421,
+	// so that a DNS-rebinding page cannot read the console.
+	Hosts []string
+	// IdleTimeout closes a keep-alive connection idle this long (default
+	// ServerIdleTimeoutDefault).
+	IdleTimeout time.Duration
 	// TLS, when set, serves HTTPS with this config (its certificate
 	// included) instead of plain HTTP.
 	TLS *tls.Config
@@ -163,11 +171,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.TLS != nil {
 		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx },
+	srv := NewHTTPServer(ln, s.mux, HTTPOptions{Hosts: s.cfg.Hosts, IdleTimeout: s.cfg.IdleTimeout,
 		// Failed TLS handshakes and the like go to the logger at debug,
 		// not to the standard logger on stderr.
-		ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug)}
+		ErrorLog: slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug)})
+	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/fabric-host/fabric/host"
@@ -77,9 +76,9 @@ func (s *Server) routeShadow() {
 		}
 	}
 	s.mux.HandleFunc("POST /api/plugins/shadow", write(func(r *http.Request, ss ShadowSource) (string, error) {
-		b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxShadowUpload))
+		b, err := readBody(nil, r, maxShadowUpload)
 		if err != nil {
-			return "", fmt.Errorf("%w: body: %v", ErrBadRequest, err)
+			return "", err
 		}
 		name, err := ss.LoadShadowBytes(r.Context(), b)
 		if err != nil && !errors.Is(err, host.ErrNoPlugin) {

@@ -20,10 +20,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fabric-host/fabric/abi"
 	"github.com/fabric-host/fabric/host"
 	"github.com/fabric-host/fabric/host/partlease"
 	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/internal/census"
+	"github.com/fabric-host/fabric/internal/termsafe"
 )
 
 // Frame is everything one drawing shows.
@@ -53,20 +55,19 @@ type Frame struct {
 
 // Render writes a full-screen frame: header, the plugin table,
 // executions by state, throughput, the workload and recent events. It
-// writes plain lines; the View adds cursor control on a terminal.
+// writes plain lines; the View adds cursor control on a terminal. Text it
+// did not write — plugin names and reasons, the workload line, events,
+// backend errors — is escaped (termsafe.String), so a control character
+// in it cannot act on the terminal.
 //
-// With a Width, lines are cut to it and the plugin table drops its least
+// CYCLES counts a scanner's sweeps and a dispatcher's calls (one per
+// completion batch). With a Width, lines are cut to it and the plugin table drops its least
 // telling columns (LAST SWAP, VERSION, CYCLES, FAULTS, in that order)
 // until it fits. With a Height, the frame has at most Height lines: the
 // recent events go first, then the quietest plugin rows (a last row says
 // how many are not shown), so the header and column titles stay on screen.
 func Render(w io.Writer, f Frame) {
-	cut := func(s string) string {
-		if r := []rune(s); f.Width > 0 && len(r) > f.Width {
-			s = string(r[:f.Width])
-		}
-		return s
-	}
+	cut := func(s string) string { return cutTo(f.Width, termsafe.String(s)) }
 	var head, foot, events []string
 	add := func(dst *[]string) func(string, ...any) {
 		return func(format string, a ...any) { *dst = append(*dst, cut(fmt.Sprintf(format, a...))) }
@@ -162,7 +163,7 @@ func pluginTable(f Frame) (string, []string) {
 		{"PLUGIN", false, func(p host.PluginStatus) string { return p.Name }},
 		{"VERSION", false, func(p host.PluginStatus) string { return p.Version }},
 		{"STATE", false, func(p host.PluginStatus) string { return string(p.State) }},
-		{"CYCLES", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Cycles) }},
+		{"CYCLES", true, cyclesOf},
 		{"ACTED", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Totals.Acted) }},
 		{"ACTED/S", true, rate},
 		{"ERRORS", true, func(p host.PluginStatus) string { return fmt.Sprint(p.Totals.Errors) }},
@@ -180,7 +181,7 @@ func pluginTable(f Frame) (string, []string) {
 				cells[i][j] = "-"
 				continue
 			}
-			cells[i][j] = c.cell(p)
+			cells[i][j] = termsafe.String(c.cell(p))
 		}
 	}
 	width := make([]int, len(cols))
@@ -216,12 +217,7 @@ func pluginTable(f Frame) (string, []string) {
 			}
 		}
 	}
-	cut := func(s string) string {
-		if r := []rune(s); f.Width > 0 && len(r) > f.Width {
-			s = string(r[:f.Width])
-		}
-		return s
-	}
+	cut := func(s string) string { return cutTo(f.Width, s) }
 	line := func(cell func(j int) string) string {
 		var b strings.Builder
 		for j, c := range cols {
@@ -258,12 +254,20 @@ func pluginTable(f Frame) (string, []string) {
 					b.WriteString(cells[i][j] + strings.Repeat(" ", max(0, width[j]-len([]rune(cells[i][j])))) + " ")
 				}
 			}
-			rows = append(rows, cut(b.String()+p.Reason))
+			rows = append(rows, cut(b.String()+termsafe.String(p.Reason)))
 			continue
 		}
 		rows = append(rows, line(func(j int) string { return cells[i][j] }))
 	}
 	return titles, rows
+}
+
+// cutTo cuts s to width runes (0: no limit).
+func cutTo(width int, s string) string {
+	if r := []rune(s); width > 0 && len(r) > width {
+		s = string(r[:width])
+	}
+	return s
 }
 
 // fewerRows keeps n of the plugin rows (at least one) and a last line
@@ -411,7 +415,11 @@ func Lines(prev *admin.Report, f Frame) []string {
 	if f.Report.Error != "" {
 		s += "  backend: " + f.Report.Error
 	}
-	return append(out, s)
+	out = append(out, s)
+	for i, l := range out {
+		out[i] = termsafe.String(l) // plugin names, reasons, errors
+	}
+	return out
 }
 
 // pluginEvents describes what changed between two plugin lists.
@@ -452,6 +460,17 @@ func pluginEvents(prev, cur []host.PluginStatus) []string {
 		out = append(out, fmt.Sprintf("plugin %s unloaded", n))
 	}
 	return out
+}
+
+// cyclesOf is the CYCLES cell: a scanner's sweeps; a dispatcher's calls,
+// since it runs once per completion batch (and per sweep scan when it
+// sweeps too) and its sweep count alone would read 0 beside everything
+// it acted on.
+func cyclesOf(p host.PluginStatus) string {
+	if p.Kind == abi.KindDispatcher {
+		return fmt.Sprint(p.Calls)
+	}
+	return fmt.Sprint(p.Cycles)
 }
 
 func lagOf(c *census.Census, plugin string) string {

@@ -266,3 +266,69 @@ func TestActedRates(t *testing.T) {
 		t.Fatalf("no rate known must show -, not 0.0:\n%s", b.String())
 	}
 }
+
+// TestViewEscapesWhatItDidNotWrite: a plugin's name and reason, the
+// workload line, an event and a backend error reach the screen escaped
+// (they come from plugin files, workers and the backend), in the frame
+// and in the progress lines; the table keeps its alignment.
+func TestViewEscapesWhatItDidNotWrite(t *testing.T) {
+	t.Parallel()
+	r := fixedReport()
+	r.Plugins[2].Name = "unblock\x1b[2J"
+	r.Plugins[2].Reason = "trap\u202e\x9b"
+	r.Error = "backend \x1b]0;title\x07"
+	f := statusview.Frame{Title: "t", Now: t0, Report: r, Workload: "run \x1b[31mred", Events: []string{"ev \u2066x\u2069"}}
+	var b bytes.Buffer
+	statusview.Render(&b, f)
+	prev := fixedReport()
+	prev.Plugins[2].State = host.StateRunning
+	prev.Plugins[2].Name = "unblock\x1b[2J"
+	lines := strings.Join(statusview.Lines(&prev, f), "\n")
+	for _, out := range []string{b.String(), lines} {
+		if strings.ContainsAny(out, "\x1b\x07\u202e\u2066\u2069\x9b") || !strings.Contains(out, `unblock\x1b[2J`) {
+			t.Fatalf("raw control characters or no escaped name:\n%q", out)
+		}
+	}
+	if !strings.Contains(lines, `trap\u202e\x9b`) {
+		t.Errorf("lines lack the escaped reason:\n%s", lines)
+	}
+	for _, want := range []string{`backend \x1b]0;title\a`, `run \x1b[31mred`, `ev \u2066x\u2069`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("frame lacks %s:\n%s", want, b.String())
+		}
+	}
+	// The escaped name sets the PLUGIN column's width.
+	var title, row string
+	for _, l := range strings.Split(b.String(), "\n") {
+		switch {
+		case strings.HasPrefix(l, "PLUGIN"):
+			title = l
+		case strings.HasPrefix(l, `unblock\x1b`):
+			row = l
+		}
+	}
+	if i, j := strings.Index(title, "VERSION"), strings.Index(row, "0.9.0"); i < 0 || i != j {
+		t.Fatalf("columns misaligned:\n%s\n%s", title, row)
+	}
+}
+
+// TestDispatcherCycles: a dispatcher runs per completion batch, not per
+// sweep, so its CYCLES are its calls — not 0 beside everything it acted
+// on, as the dependency dispatcher's row read (CYCLES 0, ACTED 1170).
+func TestDispatcherCycles(t *testing.T) {
+	t.Parallel()
+	r := fixedReport()
+	r.Plugins = append(r.Plugins, host.PluginStatus{Name: "dependency", Version: "1.0.0", Kind: abi.KindDispatcher,
+		State: host.StateRunning, Calls: 391, Totals: abi.ScanResult{Acted: 1170}})
+	var b bytes.Buffer
+	statusview.Render(&b, statusview.Frame{Title: "t", Now: t0, Report: r})
+	for _, l := range strings.Split(b.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[0] == "dependency" {
+			if f[3] != "391" || f[4] != "1170" {
+				t.Fatalf("dependency row: CYCLES %s ACTED %s, want 391 1170:\n%s", f[3], f[4], l)
+			}
+			return
+		}
+	}
+	t.Fatalf("no dependency row:\n%s", b.String())
+}
