@@ -1,0 +1,190 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+)
+
+// A plugin call's timeout is a budget of its own CPU time, not of wall
+// time: on a starved machine (load 20–28 on 2 cores) a call that needs a
+// tenth of its timeout of CPU waits for a core long enough to pass it,
+// and a wall-clock deadline faulted and quarantined stock plugins for the
+// host's own starvation. The call is cut, as a timeout fault, when
+//
+//   - its CPU time reaches its timeout (the probation cut on probation,
+//     see turn.cut): the thread CPU clock of the OS thread running it,
+//     read by the interrupt checks (checkInterrupt); or
+//   - its wall time reaches wallCapFactor × its timeout, whatever its CPU
+//     (a plugin that blocks, or a host so starved that the call cannot
+//     finish: it is still cut); or
+//   - the deadline of the partition leases it runs under passes (see
+//     callContext): a call past it could race another host's.
+//
+// The CPU time is the call's thread's: its guest code and the host
+// functions it calls, which run on the same thread (their decoding and
+// copying are work the plugin asked for). Time the call spends waiting
+// inside a host function — on the backend, a lock, the Go scheduler — is
+// not CPU: the thread sleeps. A backend that hangs is bounded by the wall
+// cap, the leases' deadline and the backend client's own timeouts.
+//
+// Reading the thread CPU clock is a system call (≈ 0.8 µs on a VM, a
+// fifth of an empty plugin call) and binds the call to its thread
+// (runtime.LockOSThread), so a call pays neither until its wall time
+// reaches 1/cpuArmShare of its budget: then the check locks the thread and
+// reads the clock once (it arms), charging the call budget/cpuArmShare
+// for the stretch before. That bounds what it ran before: its previous
+// check was under that wall time, and since it the guest ran at most
+// interruptEvery headers. After arming, the clock is read only once the
+// wall time since could have spent the rest of the budget (a thread's CPU
+// time never passes its wall time). A call that returns within
+// 1/cpuArmShare of its timeout — nearly all — pays one time.Now per check.
+//
+// Outside Linux (no thread CPU clock here) the budget is of wall time, as
+// before: the checks count the wall time as CPU.
+const (
+	// wallCapFactor × the timeout is the wall time after which a call is
+	// cut whatever its CPU time.
+	wallCapFactor = 8
+	// cpuArmShare: the CPU clock is first read at 1/cpuArmShare of the
+	// budget of wall time.
+	cpuArmShare = 16
+)
+
+// cpuBudget is one plugin call's CPU-time budget. The call's context
+// carries it (callContext); the interrupt checks spend it (spent), on the
+// call's goroutine only, and Module.call releases its thread (release).
+type cpuBudget struct {
+	budget time.Duration
+	start  time.Time
+	what   string
+	cancel context.CancelCauseFunc
+
+	armed  bool          // the thread is locked and cpu0 read
+	wall0  time.Duration // wall time at the arm
+	cpu0   time.Duration // thread CPU time at the arm
+	locked bool          // LockOSThread is to be undone
+}
+
+type cpuBudgetKey struct{}
+
+// callContext bounds one plugin call of timeout (see cpuBudget): a CPU
+// budget of timeout, a wall cap of wallCapFactor × timeout, and the
+// deadline of the leases it runs under (zero: none); what names the call
+// in the cause.
+func (h *Host) callContext(ctx context.Context, timeout time.Duration, leaseDeadline time.Time, what string) (context.Context, context.CancelFunc) {
+	wall := wallCapFactor * timeout
+	var cause error = &wallCut{what: what, timeout: timeout, wall: wall}
+	if !leaseDeadline.IsZero() {
+		if d := leaseDeadline.Sub(h.cfg.Clock.Now()); d < wall {
+			wall, cause = d, &wallCut{what: what, timeout: timeout, wall: d, lease: true}
+		}
+	}
+	wctx, wcancel := context.WithTimeoutCause(ctx, wall, cause)
+	bctx, bcancel := context.WithCancelCause(wctx)
+	b := &cpuBudget{budget: timeout, start: time.Now(), what: what, cancel: bcancel}
+	return context.WithValue(bctx, cpuBudgetKey{}, b), func() {
+		bcancel(context.Canceled)
+		wcancel()
+	}
+}
+
+// budgetOfCall is the CPU budget ctx carries, nil for none.
+func budgetOfCall(ctx context.Context) *cpuBudget {
+	b, _ := ctx.Value(cpuBudgetKey{}).(*cpuBudget)
+	return b
+}
+
+// withoutCPUBudget is ctx without its call's CPU budget, for work off the
+// call's goroutine (an instance warmed for the next call): the budget's
+// clock is its thread's.
+func withoutCPUBudget(ctx context.Context) context.Context {
+	return context.WithValue(ctx, cpuBudgetKey{}, (*cpuBudget)(nil))
+}
+
+// spent reports whether the call used its budget of CPU time, and then
+// cancels its context with the cause. Called by the interrupt checks on
+// the call's goroutine.
+func (b *cpuBudget) spent() bool {
+	if b == nil {
+		return false
+	}
+	wall := time.Since(b.start)
+	charged := b.budget / cpuArmShare
+	if !b.armed {
+		if wall < charged {
+			return false
+		}
+		b.arm(wall)
+	}
+	if charged+wall-b.wall0 < b.budget {
+		return false
+	}
+	cpu, ok := threadCPU()
+	if !ok {
+		cpu = wall // no thread clock: the wall time stands for it
+	}
+	used := charged + cpu - b.cpu0
+	if used < b.budget {
+		return false
+	}
+	b.cancel(&cpuCut{what: b.what, budget: b.budget, used: used, wall: wall})
+	return true
+}
+
+// arm locks the call to its thread and reads the thread's CPU clock.
+func (b *cpuBudget) arm(wall time.Duration) {
+	runtime.LockOSThread()
+	b.locked = true
+	b.armed, b.wall0 = true, wall
+	if cpu, ok := threadCPU(); ok {
+		b.cpu0 = cpu
+	} else {
+		b.cpu0 = wall
+	}
+}
+
+// release undoes arm's lock once the call is over; on the call's
+// goroutine.
+func (b *cpuBudget) release() {
+	if b != nil && b.locked {
+		b.locked = false
+		runtime.UnlockOSThread()
+	}
+}
+
+// cpuCut is the cause of a call cut for its CPU time: a timeout.
+type cpuCut struct {
+	what         string
+	budget, used time.Duration
+	wall         time.Duration
+}
+
+func (c *cpuCut) Error() string {
+	return fmt.Sprintf("%s: %s after %s of CPU time (%s of wall time)", ErrTimeout, c.what, c.budget, c.wall.Round(time.Millisecond))
+}
+
+func (c *cpuCut) Unwrap() error { return ErrTimeout }
+
+// wallCut is the cause of a call cut by the wall clock: its wall cap, or
+// its leases' deadline (lease: it matches ErrLeaseEnded too).
+type wallCut struct {
+	what          string
+	timeout, wall time.Duration
+	lease         bool
+}
+
+func (c *wallCut) Error() string {
+	if c.lease {
+		return fmt.Sprintf("%s: %s: %s after %s", ErrTimeout, ErrLeaseEnded, c.what, c.wall.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%s: %s after %s of wall time (%d× its %s timeout, whatever its CPU time)", ErrTimeout, c.what, c.wall, wallCapFactor, c.timeout)
+}
+
+func (c *wallCut) Unwrap() []error {
+	if c.lease {
+		return []error{ErrTimeout, ErrLeaseEnded}
+	}
+	return []error{ErrTimeout}
+}
