@@ -193,7 +193,7 @@ func (m *Module) callFailed(ctx context.Context, inst *instance, what string, er
 	if ctx.Err() != nil {
 		cause := context.Cause(ctx)
 		if errors.Is(cause, ErrTimeout) || errors.Is(cause, ErrLeaseEnded) {
-			return cause
+			return leaseCut(ctx, cause)
 		}
 		return fmt.Errorf("host: %s cancelled: %w", what, cause)
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -57,6 +58,7 @@ const (
 // call's goroutine only, and Module.call releases its thread (release).
 type cpuBudget struct {
 	budget time.Duration
+	armAt  time.Duration // budget/cpuArmShare, or sooner for a nearer lease deadline
 	start  time.Time
 	what   string
 	cancel context.CancelCauseFunc
@@ -74,16 +76,17 @@ type cpuBudgetKey struct{}
 // deadline of the leases it runs under (zero: none); what names the call
 // in the cause.
 func (h *Host) callContext(ctx context.Context, timeout time.Duration, leaseDeadline time.Time, what string) (context.Context, context.CancelFunc) {
-	wall := wallCapFactor * timeout
+	wall, horizon := wallCapFactor*timeout, timeout
 	var cause error = &wallCut{what: what, timeout: timeout, wall: wall}
 	if !leaseDeadline.IsZero() {
 		if d := leaseDeadline.Sub(h.cfg.Clock.Now()); d < wall {
 			wall, cause = d, &wallCut{what: what, timeout: timeout, wall: d, lease: true}
+			horizon = min(horizon, d)
 		}
 	}
 	wctx, wcancel := context.WithTimeoutCause(ctx, wall, cause)
 	bctx, bcancel := context.WithCancelCause(wctx)
-	b := &cpuBudget{budget: timeout, start: time.Now(), what: what, cancel: bcancel}
+	b := &cpuBudget{budget: timeout, armAt: max(horizon, 0) / cpuArmShare, start: time.Now(), what: what, cancel: bcancel}
 	return context.WithValue(bctx, cpuBudgetKey{}, b), func() {
 		bcancel(context.Canceled)
 		wcancel()
@@ -111,7 +114,7 @@ func (b *cpuBudget) spent() bool {
 		return false
 	}
 	wall := time.Since(b.start)
-	charged := b.budget / cpuArmShare
+	charged := b.armAt
 	if !b.armed {
 		if wall < charged {
 			return false
@@ -145,6 +148,28 @@ func (b *cpuBudget) arm(wall time.Duration) {
 	}
 }
 
+// offCPU reports whether the call, cut at its leases' deadline, spent
+// most of its wall time off its CPU — waiting for a core, or on the
+// backend inside a host function — with the CPU time it used (an upper
+// bound). A call that was not armed by then passed no check since
+// armAt, a sixteenth of the way: it was off its CPU. Without a thread
+// clock, false. On the call's goroutine.
+func (b *cpuBudget) offCPU() (used time.Duration, off bool) {
+	if b == nil {
+		return 0, false
+	}
+	wall := time.Since(b.start)
+	if !b.armed {
+		return b.armAt, true
+	}
+	cpu, ok := threadCPU()
+	if !ok {
+		return wall, false
+	}
+	used = b.armAt + cpu - b.cpu0
+	return used, used < wall/2
+}
+
 // release undoes arm's lock once the call is over; on the call's
 // goroutine.
 func (b *cpuBudget) release() {
@@ -162,10 +187,49 @@ type cpuCut struct {
 }
 
 func (c *cpuCut) Error() string {
-	return fmt.Sprintf("%s: %s after %s of CPU time (%s of wall time)", ErrTimeout, c.what, c.budget, c.wall.Round(time.Millisecond))
+	return fmt.Sprintf("%s: %s after %s of CPU time (in %s of wall time)", ErrTimeout, c.what, c.budget, c.wall.Round(time.Millisecond))
 }
 
 func (c *cpuCut) Unwrap() error { return ErrTimeout }
+
+// errStarved is matched by a call cut at its leases' deadline after
+// spending most of its wall time off its CPU (cpuBudget.offCPU): the
+// call is cut — its partitions may be another host's by now — but it is
+// the host's starvation (or the backend's slowness), not the plugin's
+// fault: the plugin is not quarantined, and the call's records carry the
+// error.
+var errStarved = errors.New("host: plugin call starved")
+
+// starvedCut is the error of such a call; it matches ErrLeaseEnded, not
+// ErrTimeout.
+type starvedCut struct {
+	what      string
+	wall, cpu time.Duration
+}
+
+func (c *starvedCut) Error() string {
+	return fmt.Sprintf("%s: %s: %s after %s, at most %s of it on CPU (not a fault)", errStarved, ErrLeaseEnded, c.what, c.wall.Round(time.Millisecond), c.cpu.Round(time.Millisecond))
+}
+
+func (c *starvedCut) Unwrap() []error { return []error{errStarved, ErrLeaseEnded} }
+
+// leaseCut is the error of a call whose context ended with cause, on
+// its goroutine: a starvedCut when the leases' deadline cut a call that
+// was mostly off its CPU, else the cause.
+func leaseCut(ctx context.Context, cause error) error {
+	var wc *wallCut
+	if !errors.As(cause, &wc) || !wc.lease {
+		return cause
+	}
+	if used, off := budgetOfCall(ctx).offCPU(); off {
+		return &starvedCut{what: wc.what, wall: wc.wall, cpu: used}
+	}
+	return cause
+}
+
+// isFault reports whether a call's error faults its plugin: any but a
+// starved call's.
+func isFault(err error) bool { return err != nil && !errors.Is(err, errStarved) }
 
 // wallCut is the cause of a call cut by the wall clock: its wall cap, or
 // its leases' deadline (lease: it matches ErrLeaseEnded too).
@@ -179,7 +243,7 @@ func (c *wallCut) Error() string {
 	if c.lease {
 		return fmt.Sprintf("%s: %s: %s after %s", ErrTimeout, ErrLeaseEnded, c.what, c.wall.Round(time.Millisecond))
 	}
-	return fmt.Sprintf("%s: %s after %s of wall time (%d× its %s timeout, whatever its CPU time)", ErrTimeout, c.what, c.wall, wallCapFactor, c.timeout)
+	return fmt.Sprintf("%s: %s after %s of CPU time or %s of wall time (%d×): the wall time passed first", ErrTimeout, c.what, c.timeout, c.wall, wallCapFactor)
 }
 
 func (c *wallCut) Unwrap() []error {

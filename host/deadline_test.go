@@ -183,14 +183,43 @@ func TestDeadlineWallCapCutsBlockedCall(t *testing.T) {
 	}
 }
 
-// TestDeadlineLeaseCut: a call is still cut at its leases' deadline when
-// that comes first, as ErrLeaseEnded.
-func TestDeadlineLeaseCut(t *testing.T) {
-	m, c, h := deadlineModule(t, "loop", nil)
-	ctx, cancel := h.callContext(context.Background(), time.Minute, time.Now().Add(50*time.Millisecond), "plugin.looper.fabric_scan")
+// TestDeadlineLeaseCutWhileOffCPU: a call cut at its leases' deadline
+// while blocked in a host function (its clock never answers: it waits,
+// as on a starved host or a slow backend) is cut as ErrLeaseEnded but is
+// not a fault; a call that spun until then is one, unless it too spent
+// most of its wall time off its CPU (this machine starved it).
+func TestDeadlineLeaseCutWhileOffCPU(t *testing.T) {
+	m, c, h := deadlineModule(t, "bench", func(ctx context.Context) (int64, error) {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	ctx, cancel := h.callContext(context.Background(), time.Minute, time.Now().Add(50*time.Millisecond), "plugin.bench.fabric_scan")
 	defer cancel()
-	_, err := m.call(ctx, abi.ExportScan, scanInput(50), c, nil)
-	if !errors.Is(err, ErrLeaseEnded) || FaultKind(err) != FaultTimeout {
+	_, err := m.call(ctx, abi.ExportScan, scanInput(1_000_000), c, nil)
+	if !errors.Is(err, ErrLeaseEnded) || !errors.Is(err, errStarved) || FaultKind(err) != "" || isFault(err) {
+		t.Fatalf("blocked call under a lease of 50ms: %v (fault %q), want %v, not a fault", err, FaultKind(err), errStarved)
+	}
+
+	m, c, h = deadlineModule(t, "loop", nil)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := time.Now()
+	cpu0, _ := threadCPU()
+	ctx, cancel = h.callContext(context.Background(), time.Minute, time.Now().Add(50*time.Millisecond), "plugin.looper.fabric_scan")
+	defer cancel()
+	_, err = m.call(ctx, abi.ExportScan, scanInput(50), c, nil)
+	cpu1, _ := threadCPU()
+	wall, cpu := time.Since(start), cpu1-cpu0
+	t.Logf("loop under a lease of 50ms: %s of wall time, %s of CPU: %v", wall, cpu, err)
+	if !errors.Is(err, ErrLeaseEnded) {
 		t.Fatalf("loop under a lease of 50ms: %v, want %v", err, ErrLeaseEnded)
+	}
+	// The classification reads the clock a check before the cut: allow
+	// one check interval's CPU (well under a millisecond) either way.
+	switch spun := cpu >= wall/2+time.Millisecond; {
+	case spun && (FaultKind(err) != FaultTimeout || !isFault(err)):
+		t.Fatalf("loop on CPU %s of its %s: %v (fault %q), want a timeout fault", cpu, wall, err, FaultKind(err))
+	case cpu < wall/2-time.Millisecond && isFault(err):
+		t.Fatalf("loop on CPU %s of its %s (starved): %v, want no fault", cpu, wall, err)
 	}
 }

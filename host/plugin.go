@@ -617,6 +617,7 @@ func (m *Module) call(ctx context.Context, export string, input []byte, c *hostf
 	m.codeDropped = false
 	m.busy++
 	m.mu.Unlock()
+	defer budgetOfCall(ctx).release() // the checks may have bound the call to its thread
 	defer func() {
 		m.mu.Lock()
 		m.busy--
@@ -678,7 +679,7 @@ func (m *Module) refill(ctx context.Context) {
 	m.mu.Unlock()
 	go func() {
 		defer m.warms.Done()
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HostProbeTimeoutDefault)
+		wctx, cancel := context.WithTimeout(withoutCPUBudget(context.WithoutCancel(ctx)), HostProbeTimeoutDefault)
 		defer cancel()
 		inst, err := m.newInstance(wctx)
 		if err == nil {
