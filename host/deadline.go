@@ -56,12 +56,15 @@ const (
 // cpuBudget is one plugin call's CPU-time budget. The call's context
 // carries it (callContext); the interrupt checks spend it (spent), on the
 // call's goroutine only, and Module.call releases its thread (release).
+// A budget spent does not cancel the context: the check that finds it
+// spent traps the call, and the call's failure reads the cause
+// (cutCause).
 type cpuBudget struct {
 	budget time.Duration
 	armAt  time.Duration // budget/cpuArmShare, or sooner for a nearer lease deadline
 	start  time.Time
 	what   string
-	cancel context.CancelCauseFunc
+	cut    error // the cpuCut, once spent
 
 	armed  bool          // the thread is locked and cpu0 read
 	wall0  time.Duration // wall time at the arm
@@ -84,13 +87,9 @@ func (h *Host) callContext(ctx context.Context, timeout time.Duration, leaseDead
 			horizon = min(horizon, d)
 		}
 	}
-	wctx, wcancel := context.WithTimeoutCause(ctx, wall, cause)
-	bctx, bcancel := context.WithCancelCause(wctx)
-	b := &cpuBudget{budget: timeout, armAt: max(horizon, 0) / cpuArmShare, start: time.Now(), what: what, cancel: bcancel}
-	return context.WithValue(bctx, cpuBudgetKey{}, b), func() {
-		bcancel(context.Canceled)
-		wcancel()
-	}
+	wctx, cancel := context.WithTimeoutCause(ctx, wall, cause)
+	b := &cpuBudget{budget: timeout, armAt: max(horizon, 0) / cpuArmShare, start: time.Now(), what: what}
+	return context.WithValue(wctx, cpuBudgetKey{}, b), cancel
 }
 
 // budgetOfCall is the CPU budget ctx carries, nil for none.
@@ -107,8 +106,8 @@ func withoutCPUBudget(ctx context.Context) context.Context {
 }
 
 // spent reports whether the call used its budget of CPU time, and then
-// cancels its context with the cause. Called by the interrupt checks on
-// the call's goroutine.
+// keeps the cause (cutCause); the check traps the call. Called by the
+// interrupt checks on the call's goroutine.
 func (b *cpuBudget) spent() bool {
 	if b == nil {
 		return false
@@ -132,8 +131,16 @@ func (b *cpuBudget) spent() bool {
 	if used < b.budget {
 		return false
 	}
-	b.cancel(&cpuCut{what: b.what, budget: b.budget, used: used, wall: wall})
+	b.cut = &cpuCut{what: b.what, budget: b.budget, wall: wall}
 	return true
+}
+
+// cutCause is why spent trapped the call, nil when it did not.
+func (b *cpuBudget) cutCause() error {
+	if b == nil {
+		return nil
+	}
+	return b.cut
 }
 
 // arm locks the call to its thread and reads the thread's CPU clock.
@@ -182,8 +189,7 @@ func (b *cpuBudget) release() {
 // cpuCut is the cause of a call cut for its CPU time: a timeout.
 type cpuCut struct {
 	what         string
-	budget, used time.Duration
-	wall         time.Duration
+	budget, wall time.Duration
 }
 
 func (c *cpuCut) Error() string {

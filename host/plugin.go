@@ -516,6 +516,10 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	mod, err := m.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.main, cfg)
 	if err != nil {
 		mem.free()
+		if cut := budgetOfCall(ctx).cutCause(); cut != nil {
+			// Its start function used the call's CPU budget (the checks trapped it).
+			return nil, fmt.Errorf("host: instantiate: %w", cut)
+		}
 		if ctx.Err() != nil {
 			// Its start function ran past the deadline (the checks trapped it).
 			return nil, fmt.Errorf("host: instantiate: %w", context.Cause(ctx))
