@@ -42,6 +42,14 @@ import (
 // time never passes its wall time). A call that returns within
 // 1/cpuArmShare of its timeout — nearly all — pays one time.Now per check.
 //
+// This leniency is for a plugin whose current version returned before
+// (fairState.proven), as the probation cut is: a plugin that never
+// returned has no record of being healthy, so its call is cut at its
+// timeout of wall time as before, and a cut at its leases' deadline is a
+// fault whatever its CPU. A hostile plugin thus cannot make its first
+// calls burn a core for its whole timeout of CPU on a starved machine,
+// where that would take many times the timeout of wall time.
+//
 // Outside Linux (no thread CPU clock here) the budget is of wall time, as
 // before: the checks count the wall time as CPU.
 const (
@@ -60,11 +68,12 @@ const (
 // spent traps the call, and the call's failure reads the cause
 // (cutCause).
 type cpuBudget struct {
-	budget time.Duration
-	armAt  time.Duration // budget/cpuArmShare, or sooner for a nearer lease deadline
-	start  time.Time
-	what   string
-	cut    error // the cpuCut, once spent
+	budget  time.Duration
+	lenient bool          // a proven plugin's: the wall cap and the starved lease cut apply
+	armAt   time.Duration // budget/cpuArmShare, or sooner for a nearer lease deadline
+	start   time.Time
+	what    string
+	cut     error // the cpuCut, once spent
 
 	armed  bool          // the thread is locked and cpu0 read
 	wall0  time.Duration // wall time at the arm
@@ -75,12 +84,15 @@ type cpuBudget struct {
 type cpuBudgetKey struct{}
 
 // callContext bounds one plugin call of timeout (see cpuBudget): a CPU
-// budget of timeout, a wall cap of wallCapFactor × timeout, and the
-// deadline of the leases it runs under (zero: none); what names the call
-// in the cause.
-func (h *Host) callContext(ctx context.Context, timeout time.Duration, leaseDeadline time.Time, what string) (context.Context, context.CancelFunc) {
-	wall, horizon := wallCapFactor*timeout, timeout
-	var cause error = &wallCut{what: what, timeout: timeout, wall: wall}
+// budget of timeout, a wall cap of wallCapFactor × timeout (timeout when
+// the plugin is not proven: it never returned), and the deadline of the
+// leases it runs under (zero: none); what names the call in the cause.
+func (h *Host) callContext(ctx context.Context, timeout time.Duration, leaseDeadline time.Time, what string, proven bool) (context.Context, context.CancelFunc) {
+	wall, horizon := timeout, timeout
+	if proven {
+		wall = wallCapFactor * timeout
+	}
+	var cause error = &wallCut{what: what, timeout: timeout, wall: wall, cap: proven}
 	if !leaseDeadline.IsZero() {
 		if d := leaseDeadline.Sub(h.cfg.Clock.Now()); d < wall {
 			wall, cause = d, &wallCut{what: what, timeout: timeout, wall: d, lease: true}
@@ -88,7 +100,7 @@ func (h *Host) callContext(ctx context.Context, timeout time.Duration, leaseDead
 		}
 	}
 	wctx, cancel := context.WithTimeoutCause(ctx, wall, cause)
-	b := &cpuBudget{budget: timeout, armAt: max(horizon, 0) / cpuArmShare, start: time.Now(), what: what}
+	b := &cpuBudget{budget: timeout, lenient: proven, armAt: max(horizon, 0) / cpuArmShare, start: time.Now(), what: what}
 	return context.WithValue(wctx, cpuBudgetKey{}, b), cancel
 }
 
@@ -160,9 +172,9 @@ func (b *cpuBudget) arm(wall time.Duration) {
 // backend inside a host function — with the CPU time it used (an upper
 // bound). A call that was not armed by then passed no check since
 // armAt, a sixteenth of the way: it was off its CPU. Without a thread
-// clock, false. On the call's goroutine.
+// clock, or for a plugin not proven, false. On the call's goroutine.
 func (b *cpuBudget) offCPU() (used time.Duration, off bool) {
-	if b == nil {
+	if b == nil || !b.lenient {
 		return 0, false
 	}
 	wall := time.Since(b.start)
@@ -243,11 +255,15 @@ type wallCut struct {
 	what          string
 	timeout, wall time.Duration
 	lease         bool
+	cap           bool // the wall cap of a proven plugin, not its timeout
 }
 
 func (c *wallCut) Error() string {
 	if c.lease {
 		return fmt.Sprintf("%s: %s: %s after %s", ErrTimeout, ErrLeaseEnded, c.what, c.wall.Round(time.Millisecond))
+	}
+	if !c.cap {
+		return fmt.Sprintf("%s: %s after %s", ErrTimeout, c.what, c.wall)
 	}
 	return fmt.Sprintf("%s: %s after %s of CPU time or %s of wall time (%d×): the wall time passed first", ErrTimeout, c.what, c.timeout, c.wall, wallCapFactor)
 }

@@ -55,14 +55,14 @@ func deadlineModule(t *testing.T, name string, now func(context.Context) (int64,
 }
 
 // timedCall is one call of export under callContext's bounds for
-// timeout, with its wall time and its thread's CPU time (the call runs
+// timeout (a proven plugin's, or not), with its wall time and its thread's CPU time (the call runs
 // on this goroutine, bound to its thread here).
-func timedCall(h *Host, m *Module, c *hostfn.Caller, export string, in []byte, timeout time.Duration) (wall, cpu time.Duration, err error) {
+func timedCall(h *Host, m *Module, c *hostfn.Caller, export string, in []byte, timeout time.Duration, proven bool) (wall, cpu time.Duration, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	start := time.Now()
 	cpu0, _ := threadCPU()
-	ctx, cancel := h.callContext(context.Background(), timeout, time.Time{}, "plugin."+c.Plugin+"."+export)
+	ctx, cancel := h.callContext(context.Background(), timeout, time.Time{}, "plugin."+c.Plugin+"."+export, proven)
 	defer cancel()
 	_, err = m.call(ctx, export, in, c, nil)
 	wall = time.Since(start)
@@ -77,7 +77,7 @@ func starvedCall(t *testing.T, h *Host, m *Module, c *hostfn.Caller, in []byte) 
 	t.Helper()
 	for n := runtime.GOMAXPROCS(0); ; n *= 2 {
 		stop = starve(n)
-		wall, cpu, err := timedCall(h, m, c, abi.ExportScan, in, time.Minute)
+		wall, cpu, err := timedCall(h, m, c, abi.ExportScan, in, time.Minute, true)
 		if err != nil {
 			stop()
 			t.Fatal(err)
@@ -104,7 +104,7 @@ func TestDeadlineStarvedCallDoesNotFault(t *testing.T) {
 	}
 	m, c, h := deadlineModule(t, "bench", nil)
 	// Calibrate: a batch of now calls taking about 20 ms of CPU.
-	_, cpu, err := timedCall(h, m, c, abi.ExportScan, scanInput(1000), time.Minute)
+	_, cpu, err := timedCall(h, m, c, abi.ExportScan, scanInput(1000), time.Minute, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestDeadlineStarvedCallDoesNotFault(t *testing.T) {
 	timeout := wall * 2 / 5
 	late := 0
 	for i := range 5 {
-		wall, cpu, err := timedCall(h, m, c, abi.ExportScan, in, timeout)
+		wall, cpu, err := timedCall(h, m, c, abi.ExportScan, in, timeout, true)
 		t.Logf("call %d: %s of wall time, %s of CPU (timeout %s)", i, wall, cpu, timeout)
 		if err != nil {
 			t.Fatalf("starved call %d (%s wall, %s CPU, timeout %s): %v (%s)", i, wall, cpu, timeout, err, FaultKind(err))
@@ -140,7 +140,7 @@ func TestDeadlineStarvedHostileCut(t *testing.T) {
 	defer stop()
 	for _, name := range []string{"loop", "recurse_scan"} {
 		m, c, h := deadlineModule(t, name, nil)
-		wall, cpu, err := timedCall(h, m, c, abi.ExportScan, scanInput(50), timeout)
+		wall, cpu, err := timedCall(h, m, c, abi.ExportScan, scanInput(50), timeout, true)
 		t.Logf("%s: cut after %s of wall time, %s of CPU: %v", name, wall, cpu, err)
 		var byCPU *cpuCut
 		var byWall *wallCut
@@ -175,7 +175,7 @@ func TestDeadlineWallCapCutsBlockedCall(t *testing.T) {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	})
-	wall, cpu, err := timedCall(h, m, c, abi.ExportScan, scanInput(1_000_000), timeout)
+	wall, cpu, err := timedCall(h, m, c, abi.ExportScan, scanInput(1_000_000), timeout, true)
 	var cut *wallCut
 	if FaultKind(err) != FaultTimeout || !errors.As(err, &cut) || cut.lease {
 		t.Fatalf("blocked call: %v (%s), want a timeout at its wall cap", err, FaultKind(err))
@@ -195,7 +195,7 @@ func TestDeadlineLeaseCutWhileOffCPU(t *testing.T) {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	})
-	ctx, cancel := h.callContext(context.Background(), time.Minute, time.Now().Add(50*time.Millisecond), "plugin.bench.fabric_scan")
+	ctx, cancel := h.callContext(context.Background(), time.Minute, time.Now().Add(50*time.Millisecond), "plugin.bench.fabric_scan", true)
 	defer cancel()
 	_, err := m.call(ctx, abi.ExportScan, scanInput(1_000_000), c, nil)
 	if !errors.Is(err, ErrLeaseEnded) || !errors.Is(err, errStarved) || FaultKind(err) != "" || isFault(err) {
@@ -207,7 +207,7 @@ func TestDeadlineLeaseCutWhileOffCPU(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	start := time.Now()
 	cpu0, _ := threadCPU()
-	ctx, cancel = h.callContext(context.Background(), time.Minute, time.Now().Add(50*time.Millisecond), "plugin.looper.fabric_scan")
+	ctx, cancel = h.callContext(context.Background(), time.Minute, time.Now().Add(50*time.Millisecond), "plugin.looper.fabric_scan", true)
 	defer cancel()
 	_, err = m.call(ctx, abi.ExportScan, scanInput(50), c, nil)
 	cpu1, _ := threadCPU()
@@ -223,5 +223,23 @@ func TestDeadlineLeaseCutWhileOffCPU(t *testing.T) {
 		t.Fatalf("loop on CPU %s of its %s: %v (fault %q), want a timeout fault", cpu, wall, err, FaultKind(err))
 	case cpu < wall/2-time.Millisecond && isFault(err):
 		t.Fatalf("loop on CPU %s of its %s (starved): %v, want no fault", cpu, wall, err)
+	}
+}
+
+// TestDeadlineUnprovenCutAtTimeout: a plugin that never returned gets no
+// leniency — its call is cut at its timeout of wall time, as before,
+// starved or not.
+func TestDeadlineUnprovenCutAtTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	stop := starve(runtime.GOMAXPROCS(0))
+	defer stop()
+	m, c, h := deadlineModule(t, "loop", nil)
+	wall, cpu, err := timedCall(h, m, c, abi.ExportScan, scanInput(50), timeout, false)
+	var cut *wallCut
+	if FaultKind(err) != FaultTimeout || !errors.As(err, &cut) || cut.cap || cut.lease {
+		t.Fatalf("unproven loop: %v (%s), want a timeout at its wall-clock timeout", err, FaultKind(err))
+	}
+	if wall < timeout {
+		t.Fatalf("unproven loop cut after %s (%s of CPU), before its %s timeout", wall, cpu, timeout)
 	}
 }

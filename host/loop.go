@@ -283,7 +283,7 @@ func (p *plugin) invoke(ctx context.Context, m *Module, export string, in []byte
 	shadow := p.shadowBefore(ctx, export, in, caller, timeout, leaseDeadline) // in this turn, before the live call
 	start := time.Now()
 	timeout, why := t.cut(timeout)
-	cctx, cancel := p.h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+"."+export+why)
+	cctx, cancel := p.h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+"."+export+why, p.fair.proven())
 	out, err := m.call(cctx, export, in, caller, check)
 	cancel()
 	if berr := caller.OverBudget(); berr != nil && (err == nil || FaultKind(err) == "") {
