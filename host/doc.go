@@ -45,8 +45,9 @@
 // every interval. Each call waits for its turn (the scheduler of fair.go:
 // MaxCalls healthy calls at once; plugins on probation, whose last call
 // faulted, share ProbationCalls behind every healthy call and are cut
-// sooner), then gets its own deadline (a budget of its CPU time with a
-// wall cap, and its leases' deadline: deadline.go); a call that faults (FaultKind:
+// sooner), then gets its own deadline (its timeout — of CPU time with a
+// wall cap once the plugin returned — and its leases' deadline:
+// deadline.go); a call that faults (FaultKind:
 // trap, plugin error, timeout, over memory, over output, over budget, bad
 // output) quarantines only its plugin for 2^n × base ±10 % (n counts
 // consecutive quarantines and restarts after 7), while every other plugin
