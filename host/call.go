@@ -190,10 +190,13 @@ func (m *Module) callInstance(ctx context.Context, inst *instance, export string
 // callFailed classifies a call that did not return: cut at its deadline
 // or by the host stopping, out of memory, or a trap.
 func (m *Module) callFailed(ctx context.Context, inst *instance, what string, err error) error {
+	if cut := budgetOfCall(ctx).cutCause(); cut != nil {
+		return cut
+	}
 	if ctx.Err() != nil {
 		cause := context.Cause(ctx)
 		if errors.Is(cause, ErrTimeout) || errors.Is(cause, ErrLeaseEnded) {
-			return cause
+			return leaseCut(ctx, cause)
 		}
 		return fmt.Errorf("host: %s cancelled: %w", what, cause)
 	}

@@ -162,15 +162,18 @@ func (h *Host) dispatchChunk(ctx context.Context, p *plugin, m *Module, batchNo 
 	if err != nil && ctx.Err() != nil {
 		return true
 	}
-	// Whatever cut it (its timeout, its leases' deadline), a call that
-	// failed is the plugin's fault.
-	fault := err != nil
+	// Whatever cut it (its CPU time, its wall cap, its leases' deadline),
+	// a call that failed is the plugin's fault — but one cut at its
+	// leases' deadline while starved (errStarved).
+	fault := isFault(err)
 	p.mu.Lock()
 	p.calls++
 	p.lastRun = rec.End
 	if err != nil {
 		rec.Error = err.Error()
-		p.countFault(err)
+		if fault {
+			p.countFault(err)
+		}
 	} else {
 		rec.Result = res
 		p.lastResult = res

@@ -45,7 +45,9 @@
 // every interval. Each call waits for its turn (the scheduler of fair.go:
 // MaxCalls healthy calls at once; plugins on probation, whose last call
 // faulted, share ProbationCalls behind every healthy call and are cut
-// sooner), then gets its own deadline; a call that faults (FaultKind:
+// sooner), then gets its own deadline (its timeout — of CPU time with a
+// wall cap once the plugin returned — and its leases' deadline:
+// deadline.go); a call that faults (FaultKind:
 // trap, plugin error, timeout, over memory, over output, over budget, bad
 // output) quarantines only its plugin for 2^n × base ±10 % (n counts
 // consecutive quarantines and restarts after 7), while every other plugin
@@ -82,7 +84,9 @@
 //     failed or whose output was bad and makes a fresh one. Each linear memory is its own mapping of the cap
 //     (memory.go), unmapped when the instance is discarded.
 //   - Host functions honour the call's context: they cannot be interrupted
-//     by the wasm timeout, so the backend call itself carries the deadline.
+//     by the wasm timeout, so the backend call itself carries the deadline
+//     (the wall cap and the leases'; time waiting on the backend is not
+//     the plugin's CPU time).
 //   - Every time the host schedules by or records (cadence, deadlines,
 //     CycleRecord and status times) comes from Config.Clock. The system
 //     clock is read directly only to measure elapsed durations (a call's

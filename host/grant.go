@@ -45,7 +45,9 @@ type Grant struct {
 	// MaxPages is the ceiling of the plugin's linear memory in 64 KiB
 	// pages (abi.MaxMaxPages at most).
 	MaxPages uint32 `toml:"max_pages" json:"max_pages,omitempty"`
-	// TimeoutMs is the ceiling of one call, in milliseconds.
+	// TimeoutMs is the ceiling of one call, in milliseconds: of its CPU
+	// time with a wall cap of 8× once the plugin returned, else of wall
+	// time (see callContext).
 	TimeoutMs uint32 `toml:"timeout_ms" json:"timeout_ms,omitempty"`
 	// MaxOutputBytes caps one call's result.
 	MaxOutputBytes int `toml:"max_output_bytes" json:"max_output_bytes,omitempty"`
@@ -96,7 +98,7 @@ const (
 type Limits struct {
 	// MaxPages is the plugin's memory cap in 64 KiB pages.
 	MaxPages uint32 `json:"max_pages"`
-	// Timeout bounds one call.
+	// Timeout bounds one call (see Grant.TimeoutMs).
 	Timeout time.Duration `json:"timeout_ns"`
 	// MaxOutputBytes caps one call's result.
 	MaxOutputBytes int `json:"max_output_bytes"`

@@ -67,9 +67,10 @@ var errCannotInstrument = errors.New("host: module not instrumented")
 var ErrNotInterruptible = errors.New("host: plugin cannot be made interruptible")
 
 // checkInterrupt is the host function of the added checks: it traps
-// the call once its context is done.
+// the call once its context is done or its CPU budget spent (see
+// cpuBudget).
 func checkInterrupt(ctx context.Context, _ api.Module, _ []uint64) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || budgetOfCall(ctx).spent() {
 		panic(errInterrupted)
 	}
 }

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -43,18 +42,6 @@ func (h *Host) beginPartition(part model.Partition, timeout time.Duration) (part
 		return partlease.Grant{}, true
 	}
 	return h.leases.Begin(part, timeout)
-}
-
-// callContext bounds one plugin call by its timeout and by the deadline
-// of the leases it runs under (zero: none); what names the call in the
-// cause.
-func (h *Host) callContext(ctx context.Context, timeout time.Duration, leaseDeadline time.Time, what string) (context.Context, context.CancelFunc) {
-	if !leaseDeadline.IsZero() {
-		if d := leaseDeadline.Sub(h.cfg.Clock.Now()); d < timeout {
-			return context.WithTimeoutCause(ctx, d, fmt.Errorf("%w: %w: %s after %s", ErrTimeout, ErrLeaseEnded, what, d.Round(time.Millisecond)))
-		}
-	}
-	return context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w: %s after %s", ErrTimeout, what, timeout))
 }
 
 // partitionGained wakes a newly acquired partition in every timer-driven

@@ -283,7 +283,7 @@ func (p *plugin) invoke(ctx context.Context, m *Module, export string, in []byte
 	shadow := p.shadowBefore(ctx, export, in, caller, timeout, leaseDeadline) // in this turn, before the live call
 	start := time.Now()
 	timeout, why := t.cut(timeout)
-	cctx, cancel := p.h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+"."+export+why)
+	cctx, cancel := p.h.callContext(ctx, timeout, leaseDeadline, "plugin."+p.name+"."+export+why, p.fair.proven())
 	out, err := m.call(cctx, export, in, caller, check)
 	cancel()
 	if berr := caller.OverBudget(); berr != nil && (err == nil || FaultKind(err) == "") {
@@ -298,10 +298,11 @@ func (p *plugin) invoke(ctx context.Context, m *Module, export string, in []byte
 // recs (each record's identity, host, token and times filled in):
 // results[i] is recs[i]'s result when err is nil. It keeps the records,
 // counts a scan per partition and at most one fault per call, quarantines
-// the plugin on a fault (whatever cut it: its timeout or its leases'
-// deadline), signals each record, and reports whether it faulted.
+// the plugin on a fault (whatever cut it: its CPU time, its wall cap or
+// its leases' deadline — but a starved call, errStarved, is no fault),
+// signals each record, and reports whether it faulted.
 func (p *plugin) settle(recs []CycleRecord, results []abi.ScanResult, err error) (fault bool) {
-	fault = err != nil
+	fault = isFault(err)
 	p.mu.Lock()
 	if len(recs) > 0 {
 		p.lastRun = recs[len(recs)-1].End

@@ -516,6 +516,10 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	mod, err := m.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.main, cfg)
 	if err != nil {
 		mem.free()
+		if cut := budgetOfCall(ctx).cutCause(); cut != nil {
+			// Its start function used the call's CPU budget (the checks trapped it).
+			return nil, fmt.Errorf("host: instantiate: %w", cut)
+		}
 		if ctx.Err() != nil {
 			// Its start function ran past the deadline (the checks trapped it).
 			return nil, fmt.Errorf("host: instantiate: %w", context.Cause(ctx))
@@ -617,6 +621,7 @@ func (m *Module) call(ctx context.Context, export string, input []byte, c *hostf
 	m.codeDropped = false
 	m.busy++
 	m.mu.Unlock()
+	defer budgetOfCall(ctx).release() // the checks may have bound the call to its thread
 	defer func() {
 		m.mu.Lock()
 		m.busy--
@@ -678,7 +683,7 @@ func (m *Module) refill(ctx context.Context) {
 	m.mu.Unlock()
 	go func() {
 		defer m.warms.Done()
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HostProbeTimeoutDefault)
+		wctx, cancel := context.WithTimeout(withoutCPUBudget(context.WithoutCancel(ctx)), HostProbeTimeoutDefault)
 		defer cancel()
 		inst, err := m.newInstance(wctx)
 		if err == nil {

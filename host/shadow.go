@@ -450,7 +450,7 @@ func (p *plugin) callCandidate(ctx context.Context, cand *Module, export string,
 		timeout = min(timeout, p.h.cfg.ProbationTimeout)
 	}
 	c.mu.Unlock()
-	cctx, cancel := p.h.callContext(ctx, timeout, deadline, "shadow."+p.name+"."+export)
+	cctx, cancel := p.h.callContext(ctx, timeout, deadline, "shadow."+p.name+"."+export, false)
 	_, err := cand.call(cctx, export, in, sc, nil)
 	cancel()
 	if berr := sc.OverBudget(); berr != nil && err == nil {
