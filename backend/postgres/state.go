@@ -199,7 +199,7 @@ UPDATE ff_exec_core
 		return err
 	}
 	if phase == model.PhaseActive {
-		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, "cancelled", now)
 	}
 	return nil
 }
