@@ -448,7 +448,9 @@ var (
 //	  started_at_ms = now
 //	ff_exec_core: active / leased / not_applicable / running / running_attempt,
 //	  started_at_ms = COALESCE(started_at_ms, now), raw_fields.total_attempt_count+1
-//	ff_lease_event: acquired (namespace, instance_tag from raw_fields)
+//	ff_lease_event: acquired (namespace, instance_tag from raw_fields);
+//	  fabric_lease_reason claim_resumed for a resumed attempt, as
+//	  ff_claim_resumed_execution writes into a Valkey lease history
 //
 // cand's columns are partition_key, execution_id, attempt_index,
 // attempt_state and policy. It returns the claimed row's execution, attempt, epoch and job fields;
@@ -486,7 +488,10 @@ ev AS (
   INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
   SELECT execution_id::text, NULL, 'acquired', $4, partition_key::int, raw_fields->>'namespace',
          raw_fields->'tags'->>'cairn.instance_id'
-    FROM core)
+    FROM core
+  RETURNING event_id),
+note AS (
+  INSERT INTO fabric_lease_reason (event_id, reason) SELECT ev.event_id, 'claim_resumed' FROM ev, att WHERE att.lease_epoch > 1)
 SELECT core.partition_key, core.execution_id, cand.attempt_index, cand.attempt_state, att.lease_epoch, core.lane_id,
        COALESCE(core.raw_fields->>'execution_kind', ''), COALESCE(core.raw_fields->>'namespace', ''), core.payload,
        COALESCE(core.flow_id::text, '')

@@ -205,24 +205,31 @@ func (d *Driver) inspectFrames(ctx context.Context, k execKey, idx int) ([]backe
 }
 
 // sqlLeaseHistory reads an execution's last lease events, newest first,
-// each with its noted release reason and the attempt it concerns: the
-// newest attempt started by the event's time (an acquisition and a
-// reclaim start theirs at that time, a release ends the one before).
+// each with its noted reason and the attempt it concerns: the newest
+// attempt started by the event's time (an acquisition and a reclaim start
+// theirs at that time; an expiry is of one started before), else the
+// oldest (an attempt resumed since restarted its clock).
 // ff_lease_event's upstream event names are mapped to FlowFabric's Valkey
 // ones: every end of a lease is a "revoked" row there, a "released" event
 // with its reason on Valkey; a revoke without a noted reason (written
 // before fabric noted them) takes it from the attempt ended then.
+// Renewals are left out: FlowFabric's Valkey history records none.
 const sqlLeaseHistory = `SELECT ev.event_id, ev.event_type, coalesce(ev.lease_id, ''), ev.occurred_at_ms,
-       coalesce(n.reason, CASE WHEN a.terminal_at_ms = ev.occurred_at_ms THEN CASE a.outcome
+       coalesce(n.reason, CASE WHEN ev.event_type = 'revoked' AND a.terminal_at_ms = ev.occurred_at_ms THEN CASE a.outcome
            WHEN 'success' THEN 'completed' WHEN 'retry' THEN 'failed_retry_scheduled' WHEN 'failed' THEN 'failed_terminal'
            WHEN 'cancelled' THEN 'cancelled' ELSE '' END ELSE '' END, ''),
-       a.attempt_index, coalesce(a.worker_id, ''), coalesce(a.worker_instance_id, ''), a.lease_epoch
+       a.attempt_index, coalesce(a.worker_id, ''), coalesce(a.worker_instance_id, '')
   FROM ff_lease_event ev
   LEFT JOIN fabric_lease_reason n ON n.event_id = ev.event_id
-  LEFT JOIN LATERAL (SELECT attempt_index, worker_id, worker_instance_id, lease_epoch, terminal_at_ms, outcome FROM ff_attempt
-                      WHERE partition_key = $1 AND execution_id = $2 AND started_at_ms <= ev.occurred_at_ms
-                      ORDER BY attempt_index DESC LIMIT 1) a ON true
- WHERE ev.partition_key = $3 AND ev.execution_id = $4 ORDER BY ev.event_id DESC LIMIT $5`
+  LEFT JOIN LATERAL (
+    SELECT attempt_index, worker_id, worker_instance_id, terminal_at_ms, outcome,
+           started_at_ms < ev.occurred_at_ms OR (started_at_ms = ev.occurred_at_ms AND ev.event_type <> 'expired') AS before
+      FROM ff_attempt WHERE partition_key = $1 AND execution_id = $2
+     ORDER BY before DESC, CASE WHEN started_at_ms < ev.occurred_at_ms OR (started_at_ms = ev.occurred_at_ms AND ev.event_type <> 'expired')
+                                THEN -attempt_index ELSE attempt_index END
+     LIMIT 1) a ON true
+ WHERE ev.partition_key = $3 AND ev.execution_id = $4 AND ev.event_type <> 'renewed'
+ ORDER BY ev.event_id DESC LIMIT $5`
 
 // inspectLeaseHistory reads the last backend.DetailFrames lease events,
 // oldest first.
@@ -235,8 +242,7 @@ func (d *Driver) inspectLeaseHistory(ctx context.Context, k execKey) ([]backend.
 		var id, at int64
 		var typ, lease, reason, worker, instance string
 		var idx *int
-		var epoch *int64
-		if err := r.Scan(&id, &typ, &lease, &at, &reason, &idx, &worker, &instance, &epoch); err != nil {
+		if err := r.Scan(&id, &typ, &lease, &at, &reason, &idx, &worker, &instance); err != nil {
 			return backend.Frame{}, err
 		}
 		if typ == LeaseEventRevoked && reason != "" {

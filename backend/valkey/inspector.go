@@ -550,6 +550,7 @@ func (d *Driver) InspectExecution(ctx context.Context, eid model.ExecutionID) (*
 		}
 		det.Flow = m
 	}
+	inspReleaseWorkers(det)
 	return det, nil
 }
 
@@ -697,4 +698,22 @@ func (d *Driver) InspectWorkers(ctx context.Context, ns string) ([]backend.Worke
 		out = append(out, w)
 	}
 	return out, nil
+}
+
+// inspReleaseWorkers names the worker of each lease event that does not
+// (FlowFabric writes the worker on acquisitions, reclaims and expiries
+// only): the worker of the attempt the event names, as the Postgres
+// history reads it.
+func inspReleaseWorkers(det *backend.ExecutionDetail) {
+	for _, f := range det.LeaseHistory {
+		if f.Fields["worker_id"] != "" {
+			continue
+		}
+		i := slices.IndexFunc(det.Attempts, func(a backend.AttemptDetail) bool {
+			return strconv.Itoa(a.Index) == f.Fields["attempt_index"]
+		})
+		if i >= 0 && det.Attempts[i].Fields["worker_id"] != "" {
+			f.Fields["worker_id"] = det.Attempts[i].Fields["worker_id"]
+		}
+	}
 }
