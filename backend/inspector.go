@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/fabric-host/fabric/model"
 )
@@ -107,15 +105,6 @@ func (p *ListExecutionsParams) Page() (int64, error) {
 func ListStates() []string {
 	out := append([]string{"blocked"}, model.LaneIndexNames...)
 	return append(out, model.PublicCompleted, model.PublicFailed, model.PublicCancelled, model.PublicExpired, model.PublicSkipped)
-}
-
-// CheckListState answers ErrInvalidInput for a state ListStates does not
-// name.
-func CheckListState(state string) error {
-	if state != "" && !slices.Contains(ListStates(), state) {
-		return fmt.Errorf("%w: unknown state %q (one of %s)", ErrInvalidInput, state, strings.Join(ListStates(), ", "))
-	}
-	return nil
 }
 
 // ExecutionRow is one execution of a listing.
