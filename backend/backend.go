@@ -154,6 +154,9 @@ type Driver interface {
 	ClaimerDriver
 	// LaneSpreadDriver: a lane's solo-partitioner choice (claimer.go).
 	LaneSpreadDriver
+	// Inspector: the operator console's reads and actions
+	// (inspector.go).
+	Inspector
 }
 
 // CreateExecutionParams are the inputs of Driver.CreateExecution. The

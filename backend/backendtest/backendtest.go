@@ -133,6 +133,10 @@ type Options struct {
 	// the execution alone): every attempt whose own deadline passed by
 	// nowMs times out as the host's scanner would time it out.
 	SweepAttemptTimeouts func(ctx context.Context, d backend.Driver, id model.ExecutionID, nowMs int64) error
+	// PromoteDelayed runs the backend's delayed promoter once, as of
+	// nowMs, over what holds execution id: a delayed execution due by
+	// nowMs becomes eligible, as the host's scanner would promote it.
+	PromoteDelayed func(ctx context.Context, d backend.Driver, id model.ExecutionID, nowMs int64) error
 }
 
 // RunWith runs the conformance suite on the driver newDriver returns
@@ -183,6 +187,7 @@ func RunWith(t *testing.T, newDriver func(t *testing.T) backend.Driver, opts Opt
 	runWorkers(sub)
 	runClaimer(sub)
 	runReclaim(sub, opts)
+	runInspector(sub, opts)
 }
 
 func testCreateWaiting(e *env) {

@@ -126,7 +126,7 @@ VALUES ($1, $2, gen_random_uuid(), $3, $4, $5::jsonb)`, k.part, flow, up, job, s
  WHERE partition_key = $1 AND flow_id = $2`, k.part, flow, len(children), now); err != nil {
 			return err
 		}
-		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, "waiting_children", now)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("wait for children of %s: %w", p.ExecutionID, err)

@@ -356,7 +356,10 @@ ev AS (
   INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
   SELECT execution_id::text, NULL, 'revoked', $4, partition_key::int, raw_fields->>'namespace',
          raw_fields->'tags'->>'cairn.instance_id'
-    FROM core)
+    FROM core
+  RETURNING event_id),
+note AS (
+  INSERT INTO fabric_lease_reason (event_id, reason) SELECT event_id, 'completed' FROM ev)
 SELECT 0::smallint, execution_id, lifecycle_phase, attempt_index, NULL::bigint, NULL::bigint FROM lc
 UNION ALL
 SELECT 1::smallint, execution_id, NULL, attempt_index, lease_epoch, lease_expires_at_ms FROM la

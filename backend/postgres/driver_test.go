@@ -26,6 +26,11 @@ func TestDriverConformance(t *testing.T) {
 			_, err := c.ReconcileAttemptTimeouts(ctx, id.Partition().Index, now, 0)
 			return err
 		},
+		// The pg_delayed_promoter pass over the execution's partition.
+		PromoteDelayed: func(ctx context.Context, _ backend.Driver, id model.ExecutionID, now int64) error {
+			_, err := c.PromoteDelayedDue(ctx, id.Partition().Index, now, 0)
+			return err
+		},
 	})
 }
 

@@ -28,12 +28,25 @@ const (
 // ff_lease_event at commit). namespace and instance_tag are denormalised
 // from the execution row when it exists (the value of its
 // cairn.instance_id tag), NULL otherwise; the row is written either way.
-func emitLeaseEvent(ctx context.Context, tx pgx.Tx, k execKey, eventType string, now int64) error {
+// A release's reason ("" none) goes beside it into fabric_lease_reason,
+// where the console's lease history reads it.
+func emitLeaseEvent(ctx context.Context, tx pgx.Tx, k execKey, eventType, reason string, now int64) error {
 	if _, err := tx.Exec(ctx, pgsql.LeaseEventInsert.SQL, k.id(), eventType, now, k.part); err != nil {
 		return fmt.Errorf("lease event %s: %w", eventType, err)
 	}
+	if reason == "" {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlLeaseReasonInsert, reason); err != nil {
+		return fmt.Errorf("lease event %s reason %s: %w", eventType, reason, err)
+	}
 	return nil
 }
+
+// sqlLeaseReasonInsert notes the reason of the ff_lease_event row the
+// session inserted last.
+const sqlLeaseReasonInsert = `INSERT INTO fabric_lease_reason (event_id, reason)
+VALUES (currval(pg_get_serial_sequence('ff_lease_event', 'event_id')), $1)`
 
 // emitCompletion appends one ff_completion_event row for the execution in
 // tx (NOTIFY ff_completion at commit). withNamespace copies the
@@ -435,7 +448,9 @@ var (
 //	  started_at_ms = now
 //	ff_exec_core: active / leased / not_applicable / running / running_attempt,
 //	  started_at_ms = COALESCE(started_at_ms, now), raw_fields.total_attempt_count+1
-//	ff_lease_event: acquired (namespace, instance_tag from raw_fields)
+//	ff_lease_event: acquired (namespace, instance_tag from raw_fields);
+//	  fabric_lease_reason claim_resumed for a resumed attempt, as
+//	  ff_claim_resumed_execution writes into a Valkey lease history
 //
 // cand's columns are partition_key, execution_id, attempt_index,
 // attempt_state and policy. It returns the claimed row's execution, attempt, epoch and job fields;
@@ -473,7 +488,10 @@ ev AS (
   INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
   SELECT execution_id::text, NULL, 'acquired', $4, partition_key::int, raw_fields->>'namespace',
          raw_fields->'tags'->>'cairn.instance_id'
-    FROM core)
+    FROM core
+  RETURNING event_id),
+note AS (
+  INSERT INTO fabric_lease_reason (event_id, reason) SELECT ev.event_id, 'claim_resumed' FROM ev, att WHERE att.lease_epoch > 1)
 SELECT core.partition_key, core.execution_id, cand.attempt_index, cand.attempt_state, att.lease_epoch, core.lane_id,
        COALESCE(core.raw_fields->>'execution_kind', ''), COALESCE(core.raw_fields->>'namespace', ''), core.payload,
        COALESCE(core.flow_id::text, '')
@@ -722,10 +740,10 @@ func storedRetryPolicy(policy []byte) string {
 // (attempt_index < retry_policy.max_retries) the execution is scheduled
 // for a retry after the policy's backoff; otherwise it fails terminally.
 //
-//	retry:    ff_attempt outcome retry, lease NULL; ff_exec_core runnable / unowned /
+//	retry:    ff_attempt outcome retry, lease NULL, raw_fields failure_reason/category; ff_exec_core runnable / unowned /
 //	          not_eligible_until_time (delayed, deadline_at_ms = delay_until) /
 //	          pending_retry_attempt, attempt_index+1; ff_lease_event revoked
-//	terminal: ff_attempt outcome failed, lease NULL; ff_exec_core terminal / unowned /
+//	terminal: ff_attempt outcome failed, lease NULL, raw_fields failure_reason/category; ff_exec_core terminal / unowned /
 //	          not_applicable / failed / attempt_terminal; ff_completion_event failed;
 //	          ff_lease_event revoked
 //
@@ -757,8 +775,10 @@ func (c *Client) FailExecution(ctx context.Context, p *FailExecutionParams) (*Fa
 		if idx < rp.MaxRetries {
 			delay := rp.Delay(idx)
 			res.RetryScheduled, res.DelayUntil = true, now+delay
-			if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'retry', lease_expires_at_ms = NULL
- WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), idx, now); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'retry', lease_expires_at_ms = NULL,
+       raw_fields = raw_fields || jsonb_build_object('failure_reason', $5::text, 'failure_category', $6::text)
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), idx, now,
+				p.FailureReason, p.FailureCategory); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `
@@ -773,10 +793,12 @@ UPDATE ff_exec_core
 				k.part, [16]byte(k.uuid), res.DelayUntil, now, p.FailureReason, p.FailureCategory, idx); err != nil {
 				return err
 			}
-			return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+			return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, "failed_retry_scheduled", now)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'failed', lease_expires_at_ms = NULL
- WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), idx, now); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'failed', lease_expires_at_ms = NULL,
+       raw_fields = raw_fields || jsonb_build_object('failure_reason', $5::text, 'failure_category', $6::text)
+ WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), idx, now,
+			p.FailureReason, p.FailureCategory); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `
@@ -791,7 +813,7 @@ UPDATE ff_exec_core
 		if _, err := emitCompletion(ctx, tx, k, model.OutcomeFailed, now, false); err != nil {
 			return err
 		}
-		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, "failed_terminal", now)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fail execution %s: %w", p.ExecutionID, err)
@@ -827,7 +849,7 @@ func (c *Client) RenewLease(ctx context.Context, p *RenewLeaseParams) (int64, er
  WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), p.Fence.AttemptIndex, expires); err != nil {
 			return err
 		}
-		return emitLeaseEvent(ctx, tx, k, LeaseEventRenewed, now)
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRenewed, "", now)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("renew lease %s: %w", p.ExecutionID, err)
@@ -868,7 +890,7 @@ UPDATE ff_exec_core
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), p.DelayUntil, now); err != nil {
 			return err
 		}
-		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, "worker_delay", now)
 	})
 	if err != nil {
 		return fmt.Errorf("delay execution %s: %w", p.ExecutionID, err)

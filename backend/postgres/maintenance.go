@@ -145,7 +145,7 @@ func (c *Client) ExpireExecutionDeadlines(ctx context.Context, partition uint16,
 			return false, err
 		}
 		if phase == model.PhaseActive {
-			if err := emitLeaseEvent(ctx, tx, k, LeaseEventExpired, now); err != nil {
+			if err := emitLeaseEvent(ctx, tx, k, LeaseEventExpired, "", now); err != nil {
 				return false, err
 			}
 		}

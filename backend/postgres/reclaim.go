@@ -150,7 +150,7 @@ func (c *Client) Reclaim(ctx context.Context, p *backend.ClaimNextParams, n int)
 			uuid := [16]byte(x.k.uuid)
 			if x.own == model.OwnershipLeased {
 				// Not marked yet: mark it as the lease-expiry scanner would.
-				if err := emitLeaseEvent(ctx, tx, x.k, LeaseEventExpired, now); err != nil {
+				if err := emitLeaseEvent(ctx, tx, x.k, LeaseEventExpired, "", now); err != nil {
 					return err
 				}
 				x.own = model.OwnershipLeaseExpiredReclaimable
@@ -189,7 +189,7 @@ func (c *Client) Reclaim(ctx context.Context, p *backend.ClaimNextParams, n int)
 			if err != nil {
 				return fmt.Errorf("reclaim %s: %w", x.k.execID(), err)
 			}
-			if err := emitLeaseEvent(ctx, tx, x.k, LeaseEventReclaimed, now); err != nil {
+			if err := emitLeaseEvent(ctx, tx, x.k, LeaseEventReclaimed, "", now); err != nil {
 				return err
 			}
 			f := newFence(x.k, idx, uint64(epoch))

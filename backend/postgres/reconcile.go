@@ -185,7 +185,7 @@ func (c *Client) expireAttempt(ctx context.Context, k execKey, now int64) (bool,
 				return err
 			}
 		}
-		if err := emitLeaseEvent(ctx, tx, k, LeaseEventExpired, now); err != nil {
+		if err := emitLeaseEvent(ctx, tx, k, LeaseEventExpired, "", now); err != nil {
 			return err
 		}
 		acted = true

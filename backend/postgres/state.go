@@ -173,9 +173,10 @@ func (c *Client) CancelExecution(ctx context.Context, p *CancelExecutionParams) 
 // CancelExecution for what it writes); phase and idx are its lifecycle
 // phase and attempt index as read under the lock.
 func cancelLocked(ctx context.Context, tx pgx.Tx, k execKey, phase string, idx int, reason, source string, now int64) error {
-	if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'cancelled', lease_expires_at_ms = NULL
+	if _, err := tx.Exec(ctx, `UPDATE ff_attempt SET terminal_at_ms = $4, outcome = 'cancelled', lease_expires_at_ms = NULL,
+       raw_fields = raw_fields || jsonb_build_object('failure_reason', 'cancelled: ' || $5::text)
  WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3 AND terminal_at_ms IS NULL`,
-		k.part, [16]byte(k.uuid), idx, now); err != nil {
+		k.part, [16]byte(k.uuid), idx, now, reason); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `
@@ -199,7 +200,7 @@ UPDATE ff_exec_core
 		return err
 	}
 	if phase == model.PhaseActive {
-		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, "cancelled", now)
 	}
 	return nil
 }

@@ -191,7 +191,7 @@ ON CONFLICT (partition_key, execution_id) DO UPDATE SET suspension_id = EXCLUDED
  WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, k.part, [16]byte(k.uuid), p.Fence.AttemptIndex); err != nil {
 			return err
 		}
-		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, now)
+		return emitLeaseEvent(ctx, tx, k, LeaseEventRevoked, "suspend", now)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("suspend %s: %w", p.ExecutionID, err)

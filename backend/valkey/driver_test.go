@@ -42,5 +42,15 @@ func TestDriverConformance(t *testing.T) {
 			_, err = c.ExpireExecution(ctx, &valkey.ExpireExecutionParams{ExecutionID: id, Reason: valkey.ExpireAttemptTimeout})
 			return err
 		},
+		// The delayed promoter's step for one execution.
+		PromoteDelayed: func(ctx context.Context, _ backend.Driver, id model.ExecutionID, now int64) error {
+			raw := c.Raw()
+			lane, err := raw.Do(ctx, raw.B().Hget().Key(model.KeysFor(id).Core()).Field("lane_id").Build()).ToString()
+			if err != nil {
+				return err
+			}
+			_, err = c.PromoteDelayed(ctx, &valkey.PromoteDelayedParams{ExecutionID: id, Lane: lane, NowMs: now})
+			return err
+		},
 	})
 }

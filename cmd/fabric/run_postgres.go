@@ -182,7 +182,7 @@ func (f *runPGFlags) openPostgresRun(ctx context.Context, env *cliEnv, b *backen
 		pluginDefaults:  map[string]map[string]string{"pg_dependency_reconciler": {"stale_ms": "0"}},
 		pluginIntervals: map[string]time.Duration{"pg_dependency_reconciler": postgres.DependencySafetyInterval},
 		sampler:         admin.SamplerConfig{Take: admin.PGCensus(pc)},
-		server:          admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewPGConsole(pc)},
+		server:          admin.ServerConfig{Probe: admin.PGProbe(pc), Console: admin.NewConsole(postgres.NewDriver(pc))},
 		demoNote:        "demo workload running on Postgres; Ctrl-C stops submitting, drains and exits",
 		provider:        pc,
 		prepareDemo: func(h *host.Host, _ *workloadConfig, say io.Writer) {

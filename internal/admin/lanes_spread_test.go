@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-host/fabric/backend/valkey"
 	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
 	"github.com/fabric-host/fabric/internal/admin"
 	"github.com/fabric-host/fabric/model"
@@ -38,7 +39,7 @@ func TestLanesShowSpread(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lanes, err := admin.NewConsole(vc).Lanes(ctx)
+	lanes, err := admin.NewConsole(valkey.NewDriver(vc)).Lanes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

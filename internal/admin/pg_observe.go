@@ -25,12 +25,12 @@ func (p pgProbe) Ready(ctx context.Context) error { return postgres.CheckSchema(
 // SamplerConfig.Take: executions by state from ff_exec_core (the states of
 // census.States, as the Postgres console's lane counts map them), the
 // lanes, and pg_delayed_promoter's lag (the oldest due delayed
-// execution), all from one statement (pgLaneCensus: cheap from the first
+// execution), all from one statement (postgres.Driver.LaneCensus: cheap from the first
 // sample, exact). Partition leases do not exist on Postgres: no Ownership.
 func PGCensus(c *postgres.Client) func(ctx context.Context) (*census.Census, error) {
-	pc := NewPGConsole(c)
+	d := postgres.NewDriver(c)
 	return func(ctx context.Context) (*census.Census, error) {
-		lanes, nowMs, earliestDelayed, err := pc.laneCensus(ctx)
+		lanes, nowMs, earliestDelayed, err := d.LaneCensus(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("census: %w", err)
 		}

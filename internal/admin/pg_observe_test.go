@@ -60,7 +60,7 @@ func TestPGCensus(t *testing.T) {
 		cen.Executions["delayed"] != 1 || cen.Executions["terminal"] != 0 || cen.LagMs["pg_delayed_promoter"] != 0 {
 		t.Fatalf("census: lanes %v, executions %v, lag %v", cen.Lanes, cen.Executions, cen.LagMs)
 	}
-	lanes, err := admin.NewPGConsole(pc).Lanes(ctx)
+	lanes, err := admin.NewConsole(postgres.NewDriver(pc)).Lanes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,8 +44,9 @@ type ServerConfig struct {
 	// Probe answers /healthz and /readyz (default ValkeyProbe(Backend));
 	// PGProbe for a Postgres deployment.
 	Probe Prober
-	// Console serves the console API and UI (default NewConsole(Backend));
-	// NewPGConsole for a Postgres deployment.
+	// Console serves the console API and UI (default NewConsole over
+	// valkey.NewDriver(Backend)); NewConsole(postgres.NewDriver(c)) for a
+	// Postgres deployment.
 	Console ConsoleBackend
 	// BackendName describes the backend in /status.
 	BackendName string
@@ -113,7 +114,7 @@ func NewServer(cfg ServerConfig) *Server {
 			cfg.Probe = ValkeyProbe(cfg.Backend)
 		}
 		if cfg.Console == nil {
-			cfg.Console = NewConsole(cfg.Backend)
+			cfg.Console = NewConsole(valkey.NewDriver(cfg.Backend))
 		}
 	}
 	if cfg.Probe == nil || cfg.Console == nil {

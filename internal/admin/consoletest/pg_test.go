@@ -131,7 +131,7 @@ VALUES ($1, $2, $3, $4, $5, '{"dependency_kind":"success_only"}')`, int16(part.I
 		t.Fatal(err)
 	}
 
-	srv := httptest.NewServer(admin.NewConsoleHandler(admin.ConsoleConfig{Backend: admin.NewPGConsole(pc), AdminToken: "tok",
+	srv := httptest.NewServer(admin.NewConsoleHandler(admin.ConsoleConfig{Backend: admin.NewConsole(postgres.NewDriver(pc)), AdminToken: "tok",
 		Logger: pgtest.Logger()}))
 	t.Cleanup(srv.Close)
 	base := srv.URL

@@ -59,7 +59,7 @@ function table(id, headers, rows) {
 function kv(obj, keys) {
   const ks = keys || Object.keys(obj || {}).sort();
   const rows = ks.filter((k) => obj && obj[k] !== undefined && obj[k] !== "")
-    .map((k) => `<tr><th>${esc(k)}</th><td class="mono" data-field="${esc(k)}">${esc(/_at$|_ms$|^ts$/.test(k) && Number(obj[k]) > 1e11 ? ms(obj[k]) + " (" + obj[k] + ")" : obj[k])}</td></tr>`);
+    .map((k) => `<tr><th>${esc(k)}</th><td class="mono" data-field="${esc(k)}">${esc(/_at$|_ms$|_until$|^ts$/.test(k) && Number(obj[k]) > 1e11 ? ms(obj[k]) + " (" + obj[k] + ")" : obj[k])}</td></tr>`);
   return rows.length ? `<table class="kv">${rows.join("")}</table>` : "<p>none</p>";
 }
 
