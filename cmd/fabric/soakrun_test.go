@@ -328,7 +328,9 @@ func (r *soakRun) poll() (int, map[string]int) {
 	r.pending = append(r.pending, created[r.terminal+len(r.pending):]...)
 	phases, err := r.tg.phases(r.ctx, r.pending)
 	if err != nil {
-		r.t.Fatalf("read phases: %v", err)
+		r.tg.describe(r.t, r.pending)
+		r.t.Fatalf("read phases of %d executions in flight after %s: %v; hosts' logs in %s",
+			len(r.pending), time.Since(r.start).Round(time.Second), err, r.logDir)
 	}
 	by := map[string]int{}
 	left := r.pending[:0]
