@@ -105,7 +105,10 @@ func checkCompletedOnce(t *testing.T, ctx context.Context, vc *valkey.Client, id
 		res := raw.DoMulti(ctx, cmds...)
 		for i, id := range ids[s:end] {
 			if state, _ := res[2*i].ToString(); state != "completed" {
-				notCompleted = append(notCompleted, fmt.Sprintf("%s=%s", id, state))
+				// What ended it, for the post-mortem.
+				why, _ := raw.Do(ctx, raw.B().Hmget().Key(model.KeysFor(id).Core()).
+					Field("execution_kind", "attempt_count", "last_failure_message").Build()).AsStrSlice()
+				notCompleted = append(notCompleted, fmt.Sprintf("%s=%s %q", id, state, why))
 			}
 			entries, err := res[2*i+1].AsXRange()
 			if err != nil {

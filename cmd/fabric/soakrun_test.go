@@ -184,8 +184,14 @@ func (w *soakWork) handle(ctx context.Context, j *sdk.Job) error {
 		}
 		// The timeout resumes it too: a suspension whose answer a server
 		// kill lost has no token for deliverSignals to use.
-		s, err := j.Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approve"}, Timeout: 30 * time.Second,
-			TimeoutBehavior: "auto_resume_with_timeout_signal"})
+		// A suspend the server's restart refused is tried again: the
+		// handler's error would fail the execution, which has no retries.
+		var s *sdk.Suspension
+		err := w.retry(ctx, func() (err error) {
+			s, err = j.Suspend(ctx, sdk.SuspendSpec{Signals: []string{"approve"}, Timeout: 30 * time.Second,
+				TimeoutBehavior: "auto_resume_with_timeout_signal"})
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -197,14 +203,18 @@ func (w *soakWork) handle(ctx context.Context, j *sdk.Job) error {
 }
 
 // deliverSignals approves each suspension after a short pause, until ctx
-// ends.
+// ends; it returns once every delivery it began has.
 func (w *soakWork) deliverSignals(ctx context.Context, t *testing.T) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case s := <-w.signals:
+			wg.Add(1)
 			go func() {
+				defer wg.Done()
 				select {
 				case <-ctx.Done():
 					return
@@ -263,8 +273,9 @@ func newSoakRun(t *testing.T, ctx context.Context, tg *soakTarget, n int, hosts 
 		r.startWorker()
 	}
 	sig, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	go w.deliverSignals(sig, t)
+	delivered := make(chan struct{})
+	go func() { defer close(delivered); w.deliverSignals(sig, t) }()
+	t.Cleanup(func() { stop(); <-delivered })
 	return r
 }
 
