@@ -248,3 +248,58 @@ func TestClaimerClaimsNotifiedFlowMember(t *testing.T) {
 		t.Fatalf("payload x9:a: %d %q", p, l)
 	}
 }
+
+// A crash of the server discards its statistics, by which the claimer's
+// scan skips the partitions never used: a flow member eligible on its
+// flow's partition whose every row predates the crash (here: the
+// statistics reset, as a crash does), and whose notification was lost,
+// is still claimed — by the scan's periodic sweep of every partition.
+func TestClaimerFindsWorkTheStatisticsForgot(t *testing.T) {
+	t.Parallel()
+	c := pgtest.Client(t, postgres.ClientConfig{})
+	ctx := pgtest.Context(t, 2*time.Minute)
+	const lane = "forgotten-lane"
+	flow := model.NewUUID()
+	for parts.FlowPartition(flow) == parts.SoloPartition(lane) {
+		flow = model.NewUUID()
+	}
+	id := newExec(t, c, &execOpts{lane: lane, flow: flow})
+	var child string
+	if err := c.Pool().QueryRow(ctx, `SELECT tableoid::regclass::text FROM ff_exec_core WHERE execution_id = $1::uuid`,
+		id.UUIDString()).Scan(&child); err != nil {
+		t.Fatal(err)
+	}
+	stat := func() (n int64) {
+		if err := c.Pool().QueryRow(ctx, `SELECT pg_stat_get_live_tuples($1::regclass) + pg_stat_get_tuples_inserted($1::regclass)
+  + pg_stat_get_tuples_updated($1::regclass)`, child).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The insert's statistics reach the collector within a second or so;
+	// then they are reset, as a crash resets them.
+	pgtest.Eventually(t, time.Minute, "the insert counted by the statistics", func() bool { return stat() > 0 })
+	if _, err := c.Pool().Exec(ctx, `SELECT pg_stat_reset()`); err != nil {
+		t.Fatal(err)
+	}
+	if n := stat(); n != 0 {
+		t.Fatalf("statistics of %s after the reset: %d", child, n)
+	}
+	cl, err := postgres.NewDriverFullSweepForTest(c, 3).NewClaimer(ctx, &backend.ClaimerConfig{WorkerID: "w", WorkerInstanceID: "wi",
+		Lanes: []string{lane}, LeaseTTLMs: 30_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// Without notifications a worker polls: Claim claims what the scan found.
+	var got []*backend.ClaimResult
+	pgtest.Eventually(t, time.Minute, "the claimer's scan finds the flow member on "+child, func() bool {
+		if got, err = cl.Claim(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		return len(got) > 0
+	})
+	if got[0].ExecutionID != id {
+		t.Fatalf("claimed %s, want %s", got[0].ExecutionID, id)
+	}
+}

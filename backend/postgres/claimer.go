@@ -25,6 +25,16 @@ import (
 // without notifications, for every flow member.
 const fullScanInterval = time.Second
 
+// fullSweepEvery is how many scans apart the claimer's scan reads every
+// partition, the statistics notwithstanding (sqlChildrenInUse): a server
+// that crashed (kill -9, power loss) restarts with its statistics
+// discarded, and a partition whose rows all predate the crash reads as
+// never used — an eligible flow member there, its notification lost in
+// the restart, would never be claimed. The first such sweep opens every
+// partition once in the scan's session (the cost the statistics save at
+// a worker's start); later ones are index probes like any scan's.
+const fullSweepEvery = 30
+
 // findWorkSQL returns the statement that names which of lanes $1 hold
 // eligible work (required capabilities within $2) on partition part: one
 // probe of the claim index per lane. The partition is a literal, so each
@@ -65,7 +75,10 @@ type Claimer struct {
 	// analyzed: the lanes' solo children the scan has seen analyzed
 	// (analyzeFresh), or gave up on.
 	analyzed map[string]bool
-	once     sync.Once
+	// scans counts the scans; every fullSweep-th reads every partition
+	// (fullSweepEvery; tests set it lower).
+	scans, fullSweep int
+	once             sync.Once
 	// reclaimMu guards reclaimAt, when the last reclaim pass ran, and
 	// reclaimCursor, the first flow partition of the next pass's window.
 	reclaimMu     sync.Mutex
@@ -84,7 +97,8 @@ func (d *Driver) NewClaimer(ctx context.Context, cfg *backend.ClaimerConfig) (ba
 	if cfg == nil || cfg.WorkerID == "" || cfg.WorkerInstanceID == "" || len(cfg.Lanes) == 0 || cfg.LeaseTTLMs <= 0 {
 		return nil, fmt.Errorf("%w: new claimer: a worker id, an instance id, lanes and lease_ttl_ms > 0 are required", backend.ErrInvalidInput)
 	}
-	c := &Claimer{d: d, cfg: *cfg, parts: d.c.Partitions(), log: cmp.Or(cfg.Logger, slog.Default()), places: newWorkPlaces()}
+	c := &Claimer{d: d, cfg: *cfg, parts: d.c.Partitions(), log: cmp.Or(cfg.Logger, slog.Default()), places: newWorkPlaces(),
+		fullSweep: cmp.Or(d.fullSweepEvery, fullSweepEvery)}
 	c.cfg.Lanes = slices.Clone(cfg.Lanes)
 	if cfg.Notifications {
 		sub, err := d.c.SubscribeEligible(ctx, cfg.Lanes)
@@ -243,16 +257,20 @@ const sqlChildKeys = `SELECT r, k FROM generate_series(0, $1::int - 1) AS k, gen
  WHERE satisfies_hash_partition('ff_exec_core'::regclass, 256, r, k::smallint)`
 
 // sqlChildrenInUse names the partitions of ff_exec_core that hold, or
-// ever held, a row by the statistics: a scan skips the others without
-// opening them (the first look at a partition costs a backend several ms
-// of catalog reads; at every worker start, 256 of them were 0.2-1 s of
-// server CPU). Statistics trail the writes by up to some seconds, so new
-// work on a partition in use for the first time is found a few seconds
-// later by the scan (a notification finds it at once).
+// ever held, a row by the statistics — with $1, every partition: a scan
+// skips the others without opening them (the first look at a partition
+// costs a backend several ms of catalog reads; at every worker start, 256
+// of them were 0.2-1 s of server CPU). Statistics trail the writes by up
+// to some seconds, so new work on a partition in use for the first time
+// is found a few seconds later by the scan (a notification finds it at
+// once). A crash discards the statistics: a row updated since (work
+// promoted, released, reclaimed) brings its partition back, and the full
+// sweep (fullSweepEvery) finds the rest.
 const sqlChildrenInUse = `SELECT substr(relname, 15)::int FROM pg_class
  WHERE relname >= 'ff_exec_core_p' AND relname < 'ff_exec_core_q' AND relname ~ '^ff_exec_core_p[0-9]+$'
    AND relkind = 'r' AND relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'ff_exec_core'::regclass)
-   AND (pg_stat_get_live_tuples(oid) > 0 OR pg_stat_get_tuples_inserted(oid) > 0)`
+   AND ($1::bool OR pg_stat_get_live_tuples(oid) > 0 OR pg_stat_get_tuples_inserted(oid) > 0
+        OR pg_stat_get_tuples_updated(oid) > 0)`
 
 // scan runs findWorkSQL for every partition in use (sqlChildrenInUse),
 // pipelined in one round trip, on *conn, dialling it first when nil. The
@@ -286,7 +304,8 @@ func (c *Claimer) scan(ctx context.Context, conn **pgx.Conn, caps []string) ([]N
 		c.childKeys = m
 	}
 	var keys []int
-	rows, err := (*conn).Query(ctx, sqlChildrenInUse)
+	c.scans++
+	rows, err := (*conn).Query(ctx, sqlChildrenInUse, c.scans%c.fullSweep == 0)
 	if err != nil {
 		return nil, fmt.Errorf("claimer scan: partitions in use: %w", err)
 	}

@@ -17,6 +17,8 @@ import (
 // Create it with NewDriver.
 type Driver struct {
 	c *Client
+	// fullSweepEvery overrides the claimers' fullSweepEvery (tests).
+	fullSweepEvery int
 }
 
 var _ backend.Driver = (*Driver)(nil)

@@ -100,3 +100,7 @@ func (p *ClaimPlanForTest) Close() {
 	_, _ = p.conn.Exec(ctx, "RESET ALL")
 	p.conn.Release()
 }
+
+// NewDriverFullSweepForTest is NewDriver whose claimers' scans read every
+// partition every n-th scan (fullSweepEvery).
+func NewDriverFullSweepForTest(c *Client, n int) *Driver { return &Driver{c: c, fullSweepEvery: n} }

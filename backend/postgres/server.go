@@ -350,6 +350,25 @@ func (s *Server) PID() int { return s.child.PID() }
 // postmaster and its backends), as a crash would, keeping its directory.
 func (s *Server) Kill() { s.child.Kill() }
 
+// Restart kills the cluster (Kill: SIGKILL to the postmaster and its
+// backends, as a crash would) and starts it again on the same directory
+// and socket: the server recovers from its write-ahead log. Without
+// Durable, commits acknowledged in the last moments before the kill may
+// be lost (synchronous_commit is off).
+func (s *Server) Restart(ctx context.Context) error {
+	s.child.Kill()
+	return s.start(ctx)
+}
+
+// RestartGracefully restarts the cluster as `pg_ctl restart -m fast`
+// does: a fast shutdown (SIGINT: sessions are ended, a checkpoint is
+// written), up to 10 s to exit (then SIGKILL), and a start on the same
+// directory and socket.
+func (s *Server) RestartGracefully(ctx context.Context) error {
+	s.child.Terminate(syscall.SIGINT, 10*time.Second)
+	return s.start(ctx)
+}
+
 // Stop shuts the cluster down (fast shutdown, then SIGKILL after 10 s),
 // waits for every server process to exit and removes the directory when it
 // was created by StartServer. It is safe to call more than once.

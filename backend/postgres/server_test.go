@@ -55,6 +55,55 @@ func TestServer(t *testing.T) {
 	}
 }
 
+// TestServerRestart: a cluster restarted gracefully (as pg_ctl restart
+// does) and after a kill -9 comes back on the same socket with every
+// committed row, in a new postmaster, and still stops clean.
+func TestServerRestart(t *testing.T) {
+	t.Parallel()
+	ctx := pgtest.Context(t, 2*time.Minute)
+	s, err := postgres.StartServer(ctx, postgres.ServerConfig{Durable: true, Logger: pgtest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	exec := func(sql string) int {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, s.URL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var n int
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	exec("CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)")
+	for i, restart := range []func(context.Context) error{s.RestartGracefully, s.Restart} {
+		pid := s.PID()
+		if err := restart(ctx); err != nil {
+			t.Fatalf("restart %d: %v", i, err)
+		}
+		if s.PID() == pid || s.PID() == 0 {
+			t.Fatalf("restart %d: postmaster %d, was %d", i, s.PID(), pid)
+		}
+		if n := exec("INSERT INTO kept VALUES (2)"); n != i+2 {
+			t.Fatalf("restart %d: %d rows after it, want %d", i, n, i+2)
+		}
+	}
+	pid, dir := s.PID(), s.Dir()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.CheckGone(pid, dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestServerDiesWithHost starts a cluster from a child process (this test
 // binary re-executed), kills the child with SIGKILL and checks that the
 // postmaster does not outlive it.

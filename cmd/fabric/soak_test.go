@@ -2,28 +2,22 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/fabric-host/fabric/backend/valkey"
-	"github.com/fabric-host/fabric/backend/valkey/valkeytest"
-	"github.com/fabric-host/fabric/host"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
-	"github.com/fabric-host/fabric/sdk"
 )
 
-// soakSize is the soak's execution count: FABRIC_SOAK_EXECUTIONS, else
-// 10,000.
+// soakSize is the soak's execution count per backend:
+// FABRIC_SOAK_EXECUTIONS, else 10,000.
 func soakSize(t *testing.T) int {
 	if v := os.Getenv("FABRIC_SOAK_EXECUTIONS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -78,6 +72,19 @@ func (h *soakHost) kill9() {
 	<-done
 }
 
+// exited reports whether the host's process ended (nobody killed it
+// since it was started: it died on its own).
+func (h *soakHost) exited() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // stop ends the host gracefully (SIGTERM), killing it after 30 s.
 func (h *soakHost) stop() {
 	h.mu.Lock()
@@ -94,51 +101,90 @@ func (h *soakHost) stop() {
 	}
 }
 
-// soakChaos is how long the soak injects faults; after it, the system
-// must converge on its own.
-const soakChaos = 45 * time.Second
+// Faults of one soak, on each backend. Each lands while work is in
+// flight (soakRun.fault); the server restarts sit between the others.
+const (
+	soakHostKills     = 10
+	soakWorkerCrashes = 10
+)
 
-// TestSoakKill9 is the bounded soak of issue 13: SDK workers complete
-// soakSize executions while `fabric run` hosts (the default and flow
-// engine plugin sets) are kill -9'd and restarted, workers crash (their
-// leases left to expire and be reclaimed), and the server itself is
-// restarted once (SIGTERM: it flushes its append-only file, so no
-// acknowledged write is lost). Every execution must end completed, and
-// exactly once: one "released, completed" event in its lease history,
-// counted from the keyspace.
+// soakServerFault is one restart of the backend's server.
+type soakServerFault struct {
+	name    string
+	restart func(context.Context) error
+}
+
+// soakTarget is what the soak needs of one backend: the SDK's provider,
+// the `fabric run` flags that reach it and the plugins its hosts load,
+// its three server restarts, the phase read and the final check.
+type soakTarget struct {
+	name     string
+	provider backend.Provider
+	hostArgs func(i int) []string
+	plugins  []string
+	restarts [3]soakServerFault
+	// phases reads the lifecycle_phase of each of ids ("" when the
+	// execution does not exist; a runnable one's eligibility after a
+	// slash).
+	phases func(ctx context.Context, ids []model.ExecutionID) ([]string, error)
+	// check asserts every one of ids completed exactly once, that the
+	// backend holds no other execution, and the audit clean.
+	check func(t *testing.T, ctx context.Context, ids []model.ExecutionID)
+	// describe logs up to 5 of ids not terminal, for a post-mortem.
+	describe func(t *testing.T, ids []model.ExecutionID)
+}
+
+// TestSoakKill9 is the fault soak (issues 13 and 42), on Valkey and on
+// Postgres alike: SDK workers run soakSize executions of every demo kind
+// (plain, retried, delayed, suspended until signalled, diamond flows)
+// while `fabric run` hosts are kill -9'd and restarted, workers crash
+// (their leases left to expire and be reclaimed) and the server restarts
+// three times (gracefully twice, and once by kill -9: Valkey with its
+// append-only file on, Postgres recovering from its write-ahead log).
+// Faults are driven by progress, not time: the work is submitted in
+// waves, one per fault, and each fault lands once a quarter of what is
+// in flight has ended, so every fault provably hits executions in flight
+// (counted, printed and asserted > 0). Every execution must end
+// completed exactly once (counted from the backend's own records), none
+// lost, none stranded, and the audit (internal/audit) clean.
 func TestSoakKill9(t *testing.T) {
 	if testing.Short() {
-		t.Skip("soak: builds the binary and runs for up to a few minutes")
+		t.Skip("soak: builds the binary and runs for up to a few minutes per backend")
 	}
 	t.Parallel()
-	n := soakSize(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
 	bin := filepath.Join(t.TempDir(), "fabric")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	plugins := t.TempDir()
-	copyStock(t, plugins, append(append([]string{}, host.DefaultPlugins...), host.FlowEnginePlugins...)...)
+	t.Run("Valkey", func(t *testing.T) { t.Parallel(); runSoak(t, bin, valkeySoakTarget) })
+	t.Run("Postgres", func(t *testing.T) { t.Parallel(); runSoak(t, bin, postgresSoakTarget) })
+}
 
-	srv, err := valkey.StartServer(ctx, valkey.ServerConfig{Logger: valkeytest.Logger(),
-		ExtraArgs: []string{"--appendonly", "yes", "--appendfsync", "everysec"}})
-	if err != nil {
-		t.Fatal(err)
+// soakPlan is the order of the faults: host kills and worker crashes in
+// turn, a server restart after every sixth.
+func soakPlan() []string {
+	var plan []string
+	restarts := 0
+	for i := 0; i < soakHostKills+soakWorkerCrashes; i++ {
+		if i > 0 && i%6 == 0 && restarts < 3 {
+			plan = append(plan, "server")
+			restarts++
+		}
+		plan = append(plan, map[bool]string{true: "host", false: "worker"}[i%2 == 0])
 	}
-	t.Cleanup(func() { srv.Stop() })
-	vc, err := valkey.Dial(ctx, valkey.ClientConfig{URL: srv.URL(), Logger: valkeytest.Logger()})
-	if err != nil {
-		t.Fatal(err)
+	for ; restarts < 3; restarts++ {
+		plan = append(plan, "server")
 	}
-	t.Cleanup(func() { vc.Close() })
-	lanes := []string{"soak-a", "soak-b", "soak-c", "soak-d", "soak-e", "soak-f", "soak-g", "soak-h"}
-	if err := vc.Bootstrap(ctx, valkey.BootstrapConfig{Lanes: lanes}); err != nil {
-		t.Fatal(err)
-	}
+	return plan
+}
 
-	// The hosts' logs outlive a failed run, for the post-mortem.
+// runSoak runs the soak on the backend target opens.
+func runSoak(t *testing.T, bin string, open func(*testing.T, context.Context) *soakTarget) {
+	n := soakSize(t)
+	// Five minutes, and 100 ms per execution: a loaded machine is slow.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(n)*100*time.Millisecond)
+	defer cancel()
+	tg := open(t, ctx)
 	logDir, err := os.MkdirTemp("", "fabric-soak-logs-")
 	if err != nil {
 		t.Fatal(err)
@@ -148,197 +194,27 @@ func TestSoakKill9(t *testing.T) {
 			os.RemoveAll(logDir)
 		}
 	})
+	plugins := t.TempDir()
+	copyStock(t, plugins, tg.plugins...)
 	hosts := make([]*soakHost, 2)
 	for i := range hosts {
 		hosts[i] = &soakHost{t: t, bin: bin, logs: filepath.Join(logDir, fmt.Sprintf("host%d.log", i)),
-			args: []string{"run", "--valkey-url", srv.URL(), "--demo=false", "--view", "off", "--admin-addr", "",
-				"--plugins", plugins, "--log-level", "info",
-				// A restarted host keeps its id, so it takes its own leases back
-				// at once; a short TTL bounds a dead host's gap.
-				"--host-id", fmt.Sprintf("soak-host-%d", i), "--lease-ttl", "2s"}}
+			args: append([]string{"run", "--demo=false", "--view", "off", "--admin-addr", "", "--plugins", plugins,
+				"--log-level", "info"}, tg.hostArgs(i)...)}
 		hosts[i].start()
 		t.Cleanup(hosts[i].stop)
 	}
-
-	client, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Creator: "soak", Logger: valkeytest.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Handlers count their runs (at least once per execution; more when a
-	// crashed worker's lease was reclaimed mid-run).
-	var runs atomic.Int64
-	handler := func(ctx context.Context, j *sdk.Job) error {
-		runs.Add(1)
-		if j.Kind == "soak.retry" && j.Attempt == 0 {
-			return errors.New("first attempt fails on purpose")
-		}
-		return nil
-	}
-	type soakWorker struct {
-		crash context.CancelFunc
-		done  chan struct{}
-	}
-	var wmu sync.Mutex
-	var workers []*soakWorker
-	startWorker := func(i int) {
-		life, crash := context.WithCancel(ctx)
-		w, err := sdk.Connect(life, vc, sdk.WorkerConfig{WorkerID: "soak", InstanceID: fmt.Sprintf("soak-%d-%d", i, rand.Int64()),
-			Lanes: lanes, Concurrency: 8, LeaseTTL: 2 * time.Second, Logger: valkeytest.Logger()})
-		if err != nil {
-			crash()
-			t.Errorf("connect worker: %v", err)
-			return
-		}
-		sw := &soakWorker{crash: crash, done: make(chan struct{})}
-		go func() { defer close(sw.done); _ = w.Run(life, handler) }()
-		wmu.Lock()
-		workers = append(workers, sw)
-		wmu.Unlock()
-	}
-	for i := 0; i < 4; i++ {
-		startWorker(i)
-	}
-	t.Cleanup(func() {
-		wmu.Lock()
-		defer wmu.Unlock()
-		for _, w := range workers {
-			w.crash()
-			<-w.done
-		}
-	})
-
-	// Submit: a tenth fail their first attempt and retry after 100 ms,
-	// so the hosts' delayed promoter is part of the run.
-	ids := make([]model.ExecutionID, 0, n)
-	var idsMu sync.Mutex
-	var submit sync.WaitGroup
-	for p := range 4 {
-		submit.Add(1)
-		go func() {
-			defer submit.Done()
-			for i := p; i < n; i += 4 {
-				spec := sdk.ExecutionSpec{Lane: lanes[i%len(lanes)], Kind: "soak.plain", Payload: []byte(strconv.Itoa(i))}
-				if i%10 == 0 {
-					spec.Kind = "soak.retry"
-					spec.Policy = &sdk.Policy{MaxRetries: 2, Backoff: sdk.ExponentialBackoff(100*time.Millisecond, time.Second, 2)}
-				}
-				var id model.ExecutionID
-				var err error
-				// A create refused while the server restarts is retried:
-				// the test's producer is a client like any other.
-				for try := 0; try < 100; try++ {
-					if id, err = client.CreateExecution(ctx, spec); err == nil || ctx.Err() != nil {
-						break
-					}
-					time.Sleep(50 * time.Millisecond) // back off while the server restarts
-				}
-				if err != nil {
-					t.Errorf("create %d: %v", i, err)
-					return
-				}
-				idsMu.Lock()
-				ids = append(ids, id)
-				idsMu.Unlock()
-			}
-		}()
-	}
-
-	// Chaos until every execution is terminal: every 3 s one fault in
-	// turn — kill -9 a host and start it again, crash a worker and start
-	// a replacement — and the server killed and restarted once.
-	terminal := func() (int, error) {
-		idsMu.Lock()
-		cur := append([]model.ExecutionID(nil), ids...)
-		idsMu.Unlock()
-		return countTerminal(ctx, vc, cur)
-	}
-	start := time.Now()
-	tick := time.NewTicker(3 * time.Second)
-	defer tick.Stop()
-	faults, serverRestarted := 0, false
-	var hostKills, workerCrashes int
-	for {
-		submit.Wait()
-		done, err := terminal()
-		if err == nil && done == n {
-			break
-		}
-		if testing.Verbose() {
-			t.Logf("%s: %d/%d terminal (read error %v), %d handler runs", time.Since(start).Round(time.Millisecond), done, n, err, runs.Load())
-		}
-		if time.Since(start) > soakChaos {
-			// Quiet: the survivors converge.
-			select {
-			case <-ctx.Done():
-				describeUnfinished(t, vc, ids, 5)
-				t.Fatalf("soak: %d of %d executions terminal after %s (last read error %v); hosts' logs in %s",
-					done, n, time.Since(start).Round(time.Second), err, logDir)
-			case <-tick.C:
-			}
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			describeUnfinished(t, vc, ids, 5)
-			t.Fatalf("soak: %d of %d executions terminal after %s (last read error %v); hosts' logs in %s",
-				done, n, time.Since(start).Round(time.Second), err, logDir)
-		case <-tick.C:
-		}
-		switch faults++; {
-		case faults == 4 && !serverRestarted:
-			t.Logf("%s: server restart", time.Since(start).Round(time.Millisecond))
-			if err := srv.RestartGracefully(ctx); err != nil {
-				t.Fatalf("restart server: %v", err)
-			}
-			serverRestarted = true
-		case faults%2 == 0:
-			h := hosts[faults/2%len(hosts)]
-			h.kill9()
-			h.start()
-			hostKills++
-		default:
-			wmu.Lock()
-			victim := workers[0]
-			workers = workers[1:]
-			wmu.Unlock()
-			victim.crash()
-			<-victim.done
-			startWorker(100 + faults)
-			workerCrashes++
+	r := newSoakRun(t, ctx, tg, n, hosts, logDir)
+	defer r.stopWorkers()
+	r.run()
+	for i, h := range hosts {
+		if h.exited() {
+			t.Errorf("host %d died on its own (log %s)", i, h.logs)
 		}
 	}
-	elapsed := time.Since(start)
-	if !serverRestarted {
-		// The run was quicker than the fourth fault: restart now and check
-		// that nothing was lost across it.
-		if err := srv.RestartGracefully(ctx); err != nil {
-			t.Fatalf("restart server: %v", err)
-		}
-	}
-
-	t.Logf("soak: %d executions in %s (%.0f/s) through %d host kill -9s, %d worker crashes, 1 server restart; %d handler runs",
-		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), hostKills, workerCrashes, runs.Load())
-	checkCompletedOnce(t, ctx, vc, ids, n)
-}
-
-// describeUnfinished logs the state of up to max executions that are not
-// terminal.
-func describeUnfinished(t *testing.T, vc *valkey.Client, ids []model.ExecutionID, max int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	raw := vc.Raw()
-	shown := 0
-	for _, id := range ids {
-		core, err := raw.Do(ctx, raw.B().Hgetall().Key(model.KeysFor(id).Core()).Build()).AsStrMap()
-		if err != nil || core["lifecycle_phase"] == model.PhaseTerminal {
-			continue
-		}
-		t.Logf("unfinished %s: phase=%s ownership=%s eligibility=%s blocking=%s attempt_state=%s attempts=%s lane=%s kind=%s delay_until=%s",
-			id, core["lifecycle_phase"], core["ownership_state"], core["eligibility_state"], core["blocking_reason"],
-			core["attempt_state"], core["attempt_count"], core["lane_id"], core["execution_kind"], core["delay_until"])
-		if shown++; shown == max {
-			return
-		}
-	}
+	// The check reads every execution: a context of its own, so a slow
+	// run leaves it its time.
+	cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer ccancel()
+	tg.check(t, cctx, r.work.created())
 }

@@ -106,6 +106,22 @@ func (c *Child) Kill() {
 	}
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-exited
+	waitGroupGone(cmd.Process.Pid)
+}
+
+// groupGoneWait bounds waitGroupGone.
+const groupGoneWait = 5 * time.Second
+
+// waitGroupGone waits, up to groupGoneWait, until no process of group
+// pgid is alive: the leader is reaped at once, but its own children (a
+// Postgres cluster's backends) die on their own time, holding what the
+// next start needs (a backend still attached to the shared memory block
+// makes a new postmaster refuse to start).
+func waitGroupGone(pgid int) {
+	deadline := time.Now().Add(groupGoneWait)
+	for groupAlive(pgid) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Terminate sends sig to a running process, waits up to grace for it to
@@ -131,6 +147,7 @@ func (c *Child) Terminate(sig os.Signal, grace time.Duration) {
 		t.Stop()
 	}
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	waitGroupGone(cmd.Process.Pid)
 }
 
 // Stop is Terminate once: it reports false, doing nothing, when the child

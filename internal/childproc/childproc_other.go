@@ -10,3 +10,7 @@ import "syscall"
 func Attr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// groupAlive is false outside Linux: there is no /proc to tell a live
+// member of the group from a zombie, and Kill does not wait for them.
+func groupAlive(int) bool { return false }
