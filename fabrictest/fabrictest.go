@@ -7,6 +7,7 @@
 //	func TestSignup(t *testing.T) {
 //		c := fabrictest.Valkey(t) // or fabrictest.Postgres(t)
 //		id, _ := sdk.EnqueueArgs(ctx, c, WelcomeEmail{To: "a@b"}, sdk.WithLane("emails"))
+//		fabrictest.RequireEnqueued(t, c, fabrictest.Enqueued{Kind: "email.welcome", Lane: "emails"})
 //		fabrictest.Drain(t, c, "emails", mux.ServeJob)
 //		st, _ := c.State(ctx, id) // completed
 //	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -63,4 +64,70 @@ func TestDrain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// welcome is a job argument type naming its kind.
+type welcome struct {
+	To   string `json:"to"`
+	Name string `json:"name"`
+}
+
+func (welcome) Kind() string { return "email.welcome" }
+
+// TestRequireEnqueued: RequireEnqueued finds an execution by kind, lane,
+// arguments (as JSON values) and tags on both backends, and a test that
+// asks for one never enqueued fails.
+func TestRequireEnqueued(t *testing.T) {
+	t.Parallel()
+	for _, be := range []struct {
+		name string
+		open func(testing.TB) *sdk.Client
+	}{{"Valkey", fabrictest.Valkey}, {"Postgres", fabrictest.Postgres}} {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			c := be.open(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for _, to := range []string{"ann@example.com", "bob@example.com"} {
+				if _, err := sdk.EnqueueArgs(ctx, c, welcome{To: to, Name: "x"}, sdk.WithLane("mail"), sdk.WithTag("app.campaign", "spring")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := fabrictest.RequireEnqueued(t, c, fabrictest.Enqueued{Kind: "email.welcome", Lane: "mail",
+				Args: map[string]string{"name": "x", "to": "bob@example.com"}, Tags: map[string]string{"app.campaign": "spring"}})
+			if d.Tags["app.campaign"] != "spring" {
+				t.Fatalf("found %+v", d)
+			}
+			// A kit assertion that fails: run on a recorder, not on t.
+			rec := &recorder{TB: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				fabrictest.RequireEnqueued(rec, c, fabrictest.Enqueued{Kind: "email.welcome", Args: welcome{To: "cy@example.com"}})
+			}()
+			<-done
+			if !rec.failed {
+				t.Fatal("RequireEnqueued of arguments never enqueued did not fail")
+			}
+		})
+	}
+}
+
+// recorder is a testing.TB whose Fatal records the failure and ends the
+// goroutine, as testing's does, without failing the real test.
+type recorder struct {
+	testing.TB
+	failed bool
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Fatalf(string, ...any) {
+	r.failed = true
+	runtime.Goexit()
+}
+
+func (r *recorder) Fatal(...any) {
+	r.failed = true
+	runtime.Goexit()
 }
