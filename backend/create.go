@@ -23,10 +23,12 @@ var ErrConflict = errors.New("backend: execution id taken by an execution with a
 // anything: a well-formed execution id, a lane, text fields (namespace,
 // lane, kind, creator, flow kind, idempotency key, policy, tag keys and
 // values) that are valid UTF-8 without NUL, and a payload of at most
-// maxPayload bytes (no limit when maxPayload is not positive), and an
-// execution deadline after nowMs (the driver's clock; one already past
+// maxPayload bytes (no limit when maxPayload is not positive), and, when
+// nowMs is positive, an execution deadline after nowMs (one already past
 // would let the execution run to completion past its deadline). Every
-// refusal wraps ErrInvalidInput.
+// refusal wraps ErrInvalidInput. The drivers pass their clock; the
+// clients' raw creates pass 0 and accept a past deadline, which the
+// deadline scanners then expire.
 func ValidateCreateExecution(p *CreateExecutionParams, maxPayload int, nowMs int64) error {
 	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
 		return fmt.Errorf("%w: create execution: %v", ErrInvalidInput, err)
@@ -41,7 +43,7 @@ func ValidateCreateExecution(p *CreateExecutionParams, maxPayload int, nowMs int
 	if p.ExecutionDeadlineAt < 0 || p.DelayUntil < 0 {
 		return fmt.Errorf("%w: create execution %s: negative delay or deadline", ErrInvalidInput, p.ExecutionID)
 	}
-	if p.ExecutionDeadlineAt > 0 && p.ExecutionDeadlineAt <= nowMs {
+	if nowMs > 0 && p.ExecutionDeadlineAt > 0 && p.ExecutionDeadlineAt <= nowMs {
 		return fmt.Errorf("%w: create execution %s: execution deadline %d already past (now %d)",
 			ErrInvalidInput, p.ExecutionID, p.ExecutionDeadlineAt, nowMs)
 	}

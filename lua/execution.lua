@@ -76,24 +76,21 @@ function xh.real_idem_key(k)
   return k ~= nil and k ~= '' and not string.find(k, 'ff:noop:', 1, true)
 end
 
--- The tags JSON object of a create as HSET pairs (any count: written in
--- chunks), or false plus the error reply when it is not a JSON object of
--- strings. An absent or empty object is no pairs.
+-- The tags JSON object of a create as HSET pairs (any count: the caller
+-- writes them in chunks), decoded before the first write. As upstream,
+-- text that is not a JSON object is no tags and a non-string value is
+-- tostring'd.
 function xh.tags_flat(tags_json)
   local flat = {}
   if not is_set(tags_json) or tags_json == '{}' then
     return flat
   end
   local decoded, tags = pcall(cjson.decode, tags_json)
-  if not decoded or type(tags) ~= 'table' then
-    return false, err('invalid_input', 'tags_json: not a JSON object')
-  end
-  for k, v in pairs(tags) do
-    if type(k) ~= 'string' or type(v) ~= 'string' then
-      return false, err('invalid_input', 'tags_json: not an object of strings')
+  if decoded and type(tags) == 'table' then
+    for k, v in pairs(tags) do
+      flat[#flat + 1] = k
+      flat[#flat + 1] = tostring(v)
     end
-    flat[#flat + 1] = k
-    flat[#flat + 1] = v
   end
   return flat
 end
@@ -134,8 +131,7 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
   -- Every check happens before the first write.
   local caps_csv, cerr = xh.required_caps(args[7])
   if caps_csv == false then return cerr end
-  local tags_flat, terr = xh.tags_flat(args[11])
-  if not tags_flat then return terr end
+  local tags_flat = xh.tags_flat(args[11])
   local delay_n, deadline_n
   if is_set(delay_until) then
     local e
@@ -146,9 +142,6 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     local e
     deadline_n, e = num_arg(deadline_at, 'execution_deadline_at')
     if not deadline_n then return e end
-    if deadline_n <= now then
-      return err('invalid_input', 'execution_deadline_at: already past')
-    end
   end
 
   local delayed = delay_n ~= nil and delay_n > now

@@ -77,8 +77,9 @@ type CreateExecutionResult struct {
 //	  with deadline_at_ms = DelayUntil) / waiting (delayed) / pending, attempt_index 0
 //	ff_lane_registry: (lane, now, 'create_execution') ON CONFLICT DO NOTHING
 func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) (*CreateExecutionResult, error) {
-	now := c.nowMs()
-	if err := backend.ValidateCreateExecution(p, c.maxPayload, now); err != nil {
+	// A past deadline is the driver's refusal: here the deadline
+	// scanner expires it (ValidateCreateExecution).
+	if err := backend.ValidateCreateExecution(p, c.maxPayload, 0); err != nil {
 		return nil, err
 	}
 	k, err := splitExecID(p.ExecutionID)
@@ -92,6 +93,7 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 		}
 		policy = p.PolicyJSON
 	}
+	now := c.nowMs()
 	tags := p.Tags
 	if tags == nil {
 		tags = map[string]string{}

@@ -121,8 +121,7 @@ func createParams(p *backend.CreateExecutionParams) *CreateExecutionParams {
 
 // validCreate checks p before anything is written (the lane's
 // registration, a flow's creation, the create): backend's checks with the
-// client's payload limit and this host's clock (ff_create_execution checks
-// the deadline again on the server's).
+// client's payload limit and this host's clock.
 func (d *Driver) validCreate(p *backend.CreateExecutionParams) error {
 	return backend.ValidateCreateExecution(p, d.c.maxPayload, nowMs())
 }
