@@ -76,7 +76,9 @@ type Driver interface {
 	// CreateExecution creates one execution, runnable at once (or delayed
 	// until DelayUntil). It is idempotent by id and, with an
 	// IdempotencyKey, by key: a repeat creates nothing and reports
-	// Duplicate.
+	// Duplicate; the id again with another payload (no key) is
+	// ErrConflict. p is checked whole first (ValidateCreateExecution):
+	// a refusal is ErrInvalidInput and writes nothing.
 	CreateExecution(ctx context.Context, p *CreateExecutionParams) (*CreateExecutionResult, error)
 	// CreateExecutions creates several executions in as few round trips
 	// as the backend allows. results[i] is ps[i]'s outcome, nil when it

@@ -240,7 +240,7 @@ redis.register_function('ff_reset_budget', with_keys(3, function(keys, args)
       zeroes[#zeroes + 1] = f
       zeroes[#zeroes + 1] = '0'
     end
-    redis.call('HSET', keys[2], unpack(zeroes))
+    call_chunked('HSET', keys[2], zeroes)
   end
 
   redis.call('HINCRBY', keys[1], 'reset_count', 1)

@@ -76,6 +76,25 @@ function xh.real_idem_key(k)
   return k ~= nil and k ~= '' and not string.find(k, 'ff:noop:', 1, true)
 end
 
+-- The tags JSON object of a create as HSET pairs (any count: the caller
+-- writes them in chunks), decoded before the first write. As upstream,
+-- text that is not a JSON object is no tags and a non-string value is
+-- tostring'd.
+function xh.tags_flat(tags_json)
+  local flat = {}
+  if not is_set(tags_json) or tags_json == '{}' then
+    return flat
+  end
+  local decoded, tags = pcall(cjson.decode, tags_json)
+  if decoded and type(tags) == 'table' then
+    for k, v in pairs(tags) do
+      flat[#flat + 1] = k
+      flat[#flat + 1] = tostring(v)
+    end
+  end
+  return flat
+end
+
 -- ff_create_execution
 -- KEYS: core, payload, policy, tags, scheduling zset (eligible|delayed),
 --       idem key (or ff:noop:<tag>), execution_deadline, all_executions
@@ -101,12 +120,18 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     end
   end
   if redis.call('EXISTS', keys[1]) == 1 then
+    -- A pre-minted id sent again: the same payload is a retry, another
+    -- one a different execution under a taken id (README.md, "Bad input").
+    if (redis.call('GET', keys[2]) or '') ~= (args[8] or '') then
+      return err('execution_conflict', 'payload differs from the existing execution')
+    end
     return ok_status('DUPLICATE', eid)
   end
 
   -- Every check happens before the first write.
   local caps_csv, cerr = xh.required_caps(args[7])
   if caps_csv == false then return cerr end
+  local tags_flat = xh.tags_flat(args[11])
   local delay_n, deadline_n
   if is_set(delay_until) then
     local e
@@ -190,20 +215,7 @@ redis.register_function('ff_create_execution', with_keys(8, function(keys, args)
     redis.call('SET', keys[3], args[7])
   end
 
-  local tags_json = args[11]
-  if is_set(tags_json) and tags_json ~= '{}' then
-    local decoded, tags = pcall(cjson.decode, tags_json)
-    if decoded and type(tags) == 'table' then
-      local flat = {}
-      for k, v in pairs(tags) do
-        flat[#flat + 1] = k
-        flat[#flat + 1] = tostring(v)
-      end
-      if #flat > 0 then
-        redis.call('HSET', keys[4], unpack(flat))
-      end
-    end
-  end
+  call_chunked('HSET', keys[4], tags_flat)
 
   if delayed then
     redis.call('ZADD', keys[5], delay_n, eid)
@@ -391,8 +403,8 @@ redis.register_function('ff_claim_execution', with_keys(14, function(keys, args)
     unpack(lineage))
   redis.call('ZADD', keys[9], now_s, idx_s)
   redis.call('HSET', keyfmt.attempt(tag, eid, idx, 'usage'), 'last_usage_report_seq', '0')
-  if policy_flat and #policy_flat > 0 then
-    redis.call('HSET', keyfmt.attempt(tag, eid, idx, 'policy'), unpack(policy_flat))
+  if policy_flat then
+    call_chunked('HSET', keyfmt.attempt(tag, eid, idx, 'policy'), policy_flat)
   end
 
   write_lease_current(keys[10], {
@@ -1150,7 +1162,7 @@ redis.register_function('ff_set_execution_tags', with_keys(2, function(keys, arg
       return err('invalid_tag_key', args[i])
     end
   end
-  redis.call('HSET', keys[2], unpack(args))
+  call_chunked('HSET', keys[2], args)
   redis.call('HSET', keys[1], 'last_mutation_at', tostring(now_ms()))
   return ok(tostring(n / 2))
 end))

@@ -807,12 +807,12 @@ redis.register_function('ff_set_flow_tags', with_keys(2, function(keys, args)
       end
     end
     if #moved > 0 then
-      redis.call('HSET', keys[2], unpack(moved))
-      redis.call('HDEL', keys[1], unpack(names))
+      call_chunked('HSET', keys[2], moved)
+      call_chunked('HDEL', keys[1], names)
     end
     redis.call('HSET', keys[1], 'tags_migrated', '1')
   end
-  redis.call('HSET', keys[2], unpack(args))
+  call_chunked('HSET', keys[2], args)
   redis.call('HSET', keys[1], 'last_mutation_at', tostring(now_ms()))
   return ok(tostring(n / 2))
 end))

@@ -309,15 +309,25 @@ local LEASE_CLEAR_FIELDS = {
   'lease_expired_at', '', 'lease_revoked_at', '', 'lease_revoke_reason', '',
 }
 
+-- redis.call(cmd, key, ...) over the elements of list, at most 1,000 per
+-- call (an even number, so field/value pairs stay whole): unpack of an
+-- unbounded list overflows Lua's C stack ("too many results to unpack",
+-- about 8,000 values), and a Lua error after a first write leaves that
+-- write behind. Nothing is called for an empty list.
+local function call_chunked(cmd, key, list)
+  local n = #list
+  for i = 1, n, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, n)))
+  end
+end
+
 -- HSET key with the pairs of every table argument, in order.
 local function hset_pairs(key, ...)
   local argv = {}
   for _, t in ipairs({...}) do
     for i = 1, #t do argv[#argv + 1] = t[i] end
   end
-  if #argv > 0 then
-    redis.call('HSET', key, unpack(argv))
-  end
+  call_chunked('HSET', key, argv)
 end
 
 -- ZREMs eid from every listed index key except `except` (nil entries

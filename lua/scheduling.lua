@@ -491,8 +491,8 @@ redis.register_function('ff_issue_grant_and_claim', with_keys(11, function(keys,
     unpack(lineage))
   redis.call('ZADD', K.attempts, now_s, idx_s)
   redis.call('HSET', att_key .. ':usage', 'last_usage_report_seq', '0')
-  if policy_pairs and #policy_pairs > 0 then
-    redis.call('HSET', att_key .. ':policy', unpack(policy_pairs))
+  if policy_pairs then
+    call_chunked('HSET', att_key .. ':policy', policy_pairs)
   end
 
   write_lease_current(K.lease_current, {

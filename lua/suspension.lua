@@ -218,7 +218,7 @@ function cond.write(key, c, now)
     f[#f + 1] = p .. 'satisfied'; f[#f + 1] = m.satisfied and '1' or '0'
     f[#f + 1] = p .. 'signal_id'; f[#f + 1] = m.signal_id
   end
-  redis.call('HSET', key, unpack(f))
+  call_chunked('HSET', key, f)
 end
 
 -- Marks the first open matcher that accepts signal_name. True if one did.
@@ -387,7 +387,7 @@ function cond.seed_member_map(map_key, tree, wp_key)
     f[#f + 1] = 'wp:' .. wp_key .. ':' .. path_of(node)
     f[#f + 1] = path_of(node)
   end
-  if #f > 0 then redis.call('HSET', map_key, unpack(f)) end
+  call_chunked('HSET', map_key, f)
 end
 
 -- Deletes a suspension's composite bookkeeping.
@@ -1028,7 +1028,7 @@ redis.register_function('ff_rotate_waitpoint_hmac_secret', with_keys(1, function
       end
     end
   end
-  if #gone > 0 then redis.call('HDEL', store, unpack(gone)) end
+  call_chunked('HDEL', store, gone)
   local until_s = tostring(now + grace)
   if current then
     redis.call('HSET', store,

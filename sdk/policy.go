@@ -37,7 +37,8 @@ type Policy struct {
 	// attempt-timeout scanner from the claim on.
 	AttemptTimeout time.Duration
 	// Deadline is an absolute deadline for the whole execution (zero:
-	// none), enforced by the execution-deadline scanner.
+	// none), enforced by the execution-deadline scanner; one already past
+	// is refused at create (backend.ErrInvalidInput).
 	Deadline time.Time
 	// MaxReclaims caps lease-expiry reclaims (0: FlowFabric's 100).
 	MaxReclaims int

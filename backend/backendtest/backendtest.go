@@ -159,6 +159,7 @@ func RunWith(t *testing.T, newDriver func(t *testing.T) backend.Driver, opts Opt
 	sub("CreateExecution/IdempotencyKey", testCreateIdempotencyKey)
 	sub("CreateExecution/InvalidInput", testCreateInvalid)
 	sub("CreateExecutions", testCreateMany)
+	runBadInput(sub)
 	sub("ClaimNext/Empty", testClaimNextEmpty)
 	sub("ClaimNext/Job", testClaimNextJob)
 	sub("ClaimNext/PriorityThenAge", testClaimNextOrder)
@@ -237,15 +238,22 @@ func testCreateDelayed(e *env) {
 func testCreateDuplicateID(e *env) {
 	p := e.spec()
 	e.create(p)
-	q := *p
-	q.Payload = []byte("other")
-	r, err := e.d.CreateExecution(e.ctx, &q)
+	// The same id and payload again (a retry): a duplicate.
+	r, err := e.d.CreateExecution(e.ctx, p)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if !r.Duplicate || r.ExecutionID != p.ExecutionID {
 		e.t.Fatalf("second create: %+v, want a duplicate of %s", r, p.ExecutionID)
 	}
+	// The same id with another payload: a conflict, nothing changed.
+	q := *p
+	q.Payload = []byte("other")
+	_, err = e.d.CreateExecution(e.ctx, &q)
+	wantErr(e.t, "the id again with another payload", err, backend.ErrConflict)
+	q.Payload = nil
+	_, err = e.d.CreateExecution(e.ctx, &q)
+	wantErr(e.t, "the id again without its payload", err, backend.ErrConflict)
 	if c := e.mustClaim(); string(c.Payload) != "in" {
 		e.t.Fatalf("the duplicate overwrote the payload: %q", c.Payload)
 	}

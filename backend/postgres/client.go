@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/model"
 )
@@ -36,6 +37,11 @@ type ClientConfig struct {
 	Partitions model.PartitionConfig
 	// Logger receives client logs (default slog.Default()).
 	Logger *slog.Logger
+	// MaxPayloadBytes caps an execution's payload at create (0:
+	// backend.DefaultMaxPayloadBytes, 2 MiB; negative: no limit). A larger
+	// one is refused with backend.ErrInvalidInput before anything is
+	// written.
+	MaxPayloadBytes int
 }
 
 // Client is fabric's Postgres backend client: a pgx pool and one typed
@@ -45,6 +51,8 @@ type Client struct {
 	parts model.PartitionConfig
 	now   func() time.Time
 	log   *slog.Logger
+	// maxPayload caps a created execution's payload (0: none).
+	maxPayload int
 	// completes is the group commit of CompleteExecution.
 	completes completeGroup
 	// hot holds the literal-partition texts of the hot path (hotplan.go).
@@ -125,7 +133,7 @@ func Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		pool.Close()
 		return nil, redact.Error(fmt.Errorf("postgres: connect: %w", err), secrets...)
 	}
-	c := &Client{pool: pool, parts: cfg.Partitions, now: cfg.Now, log: cfg.Logger}
+	c := &Client{pool: pool, parts: cfg.Partitions, now: cfg.Now, log: cfg.Logger, maxPayload: backend.PayloadLimit(cfg.MaxPayloadBytes)}
 	c.hot.off = userPlans
 	c.hot.child = c.childOf
 	if c.parts == (model.PartitionConfig{}) {
@@ -185,6 +193,9 @@ const (
 	CodeExecutionNotEligible ErrorCode = "execution_not_eligible"
 	CodeCapabilityMismatch   ErrorCode = "capability_mismatch"
 	CodeInvalidPolicyJSON    ErrorCode = "invalid_policy_json"
+	// CodeExecutionConflict: a create re-sent an existing id (without an
+	// idempotency key) with another payload.
+	CodeExecutionConflict ErrorCode = "execution_conflict"
 	// CodeNoEligibleExecution: ClaimForWorker found nothing to claim.
 	CodeNoEligibleExecution ErrorCode = "no_eligible_execution"
 )

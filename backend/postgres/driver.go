@@ -83,6 +83,8 @@ func mapErr(err error, fenced bool) error {
 		return fmt.Errorf("%w: %w", backend.ErrCapabilityMismatch, err)
 	case errors.Is(err, CodeInvalidInput), errors.Is(err, CodeInvalidPolicyJSON):
 		return fmt.Errorf("%w: %w", backend.ErrInvalidInput, err)
+	case errors.Is(err, CodeExecutionConflict):
+		return fmt.Errorf("%w: %w", backend.ErrConflict, err)
 	}
 	return err
 }
@@ -109,11 +111,12 @@ func requiredCapabilities(policy string) []string {
 // id is backend.IdempotentExecutionID of the namespace and key (Postgres
 // keeps no idempotency index): a repeat lands on the same row.
 func (d *Driver) CreateExecution(ctx context.Context, p *backend.CreateExecutionParams) (*backend.CreateExecutionResult, error) {
+	// Checked before the flow is created (the client checks again).
+	if err := backend.ValidateCreateExecution(p, d.c.maxPayload, d.c.nowMs()); err != nil {
+		return nil, err
+	}
 	id := p.ExecutionID
 	if p.IdempotencyKey != "" {
-		if _, err := model.ParseExecutionID(string(id)); err != nil {
-			return nil, mapErr(fmt.Errorf("create execution %s: %w: %v", id, CodeInvalidInput, err), false)
-		}
 		id = backend.IdempotentExecutionID(id.Partition(), p.Namespace, p.IdempotencyKey)
 	}
 	if !p.FlowID.IsZero() && p.LaneID != "" {

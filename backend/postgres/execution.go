@@ -90,12 +90,14 @@ type CreateExecutionResult struct {
 //	  with deadline_at_ms = DelayUntil) / waiting (delayed) / pending, attempt_index 0
 //	ff_lane_registry: (lane, now, 'create_execution') ON CONFLICT DO NOTHING
 func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) (*CreateExecutionResult, error) {
+	// A past deadline is the driver's refusal: here the deadline
+	// scanner expires it (ValidateCreateExecution).
+	if err := backend.ValidateCreateExecution(p, c.maxPayload, 0); err != nil {
+		return nil, err
+	}
 	k, err := splitExecID(p.ExecutionID)
 	if err != nil {
 		return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, err)
-	}
-	if p.LaneID == "" {
-		return nil, fmt.Errorf("create execution %s: %w: empty lane", p.ExecutionID, CodeInvalidInput)
 	}
 	var policy any
 	if p.PolicyJSON != "" {
@@ -178,10 +180,32 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	}
 	err = notMigrated(err)
 	res.Duplicate = err == nil && inserted == 0
+	if res.Duplicate && p.IdempotencyKey == "" {
+		err = c.samePayload(ctx, k, p.Payload)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, err)
 	}
 	return res, nil
+}
+
+// samePayload answers CodeExecutionConflict when the stored execution k
+// has a payload other than payload (a re-sent pre-minted id is a retry
+// only with the payload it was created with; no payload and an empty one
+// are the same, as on Valkey).
+func (c *Client) samePayload(ctx context.Context, k execKey, payload []byte) error {
+	var same bool
+	err := c.pool.QueryRow(ctx, `SELECT coalesce(payload, ''::bytea) = $3::bytea FROM ff_exec_core
+ WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), append([]byte{}, payload...)).Scan(&same)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil // deleted since (retention): nothing to conflict with
+	case err != nil:
+		return fmt.Errorf("compare payload: %w", err)
+	case !same:
+		return fmt.Errorf("%w: payload differs from the existing execution", CodeExecutionConflict)
+	}
+	return nil
 }
 
 // LeaseFence identifies the lease a worker holds. Postgres stores no lease

@@ -106,9 +106,14 @@ func TestExecution(t *testing.T) {
 		if got := core(t, c, id); got != (coreRow{"runnable", "unowned", "eligible_now", "waiting", "pending", 0}) {
 			t.Fatalf("after create: %+v", got)
 		}
-		dup, err := c.CreateExecution(ctx, &postgres.CreateExecutionParams{ExecutionID: id, LaneID: "ccc"})
+		// The same id and payload again (a retry) is a duplicate; another
+		// payload under the id is a conflict.
+		dup, err := c.CreateExecution(ctx, &postgres.CreateExecutionParams{ExecutionID: id, LaneID: "ccc", Payload: []byte("in")})
 		if err != nil || !dup.Duplicate {
 			t.Fatalf("second create: %+v %v", dup, err)
+		}
+		if _, err := c.CreateExecution(ctx, &postgres.CreateExecutionParams{ExecutionID: id, LaneID: "ccc"}); !errors.Is(err, postgres.CodeExecutionConflict) {
+			t.Fatalf("the id without its payload: %v, want %s", err, postgres.CodeExecutionConflict)
 		}
 		r := claim(t, c, "ccc")
 		if r.ExecutionID != id || r.LeaseEpoch != 1 || r.AttemptIndex != 0 || r.AttemptType != "initial" {

@@ -247,6 +247,28 @@ func signToken(kid string, secret []byte, id model.ExecutionID, waitpoint string
 	return kid + ":" + hex.EncodeToString(m.Sum(nil))
 }
 
+// verifyToken checks that token is the HMAC its kid's secret gives the
+// waitpoint wp of execution id (CodeInvalidToken when not, or when the
+// kid is unknown).
+func (c *Client) verifyToken(ctx context.Context, tx pgx.Tx, token string, id model.ExecutionID, wp model.UUID) error {
+	kid, _, ok := strings.Cut(token, ":")
+	if !ok || kid == "" {
+		return fmt.Errorf("%w: malformed token", CodeInvalidToken)
+	}
+	var secret []byte
+	err := tx.QueryRow(ctx, `SELECT secret FROM ff_waitpoint_hmac WHERE kid = $1`, kid).Scan(&secret)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: kid %q is not in the keystore", CodeInvalidToken, kid)
+	}
+	if err != nil {
+		return fmt.Errorf("read waitpoint secret: %w", err)
+	}
+	if !hmac.Equal([]byte(token), []byte(signToken(kid, secret, id, wp.String()))) {
+		return CodeInvalidToken
+	}
+	return nil
+}
+
 // DeliverSignalParams are the inputs of DeliverSignal.
 type DeliverSignalParams = backend.DeliverSignalParams
 
@@ -293,8 +315,10 @@ type signalRecord struct {
 //	  pending ones, still to be suspended on); the
 //	  suspension's timeout cleared and satisfied_set = the satisfying signal ids
 //
-// A token that does not verify is CodeInvalidToken, an unknown waitpoint
-// CodeWaitpointNotFound, an execution that is not suspended
+// A token that does not verify is CodeInvalidToken, checked first (a
+// forged token for an unknown waitpoint too, as on Valkey); an unknown
+// waitpoint with an authentic token CodeWaitpointNotFound, an execution
+// that is not suspended
 // CodeExecutionNotSuspended; none of them writes anything. Unlike
 // upstream, no 'resumable' completion event is written: fabric's
 // CompletionInsert stamps the flow id, and the dependency dispatcher
@@ -323,28 +347,25 @@ func (c *Client) DeliverSignal(ctx context.Context, p *DeliverSignalParams) (*De
 			}
 			return err
 		}
+		// Authenticate before revealing anything about the waitpoint: a
+		// token that does not verify is invalid_token whether or not the
+		// waitpoint exists (as ff_deliver_signal answers on Valkey).
+		if err := c.verifyToken(ctx, tx, p.Token, p.ExecutionID, wp); err != nil {
+			return err
+		}
 		var owner [16]byte
-		var kid, token, key, state string
+		var token, key, state string
 		var wpCond []byte
-		err := tx.QueryRow(ctx, `SELECT execution_id, token_kid, token, waitpoint_key, state, condition
+		err := tx.QueryRow(ctx, `SELECT execution_id, token, waitpoint_key, state, condition
   FROM ff_waitpoint_pending WHERE partition_key = $1 AND waitpoint_id = $2 FOR UPDATE`, k.part, [16]byte(wp)).Scan(
-			&owner, &kid, &token, &key, &state, &wpCond)
+			&owner, &token, &key, &state, &wpCond)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return CodeWaitpointNotFound
 		}
 		if err != nil {
 			return err
 		}
-		var secret []byte
-		err = tx.QueryRow(ctx, `SELECT secret FROM ff_waitpoint_hmac WHERE kid = $1`, kid).Scan(&secret)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: kid %q is no longer in the keystore", CodeInvalidToken, kid)
-		}
-		if err != nil {
-			return err
-		}
-		want := signToken(kid, secret, p.ExecutionID, wp.String())
-		if owner != [16]byte(k.uuid) || !hmac.Equal([]byte(p.Token), []byte(want)) || p.Token != token {
+		if owner != [16]byte(k.uuid) || p.Token != token {
 			return CodeInvalidToken
 		}
 		if state == "pending" {

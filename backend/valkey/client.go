@@ -12,6 +12,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/internal/redact"
 	"github.com/fabric-host/fabric/lua"
 	"github.com/fabric-host/fabric/model"
@@ -42,6 +43,11 @@ type ClientConfig struct {
 	// rediss:// or valkeys:// URL alone gives TLS verified against the
 	// system's roots.
 	TLS *tls.Config
+	// MaxPayloadBytes caps an execution's payload at create (0:
+	// backend.DefaultMaxPayloadBytes, 2 MiB; negative: no limit). A larger
+	// one is refused with backend.ErrInvalidInput before anything is
+	// written.
+	MaxPayloadBytes int
 }
 
 // Client is fabric's Valkey client: valkey-go underneath, the flowfabric
@@ -53,6 +59,8 @@ type Client struct {
 	log     *slog.Logger
 	cluster bool   // c is valkey-go's cluster client
 	where   string // the URL, redacted, for messages
+	// maxPayload caps a created execution's payload (0: none).
+	maxPayload int
 
 	reloadMu sync.Mutex
 }
@@ -112,7 +120,8 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, redact.Error(explainConnectError(fmt.Errorf("valkey: connect %s: %w", where, err), where, opt.Username, opt.TLSConfig != nil && len(opt.TLSConfig.Certificates) == 0), secrets...)
 	}
-	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: where}
+	cl := &Client{c: c, parts: cfg.Partitions, log: cfg.Logger, cluster: c.Mode() == vk.ClientModeCluster, where: where,
+		maxPayload: backend.PayloadLimit(cfg.MaxPayloadBytes)}
 	if cl.cluster {
 		cl.c = newSlotSafeClient(c)
 	}

@@ -101,6 +101,8 @@ func mapErr(err error, fenced bool) error {
 	case CodeInvalidInput, CodeInvalidPolicyJSON, CodePartialFenceTriple, CodeFenceRequired,
 		CodeInvalidCapabilities:
 		s = backend.ErrInvalidInput
+	case CodeExecutionConflict:
+		s = backend.ErrConflict
 	default:
 		return err
 	}
@@ -117,16 +119,11 @@ func createParams(p *backend.CreateExecutionParams) *CreateExecutionParams {
 		IdempotencyKey: p.IdempotencyKey, Tags: p.Tags, ExecutionDeadlineAt: p.ExecutionDeadlineAt}
 }
 
-// validCreate checks what ff_create_execution would only find out after
-// a flow was created or a lane registered.
-func validCreate(p *backend.CreateExecutionParams) error {
-	if _, err := model.ParseExecutionID(string(p.ExecutionID)); err != nil {
-		return fmt.Errorf("%w: create execution: %v", backend.ErrInvalidInput, err)
-	}
-	if p.LaneID == "" {
-		return fmt.Errorf("%w: create execution %s: empty lane", backend.ErrInvalidInput, p.ExecutionID)
-	}
-	return nil
+// validCreate checks p before anything is written (the lane's
+// registration, a flow's creation, the create): backend's checks with the
+// client's payload limit and this host's clock.
+func (d *Driver) validCreate(p *backend.CreateExecutionParams) error {
+	return backend.ValidateCreateExecution(p, d.c.maxPayload, nowMs())
 }
 
 // CreateExecution implements backend.Driver: the lane is registered
@@ -156,7 +153,7 @@ func (d *Driver) CreateExecutions(ctx context.Context, ps []*backend.CreateExecu
 	var calls []Call
 	var sent []int
 	for i, p := range ps {
-		if errs[i] = validCreate(p); errs[i] != nil {
+		if errs[i] = d.validCreate(p); errs[i] != nil {
 			continue
 		}
 		if _, seen := d.lanes.Load(p.LaneID); !seen && !slices.Contains(lanes, p.LaneID) {

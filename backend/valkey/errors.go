@@ -29,6 +29,9 @@ const (
 	CodeInvalidCapabilities       ErrorCode = "invalid_capabilities"
 	CodeInvalidPolicyJSON         ErrorCode = "invalid_policy_json"
 	CodeInvalidBlockingReason     ErrorCode = "invalid_blocking_reason"
+	// CodeExecutionConflict: a create re-sent an existing id with another
+	// payload (fabric's, see lua/README.md).
+	CodeExecutionConflict ErrorCode = "execution_conflict"
 )
 
 // Retryable reports whether a logical error means "try again later or

@@ -44,7 +44,17 @@ type CreateExecutionResult = fcall.CreateExecutionResult
 // CreateExecution creates an execution (ff_create_execution): exec_core,
 // payload, policy, tags and the scheduling indexes. It is idempotent by id
 // and, with an IdempotencyKey, by key.
+//
+// p is checked first as the driver checks it (backend.ValidateCreateExecution,
+// with the client's payload limit), but for a deadline already past, which
+// the deadline scanner expires; a refusal wraps backend.ErrInvalidInput.
 func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) (*CreateExecutionResult, error) {
+	if err := backend.ValidateCreateExecution(&backend.CreateExecutionParams{ExecutionID: p.ExecutionID,
+		Namespace: p.Namespace, LaneID: p.LaneID, ExecutionKind: p.ExecutionKind, CreatorIdentity: p.CreatorIdentity,
+		PolicyJSON: p.PolicyJSON, Payload: []byte(p.Payload), DelayUntil: p.DelayUntil, IdempotencyKey: p.IdempotencyKey,
+		Tags: p.Tags, ExecutionDeadlineAt: p.ExecutionDeadlineAt}, c.maxPayload, 0); err != nil {
+		return nil, err
+	}
 	call := p.Call()
 	rep, err := c.FCall(ctx, call.Function, call.Keys, call.Args)
 	if err != nil {

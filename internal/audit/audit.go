@@ -4,7 +4,8 @@
 // blocked by B, suspended on waitpoint W, eligible and waiting for a
 // worker of lane L, awaiting reclaim by a worker of lane L). Anything
 // else — a state no scanner or worker will move, an execution missing
-// from the index its state names, a due time long past — is a violation.
+// from the index its state names or from every index (on Valkey, a core
+// all_executions does not list), a due time long past — is a violation.
 //
 // Tests and soaks call Valkey or Postgres after a drain; `fabric
 // executions stuck` prints the violations of a live deployment.

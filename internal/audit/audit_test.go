@@ -160,3 +160,51 @@ func TestValkeyAuditStateMovesBetweenReads(t *testing.T) {
 		t.Fatalf("moved %v: %s %v; want one delayed execution and no violation", moved, rep.Summary(), rep.Violations)
 	}
 }
+
+// TestValkeyAuditFindsUnindexed: an execution whose core exists but that
+// sits in no index — not even all_executions, as a create that failed
+// after its first write left one — is reported, not silently skipped;
+// the healthy one beside it is not.
+func TestValkeyAuditFindsUnindexed(t *testing.T) {
+	t.Parallel()
+	vc := valkeytest.Client(t)
+	ctx := valkeytest.Context(t, 30*time.Second)
+	c, err := sdk.NewClient(ctx, sdk.ClientConfig{Backend: vc, Logger: valkeytest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []model.ExecutionID
+	for range 2 {
+		id, err := c.CreateExecution(ctx, sdk.ExecutionSpec{Lane: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	stray := ids[0]
+	raw := vc.Raw()
+	for _, cmd := range []vk.Completed{
+		raw.B().Srem().Key(model.KeysOn(stray.Partition()).AllExecutions()).Member(string(stray)).Build(),
+		raw.B().Zrem().Key(model.KeysOn(stray.Partition()).LaneEligible("a")).Member(string(stray)).Build(),
+	} {
+		if err := raw.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := audit.Valkey(ctx, vc, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) != 1 || rep.Violations[0].ID != string(stray) ||
+		!strings.Contains(rep.Violations[0].Problem, "in no index") || rep.Checked != 2 {
+		t.Fatalf("%s %v, want one violation: %s in no index", rep.Summary(), rep.Violations, stray)
+	}
+	if !strings.Contains(rep.Summary(), "violations: 1") {
+		t.Fatalf("summary %s", rep.Summary())
+	}
+	// Only narrows the search for strays too.
+	rep, err = audit.Valkey(ctx, vc, audit.Options{Only: map[string]bool{string(ids[1]): true}})
+	if err != nil || !rep.OK() || rep.Checked != 1 {
+		t.Fatalf("only the healthy one: %v %s %v", err, rep.Summary(), rep.Violations)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fabric-host/fabric/backend/valkey"
@@ -38,7 +39,9 @@ const (
 
 // Valkey checks every execution of c's deployment (each flow partition's
 // all_executions set, read in pages of 500: one pipelined HMGET of the
-// cores and one of ZSCOREs in the expected lane indexes per page).
+// cores and one of ZSCOREs in the expected lane indexes per page), then
+// looks for executions in no index at all: a core that all_executions does
+// not list (strays).
 func Valkey(ctx context.Context, c *valkey.Client, o Options) (*Report, error) {
 	o = o.withDefaults()
 	nowMs, err := c.ServerTime(ctx)
@@ -64,7 +67,113 @@ func Valkey(ctx context.Context, c *valkey.Client, o Options) (*Report, error) {
 			}
 		}
 	}
+	if err := strays(ctx, c, o, rep); err != nil {
+		return nil, err
+	}
 	return rep, nil
+}
+
+// coreKeyPattern matches every exec_core key (ff:exec:<tag>:<id>:core).
+const coreKeyPattern = "ff:exec:*:core"
+
+// strays reports the executions whose core exists but that all_executions
+// does not list — a create that failed part way, or a member removed by
+// hand: no scanner, worker or listing finds them. It scans each primary's
+// keyspace for cores in pages of 1,000 and asks SISMEMBER of each, in one
+// pipeline a page; a non-member is read again with its core in one script
+// (a retention trim may remove both meanwhile).
+func strays(ctx context.Context, c *valkey.Client, o Options, rep *Report) error {
+	nodes, err := c.Primaries(ctx)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	raw := c.Raw()
+	for _, n := range nodes {
+		var cursor uint64
+		for {
+			page, err := n.Client.Do(ctx, n.Client.B().Scan().Cursor(cursor).Match(coreKeyPattern).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return fmt.Errorf("audit: SCAN %s on %s: %w", coreKeyPattern, n.Addr, err)
+			}
+			if err := strayPage(ctx, raw, o, rep, page.Elements); err != nil {
+				return err
+			}
+			if cursor = page.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// strayScript answers the core fields (ARGV[2:]) of the execution ARGV[1]
+// whose core is KEYS[1], or nil when all_executions (KEYS[2]) lists it or
+// the core is gone.
+var strayScript = vk.NewLuaScript(`if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
+  return false
+end
+return redis.call('HMGET', KEYS[1], unpack(ARGV, 2))`)
+
+// strayPage books the strays among the core keys of one SCAN page.
+func strayPage(ctx context.Context, raw vk.Client, o Options, rep *Report, keys []string) error {
+	var ids []model.ExecutionID
+	var cmds vk.Commands
+	for _, k := range keys {
+		id, ok := coreKeyID(k)
+		if !ok || (o.Only != nil && !o.Only[string(id)]) {
+			continue
+		}
+		ids = append(ids, id)
+		cmds = append(cmds, raw.B().Sismember().Key(model.KeysOn(id.Partition()).AllExecutions()).Member(string(id)).Build())
+	}
+	for i, r := range raw.DoMulti(ctx, cmds...) {
+		listed, err := r.AsBool()
+		if err != nil {
+			return fmt.Errorf("audit: SISMEMBER %s: %w", ids[i], err)
+		}
+		if listed {
+			continue
+		}
+		id := ids[i]
+		vals, err := strayScript.Exec(ctx, raw, []string{model.KeysFor(id).Core(), model.KeysOn(id.Partition()).AllExecutions()},
+			append([]string{string(id)}, coreFields...)).ToArray()
+		if vk.IsValkeyNil(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("audit: re-read %s: %w", id, err)
+		}
+		f := make([]string, len(coreFields))
+		for j := range f {
+			if j < len(vals) {
+				f[j], _ = vals[j].ToString()
+			}
+		}
+		r := recordOf(string(id), f)
+		rep.Checked++
+		rep.violate(o, Execution{ID: r.id, Lane: r.lane, Phase: r.phase, Ownership: r.own, Eligibility: r.elig,
+			Problem: "in no index: its core exists but all_executions does not list it (a create that failed part way?)"})
+	}
+	return nil
+}
+
+// coreKeyID is the execution id of an exec_core key, false for a key of
+// another shape.
+func coreKeyID(key string) (model.ExecutionID, bool) {
+	rest, ok := strings.CutPrefix(key, "ff:exec:")
+	if !ok {
+		return "", false
+	}
+	rest, ok = strings.CutSuffix(rest, ":core")
+	_, id, cut := strings.Cut(rest, "}:")
+	if !ok || !cut {
+		return "", false
+	}
+	eid, err := model.ParseExecutionID(id)
+	if err != nil || model.KeysFor(eid).Core() != key {
+		return "", false
+	}
+	return eid, true
 }
 
 func checkPage(ctx context.Context, raw vk.Client, o Options, rep *Report, p model.Partition, pk model.PartitionKeys, members []string, nowMs int64) error {
