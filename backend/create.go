@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -13,11 +12,6 @@ import (
 // accepts unless its client is configured otherwise (2 MiB, Temporal's
 // payload limit).
 const DefaultMaxPayloadBytes = 2 << 20
-
-// ErrConflict: a create sent an existing execution's id (without an
-// idempotency key) with a different payload. Nothing was written; the
-// existing execution is unchanged.
-var ErrConflict = errors.New("backend: execution id taken by an execution with another payload")
 
 // ValidateCreateExecution checks p as both drivers do before writing
 // anything: a well-formed execution id, a lane, text fields (namespace,

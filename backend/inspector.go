@@ -9,10 +9,12 @@ import (
 	"github.com/fabric-host/fabric/model"
 )
 
-// ErrConflict: an operator action the execution's state refuses (cancel
-// of an ended execution, a priority change of one not eligible, a signal
-// to one with no current waitpoint). The error names the refusal's
-// FlowFabric code when the backend gave one.
+// ErrConflict: what the execution's state refuses — an operator action
+// (cancel of an ended execution, a priority change of one not eligible, a
+// signal to one with no current waitpoint), or a create that sent an
+// existing execution's id, without an idempotency key, with another
+// payload (nothing is written; the existing execution is unchanged). The
+// error names the refusal's FlowFabric code when the backend gave one.
 var ErrConflict = errors.New("backend: refused by the execution's state")
 
 // Inspector is the part of Driver the operator console and the CLI read
