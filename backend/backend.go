@@ -80,6 +80,13 @@ type Driver interface {
 	// ErrConflict. p is checked whole first (ValidateCreateExecution):
 	// a refusal is ErrInvalidInput and writes nothing.
 	CreateExecution(ctx context.Context, p *CreateExecutionParams) (*CreateExecutionResult, error)
+	// CreateExecutionTx is CreateExecution inside the caller's own
+	// database transaction tx (a pgx.Tx on Postgres): the execution — and
+	// a flow member's flow — exists only if tx commits, is neither
+	// visible nor claimable before, and its eligible notification goes
+	// out at the commit. A backend without such transactions (Valkey)
+	// answers ErrUnsupported; a tx of the wrong type is ErrInvalidInput.
+	CreateExecutionTx(ctx context.Context, tx any, p *CreateExecutionParams) (*CreateExecutionResult, error)
 	// CreateExecutions creates several executions in as few round trips
 	// as the backend allows. results[i] is ps[i]'s outcome, nil when it
 	// failed; the failures are joined in the error, each naming its index.

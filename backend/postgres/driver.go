@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fabric-host/fabric/backend"
@@ -111,6 +112,24 @@ func requiredCapabilities(policy string) []string {
 // id is backend.IdempotentExecutionID of the namespace and key (Postgres
 // keeps no idempotency index): a repeat lands on the same row.
 func (d *Driver) CreateExecution(ctx context.Context, p *backend.CreateExecutionParams) (*backend.CreateExecutionResult, error) {
+	return d.create(ctx, d.c.pool, p)
+}
+
+// CreateExecutionTx implements backend.Driver: CreateExecution's
+// statements run on the caller's pgx.Tx (a flow member's flow in a
+// savepoint of it), so the row commits or rolls back with the caller's
+// own writes; the row's trigger NOTIFYs eligible workers, which Postgres
+// delivers at the commit.
+func (d *Driver) CreateExecutionTx(ctx context.Context, tx any, p *backend.CreateExecutionParams) (*backend.CreateExecutionResult, error) {
+	t, ok := tx.(pgx.Tx)
+	if !ok || t == nil {
+		return nil, fmt.Errorf("%w: create in a transaction: want a pgx.Tx of this database, got %T", backend.ErrInvalidInput, tx)
+	}
+	return d.create(ctx, t, p)
+}
+
+// create is CreateExecution on db (the pool or a caller's transaction).
+func (d *Driver) create(ctx context.Context, db createDB, p *backend.CreateExecutionParams) (*backend.CreateExecutionResult, error) {
 	// Checked before the flow is created (the client checks again).
 	if err := backend.ValidateCreateExecution(p, d.c.maxPayload, d.c.nowMs()); err != nil {
 		return nil, err
@@ -126,14 +145,14 @@ func (d *Driver) CreateExecution(ctx context.Context, p *backend.CreateExecution
 		if _, err := model.ParseExecutionID(string(id)); err != nil || id.Partition() != d.c.parts.FlowPartition(p.FlowID) {
 			return nil, mapErr(fmt.Errorf("create execution %s: %w: not on flow %s's partition", id, CodeInvalidInput, p.FlowID), false)
 		}
-		if err := d.c.CreateFlow(ctx, &CreateFlowParams{FlowID: p.FlowID, Kind: p.FlowKind, Namespace: p.Namespace,
+		if err := d.c.createFlow(ctx, db, &CreateFlowParams{FlowID: p.FlowID, Kind: p.FlowKind, Namespace: p.Namespace,
 			NowMs: d.c.nowMs()}); err != nil {
 			return nil, mapErr(err, false)
 		}
 	}
 	q := *p
 	q.ExecutionID = id
-	res, err := d.c.CreateExecution(ctx, &q)
+	res, err := d.c.createExecution(ctx, db, &q)
 	if err != nil {
 		return nil, mapErr(err, false)
 	}

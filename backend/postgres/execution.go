@@ -90,6 +90,24 @@ type CreateExecutionResult struct {
 //	  with deadline_at_ms = DelayUntil) / waiting (delayed) / pending, attempt_index 0
 //	ff_lane_registry: (lane, now, 'create_execution') ON CONFLICT DO NOTHING
 func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) (*CreateExecutionResult, error) {
+	return c.createExecution(ctx, c.pool, p)
+}
+
+// createDB is where a create runs its statements: the pool (each
+// statement its own transaction), or a caller's pgx.Tx
+// (Driver.CreateExecutionTx).
+type createDB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// createExecution is CreateExecution on db. In a caller's transaction it
+// changes no session setting (no generic-plan or quiet-NOTIFY SET, which
+// would outlive the statement there) and leaves the eligible NOTIFY to
+// the row's trigger, which Postgres delivers when the caller commits.
+func (c *Client) createExecution(ctx context.Context, db createDB, p *CreateExecutionParams) (*CreateExecutionResult, error) {
+	_, callerTx := db.(pgx.Tx)
 	// A past deadline is the driver's refusal: here the deadline
 	// scanner expires it (ValidateCreateExecution).
 	if err := backend.ValidateCreateExecution(p, c.maxPayload, 0); err != nil {
@@ -145,7 +163,7 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	// An execution eligible at once notifies idle workers; a create soon
 	// after another on the same partition and lane runs quiet and leaves
 	// one NOTIFY to follow it (eligible_notes.go).
-	quiet := eligibility == model.EligibleNow && !c.eligible.inline(k.part, p.LaneID, c.now())
+	quiet := !callerTx && eligibility == model.EligibleNow && !c.eligible.inline(k.part, p.LaneID, c.now())
 	var inserted int64
 	// An INSERT names no partition to prune (rows are routed as they are
 	// written), so its generic plan is safe with the partition as a
@@ -155,6 +173,7 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	// (generic plans, the quieted NOTIFY) end with it.
 	var set string
 	switch {
+	case callerTx:
 	case !c.hot.off && quiet:
 		set = sqlGenericPlansQuiet
 	case !c.hot.off:
@@ -164,12 +183,12 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	}
 	text, _ := c.hot.text(sqlCreate, k.part)
 	if set == "" {
-		err = c.pool.QueryRow(ctx, text, args...).Scan(&inserted)
+		err = db.QueryRow(ctx, text, args...).Scan(&inserted)
 	} else {
 		b := &pgx.Batch{}
 		b.Queue(set)
 		b.Queue(text, args...)
-		br := c.pool.SendBatch(ctx, b)
+		br := db.SendBatch(ctx, b)
 		inserted, err = readGenericBatch(br, func() (int64, error) {
 			var n int64
 			return n, br.QueryRow().Scan(&n)
@@ -181,7 +200,7 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 	err = notMigrated(err)
 	res.Duplicate = err == nil && inserted == 0
 	if res.Duplicate && p.IdempotencyKey == "" {
-		err = c.samePayload(ctx, k, p.Payload)
+		err = c.samePayload(ctx, db, k, p.Payload)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create execution %s: %w", p.ExecutionID, err)
@@ -193,9 +212,9 @@ func (c *Client) CreateExecution(ctx context.Context, p *CreateExecutionParams) 
 // has a payload other than payload (a re-sent pre-minted id is a retry
 // only with the payload it was created with; no payload and an empty one
 // are the same, as on Valkey).
-func (c *Client) samePayload(ctx context.Context, k execKey, payload []byte) error {
+func (c *Client) samePayload(ctx context.Context, db createDB, k execKey, payload []byte) error {
 	var same bool
-	err := c.pool.QueryRow(ctx, `SELECT coalesce(payload, ''::bytea) = $3::bytea FROM ff_exec_core
+	err := db.QueryRow(ctx, `SELECT coalesce(payload, ''::bytea) = $3::bytea FROM ff_exec_core
  WHERE partition_key = $1 AND execution_id = $2`, k.part, [16]byte(k.uuid), append([]byte{}, payload...)).Scan(&same)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -22,6 +22,12 @@ type CreateFlowParams = backend.CreateFlowParams
 // node_count 0, edge_count 0, last_mutation_at_ms); creating an existing
 // flow again changes nothing.
 func (c *Client) CreateFlow(ctx context.Context, p *CreateFlowParams) error {
+	return c.createFlow(ctx, c.pool, p)
+}
+
+// createFlow is CreateFlow on db: in its own transaction on the pool, in
+// a savepoint of a caller's transaction.
+func (c *Client) createFlow(ctx context.Context, db createDB, p *CreateFlowParams) error {
 	if p.FlowID.IsZero() {
 		return fmt.Errorf("create flow: %w: a flow id is required", CodeInvalidInput)
 	}
@@ -31,11 +37,11 @@ func (c *Client) CreateFlow(ctx context.Context, p *CreateFlowParams) error {
 	if err != nil {
 		return fmt.Errorf("create flow %s: %w", p.FlowID, err)
 	}
-	err = c.inTx(ctx, func(tx pgx.Tx) error {
+	err = notMigrated(pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO ff_flow_core (partition_key, flow_id, graph_revision, public_flow_state, created_at_ms, raw_fields)
 VALUES ($1, $2, 0, 'open', $3, $4::jsonb) ON CONFLICT DO NOTHING`, pk, [16]byte(p.FlowID), p.NowMs, string(raw))
 		return err
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("create flow %s: %w", p.FlowID, err)
 	}

@@ -615,3 +615,13 @@ func (s *vkCompletions) Err() error {
 	defer s.mu.Unlock()
 	return s.err
 }
+
+// CreateExecutionTx implements backend.Driver: Valkey has no transaction
+// a create can join (a MULTI cannot hold the caller's other writes, which
+// live elsewhere), so it is ErrUnsupported. Create after the caller's
+// commit instead, with an idempotency key derived from the caller's own
+// record, so that a retry after a crash between the two creates nothing
+// twice.
+func (d *Driver) CreateExecutionTx(context.Context, any, *backend.CreateExecutionParams) (*backend.CreateExecutionResult, error) {
+	return nil, fmt.Errorf("%w: Valkey has no transaction to create in; create after your commit with an idempotency key", backend.ErrUnsupported)
+}
