@@ -4,8 +4,8 @@ import (
 	"context"
 	"reflect"
 
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/host/partlease"
-	"github.com/fabric-host/fabric/internal/hostseam"
 	"github.com/fabric-host/fabric/model"
 )
 
@@ -21,7 +21,7 @@ type Backend interface {
 	ServerTime(ctx context.Context) (int64, error)
 	// EnableZaddKeyevents and WatchZaddKeyevents are the due-timer wake
 	// notifications (wake_listener.go); a watch that ends because the
-	// backend's nodes changed matches hostseam.ErrTopologyChanged.
+	// backend's nodes changed matches backend.ErrTopologyChanged.
 	keyeventSource
 	// SubscribeChannel holds one subscription to channel on a dedicated
 	// connection named connName until it breaks or ctx ends, calling
@@ -30,7 +30,7 @@ type Backend interface {
 	SubscribeChannel(ctx context.Context, channel, connName string, onMessage func(msg string), onSubscribed func()) (bool, error)
 	// LowestScores reads, in one round trip, the lowest-scored member of
 	// every sorted set in keys (wakeprobe.go).
-	LowestScores(ctx context.Context, keys []string) []hostseam.LowestScore
+	LowestScores(ctx context.Context, keys []string) []backend.LowestScore
 	// The partition-lease registry (host/partlease).
 	partlease.Backend
 }

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fabric-host/fabric/internal/hostseam"
+	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/internal/startstop"
 )
 
@@ -63,7 +63,7 @@ func (w *wakeListener) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, hostseam.ErrTopologyChanged) {
+		if errors.Is(err, backend.ErrTopologyChanged) {
 			w.logger.Info("due-timer wake subscription: cluster primaries changed; resubscribing", "error", err)
 			continue
 		}

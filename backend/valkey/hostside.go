@@ -7,7 +7,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/fabric-host/fabric/internal/hostseam"
+	"github.com/fabric-host/fabric/backend"
 )
 
 // This file holds the methods by which *Client implements what the host
@@ -72,7 +72,7 @@ func (c *Client) SubscribeChannel(ctx context.Context, channel, connName string,
 // LowestScores reads, in one pipelined round trip, the lowest-scored
 // member of every sorted set in keys (ZRANGE key 0 0 WITHSCORES);
 // out[i] is keys[i]'s.
-func (c *Client) LowestScores(ctx context.Context, keys []string) []hostseam.LowestScore {
+func (c *Client) LowestScores(ctx context.Context, keys []string) []backend.LowestScore {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -80,7 +80,7 @@ func (c *Client) LowestScores(ctx context.Context, keys []string) []hostseam.Low
 	for i, k := range keys {
 		cmds[i] = c.c.B().Zrange().Key(k).Min("0").Max("0").Withscores().Build()
 	}
-	out := make([]hostseam.LowestScore, len(keys))
+	out := make([]backend.LowestScore, len(keys))
 	for i, r := range c.c.DoMulti(ctx, cmds...) {
 		zs, err := r.AsZScores()
 		switch {

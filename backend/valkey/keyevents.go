@@ -12,7 +12,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/fabric-host/fabric/internal/hostseam"
+	"github.com/fabric-host/fabric/backend"
 )
 
 // EnableZaddKeyevents adds the E (keyevent) and z (sorted set) flags to
@@ -81,14 +81,14 @@ func (c *Client) ZaddKeyeventChannel(ctx context.Context) (string, error) {
 // lacks the keyevent notify flags the others have (it restarted, or it
 // came up between the caller setting the flags and subscribing). The
 // caller sets the notify flags and subscribes again. It matches
-// hostseam.ErrTopologyChanged.
+// backend.ErrTopologyChanged.
 var ErrPrimariesChanged error = primariesChanged{}
 
 type primariesChanged struct{}
 
 func (primariesChanged) Error() string { return "cluster primaries changed" }
 
-func (primariesChanged) Is(target error) bool { return target == hostseam.ErrTopologyChanged }
+func (primariesChanged) Is(target error) bool { return target == backend.ErrTopologyChanged }
 
 // primariesWatchInterval is how often WatchZaddKeyevents checks the set of
 // reachable cluster primaries.

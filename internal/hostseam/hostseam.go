@@ -1,9 +1,10 @@
-// Package hostseam holds what the host (package host) needs of a backend
-// beyond backend.Driver — plugin data in the plugin ABI's own types, the
-// plugin SQL transaction, the wake probe's reads — so that the host names
-// no driver package while the backend contract (package backend), which
-// every SDK user compiles, does not import the plugin ABI. The drivers
-// implement these interfaces; cmd/fabric hands them to the host.
+// Package hostseam holds the plugin-facing part of what the host (package
+// host) needs of a backend: plugin data in the plugin ABI's own types and
+// the plugin SQL transaction, so that the host names no driver package
+// while the backend contract (package backend), which every SDK user
+// compiles, does not import the plugin ABI. The rest of the host's seam,
+// free of the ABI, is backend/hostside.go. The drivers implement these
+// interfaces; cmd/fabric hands them to the host.
 package hostseam
 
 import (
@@ -12,20 +13,6 @@ import (
 
 	"github.com/fabric-host/fabric/abi"
 )
-
-// ErrTopologyChanged ends a subscription whose view of the backend's
-// nodes is out of date (a Valkey cluster's primaries changed): the caller
-// subscribes again at once rather than after its retry delay.
-// valkey.ErrPrimariesChanged matches it.
-var ErrTopologyChanged = errors.New("backend: topology changed")
-
-// LowestScore is what a probe read of one sorted set found: the score of
-// its lowest member, or Empty, or the error of the read.
-type LowestScore struct {
-	Score float64
-	Empty bool
-	Err   error
-}
 
 // PluginData is the plugin data the host functions (package host/hostfn)
 // read and call through, in the plugin ABI's own types so that the host
