@@ -797,6 +797,7 @@ func RunUnmigrated(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 			}
 			return err
 		},
+		"WatchTerminal": func() error { return d.WatchTerminal(ctx, func(int) {}, func() {}) },
 	}
 	for name, op := range controlUnmigrated(ctx, d, id, f) {
 		ops[name] = op
@@ -808,6 +809,7 @@ func RunUnmigrated(t *testing.T, newDriver func(t *testing.T) backend.Driver) {
 		ops[name] = op
 	}
 	for _, more := range []map[string]func() error{flowUnmigrated(ctx, d), attemptUnmigrated(ctx, d, id), workerUnmigrated(ctx, d),
+		inspectorUnmigrated(ctx, d, id),
 		claimerUnmigrated(ctx, t, d, id, f)} {
 		for name, op := range more {
 			ops[name] = op

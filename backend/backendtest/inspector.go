@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -248,4 +249,31 @@ func testInspectNotFound(e *env) {
 	wantErr(e.t, "list an unknown lane", err, backend.ErrNotFound)
 	_, err = e.d.ListExecutions(e.ctx, &backend.ListExecutionsParams{State: "sleeping"})
 	wantErr(e.t, "list an unknown state", err, backend.ErrInvalidInput)
+}
+
+// inspectorUnmigrated are RunUnmigrated's cases of the Inspector
+// operations the suite exercises.
+func inspectorUnmigrated(ctx context.Context, d backend.Driver, id model.ExecutionID) map[string]func() error {
+	return map[string]func() error{
+		"ListExecutions": func() error {
+			_, err := d.ListExecutions(ctx, &backend.ListExecutionsParams{})
+			return err
+		},
+		"InspectExecution": func() error {
+			_, err := d.InspectExecution(ctx, id)
+			return err
+		},
+		"InspectFlow": func() error {
+			_, err := d.InspectFlow(ctx, model.NewUUID())
+			return err
+		},
+		"OperatorCancel": func() error {
+			_, err := d.OperatorCancel(ctx, id, "")
+			return err
+		},
+		"OperatorSignal": func() error {
+			_, err := d.OperatorSignal(ctx, id, &backend.OperatorSignalParams{Name: "s"})
+			return err
+		},
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fabric-host/fabric/backend"
 	"github.com/fabric-host/fabric/model"
@@ -40,11 +41,11 @@ func inspStateFilter(state string) (string, error) {
 func (d *Driver) laneNames(ctx context.Context) ([]string, error) {
 	rows, err := d.c.Pool().Query(ctx, `SELECT lane_id FROM ff_lane_registry UNION SELECT DISTINCT lane_id FROM ff_exec_core ORDER BY 1`)
 	if err != nil {
-		return nil, fmt.Errorf("inspect: read lanes: %w", err)
+		return nil, inspectErrorf("read lanes: %w", err)
 	}
 	lanes, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("inspect: read lanes: %w", err)
+		return nil, inspectErrorf("read lanes: %w", err)
 	}
 	return lanes, nil
 }
@@ -108,11 +109,11 @@ func (d *Driver) ListExecutions(ctx context.Context, p *backend.ListExecutionsPa
 	rows, err := d.c.Pool().Query(ctx, `SELECT `+inspRowCols+` FROM ff_exec_core WHERE `+where+
 		fmt.Sprintf(` ORDER BY %s LIMIT $%d OFFSET $%d`, order, len(args)-1, len(args)), args...)
 	if err != nil {
-		return nil, fmt.Errorf("inspect: list executions: %w", err)
+		return nil, inspectErrorf("list executions: %w", err)
 	}
 	list, err := pgx.CollectRows(rows, inspScanRow)
 	if err != nil {
-		return nil, fmt.Errorf("inspect: list executions: %w", err)
+		return nil, inspectErrorf("list executions: %w", err)
 	}
 	page := &backend.ExecutionPage{Executions: list}
 	if len(list) > q.Limit {
@@ -163,7 +164,7 @@ func (d *Driver) flowCore(ctx context.Context, id string) (*inspFlowRef, error) 
 		return nil, fmt.Errorf("%w: flow %s", backend.ErrNotFound, id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("inspect: read flow %s: %w", id, err)
+		return nil, inspectErrorf("read flow %s: %w", id, err)
 	}
 	core := map[string]string{}
 	inspFlatten(core, raw)
@@ -182,11 +183,11 @@ func (d *Driver) InspectFlow(ctx context.Context, id model.UUID) (*backend.FlowV
 	rows, err := pool.Query(ctx, `SELECT `+inspRowCols+` FROM ff_exec_core WHERE partition_key = $1 AND flow_id = $2
  ORDER BY execution_id`, f.part, [16]byte(f.id))
 	if err != nil {
-		return nil, fmt.Errorf("inspect: flow members: %w", err)
+		return nil, inspectErrorf("flow members: %w", err)
 	}
 	v := &backend.FlowView{ID: f.id.String(), Core: f.core, Edges: []backend.FlowEdge{}, States: map[string]int{}}
 	if v.Nodes, err = pgx.CollectRows(rows, inspScanRow); err != nil {
-		return nil, fmt.Errorf("inspect: flow members: %w", err)
+		return nil, inspectErrorf("flow members: %w", err)
 	}
 	if v.Nodes == nil {
 		v.Nodes = []backend.ExecutionRow{}
@@ -202,7 +203,7 @@ func (d *Driver) InspectFlow(ctx context.Context, id model.UUID) (*backend.FlowV
          WHEN 'success' THEN 'satisfied' WHEN '' THEN 'unsatisfied' ELSE 'impossible' END
   FROM ff_edge e WHERE e.partition_key = $1 AND e.flow_id = $2 ORDER BY e.edge_id`, f.part, [16]byte(f.id))
 	if err != nil {
-		return nil, fmt.Errorf("inspect: flow edges: %w", err)
+		return nil, inspectErrorf("flow edges: %w", err)
 	}
 	edges, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (backend.FlowEdge, error) {
 		var e, up, down [16]byte
@@ -212,13 +213,13 @@ func (d *Driver) InspectFlow(ctx context.Context, id model.UUID) (*backend.FlowV
 		return fe, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("inspect: flow edges: %w", err)
+		return nil, inspectErrorf("flow edges: %w", err)
 	}
 	v.Edges = append(v.Edges, edges...)
 	err = pool.QueryRow(ctx, `SELECT public_flow_state FROM ff_flow_summary WHERE partition_key = $1 AND flow_id = $2`,
 		f.part, [16]byte(f.id)).Scan(&v.SummaryState)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("inspect: flow summary: %w", err)
+		return nil, inspectErrorf("flow summary: %w", err)
 	}
 	return v, nil
 }
@@ -270,7 +271,7 @@ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint, NULL, '', '', 0, 
 func (d *Driver) LaneCensus(ctx context.Context) (lanes []backend.LaneCounts, nowMs, earliestDelayed int64, err error) {
 	rows, err := d.c.Pool().Query(ctx, inspLaneCensus)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("inspect: lane counts: %w", err)
+		return nil, 0, 0, inspectErrorf("lane counts: %w", err)
 	}
 	defer rows.Close()
 	at := map[string]int{}
@@ -279,7 +280,7 @@ func (d *Driver) LaneCensus(ctx context.Context) (lanes []backend.LaneCounts, no
 		var phase, elig string
 		var now, n, due int64
 		if err := rows.Scan(&now, &lane, &phase, &elig, &n, &due); err != nil {
-			return nil, 0, 0, fmt.Errorf("inspect: lane counts: %w", err)
+			return nil, 0, 0, inspectErrorf("lane counts: %w", err)
 		}
 		nowMs = max(nowMs, now)
 		if lane == nil {
@@ -303,7 +304,7 @@ func (d *Driver) LaneCensus(ctx context.Context) (lanes []backend.LaneCounts, no
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, 0, fmt.Errorf("inspect: lane counts: %w", err)
+		return nil, 0, 0, inspectErrorf("lane counts: %w", err)
 	}
 	slices.SortFunc(lanes, func(a, b backend.LaneCounts) int { return strings.Compare(a.Lane, b.Lane) })
 	if lanes == nil {
@@ -322,13 +323,13 @@ func (d *Driver) InspectLanes(ctx context.Context) ([]backend.LaneCounts, error)
 func (d *Driver) InspectWorkers(ctx context.Context, ns string) ([]backend.WorkerInfo, error) {
 	ws, err := d.c.ListWorkers(ctx, ns, "", 0)
 	if err != nil {
-		return nil, fmt.Errorf("inspect: %w", err)
+		return nil, inspectErrorf("%w", err)
 	}
 	rows, err := d.c.Pool().Query(ctx, `SELECT a.worker_instance_id, count(*) FROM ff_exec_core e
   JOIN ff_attempt a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = e.attempt_index
  WHERE e.ownership_state = 'leased' AND a.worker_instance_id IS NOT NULL GROUP BY 1`)
 	if err != nil {
-		return nil, fmt.Errorf("inspect: leases held: %w", err)
+		return nil, inspectErrorf("leases held: %w", err)
 	}
 	held := map[string]int64{}
 	defer rows.Close()
@@ -336,12 +337,12 @@ func (d *Driver) InspectWorkers(ctx context.Context, ns string) ([]backend.Worke
 		var id string
 		var n int64
 		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("inspect: leases held: %w", err)
+			return nil, inspectErrorf("leases held: %w", err)
 		}
 		held[id] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("inspect: leases held: %w", err)
+		return nil, inspectErrorf("leases held: %w", err)
 	}
 	now := time.Now().UnixMilli()
 	out := make([]backend.WorkerInfo, 0, len(ws))
@@ -367,4 +368,17 @@ func inspCheckLane(lanes []string, lane string) error {
 		return fmt.Errorf("%w: unknown lane %q (lanes: %s)", backend.ErrNotFound, lane, strings.Join(lanes, ", "))
 	}
 	return nil
+}
+
+// inspectErrorf is an Inspector failure, "inspect: " and format: a
+// database without fabric's schema (an undefined table) is
+// backend.ErrNotMigrated, naming `fabric migrate`, as every other
+// operation answers.
+func inspectErrorf(format string, args ...any) error {
+	err := fmt.Errorf("inspect: "+format, args...)
+	var pe *pgconn.PgError
+	if errors.Is(err, ErrNotMigrated) || (errors.As(err, &pe) && pe.Code == "42P01") {
+		return fmt.Errorf("%w: %w", backend.ErrNotMigrated, err)
+	}
+	return err
 }

@@ -22,7 +22,7 @@ func inspConflict(action string, eid model.ExecutionID, err error) error {
 	case errors.As(err, &code):
 		return fmt.Errorf("%w: %s refused: %s (%v)", backend.ErrConflict, action, code, err)
 	}
-	return fmt.Errorf("inspect: %s: %w", action, err)
+	return inspectErrorf("%s: %w", action, err)
 }
 
 // OperatorCancel implements backend.Inspector: it cancels an execution as an operator (cancelled_by
@@ -99,7 +99,7 @@ func (d *Driver) OperatorSignal(ctx context.Context, eid model.ExecutionID, s *b
 		return nil, fmt.Errorf("%w: execution %s", backend.ErrNotFound, eid)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("inspect: read %s: %w", eid, err)
+		return nil, inspectErrorf("read %s: %w", eid, err)
 	}
 	wp := s.WaitpointID
 	if wp == "" {
@@ -121,7 +121,7 @@ func (d *Driver) OperatorSignal(ctx context.Context, eid model.ExecutionID, s *b
 		return nil, fmt.Errorf("%w: waitpoint %s of %s", backend.ErrNotFound, wp, eid)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("inspect: read waitpoint %s of %s: %w", wp, eid, err)
+		return nil, inspectErrorf("read waitpoint %s of %s: %w", wp, eid, err)
 	}
 	var payload []byte // none: NULL, read back as a nil Payload
 	if s.Payload != "" {

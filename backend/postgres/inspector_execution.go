@@ -93,7 +93,7 @@ func (d *Driver) inspectCore(ctx context.Context, k execKey, det *backend.Execut
 		return nil, fmt.Errorf("%w: execution %s", backend.ErrNotFound, det.ID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("inspect: read %s: %w", det.ID, err)
+		return nil, inspectErrorf("read %s: %w", det.ID, err)
 	}
 	inspFlatten(det.Core, raw)
 	if tags, ok := det.Core["tags"]; ok {
@@ -135,11 +135,11 @@ func (d *Driver) inspectAttempts(ctx context.Context, k execKey, c *inspCore, de
        lease_expires_at_ms, started_at_ms, terminal_at_ms, coalesce(outcome, ''), raw_fields
   FROM ff_attempt WHERE partition_key = $1 AND execution_id = $2 ORDER BY attempt_index`, k.part, [16]byte(k.uuid))
 	if err != nil {
-		return nil, fmt.Errorf("inspect: attempts of %s: %w", det.ID, err)
+		return nil, inspectErrorf("attempts of %s: %w", det.ID, err)
 	}
 	attempts, err := pgx.CollectRows(rows, inspScanAttempt)
 	if err != nil {
-		return nil, fmt.Errorf("inspect: attempts of %s: %w", det.ID, err)
+		return nil, inspectErrorf("attempts of %s: %w", det.ID, err)
 	}
 	endedFailed := det.Core["lifecycle_phase"] == model.PhaseTerminal &&
 		slices.Contains([]string{model.PublicFailed, model.PublicExpired}, det.Core["public_state"])
@@ -153,7 +153,7 @@ func (d *Driver) inspectAttempts(ctx context.Context, k execKey, c *inspCore, de
 				"lease_epoch": a.Fields["lease_epoch"], "expires_at": a.Fields["lease_expires_at"]}
 		}
 		if a.Frames, err = d.inspectFrames(ctx, k, a.Index); err != nil {
-			return nil, fmt.Errorf("inspect: frames of %s: %w", det.ID, err)
+			return nil, inspectErrorf("frames of %s: %w", det.ID, err)
 		}
 	}
 	if attempts == nil {
@@ -236,7 +236,7 @@ const sqlLeaseHistory = `SELECT ev.event_id, ev.event_type, coalesce(ev.lease_id
 func (d *Driver) inspectLeaseHistory(ctx context.Context, k execKey) ([]backend.Frame, error) {
 	rows, err := d.c.Pool().Query(ctx, sqlLeaseHistory, k.part, [16]byte(k.uuid), int(k.part), k.uuid.String(), backend.DetailFrames)
 	if err != nil {
-		return nil, fmt.Errorf("inspect: lease events of %s: %w", k.execID(), err)
+		return nil, inspectErrorf("lease events of %s: %w", k.execID(), err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (backend.Frame, error) {
 		var id, at int64
@@ -261,7 +261,7 @@ func (d *Driver) inspectLeaseHistory(ctx context.Context, k execKey) ([]backend.
 		return backend.Frame{ID: strconv.FormatInt(id, 10), Fields: f}, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("inspect: lease events of %s: %w", k.execID(), err)
+		return nil, inspectErrorf("lease events of %s: %w", k.execID(), err)
 	}
 	slices.Reverse(out) // read newest first, shown oldest first
 	if out == nil {
@@ -291,12 +291,12 @@ func (d *Driver) inspectSuspension(ctx context.Context, k execKey, det *backend.
 			det.Suspension["reason_code"] = *reason
 		}
 	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("inspect: suspension of %s: %w", det.ID, err)
+		return inspectErrorf("suspension of %s: %w", det.ID, err)
 	}
 	rows, err := pool.Query(ctx, `SELECT waitpoint_id, created_at_ms, expires_at_ms, condition FROM ff_waitpoint_pending
  WHERE partition_key = $1 AND execution_id = $2 ORDER BY created_at_ms`, k.part, [16]byte(k.uuid))
 	if err != nil {
-		return fmt.Errorf("inspect: waitpoints of %s: %w", det.ID, err)
+		return inspectErrorf("waitpoints of %s: %w", det.ID, err)
 	}
 	det.Waitpoints, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (backend.WaitpointDetail, error) {
 		var id [16]byte
@@ -308,7 +308,7 @@ func (d *Driver) inspectSuspension(ctx context.Context, k execKey, det *backend.
 			"created_at": strconv.FormatInt(at, 10), "expires_at": inspI64(exp), "condition": string(cond)}}, err
 	})
 	if err != nil {
-		return fmt.Errorf("inspect: waitpoints of %s: %w", det.ID, err)
+		return inspectErrorf("waitpoints of %s: %w", det.ID, err)
 	}
 	if det.Waitpoints == nil {
 		det.Waitpoints = []backend.WaitpointDetail{}
@@ -323,7 +323,7 @@ func (d *Driver) inspectUpstream(ctx context.Context, k execKey, flow [16]byte) 
   FROM ff_edge ed LEFT JOIN ff_exec_core up ON up.partition_key = ed.partition_key AND up.execution_id = ed.upstream_eid
  WHERE ed.partition_key = $1 AND ed.flow_id = $2 AND ed.downstream_eid = $3 ORDER BY ed.edge_id`, k.part, flow, [16]byte(k.uuid))
 	if err != nil {
-		return nil, fmt.Errorf("inspect: edges of %s: %w", k.execID(), err)
+		return nil, inspectErrorf("edges of %s: %w", k.execID(), err)
 	}
 	m := &backend.FlowMembership{FlowID: model.UUID(flow).String()}
 	m.Upstream, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (map[string]string, error) {
@@ -335,7 +335,7 @@ func (d *Driver) inspectUpstream(ctx context.Context, k execKey, flow [16]byte) 
 			"dependency_kind": kind, "state": st}, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("inspect: edges of %s: %w", k.execID(), err)
+		return nil, inspectErrorf("edges of %s: %w", k.execID(), err)
 	}
 	if m.Upstream == nil {
 		m.Upstream = []map[string]string{}
