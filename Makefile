@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-GOFLAGS_TEST ?= -race -count=1 -timeout 20m
+GOFLAGS_TEST ?= -race -count=1 -timeout 45m
 
 .PHONY: all deps test-deps build plugins test run vet fmt-check clean bench soak
 

@@ -532,9 +532,12 @@ ev AS (
   SELECT execution_id::text, NULL, 'acquired', $4, partition_key::int, raw_fields->>'namespace',
          raw_fields->'tags'->>'cairn.instance_id'
     FROM core
-  RETURNING event_id),
+  RETURNING event_id, execution_id, partition_key),
 note AS (
-  INSERT INTO fabric_lease_reason (event_id, reason) SELECT ev.event_id, 'claim_resumed' FROM ev, att WHERE att.lease_epoch > 1)
+  INSERT INTO fabric_lease_reason (event_id, reason)
+  SELECT ev.event_id, 'claim_resumed'
+    FROM ev JOIN att ON att.partition_key = ev.partition_key AND att.execution_id::text = ev.execution_id
+   WHERE att.lease_epoch > 1)
 SELECT core.partition_key, core.execution_id, cand.attempt_index, cand.attempt_state, att.lease_epoch, core.lane_id,
        COALESCE(core.raw_fields->>'execution_kind', ''), COALESCE(core.raw_fields->>'namespace', ''), core.payload,
        COALESCE(core.flow_id::text, '')
