@@ -18,14 +18,19 @@ func Attr() *syscall.SysProcAttr {
 
 // groupAlive reports whether a process of group pgid other than a zombie
 // is alive, from /proc (false when /proc cannot be read).
-func groupAlive(pgid int) bool {
+func groupAlive(pgid int) bool { return LiveGroupMember(pgid) != 0 }
+
+// LiveGroupMember returns the pid of a process of group pgid other than a
+// zombie, from /proc: 0 when there is none (or /proc cannot be read).
+func LiveGroupMember(pgid int) int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return false
+		return 0
 	}
 	want := strconv.Itoa(pgid)
 	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -40,8 +45,8 @@ func groupAlive(pgid int) bool {
 		}
 		f := strings.Fields(s[i+1:])
 		if len(f) >= 3 && f[0] != "Z" && f[2] == want {
-			return true
+			return pid
 		}
 	}
-	return false
+	return 0
 }

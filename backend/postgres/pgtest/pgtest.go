@@ -24,8 +24,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fabric-host/fabric/backend/postgres"
+	"github.com/fabric-host/fabric/internal/childproc"
 	"github.com/fabric-host/fabric/internal/testbackend"
 )
 
@@ -91,32 +90,9 @@ func CheckGone(pid int, dir string) error {
 	if pid == 0 {
 		return nil
 	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil // no procfs: nothing to check against
-	}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the ")" of comm: state ppid pgrp ...
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 3 || f[0] == "Z" {
-			continue
-		}
-		if p == pid || f[2] == strconv.Itoa(pid) {
-			return fmt.Errorf("cluster process %d (group %d) still running after Stop", p, pid)
-		}
+	// The postmaster leads its process group (childproc.Attr).
+	if p := childproc.LiveGroupMember(pid); p != 0 {
+		return fmt.Errorf("cluster process %d (group %d) still running after Stop", p, pid)
 	}
 	return nil
 }
