@@ -15,15 +15,18 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(fabrictest.Main(m)) }
 
+// kitBackends are the kit's two backends, for tests that run on both.
+var kitBackends = []struct {
+	name string
+	open func(testing.TB) *sdk.Client
+}{{"Valkey", fabrictest.Valkey}, {"Postgres", fabrictest.Postgres}}
+
 // TestDrain: on both of the kit's backends, Drain runs every eligible
 // execution of a lane in the test's goroutine — including one a handler
 // enqueued while it ran — and leaves each ended as its handler said.
 func TestDrain(t *testing.T) {
 	t.Parallel()
-	for _, be := range []struct {
-		name string
-		open func(testing.TB) *sdk.Client
-	}{{"Valkey", fabrictest.Valkey}, {"Postgres", fabrictest.Postgres}} {
+	for _, be := range kitBackends {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			c := be.open(t)
@@ -79,10 +82,7 @@ func (welcome) Kind() string { return "email.welcome" }
 // asks for one never enqueued fails.
 func TestRequireEnqueued(t *testing.T) {
 	t.Parallel()
-	for _, be := range []struct {
-		name string
-		open func(testing.TB) *sdk.Client
-	}{{"Valkey", fabrictest.Valkey}, {"Postgres", fabrictest.Postgres}} {
+	for _, be := range kitBackends {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			c := be.open(t)

@@ -794,19 +794,25 @@ func (wl *workload) submitDAG(ctx context.Context, lane string, n int) error {
 		}
 		return id, err
 	}
-	root, err := step("root")
+	return addDiamond(step)
+}
+
+// addDiamond adds a diamond's members with add, each after its parents:
+// root, then left and right after root, then join after both.
+func addDiamond(add func(name string, after ...model.ExecutionID) (model.ExecutionID, error)) error {
+	root, err := add("root")
 	if err != nil {
 		return err
 	}
-	left, err := step("left", root)
+	left, err := add("left", root)
 	if err != nil {
 		return err
 	}
-	right, err := step("right", root)
+	right, err := add("right", root)
 	if err != nil {
 		return err
 	}
-	_, err = step("join", left, right)
+	_, err = add("join", left, right)
 	return err
 }
 

@@ -142,20 +142,7 @@ func (w *soakWork) submitFlow(ctx context.Context, lane string, i int) error {
 		}
 		return id, nil
 	}
-	root, err := add("root")
-	if err != nil {
-		return err
-	}
-	left, err := add("left", root)
-	if err != nil {
-		return err
-	}
-	right, err := add("right", root)
-	if err != nil {
-		return err
-	}
-	_, err = add("join", left, right)
-	return err
+	return addDiamond(add)
 }
 
 // handle is the soak's handler: 5–50 ms of work, then a retried item fails its first attempt,
